@@ -1,0 +1,143 @@
+/* Arrays, buffers and the lazy graph.
+ *
+ * An mk_array is a node. While unevaluated it points at the primitive (mk_prim)
+ * that will produce it; once evaluated it holds a buffer plus a strided view of
+ * it (offset and strides in elements, so transpose, slicing and broadcasting
+ * are views, as in MLX) and the primitive is dropped, which frees the graph
+ * behind it.
+ *
+ * A primitive may have several outputs (a Metal kernel does). Outputs hold a
+ * strong reference to their primitive; the primitive holds weak pointers back,
+ * cleared when an output dies, plus each output's dtype and shape, so it can
+ * still run when some outputs are gone.
+ *
+ * Reference counts are atomic: Python threads may drop arrays while another
+ * thread evaluates with the GIL released. Freeing is iterative, so a chain of
+ * 100,000 unevaluated nodes does not recurse. */
+#ifndef MK_ARRAY_H
+#define MK_ARRAY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "error.h"
+
+#define MK_MAX_NDIM 32
+
+typedef struct mk_buffer {
+    atomic_long refcnt;
+    size_t nbytes;
+    void *data;
+    /* When set, the memory belongs to someone else and release() frees it. */
+    void (*release)(struct mk_buffer *);
+    void *owner;
+} mk_buffer;
+
+/* Layout flags of an evaluated array. */
+enum {
+    MK_ROW_CONTIG = 1, /* dense, row-major, starting at offset */
+    MK_COL_CONTIG = 2, /* dense, column-major */
+    MK_CONTIG = 4,     /* the elements cover one dense range (any order) */
+};
+
+typedef struct mk_array mk_array;
+typedef struct mk_prim mk_prim;
+
+struct mk_array {
+    atomic_long refcnt;
+    mk_dtype dtype;
+    int ndim;
+    int64_t size;
+    int64_t shape[MK_MAX_NDIM];
+    /* valid once evaluated: */
+    mk_buffer *buf;
+    int64_t offset;              /* elements */
+    int64_t strides[MK_MAX_NDIM]; /* elements; 0 for broadcast dims */
+    int flags;
+    /* pending while unevaluated: */
+    mk_prim *prim;
+    int out_index;
+};
+
+/* An operation's evaluator: given evaluated inputs, fill every output
+ * (mk_alloc_out or a view of an input). Returns 0, or -1 with mk_error_set. */
+typedef int (*mk_eval_fn)(mk_prim *p, mk_array *const *inputs, mk_array *const *outputs);
+
+typedef struct mk_opdef {
+    const char *name;
+    mk_eval_fn eval;
+    void (*free_params)(void *params); /* NULL: free() */
+} mk_opdef;
+
+typedef struct {
+    mk_dtype dtype;
+    int ndim;
+    int64_t shape[MK_MAX_NDIM];
+} mk_outdesc;
+
+struct mk_prim {
+    atomic_long refcnt;
+    const mk_opdef *op;
+    int ninputs;
+    mk_array **inputs; /* strong; released once the primitive has run */
+    void *params;      /* op-specific, owned */
+    int noutputs;
+    mk_outdesc *outdesc;
+    mk_array **outputs; /* weak */
+    uint64_t mark;      /* eval bookkeeping */
+};
+
+/* --- buffers --- */
+mk_buffer *mk_buffer_alloc(size_t nbytes);
+void mk_buffer_incref(mk_buffer *b);
+void mk_buffer_decref(mk_buffer *b);
+/* Active and peak bytes held by buffers mkpy allocated. */
+int64_t mk_memory_active(void);
+int64_t mk_memory_peak(void);
+void mk_memory_reset_peak(void);
+
+/* --- arrays --- */
+static inline void mk_incref(mk_array *a) { atomic_fetch_add_explicit(&a->refcnt, 1, memory_order_relaxed); }
+void mk_decref(mk_array *a);
+static inline void mk_xdecref(mk_array *a) { if (a) mk_decref(a); }
+static inline bool mk_is_evaluated(const mk_array *a) { return a->buf != NULL; }
+static inline void *mk_data(const mk_array *a) {
+    return (char *)a->buf->data + a->offset * (int64_t)mk_dtype_size(a->dtype);
+}
+
+/* Product of the shape, or -1 with an error if it overflows. */
+int64_t mk_shape_size(int ndim, const int64_t *shape);
+/* An evaluated array of the given shape with fresh row-contiguous storage. */
+mk_array *mk_array_empty(mk_dtype dtype, int ndim, const int64_t *shape);
+/* A 0-d evaluated array holding one value (bytes in the dtype's layout). */
+mk_array *mk_scalar(mk_dtype dtype, const void *value);
+mk_array *mk_scalar_f64(mk_dtype dtype, double v); /* converted to dtype */
+mk_array *mk_scalar_i64(mk_dtype dtype, int64_t v);
+
+/* Sets row-major strides and flags for a dense array at offset 0. */
+void mk_set_row_contiguous(mk_array *a);
+/* Recomputes flags from shape and strides. */
+void mk_update_flags(mk_array *a);
+/* Gives an output fresh row-contiguous storage. Returns 0 or -1. */
+int mk_alloc_out(mk_array *out);
+/* Makes out a view of in's buffer with the given offset and strides. */
+void mk_set_view(mk_array *out, const mk_array *in, int64_t offset, const int64_t *strides);
+
+/* --- graph --- */
+/* Creates a primitive with its outputs. Takes ownership of params (even on
+ * failure). Inputs are borrowed (the primitive increfs them). On success
+ * returns 0 and fills outs[] with new references. */
+int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const *inputs, int noutputs,
+                 const mk_outdesc *outdesc, mk_array **outs);
+/* One-output convenience: returns a new reference or NULL. */
+mk_array *mk_node(const mk_opdef *op, void *params, mk_dtype dtype, int ndim, const int64_t *shape,
+                  int ninputs, mk_array *const *inputs);
+
+/* Evaluates arrays (and everything they depend on). Thread-safe with respect
+ * to Python: call it with the GIL released. Returns 0 or -1. */
+int mk_eval(mk_array *const *arrays, int n);
+static inline int mk_eval1(mk_array *a) { return mk_is_evaluated(a) ? 0 : mk_eval(&a, 1); }
+
+#endif

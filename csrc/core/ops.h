@@ -1,0 +1,134 @@
+/* Op constructors. Each follows MLX's recipe: validate, promote, broadcast,
+ * then create a lazy node. All return a new reference, or NULL with the
+ * error set (messages worded as MLX's: "[reshape] ..."). Inputs are
+ * borrowed. One file per op family implements them. */
+#ifndef MK_OPS_H
+#define MK_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "array.h"
+
+/* ---- element-wise (ops_unary.c, ops_binary.c) -------------------------- */
+
+/* X(name): the unary ops, in one list shared with the binding layer.
+ * round is listed apart because its Python function also takes decimals. */
+#define MK_UNARY_OPS(X) MK_UNARY_PLAIN_OPS(X) X(round)
+#define MK_UNARY_PLAIN_OPS(X)                                                                          \
+    X(abs) X(negative) X(sign) X(square) X(sqrt) X(rsqrt) X(reciprocal) X(exp) X(expm1) X(log)         \
+    X(log1p) X(log2) X(log10) X(sin) X(cos) X(tan) X(arcsin) X(arccos) X(arctan) X(sinh) X(cosh)       \
+    X(tanh) X(arcsinh) X(arccosh) X(arctanh) X(sigmoid) X(erf) X(erfinv) X(floor) X(ceil)             \
+    X(isnan) X(isinf) X(isfinite) X(isposinf) X(isneginf) X(logical_not) X(bitwise_invert) X(real)   \
+    X(imag) X(conjugate) X(degrees) X(radians) X(stop_gradient)
+
+typedef enum {
+#define X(name) MK_UNARY_##name,
+    MK_UNARY_OPS(X)
+#undef X
+    MK_NUNARY
+} mk_unary_op;
+
+#define MK_BINARY_OPS(X)                                                                               \
+    X(add) X(subtract) X(multiply) X(divide) X(floor_divide) X(remainder) X(power) X(arctan2)         \
+    X(maximum) X(minimum) X(equal) X(not_equal) X(greater) X(greater_equal) X(less) X(less_equal)     \
+    X(logical_and) X(logical_or) X(bitwise_and) X(bitwise_or) X(bitwise_xor) X(left_shift)           \
+    X(right_shift) X(logaddexp)
+
+typedef enum {
+#define X(name) MK_BINARY_##name,
+    MK_BINARY_OPS(X)
+#undef X
+    MK_NBINARY
+} mk_binary_op;
+
+extern const char *const mk_unary_names[MK_NUNARY];
+extern const char *const mk_binary_names[MK_NBINARY];
+
+mk_array *mk_unary(mk_unary_op op, mk_array *x);
+mk_array *mk_binary(mk_binary_op op, mk_array *a, mk_array *b);
+mk_array *mk_astype(mk_array *x, mk_dtype dtype);
+mk_array *mk_where(mk_array *cond, mk_array *x, mk_array *y);
+/* A copy with fresh row-contiguous storage (lazy). */
+mk_array *mk_copy(mk_array *x);
+/* x itself (new reference) when already of that dtype, else astype. */
+mk_array *mk_as_dtype(mk_array *x, mk_dtype dtype);
+
+/* Broadcast shape of two shapes; returns ndim or -1 with
+ * "[broadcast_shapes] Shapes (2,3) and (4,5) cannot be broadcast." */
+int mk_broadcast_shapes(int na, const int64_t *a, int nb, const int64_t *b, int64_t *out);
+/* Formats a shape as "(2,3)" into buf. */
+const char *mk_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+
+/* ---- creation (ops_create.c) ------------------------------------------- */
+mk_array *mk_full(int ndim, const int64_t *shape, mk_array *value, mk_dtype dtype);
+mk_array *mk_zeros(int ndim, const int64_t *shape, mk_dtype dtype);
+mk_array *mk_ones(int ndim, const int64_t *shape, mk_dtype dtype);
+mk_array *mk_arange(double start, double stop, double step, mk_dtype dtype);
+mk_array *mk_linspace(double start, double stop, int64_t num, mk_dtype dtype);
+mk_array *mk_eye(int64_t n, int64_t m, int64_t k, mk_dtype dtype);
+mk_array *mk_tri(int64_t n, int64_t m, int64_t k, mk_dtype dtype);
+mk_array *mk_tril(mk_array *x, int64_t k);
+mk_array *mk_triu(mk_array *x, int64_t k);
+
+/* ---- reductions (ops_reduce.c) ----------------------------------------- */
+typedef enum {
+    MK_REDUCE_SUM,
+    MK_REDUCE_PROD,
+    MK_REDUCE_MAX,
+    MK_REDUCE_MIN,
+    MK_REDUCE_ALL,
+    MK_REDUCE_ANY,
+} mk_reduce_op;
+/* axes: the axes to reduce (negative allowed); naxes < 0 means all axes. */
+mk_array *mk_reduce(mk_reduce_op op, mk_array *x, int naxes, const int *axes, bool keepdims);
+mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims);
+mk_array *mk_var(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
+mk_array *mk_std(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
+mk_array *mk_logsumexp(mk_array *x, int naxes, const int *axes, bool keepdims);
+mk_array *mk_softmax(mk_array *x, int naxes, const int *axes, bool precise);
+/* axis < 0 after normalisation means "flattened". */
+mk_array *mk_argmax(mk_array *x, int axis, bool has_axis, bool keepdims);
+mk_array *mk_argmin(mk_array *x, int axis, bool has_axis, bool keepdims);
+
+/* ---- shape and views (ops_shape.c) -------------------------------------- */
+mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape); /* one -1 allowed */
+mk_array *mk_transpose(mk_array *x, int naxes, const int *axes);    /* naxes < 0: reverse */
+mk_array *mk_swapaxes(mk_array *x, int a, int b);
+mk_array *mk_moveaxis(mk_array *x, int src, int dst);
+mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes);
+mk_array *mk_squeeze(mk_array *x, int naxes, const int *axes); /* naxes < 0: all size-1 */
+mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis);
+mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape);
+mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis);
+mk_array *mk_stack(int n, mk_array *const *xs, int axis);
+/* Splits at the given indices (nidx index positions along axis): nidx + 1 parts into outs. */
+int mk_split(mk_array *x, int nidx, const int64_t *indices, int axis, mk_array **outs);
+mk_array *mk_tile(mk_array *x, int nreps, const int64_t *reps);
+mk_array *mk_repeat(mk_array *x, int64_t repeats, int axis, bool has_axis);
+/* pad_width: ndim pairs (before, after); mode "constant" with value. */
+mk_array *mk_pad(mk_array *x, const int64_t (*pad_width)[2], mk_array *value);
+/* Basic slicing: start/stop/step per axis, already normalised by the caller
+ * (start in [0, dim], stop in [-1, dim], step != 0), as numpy's slice.indices. */
+mk_array *mk_slice(mk_array *x, const int64_t *start, const int64_t *stop, const int64_t *step);
+
+/* ---- random (random.c) --------------------------------------------------- */
+/* Keys are uint32 arrays of shape (2,), as MLX's. */
+mk_array *mk_random_key(uint64_t seed);
+mk_array *mk_random_split(mk_array *key, int num);
+mk_array *mk_random_bits(int ndim, const int64_t *shape, int width, mk_array *key);
+mk_array *mk_random_uniform(mk_array *low, mk_array *high, int ndim, const int64_t *shape, mk_dtype dtype,
+                            mk_array *key);
+mk_array *mk_random_normal(int ndim, const int64_t *shape, mk_dtype dtype, mk_array *loc, mk_array *scale,
+                           mk_array *key);
+mk_array *mk_random_randint(mk_array *low, mk_array *high, int ndim, const int64_t *shape, mk_dtype dtype,
+                            mk_array *key);
+mk_array *mk_random_bernoulli(mk_array *p, int ndim, const int64_t *shape, bool has_shape, mk_array *key);
+/* The global key state used when no key is passed. */
+void mk_random_seed(uint64_t seed);
+mk_array *mk_random_next_key(void);
+
+/* Normalises an axis against ndim; -1 with "[op] Invalid axis ..." on error. */
+int mk_norm_axis(const char *op, int axis, int ndim);
+
+#endif

@@ -1,0 +1,376 @@
+/* Binary element-wise ops and where().
+ *
+ * Inputs are promoted with MLX's table, then broadcast at evaluation time
+ * through zero strides (no broadcast copies). Each op is one row of `specs`:
+ * a rule for the dtypes and a kernel per dtype made from one expression in
+ * `x` and `y` per class of types. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "iter.h"
+#include "ops.h"
+#include "types.h"
+
+const char *const mk_binary_names[MK_NBINARY] = {
+#define X(name) #name,
+    MK_BINARY_OPS(X)
+#undef X
+};
+
+typedef void (*binary_fn)(const void *a, int64_t as, const void *b, int64_t bs, void *out, int64_t n);
+
+typedef enum {
+    B_KEEP,    /* promoted dtype in and out */
+    B_FLOAT,   /* promoted, then made float (divide, arctan2) */
+    B_CMP,     /* promoted in, bool out */
+    B_LOGIC,   /* bool in and out */
+    B_BITWISE, /* integers and bool only */
+    B_SHIFT,   /* integers only; bool becomes uint8 */
+} binary_rule;
+
+typedef struct {
+    binary_rule rule;
+    binary_fn fn[MK_NDTYPES];
+} binary_spec;
+
+/* ------------------------------------------------------------ helpers */
+
+#define FLOORDIV_S(x, y) ((y) == 0 ? 0 : ((x) == -(x) && (y) == -1) ? (x) : floordiv_s64(x, y))
+static inline int64_t floordiv_s64(int64_t x, int64_t y) {
+    int64_t q = x / y;
+    if ((x % y != 0) && ((x < 0) != (y < 0))) q--;
+    return q;
+}
+static inline int64_t rem_s64(int64_t x, int64_t y) {
+    if (y == 0) return x;
+    if (y == -1) return 0;
+    int64_t r = x % y;
+    if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    return r;
+}
+static inline uint64_t ipow_u(uint64_t b, uint64_t e) {
+    uint64_t r = 1;
+    while (e) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return r;
+}
+static inline int64_t ipow_s(int64_t b, int64_t e) { return e < 0 ? 0 : (int64_t)ipow_u((uint64_t)b, (uint64_t)e); }
+
+#define FREM(x, y) frem_##x(x, y)
+static inline float frem_f(float x, float y) {
+    float r = fmodf(x, y);
+    if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    return r;
+}
+static inline double frem_d(double x, double y) {
+    double r = fmod(x, y);
+    if (r != 0 && ((r < 0) != (y < 0))) r += y;
+    return r;
+}
+#define FREMG(x, y) _Generic((x), float: frem_f, double: frem_d)(x, y)
+/* NaN-propagating max/min, as MLX */
+#define FMAXP(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (x) > (y) ? (x) : (y))
+#define FMINP(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (x) < (y) ? (x) : (y))
+/* complex ordering: real part, then imaginary part */
+#define CGT(x, y) (crealf(x) > crealf(y) || (crealf(x) == crealf(y) && cimagf(x) > cimagf(y)))
+#define CLT(x, y) CGT(y, x)
+static inline float logaddexp_f(float x, float y) {
+    float m = fmaxf(x, y);
+    if (isinf(m) && m < 0) return m;
+    if (isinf(m)) return m;
+    return m + log1pf(expf(-fabsf(x - y)));
+}
+static inline double logaddexp_d(double x, double y) {
+    double m = fmax(x, y);
+    if (isinf(m)) return m;
+    return m + log1p(exp(-fabs(x - y)));
+}
+#define LOGADDEXP(x, y) _Generic((x), float: logaddexp_f, double: logaddexp_d)(x, y)
+#define SHIFT_OK(y) ((uint64_t)(y) < 8 * sizeof(st))
+
+/* ------------------------------------------------------- kernel makers */
+
+#define BKERNEL(op, s, S, R, os, OS, EXPR)                                                             \
+    static void op##_##s(const void *a_, int64_t as, const void *b_, int64_t bs, void *o_, int64_t n) { \
+        typedef S st;                                                                                  \
+        typedef R rt;                                                                                  \
+        const st *a = a_, *b = b_;                                                                     \
+        OS *o = o_;                                                                                    \
+        if (as == 1 && bs == 1) {                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                rt x = MK_LOAD_##s(&a[i]), y = MK_LOAD_##s(&b[i]);                                     \
+                MK_STORE_##os(&o[i], (EXPR));                                                          \
+            }                                                                                          \
+        } else if (as == 0 && bs == 1) {                                                               \
+            rt x = MK_LOAD_##s(a);                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                rt y = MK_LOAD_##s(&b[i]);                                                             \
+                MK_STORE_##os(&o[i], (EXPR));                                                          \
+            }                                                                                          \
+        } else if (as == 1 && bs == 0) {                                                               \
+            rt y = MK_LOAD_##s(b);                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                rt x = MK_LOAD_##s(&a[i]);                                                             \
+                MK_STORE_##os(&o[i], (EXPR));                                                          \
+            }                                                                                          \
+        } else {                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                rt x = MK_LOAD_##s(&a[i * as]), y = MK_LOAD_##s(&b[i * bs]);                           \
+                MK_STORE_##os(&o[i], (EXPR));                                                          \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+#define K_SAME(E, s, S, R, op, EXPR) BKERNEL(op, s, S, R, s, S, EXPR)
+#define K_BOOL(E, s, S, R, op, EXPR) BKERNEL(op, s, S, R, b8, bool, EXPR)
+#define ENTRY(E, s, S, R, op, unused) [E] = op##_##s,
+
+#define OP_F(op, F) MK_FLOAT_TYPES_2(K_SAME, op, F)
+#define OP_C(op, C) MK_COMPLEX_TYPES_2(K_SAME, op, C)
+#define OP_U(op, I) MK_UINT_TYPES_2(K_SAME, op, I)
+#define OP_S(op, I) MK_SINT_TYPES_2(K_SAME, op, I)
+#define OP_I(op, I) OP_U(op, I) OP_S(op, I)
+#define OP_B(op, B) MK_BOOL_TYPES_2(K_SAME, op, B)
+#define ROW_F(op) MK_FLOAT_TYPES_2(ENTRY, op, _)
+#define ROW_C(op) MK_COMPLEX_TYPES_2(ENTRY, op, _)
+#define ROW_I(op) MK_UINT_TYPES_2(ENTRY, op, _) MK_SINT_TYPES_2(ENTRY, op, _)
+#define ROW_B(op) MK_BOOL_TYPES_2(ENTRY, op, _)
+#define ROW_ALL(op) ROW_F(op) ROW_C(op) ROW_I(op) ROW_B(op)
+#define ROW_REAL(op) ROW_F(op) ROW_I(op) ROW_B(op)
+
+/* arithmetic */
+OP_F(add, x + y) OP_C(add, x + y) OP_I(add, (st)((uint64_t)x + (uint64_t)y)) OP_B(add, x || y)
+OP_F(subtract, x - y) OP_C(subtract, x - y) OP_I(subtract, (st)((uint64_t)x - (uint64_t)y))
+OP_B(subtract, x != y)
+OP_F(multiply, x * y) OP_C(multiply, x * y) OP_I(multiply, (st)((uint64_t)x * (uint64_t)y))
+OP_B(multiply, x && y)
+OP_F(divide, x / y) OP_C(divide, x / y)
+OP_F(floor_divide, floor(x / y))
+OP_U(floor_divide, y == 0 ? 0 : x / y)
+OP_S(floor_divide, FLOORDIV_S(x, y))
+OP_B(floor_divide, x && y)
+OP_F(remainder, FREMG(x, y))
+OP_U(remainder, y == 0 ? x : x % y)
+OP_S(remainder, rem_s64(x, y))
+OP_B(remainder, x && !y)
+OP_F(power, pow(x, y)) OP_C(power, cpowf(x, y))
+OP_U(power, (st)ipow_u(x, y)) OP_S(power, (st)ipow_s(x, y)) OP_B(power, x || !y)
+OP_F(arctan2, atan2(x, y))
+OP_F(logaddexp, LOGADDEXP(x, y))
+OP_F(maximum, FMAXP(x, y)) OP_C(maximum, CGT(y, x) ? y : x) OP_I(maximum, x > y ? x : y)
+OP_B(maximum, x || y)
+OP_F(minimum, FMINP(x, y)) OP_C(minimum, CLT(y, x) ? y : x) OP_I(minimum, x < y ? x : y)
+OP_B(minimum, x && y)
+
+/* comparisons */
+#define CMP(op, EXPR, CEXPR)                                                                           \
+    MK_FLOAT_TYPES_2(K_BOOL, op, EXPR)                                                                 \
+    MK_UINT_TYPES_2(K_BOOL, op, EXPR)                                                                  \
+    MK_SINT_TYPES_2(K_BOOL, op, EXPR)                                                                  \
+    MK_BOOL_TYPES_2(K_BOOL, op, EXPR)                                                                  \
+    MK_COMPLEX_TYPES_2(K_BOOL, op, CEXPR)
+CMP(equal, x == y, x == y)
+CMP(not_equal, x != y, x != y)
+CMP(greater, x > y, CGT(x, y))
+CMP(greater_equal, x >= y, !CLT(x, y))
+CMP(less, x < y, CLT(x, y))
+CMP(less_equal, x <= y, !CGT(x, y))
+OP_B(logical_and, x && y)
+OP_B(logical_or, x || y)
+
+/* bitwise */
+OP_I(bitwise_and, x & y) OP_B(bitwise_and, x && y)
+OP_I(bitwise_or, x | y) OP_B(bitwise_or, x || y)
+OP_I(bitwise_xor, x ^ y) OP_B(bitwise_xor, x != y)
+OP_U(left_shift, SHIFT_OK(y) ? (st)(x << y) : 0)
+OP_S(left_shift, (y >= 0 && SHIFT_OK(y)) ? (st)((uint64_t)x << y) : 0)
+OP_U(right_shift, SHIFT_OK(y) ? (st)(x >> y) : 0)
+OP_S(right_shift, (y >= 0 && SHIFT_OK(y)) ? (st)(x >> y) : (x < 0 ? -1 : 0))
+
+static const binary_spec specs[MK_NBINARY] = {
+    [MK_BINARY_add] = {B_KEEP, {ROW_ALL(add)}},
+    [MK_BINARY_subtract] = {B_KEEP, {ROW_ALL(subtract)}},
+    [MK_BINARY_multiply] = {B_KEEP, {ROW_ALL(multiply)}},
+    [MK_BINARY_divide] = {B_FLOAT, {ROW_F(divide) ROW_C(divide)}},
+    [MK_BINARY_floor_divide] = {B_KEEP, {ROW_REAL(floor_divide)}},
+    [MK_BINARY_remainder] = {B_KEEP, {ROW_REAL(remainder)}},
+    [MK_BINARY_power] = {B_KEEP, {ROW_ALL(power)}},
+    [MK_BINARY_arctan2] = {B_FLOAT, {ROW_F(arctan2)}},
+    [MK_BINARY_logaddexp] = {B_FLOAT, {ROW_F(logaddexp)}},
+    [MK_BINARY_maximum] = {B_KEEP, {ROW_ALL(maximum)}},
+    [MK_BINARY_minimum] = {B_KEEP, {ROW_ALL(minimum)}},
+    [MK_BINARY_equal] = {B_CMP, {ROW_ALL(equal)}},
+    [MK_BINARY_not_equal] = {B_CMP, {ROW_ALL(not_equal)}},
+    [MK_BINARY_greater] = {B_CMP, {ROW_ALL(greater)}},
+    [MK_BINARY_greater_equal] = {B_CMP, {ROW_ALL(greater_equal)}},
+    [MK_BINARY_less] = {B_CMP, {ROW_ALL(less)}},
+    [MK_BINARY_less_equal] = {B_CMP, {ROW_ALL(less_equal)}},
+    [MK_BINARY_logical_and] = {B_LOGIC, {ROW_B(logical_and)}},
+    [MK_BINARY_logical_or] = {B_LOGIC, {ROW_B(logical_or)}},
+    [MK_BINARY_bitwise_and] = {B_BITWISE, {ROW_I(bitwise_and) ROW_B(bitwise_and)}},
+    [MK_BINARY_bitwise_or] = {B_BITWISE, {ROW_I(bitwise_or) ROW_B(bitwise_or)}},
+    [MK_BINARY_bitwise_xor] = {B_BITWISE, {ROW_I(bitwise_xor) ROW_B(bitwise_xor)}},
+    [MK_BINARY_left_shift] = {B_SHIFT, {ROW_I(left_shift)}},
+    [MK_BINARY_right_shift] = {B_SHIFT, {ROW_I(right_shift)}},
+};
+
+/* ------------------------------------------------------------ shapes */
+
+const char *mk_shape_str(int ndim, const int64_t *shape, char *buf, size_t n) {
+    size_t k = 0;
+    k += snprintf(buf + k, n - k, "(");
+    for (int i = 0; i < ndim && k < n; i++)
+        k += snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (k < n) snprintf(buf + k, n - k, ")");
+    return buf;
+}
+
+int mk_broadcast_shapes(int na, const int64_t *a, int nb, const int64_t *b, int64_t *out) {
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - na), ib = i - (n - nb);
+        int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+        if (da == db || db == 1)
+            out[i] = da;
+        else if (da == 1)
+            out[i] = db;
+        else {
+            char sa[256], sb[256];
+            mk_error_set(MK_ERR_VALUE, "[broadcast_shapes] Shapes %s and %s cannot be broadcast.",
+                         mk_shape_str(na, a, sa, sizeof sa), mk_shape_str(nb, b, sb, sizeof sb));
+            return -1;
+        }
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------ evaluation */
+
+typedef struct {
+    binary_fn fn;
+    const char *a, *b;
+    char *out;
+    size_t isz, osz;
+} binary_ctx;
+
+static void binary_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    binary_ctx *u = c;
+    u->fn(u->a + off[1] * u->isz, st[1], u->b + off[2] * u->isz, st[2], u->out + off[0] * u->osz, n);
+}
+
+static int binary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    binary_ctx u = {specs[*(mk_binary_op *)p->params].fn[in[0]->dtype], mk_data(in[0]), mk_data(in[1]),
+                    mk_data(o), mk_dtype_size(in[0]->dtype), mk_dtype_size(o->dtype)};
+    int64_t sa[MK_MAX_NDIM], sb[MK_MAX_NDIM];
+    mk_broadcast_strides(in[0], o->ndim, o->shape, sa);
+    mk_broadcast_strides(in[1], o->ndim, o->shape, sb);
+    const int64_t *strides[3] = {o->strides, sa, sb};
+    mk_iter it;
+    mk_iter_init(&it, o->ndim, o->shape, 3, strides);
+    mk_iter_run(&it, MK_GRAIN, binary_rows, &u);
+    return 0;
+}
+
+static const mk_opdef binary_def = {"binary", binary_eval, NULL};
+
+mk_array *mk_binary(mk_binary_op op, mk_array *a, mk_array *b) {
+    const binary_spec *spec = &specs[op];
+    const char *name = mk_binary_names[op];
+    mk_dtype t = mk_promote(a->dtype, b->dtype), out_t;
+    int64_t shape[MK_MAX_NDIM];
+    int ndim = mk_broadcast_shapes(a->ndim, a->shape, b->ndim, b->shape, shape);
+    if (ndim < 0) return NULL;
+    switch (spec->rule) {
+    case B_FLOAT: t = mk_to_float(t); break;
+    case B_LOGIC: t = MK_BOOL; break;
+    case B_BITWISE:
+    case B_SHIFT:
+        if ((!mk_is_integral(a->dtype) && a->dtype != MK_BOOL) ||
+            (!mk_is_integral(b->dtype) && b->dtype != MK_BOOL)) {
+            mk_error_set(MK_ERR_RUNTIME, "[%s] Only allowed on integer or boolean types but got types %s and %s.",
+                         name, mk_dtype_name(a->dtype), mk_dtype_name(b->dtype));
+            return NULL;
+        }
+        if (spec->rule == B_SHIFT && t == MK_BOOL) t = MK_UINT8;
+        break;
+    default: break;
+    }
+    out_t = spec->rule == B_CMP || spec->rule == B_LOGIC ? MK_BOOL : t;
+    if (!spec->fn[t]) {
+        if (op == MK_BINARY_remainder && t == MK_COMPLEX64)
+            mk_error_set(MK_ERR_VALUE, "[remainder] Complex type not supported.");
+        else
+            mk_error_set(MK_ERR_VALUE, "[%s] Not supported for %s.", name, mk_dtype_name(t));
+        return NULL;
+    }
+    mk_array *in[2] = {mk_as_dtype(a, t), NULL};
+    mk_array *out = NULL;
+    if (!in[0]) return NULL;
+    in[1] = mk_as_dtype(b, t);
+    mk_binary_op *params = in[1] ? malloc(sizeof *params) : NULL;
+    if (params) {
+        *params = op;
+        out = mk_node(&binary_def, params, out_t, ndim, shape, 2, in);
+    } else if (in[1]) {
+        mk_nomem();
+    }
+    mk_decref(in[0]);
+    mk_xdecref(in[1]);
+    return out;
+}
+
+/* ---------------------------------------------------------------- where */
+
+typedef struct {
+    const bool *c;
+    const char *x, *y;
+    char *out;
+    size_t sz;
+} where_ctx;
+
+static void where_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
+    where_ctx *w = v;
+    const bool *c = w->c + off[1];
+    const char *x = w->x + off[2] * w->sz, *y = w->y + off[3] * w->sz;
+    char *o = w->out + off[0] * w->sz;
+    size_t sz = w->sz;
+    for (int64_t i = 0; i < n; i++)
+        memcpy(o + i * sz, c[i * st[1]] ? x + i * st[2] * sz : y + i * st[3] * sz, sz);
+}
+
+static int where_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    (void)p;
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    where_ctx w = {mk_data(in[0]), mk_data(in[1]), mk_data(in[2]), mk_data(o), mk_dtype_size(o->dtype)};
+    int64_t s[3][MK_MAX_NDIM];
+    for (int k = 0; k < 3; k++) mk_broadcast_strides(in[k], o->ndim, o->shape, s[k]);
+    const int64_t *strides[4] = {o->strides, s[0], s[1], s[2]};
+    mk_iter it;
+    mk_iter_init(&it, o->ndim, o->shape, 4, strides);
+    mk_iter_run(&it, MK_GRAIN, where_rows, &w);
+    return 0;
+}
+
+static const mk_opdef where_def = {"where", where_eval, NULL};
+
+mk_array *mk_where(mk_array *cond, mk_array *x, mk_array *y) {
+    int64_t s1[MK_MAX_NDIM], shape[MK_MAX_NDIM];
+    int n = mk_broadcast_shapes(cond->ndim, cond->shape, x->ndim, x->shape, s1);
+    if (n < 0) return NULL;
+    n = mk_broadcast_shapes(n, s1, y->ndim, y->shape, shape);
+    if (n < 0) return NULL;
+    mk_dtype t = mk_promote(x->dtype, y->dtype);
+    mk_array *in[3] = {mk_as_dtype(cond, MK_BOOL), mk_as_dtype(x, t), mk_as_dtype(y, t)};
+    mk_array *out = NULL;
+    if (in[0] && in[1] && in[2]) out = mk_node(&where_def, NULL, t, n, shape, 3, in);
+    for (int k = 0; k < 3; k++) mk_xdecref(in[k]);
+    return out;
+}

@@ -1,0 +1,372 @@
+/* Unary element-wise ops, astype and copy.
+ *
+ * Each op is one row of `specs`: how the input dtype is treated (rule) and one
+ * kernel per dtype, generated from an expression in `x` written once per class
+ * of types (float, complex, integer, bool). <tgmath.h> makes `exp(x)` pick
+ * expf, exp or cexpf from the compute type. */
+#include <stdlib.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "iter.h"
+#include "ops.h"
+#include "types.h"
+
+const char *const mk_unary_names[MK_NUNARY] = {
+#define X(name) #name,
+    MK_UNARY_OPS(X)
+#undef X
+};
+
+typedef void (*unary_fn)(const void *in, int64_t is, void *out, int64_t n);
+
+typedef enum {
+    U_MATH,   /* integers and bool become float32 first */
+    U_KEEP,   /* result has the input's dtype */
+    U_PRED,   /* result is bool */
+    U_LOGIC,  /* input becomes bool first, result is bool */
+    U_INT,    /* integers and bool only */
+    U_TOREAL, /* complex input gives float32 (abs, real, imag) */
+} unary_rule;
+
+typedef struct {
+    unary_rule rule;
+    unary_fn fn[MK_NDTYPES]; /* NULL: not supported for that dtype */
+} unary_spec;
+
+/* ------------------------------------------------------------ helpers */
+
+static inline float erfinv_f(float y) {
+    /* Giles' single-precision approximation, then one Newton step. */
+    if (y <= -1.0f) return y == -1.0f ? -INFINITY : NAN;
+    if (y >= 1.0f) return y == 1.0f ? INFINITY : NAN;
+    float w = -logf((1.0f - y) * (1.0f + y)), p;
+    if (w < 5.0f) {
+        w = w - 2.5f;
+        p = 2.81022636e-08f;
+        p = 3.43273939e-07f + p * w;
+        p = -3.5233877e-06f + p * w;
+        p = -4.39150654e-06f + p * w;
+        p = 0.00021858087f + p * w;
+        p = -0.00125372503f + p * w;
+        p = -0.00417768164f + p * w;
+        p = 0.246640727f + p * w;
+        p = 1.50140941f + p * w;
+    } else {
+        w = sqrtf(w) - 3.0f;
+        p = -0.000200214257f;
+        p = 0.000100950558f + p * w;
+        p = 0.00134934322f + p * w;
+        p = -0.00367342844f + p * w;
+        p = 0.00573950773f + p * w;
+        p = -0.0076224613f + p * w;
+        p = 0.00943887047f + p * w;
+        p = 1.00167406f + p * w;
+        p = 2.83297682f + p * w;
+    }
+    double x = (double)p * y;
+    /* Newton on erf(x) - y, in double */
+    x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+    return (float)x;
+}
+
+static inline double erfinv_d(double y) {
+    if (y <= -1.0) return y == -1.0 ? -INFINITY : NAN;
+    if (y >= 1.0) return y == 1.0 ? INFINITY : NAN;
+    double x = erfinv_f((float)y);
+    for (int i = 0; i < 2; i++) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
+    return x;
+}
+
+#define ERFINV(x) _Generic((x), float: erfinv_f, double: erfinv_d)(x)
+#define SIGN_F(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : (x)) /* keeps nan and -0 */
+#define SIGN_C(x) ((x) == 0 ? (mk_c64)0 : (x) / cabsf(x))
+#define ROUND_C(x) (rintf(crealf(x)) + rintf(cimagf(x)) * I)
+#define NEG_I(x) ((st)(0 - (uint64_t)(x)))
+#define ABS_I(x) ((x) < 0 ? NEG_I(x) : (x))
+#define SIGN_I(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : 0)
+#define PI_D 3.14159265358979323846
+
+/* ------------------------------------------------------- kernel makers */
+
+/* out[i] = EXPR, x = in[i] loaded as R, out of storage type OS stored by STORE_os */
+#define UKERNEL(op, s, S, R, os, OS, EXPR)                                                             \
+    static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {                         \
+        typedef S st;                                                                                  \
+        typedef R rt;                                                                                  \
+        (void)sizeof(rt);                                                                              \
+        const st *in = in_;                                                                            \
+        OS *out = out_;                                                                                \
+        if (is == 1) {                                                                                 \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                R x = MK_LOAD_##s(&in[i]);                                                             \
+                MK_STORE_##os(&out[i], (EXPR));                                                        \
+            }                                                                                          \
+        } else {                                                                                       \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                R x = MK_LOAD_##s(&in[i * is]);                                                        \
+                MK_STORE_##os(&out[i], (EXPR));                                                        \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* Same-type kernels for each class; EXPR may use S (storage) and R. */
+#define K_SAME(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, s, S, EXPR)
+#define K_BOOL_OUT(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, b8, bool, EXPR)
+#define K_F32_OUT(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, f32, float, EXPR)
+#define ENTRY(E, s, S, R, op, unused) [E] = op##_##s,
+
+/* An op over floats (F) and optionally complex (C), integers (I) and bool (B). */
+#define OP_F(op, F) MK_FLOAT_TYPES_2(K_SAME, op, F)
+#define OP_C(op, C) MK_COMPLEX_TYPES_2(K_SAME, op, C)
+#define OP_I(op, I) OP_U(op, I) OP_S(op, I)
+#define OP_U(op, I) MK_UINT_TYPES_2(K_SAME, op, I)
+#define OP_S(op, I) MK_SINT_TYPES_2(K_SAME, op, I)
+#define OP_B(op, B) MK_BOOL_TYPES_2(K_SAME, op, B)
+#define ROW_F(op) MK_FLOAT_TYPES_2(ENTRY, op, _)
+#define ROW_C(op) MK_COMPLEX_TYPES_2(ENTRY, op, _)
+#define ROW_I(op) MK_UINT_TYPES_2(ENTRY, op, _) MK_SINT_TYPES_2(ENTRY, op, _)
+#define ROW_B(op) MK_BOOL_TYPES_2(ENTRY, op, _)
+
+/* math ops: float and complex */
+#define MATH_FC(op, F, C) OP_F(op, F) OP_C(op, C)
+MATH_FC(sqrt, sqrt(x), csqrtf(x))
+MATH_FC(rsqrt, 1 / sqrt(x), 1 / csqrtf(x))
+MATH_FC(reciprocal, 1 / x, 1 / x)
+MATH_FC(exp, exp(x), cexpf(x))
+MATH_FC(log, log(x), clogf(x))
+MATH_FC(log1p, log1p(x), clogf(1 + x))
+MATH_FC(log2, log2(x), clogf(x) / (float)M_LN2)
+MATH_FC(log10, log10(x), clogf(x) / (float)M_LN10)
+MATH_FC(sin, sin(x), csinf(x))
+MATH_FC(cos, cos(x), ccosf(x))
+MATH_FC(tan, tan(x), ctanf(x))
+MATH_FC(arcsin, asin(x), casinf(x))
+MATH_FC(arccos, acos(x), cacosf(x))
+MATH_FC(arctan, atan(x), catanf(x))
+MATH_FC(sinh, sinh(x), csinhf(x))
+MATH_FC(cosh, cosh(x), ccoshf(x))
+MATH_FC(tanh, tanh(x), ctanhf(x))
+MATH_FC(arcsinh, asinh(x), casinhf(x))
+MATH_FC(arccosh, acosh(x), cacoshf(x))
+MATH_FC(arctanh, atanh(x), catanhf(x))
+OP_F(expm1, expm1(x))
+OP_F(sigmoid, 1 / (1 + exp(-x)))
+OP_F(erf, erf(x))
+OP_F(erfinv, ERFINV(x))
+OP_F(degrees, x * (rt)(180.0 / PI_D))
+OP_F(radians, x * (rt)(PI_D / 180.0))
+
+/* ops that keep the dtype, ints included */
+OP_F(negative, -x)
+OP_C(negative, -x)
+OP_I(negative, NEG_I(x))
+OP_F(abs, fabs(x))
+OP_S(abs, ABS_I(x))
+OP_U(abs, x)
+OP_B(abs, x)
+MK_COMPLEX_TYPES_2(K_F32_OUT, abs, cabsf(x))
+OP_F(sign, SIGN_F(x))
+OP_C(sign, SIGN_C(x))
+OP_S(sign, SIGN_I(x))
+OP_U(sign, x > 0)
+OP_B(sign, x)
+OP_F(square, x * x)
+OP_C(square, x * x)
+OP_I(square, (st)((uint64_t)x * (uint64_t)x))
+OP_B(square, x)
+OP_F(floor, floor(x))
+OP_I(floor, x)
+OP_B(floor, x)
+OP_F(ceil, ceil(x))
+OP_I(ceil, x)
+OP_B(ceil, x)
+OP_C(conjugate, conjf(x))
+OP_F(stop_gradient, x)
+OP_C(stop_gradient, x)
+OP_I(stop_gradient, x)
+OP_B(stop_gradient, x)
+MK_COMPLEX_TYPES_2(K_F32_OUT, real, crealf(x))
+MK_COMPLEX_TYPES_2(K_F32_OUT, imag, cimagf(x))
+OP_I(bitwise_invert, (st) ~(uint64_t)x)
+OP_B(bitwise_invert, !x)
+
+/* predicates */
+#define PRED(op, F, C, I)                                                                              \
+    MK_FLOAT_TYPES_2(K_BOOL_OUT, op, F)                                                                \
+    MK_COMPLEX_TYPES_2(K_BOOL_OUT, op, C)                                                              \
+    MK_UINT_TYPES_2(K_BOOL_OUT, op, I) MK_SINT_TYPES_2(K_BOOL_OUT, op, I)                                                                  \
+    MK_BOOL_TYPES_2(K_BOOL_OUT, op, I)
+PRED(isnan, isnan(x), isnan(crealf(x)) || isnan(cimagf(x)), ((void)x, false))
+PRED(isinf, isinf(x), isinf(crealf(x)) || isinf(cimagf(x)), ((void)x, false))
+PRED(isfinite, isfinite(x), isfinite(crealf(x)) && isfinite(cimagf(x)), ((void)x, true))
+PRED(isposinf, isinf(x) && x > 0, ((void)x, false), ((void)x, false))
+PRED(isneginf, isinf(x) && x < 0, ((void)x, false), ((void)x, false))
+MK_BOOL_TYPES_2(K_BOOL_OUT, logical_not, !x)
+
+/* round: half to even, with MLX's `decimals` handled by the caller */
+OP_F(round, rint(x))
+OP_C(round, ROUND_C(x))
+OP_I(round, x)
+OP_B(round, x)
+
+#define ROW_FC(op) ROW_F(op) ROW_C(op)
+#define ROW_ALL(op) ROW_F(op) ROW_C(op) ROW_I(op) ROW_B(op)
+#define ROW_PRED(op) ROW_F(op) ROW_C(op) ROW_I(op) ROW_B(op)
+
+static const unary_spec specs[MK_NUNARY] = {
+    [MK_UNARY_abs] = {U_TOREAL, {ROW_ALL(abs)}},
+    [MK_UNARY_negative] = {U_KEEP, {ROW_F(negative) ROW_C(negative) ROW_I(negative)}},
+    [MK_UNARY_sign] = {U_KEEP, {ROW_ALL(sign)}},
+    [MK_UNARY_square] = {U_KEEP, {ROW_ALL(square)}},
+    [MK_UNARY_sqrt] = {U_MATH, {ROW_FC(sqrt)}},
+    [MK_UNARY_rsqrt] = {U_MATH, {ROW_FC(rsqrt)}},
+    [MK_UNARY_reciprocal] = {U_MATH, {ROW_FC(reciprocal)}},
+    [MK_UNARY_exp] = {U_MATH, {ROW_FC(exp)}},
+    [MK_UNARY_expm1] = {U_MATH, {ROW_F(expm1)}},
+    [MK_UNARY_log] = {U_MATH, {ROW_FC(log)}},
+    [MK_UNARY_log1p] = {U_MATH, {ROW_FC(log1p)}},
+    [MK_UNARY_log2] = {U_MATH, {ROW_FC(log2)}},
+    [MK_UNARY_log10] = {U_MATH, {ROW_FC(log10)}},
+    [MK_UNARY_sin] = {U_MATH, {ROW_FC(sin)}},
+    [MK_UNARY_cos] = {U_MATH, {ROW_FC(cos)}},
+    [MK_UNARY_tan] = {U_MATH, {ROW_FC(tan)}},
+    [MK_UNARY_arcsin] = {U_MATH, {ROW_FC(arcsin)}},
+    [MK_UNARY_arccos] = {U_MATH, {ROW_FC(arccos)}},
+    [MK_UNARY_arctan] = {U_MATH, {ROW_FC(arctan)}},
+    [MK_UNARY_sinh] = {U_MATH, {ROW_FC(sinh)}},
+    [MK_UNARY_cosh] = {U_MATH, {ROW_FC(cosh)}},
+    [MK_UNARY_tanh] = {U_MATH, {ROW_FC(tanh)}},
+    [MK_UNARY_arcsinh] = {U_MATH, {ROW_FC(arcsinh)}},
+    [MK_UNARY_arccosh] = {U_MATH, {ROW_FC(arccosh)}},
+    [MK_UNARY_arctanh] = {U_MATH, {ROW_FC(arctanh)}},
+    [MK_UNARY_sigmoid] = {U_MATH, {ROW_F(sigmoid)}},
+    [MK_UNARY_erf] = {U_MATH, {ROW_F(erf)}},
+    [MK_UNARY_erfinv] = {U_MATH, {ROW_F(erfinv)}},
+    [MK_UNARY_floor] = {U_KEEP, {ROW_F(floor) ROW_I(floor) ROW_B(floor)}},
+    [MK_UNARY_ceil] = {U_KEEP, {ROW_F(ceil) ROW_I(ceil) ROW_B(ceil)}},
+    [MK_UNARY_isnan] = {U_PRED, {ROW_PRED(isnan)}},
+    [MK_UNARY_isinf] = {U_PRED, {ROW_PRED(isinf)}},
+    [MK_UNARY_isfinite] = {U_PRED, {ROW_PRED(isfinite)}},
+    [MK_UNARY_isposinf] = {U_PRED, {ROW_PRED(isposinf)}},
+    [MK_UNARY_isneginf] = {U_PRED, {ROW_PRED(isneginf)}},
+    [MK_UNARY_logical_not] = {U_LOGIC, {ROW_B(logical_not)}},
+    [MK_UNARY_bitwise_invert] = {U_INT, {ROW_I(bitwise_invert) ROW_B(bitwise_invert)}},
+    [MK_UNARY_real] = {U_TOREAL, {ROW_C(real)}},
+    [MK_UNARY_imag] = {U_TOREAL, {ROW_C(imag)}},
+    [MK_UNARY_conjugate] = {U_KEEP, {ROW_C(conjugate)}},
+    [MK_UNARY_degrees] = {U_MATH, {ROW_F(degrees)}},
+    [MK_UNARY_radians] = {U_MATH, {ROW_F(radians)}},
+    [MK_UNARY_stop_gradient] = {U_KEEP, {ROW_ALL(stop_gradient)}},
+    [MK_UNARY_round] = {U_KEEP, {ROW_ALL(round)}},
+};
+
+/* ------------------------------------------------------------ evaluation */
+
+typedef struct {
+    unary_fn fn;
+    const char *in;
+    char *out;
+    size_t isz, osz;
+} unary_ctx;
+
+static void unary_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    unary_ctx *u = c;
+    u->fn(u->in + off[1] * u->isz, st[1], u->out + off[0] * u->osz, n);
+}
+
+/* Runs a per-row kernel reading `in` into the fresh row-contiguous `out`. */
+static void run_unary(unary_fn fn, const mk_array *in, const mk_array *out) {
+    unary_ctx u = {fn, mk_data(in), mk_data(out), mk_dtype_size(in->dtype), mk_dtype_size(out->dtype)};
+    const int64_t *strides[2] = {out->strides, in->strides};
+    mk_iter it;
+    mk_iter_init(&it, out->ndim, out->shape, 2, strides);
+    mk_iter_run(&it, MK_GRAIN, unary_rows, &u);
+}
+
+static int unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const unary_spec *spec = &specs[*(mk_unary_op *)p->params];
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    run_unary(spec->fn[in[0]->dtype], in[0], out[0]);
+    return 0;
+}
+
+static const mk_opdef unary_def = {"unary", unary_eval, NULL};
+
+mk_array *mk_unary(mk_unary_op op, mk_array *x) {
+    const unary_spec *spec = &specs[op];
+    const char *name = mk_unary_names[op];
+    mk_dtype t = x->dtype;
+    mk_dtype in_t = t, out_t = t;
+    switch (spec->rule) {
+    case U_MATH: in_t = out_t = mk_to_float(t); break;
+    case U_KEEP: break;
+    case U_PRED: out_t = MK_BOOL; break;
+    case U_LOGIC: in_t = out_t = MK_BOOL; break;
+    case U_INT:
+        if (!mk_is_integral(t) && t != MK_BOOL) {
+            mk_error_set(MK_ERR_VALUE, "[%s] Bitwise inverse only allowed on integer types.", name);
+            return NULL;
+        }
+        break;
+    case U_TOREAL:
+        if (t == MK_COMPLEX64) out_t = MK_FLOAT32;
+        break;
+    }
+    if (!spec->fn[in_t]) {
+        if (op == MK_UNARY_negative && t == MK_BOOL)
+            mk_error_set(MK_ERR_VALUE, "[negative] Not supported for bool, use logical_not instead.");
+        else
+            mk_error_set(MK_ERR_VALUE, "[%s] Not supported for %s.", name, mk_dtype_name(in_t));
+        return NULL;
+    }
+    mk_array *xin = mk_as_dtype(x, in_t);
+    if (!xin) return NULL;
+    mk_unary_op *params = malloc(sizeof *params);
+    mk_array *out = NULL;
+    if (params) {
+        *params = op;
+        out = mk_node(&unary_def, params, out_t, x->ndim, x->shape, 1, &xin);
+    } else {
+        mk_nomem();
+    }
+    mk_decref(xin);
+    return out;
+}
+
+/* ---------------------------------------------------------- astype, copy */
+
+static void cast_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    const mk_cast_fn *fn = ((void **)c)[0];
+    const mk_array *in = ((void **)c)[1], *out = ((void **)c)[2];
+    (*fn)((const char *)mk_data(in) + off[1] * mk_dtype_size(in->dtype), st[1],
+          (char *)mk_data(out) + off[0] * mk_dtype_size(out->dtype), 1, n);
+}
+
+static int astype_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    (void)p;
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    mk_cast_fn fn = mk_cast_table[in[0]->dtype][out[0]->dtype];
+    void *ctx[3] = {&fn, in[0], out[0]};
+    const int64_t *strides[2] = {out[0]->strides, in[0]->strides};
+    mk_iter it;
+    mk_iter_init(&it, out[0]->ndim, out[0]->shape, 2, strides);
+    mk_iter_run(&it, MK_GRAIN, cast_rows, ctx);
+    return 0;
+}
+
+static const mk_opdef astype_def = {"astype", astype_eval, NULL};
+
+mk_array *mk_astype(mk_array *x, mk_dtype dtype) {
+    return mk_node(&astype_def, NULL, dtype, x->ndim, x->shape, 1, &x);
+}
+
+mk_array *mk_copy(mk_array *x) { return mk_astype(x, x->dtype); }
+
+mk_array *mk_as_dtype(mk_array *x, mk_dtype dtype) {
+    if (x->dtype == dtype) {
+        mk_incref(x);
+        return x;
+    }
+    return mk_astype(x, dtype);
+}

@@ -1,0 +1,113 @@
+/* The binding layer's shared declarations: the array and dtype types,
+ * conversions between Python objects and core arrays, argument parsing and
+ * error translation. Each csrc/python/py_*.c file adds module functions
+ * through a PyMethodDef table listed in module.c. */
+#ifndef MKPY_H
+#define MKPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "core/array.h"
+#include "core/ops.h"
+
+/* ---------------------------------------------------------------- types */
+
+typedef struct {
+    PyObject_HEAD
+    mk_array *arr;
+    Py_ssize_t exports; /* live buffer-protocol views */
+} PyMkArray;
+
+typedef struct {
+    PyObject_HEAD
+    mk_dtype dtype;
+} PyMkDtype;
+
+typedef struct {
+    PyObject_HEAD
+    mk_category cat;
+} PyMkCategory;
+
+extern PyTypeObject PyMkArray_Type;
+extern PyTypeObject PyMkDtype_Type;
+extern PyTypeObject PyMkCategory_Type;
+
+#define PyMkArray_Check(o) PyObject_TypeCheck(o, &PyMkArray_Type)
+#define PyMkDtype_Check(o) PyObject_TypeCheck(o, &PyMkDtype_Type)
+#define MKARR(o) (((PyMkArray *)(o))->arr)
+
+/* The dtype object for a dtype (borrowed, lives as long as the module). */
+PyObject *mkpy_dtype_object(mk_dtype t);
+PyObject *mkpy_category_object(mk_category c);
+
+/* -------------------------------------------------------------- errors */
+
+/* Raises the core's pending error as the matching Python exception and
+ * returns NULL. */
+PyObject *mkpy_raise(void);
+
+/* ---------------------------------------------------------- conversion */
+
+/* Wraps a new core reference in a Python array (steals it). NULL in: raises
+ * the core error. */
+PyObject *mkpy_wrap(mk_array *a);
+/* A list of arrays from n core references (stolen). */
+PyObject *mkpy_wrap_list(mk_array **arrs, int n);
+
+/* Any array-like (array, scalar, nested sequence, buffer, __array_interface__)
+ * to a new core reference. dtype < 0: inferred as MLX does. */
+mk_array *mkpy_to_array(PyObject *obj, int dtype);
+/* For binary ops: an array stays as is; a Python scalar takes the weak dtype
+ * it gets next to an array of dtype `partner` (partner < 0: no partner). */
+mk_array *mkpy_to_array_weak(PyObject *obj, int partner);
+/* Converts a pair as MLX's to_arrays: scalars are weakly typed against the
+ * other operand when it is an array. Returns 0 or -1. */
+int mkpy_to_arrays(PyObject *a, PyObject *b, mk_array **out_a, mk_array **out_b);
+int mkpy_is_scalar(PyObject *obj);
+
+/* Evaluates with the GIL released; raises on failure. Returns 0 or -1. */
+int mkpy_eval(mk_array *const *arrs, int n);
+/* Evaluated array to a Python scalar / nested list. */
+PyObject *mkpy_item(mk_array *a);
+PyObject *mkpy_tolist(mk_array *a);
+
+/* ------------------------------------------------------ argument parsing */
+
+/* Maps positional and keyword arguments onto `names` (NULL-terminated);
+ * names before `npos` may be given positionally; a name starting with '*'
+ * is keyword-only (the '*' is not part of the name). Missing arguments are
+ * left NULL; `nrequired` first names must be present. Borrowed references. */
+int mkpy_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               const char *const *names, int nrequired, PyObject **out);
+
+int mkpy_parse_dtype(PyObject *obj, mk_dtype *out);    /* a Dtype object */
+int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape); /* int or sequence of ints */
+/* None: *naxes = -1; int or sequence of ints. */
+int mkpy_parse_axes(PyObject *obj, int *naxes, int *axes);
+int mkpy_parse_int(PyObject *obj, int64_t *out);
+int mkpy_parse_bool(PyObject *obj, int dflt, int *out);
+
+/* Calls a module-level function by name with self first, for array methods
+ * that are the same as an op (x.sum(...) is mx.sum(x, ...)). */
+PyObject *mkpy_forward(const char *name, PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames);
+
+/* The module object (set once at import). */
+extern PyObject *mkpy_module;
+
+/* --------------------------------------------------- function tables */
+
+extern PyMethodDef mkpy_ops_functions[];     /* py_ops.c */
+extern PyMethodDef mkpy_device_functions[];  /* py_device.c */
+extern PyMethodDef mkpy_reduce_functions[];  /* py_reduce.c */
+extern PyMethodDef mkpy_shape_functions[];   /* py_shape.c */
+extern PyMethodDef mkpy_create_functions[];  /* py_create.c */
+extern PyMethodDef mkpy_random_functions[];  /* py_random.c: the mkpy.random submodule */
+extern PyMethodDef mkpy_metal_functions[];   /* py_device.c: the mkpy.metal submodule */
+extern PyMethodDef mkpy_fast_functions[];    /* py_fast.c: the mkpy.fast submodule */
+
+/* Basic and advanced indexing (py_index.c). */
+PyObject *mkpy_getitem(PyMkArray *self, PyObject *key);
+
+#endif

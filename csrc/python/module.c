@@ -1,0 +1,48 @@
+/* The extension module mkpy._core: its functions come from the per-family
+ * tables; mkpy.random, mkpy.fast and mkpy.metal are submodule objects that
+ * the Python package re-exports. */
+#include "core/pool.h"
+#include "mkpy.h"
+
+extern PyMethodDef mkpy_dtype_functions[];
+int mkpy_dtype_init(PyObject *m);
+
+static PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "mkpy._core",
+    .m_doc = "mkpy's C core: MLX's array API and Metal kernels on the CPU.",
+    .m_size = -1,
+};
+
+static int add_submodule(PyObject *m, const char *name, PyMethodDef *fns) {
+    char full[64];
+    PyOS_snprintf(full, sizeof full, "mkpy._core.%s", name);
+    PyObject *sub = PyModule_New(full);
+    if (!sub) return -1;
+    if (PyModule_AddFunctions(sub, fns) < 0 || PyModule_AddObjectRef(m, name, sub) < 0) {
+        Py_DECREF(sub);
+        return -1;
+    }
+    Py_DECREF(sub);
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__core(void) {
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m) return NULL;
+    mkpy_module = m;
+    if (PyType_Ready(&PyMkArray_Type) < 0) goto error;
+    if (PyModule_AddObjectRef(m, "array", (PyObject *)&PyMkArray_Type) < 0) goto error;
+    if (mkpy_dtype_init(m) < 0) goto error;
+    PyMethodDef *tables[] = {mkpy_dtype_functions,  mkpy_ops_functions,    mkpy_device_functions,
+                             mkpy_reduce_functions, mkpy_shape_functions,  mkpy_create_functions};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
+        if (PyModule_AddFunctions(m, tables[i]) < 0) goto error;
+    if (add_submodule(m, "random", mkpy_random_functions) < 0) goto error;
+    if (add_submodule(m, "fast", mkpy_fast_functions) < 0) goto error;
+    if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
+    return m;
+error:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,15 @@
+"""mkpy: MLX's Python API with Metal kernels (``mx.fast.metal_kernel``) run on the CPU.
+
+Use it as ``import mkpy as mx``. Everything is implemented in the C extension
+``mkpy._core``; this package only re-exports it.
+"""
+from . import _core
+from ._core import *  # noqa: F401,F403
+from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
+from . import random, fast, metal  # noqa: F401
+from ._device import (  # noqa: F401
+    Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
+    default_stream, new_stream, stream,
+)
+
+__version__ = "0.1.0"
