@@ -107,6 +107,10 @@ extern PyMethodDef mkpy_random_functions[];  /* py_random.c: the mkpy.random sub
 extern PyMethodDef mkpy_metal_functions[];   /* py_device.c: the mkpy.metal submodule */
 extern PyMethodDef mkpy_fast_functions[];    /* py_fast.c: the mkpy.fast submodule */
 
+/* isclose as a lazy node, from (a, b, rtol, atol, *, equal_nan) arguments
+ * (py_ops.c); NULL with the Python error set. */
+mk_array *mkpy_isclose_args(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 /* Basic and advanced indexing (py_index.c). */
 PyObject *mkpy_getitem(PyMkArray *self, PyObject *key);
 
