@@ -3,6 +3,8 @@
 Use it as ``import mkpy as mx``. Everything is implemented in the C extension
 ``mkpy._core``; this package only re-exports it.
 """
+import os as _os
+
 from . import _core
 from ._core import *  # noqa: F401,F403
 from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
@@ -11,5 +13,8 @@ from ._device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
     default_stream, new_stream, stream,
 )
+
+# the kernel runtime headers ship in mkpy/include
+_core.metal._set_runtime_dir(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include"))
 
 __version__ = "0.1.0"

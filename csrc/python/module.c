@@ -5,7 +5,9 @@
 #include "mkpy.h"
 
 extern PyMethodDef mkpy_dtype_functions[];
+extern PyMethodDef mkpy_kernel_cache_functions[];
 int mkpy_dtype_init(PyObject *m);
+int mkpy_fast_init(void);
 
 static PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
@@ -41,6 +43,11 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (add_submodule(m, "random", mkpy_random_functions) < 0) goto error;
     if (add_submodule(m, "fast", mkpy_fast_functions) < 0) goto error;
     if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
+    if (mkpy_fast_init() < 0) goto error;
+    PyObject *metal = PyObject_GetAttrString(m, "metal");
+    int rc = metal ? PyModule_AddFunctions(metal, mkpy_kernel_cache_functions) : -1;
+    Py_XDECREF(metal);
+    if (rc < 0) goto error;
     return m;
 error:
     Py_DECREF(m);

@@ -1,6 +1,407 @@
-/* Module functions of the fast family. */
+/* mkpy.fast: metal_kernel. The factory returns a kernel object; calling it
+ * queues a lazy node (nothing is compiled until eval), prints the generated
+ * source when verbose=True, and records the Python line of the call so that
+ * compile errors can point at it. */
+#include <string.h>
+
+#include "kernel/kernel.h"
 #include "mkpy.h"
 
+#define FASTKW METH_FASTCALL | METH_KEYWORDS
+#define FN(f) (PyCFunction)(void (*)(void))(f)
+
+typedef struct {
+    PyObject_HEAD
+    mkk_kernel *k;
+    vectorcallfunc vectorcall;
+} PyMkKernel;
+
+static PyTypeObject PyMkKernel_Type;
+static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+/* ------------------------------------------------------------ helpers */
+
+/* A list/tuple of str -> malloc'd array of borrowed UTF-8 pointers. */
+static int str_list(PyObject *obj, const char *what, PyObject **keep, const char ***out, int *n) {
+    PyObject *seq = PySequence_Fast(obj, "");
+    if (!seq) {
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
+        return -1;
+    }
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    const char **names = PyMem_Calloc(len ? len : 1, sizeof *names);
+    if (!names) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *s = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(s) || !(names[i] = PyUnicode_AsUTF8(s))) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
+            PyMem_Free(names);
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    *keep = seq;
+    *out = names;
+    *n = (int)len;
+    return 0;
+}
+
+static const char *opt_str(PyObject *o, const char *dflt, const char *what) {
+    if (!o || o == Py_None) return dflt;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a string.", what);
+        return NULL;
+    }
+    return PyUnicode_AsUTF8(o);
+}
+
+static int parse_math_mode(PyObject *opts, mkk_math_mode *mode) {
+    *mode = MKK_MATH_SAFE;
+    if (!opts || opts == Py_None) return 0;
+    if (!PyDict_Check(opts)) {
+        PyErr_SetString(PyExc_ValueError, "[metal_kernel] compile_options must be a dict.");
+        return -1;
+    }
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(opts, &pos, &k, &v)) {
+        const char *key = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        if (!key || strcmp(key, "math_mode") != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "[metal_kernel] Unknown compile option %R. The only option is \"math_mode\".", k);
+            return -1;
+        }
+        const char *val = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        if (val && strcmp(val, "safe") == 0)
+            *mode = MKK_MATH_SAFE;
+        else if (val && strcmp(val, "relaxed") == 0)
+            *mode = MKK_MATH_RELAXED;
+        else if (val && strcmp(val, "fast") == 0)
+            *mode = MKK_MATH_FAST;
+        else {
+            PyErr_Format(PyExc_ValueError,
+                         "[metal_kernel] Invalid math_mode %R: expected \"safe\", \"relaxed\" or \"fast\".", v);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ factory */
+
+PyDoc_STRVAR(metal_kernel_doc,
+             "metal_kernel(name, input_names, output_names, source, header='', ensure_row_contiguous=True, "
+             "atomic_outputs=False, compile_options=None)\n--\n\n"
+             "A custom Metal kernel, as mlx.core.fast.metal_kernel. mkpy generates MLX's exact\n"
+             "source, translates it to C++, compiles it with clang at eval time and runs it on\n"
+             "the CPU with Metal's execution model.");
+
+static PyObject *py_metal_kernel(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"name",   "input_names",           "output_names",   "source",
+                                        "header", "ensure_row_contiguous", "atomic_outputs", "compile_options",
+                                        NULL};
+    PyObject *a[8];
+    PyObject *in_keep = NULL, *out_keep = NULL;
+    const char **in_names = NULL, **out_names = NULL;
+    int nin = 0, nout = 0, erc = 1, atomic = 0;
+    mkk_math_mode mode;
+    PyObject *result = NULL;
+    (void)m;
+    if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 4, a) < 0) return NULL;
+    const char *name = opt_str(a[0], NULL, "name");
+    const char *source = name ? opt_str(a[3], NULL, "source") : NULL;
+    const char *header = source ? opt_str(a[4], "", "header") : NULL;
+    if (!header) return NULL;
+    if (str_list(a[1], "input_names", &in_keep, &in_names, &nin) < 0) goto done;
+    if (str_list(a[2], "output_names", &out_keep, &out_names, &nout) < 0) goto done;
+    if (mkpy_parse_bool(a[5], 1, &erc) < 0 || mkpy_parse_bool(a[6], 0, &atomic) < 0) goto done;
+    if (parse_math_mode(a[7], &mode) < 0) goto done;
+    mkk_kernel *k = mkk_kernel_new(name, nin, in_names, nout, out_names, source, header, erc, atomic, mode);
+    if (!k) {
+        mkpy_raise();
+        goto done;
+    }
+    PyMkKernel *self = PyObject_New(PyMkKernel, &PyMkKernel_Type);
+    if (!self) {
+        mkk_kernel_decref(k);
+        goto done;
+    }
+    self->k = k;
+    self->vectorcall = kernel_vectorcall;
+    result = (PyObject *)self;
+done:
+    PyMem_Free(in_names);
+    PyMem_Free(out_names);
+    Py_XDECREF(in_keep);
+    Py_XDECREF(out_keep);
+    return result;
+}
+
+/* ------------------------------------------------------------- calling */
+
+/* A grid/threadgroup element: int, or anything int() accepts (mkpy scalars). */
+static int dim_value(PyObject *o, int64_t *out) {
+    if (PyUnicode_Check(o) || PyBytes_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "[metal_kernel] grid and threadgroup entries must be numbers.");
+        return -1;
+    }
+    PyObject *i = PyNumber_Long(o);
+    if (!i) return -1;
+    long long v = PyLong_AsLongLong(i);
+    Py_DECREF(i);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+static int dims3(PyObject *o, const char *what, int64_t out[3]) {
+    PyObject *seq = PySequence_Fast(o, "");
+    if (!seq || PySequence_Fast_GET_SIZE(seq) != 3) {
+        Py_XDECREF(seq);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a tuple of 3 ints.", what);
+        return -1;
+    }
+    for (int d = 0; d < 3; d++)
+        if (dim_value(PySequence_Fast_GET_ITEM(seq, d), &out[d]) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int expect_size(PyObject *seq, const char *what, int n) {
+    Py_ssize_t got = PySequence_Fast_GET_SIZE(seq);
+    if (got != n) {
+        PyErr_Format(PyExc_ValueError, "[metal_kernel] Expected `%s` to have size %d but got size %zd.", what, n,
+                     got);
+        return -1;
+    }
+    return 0;
+}
+
+static char *call_site(void) {
+    PyFrameObject *f = PyEval_GetFrame();
+    if (!f) return NULL;
+    PyCodeObject *code = PyFrame_GetCode(f);
+    const char *file = code ? PyUnicode_AsUTF8(code->co_filename) : NULL;
+    int line = PyFrame_GetLineNumber(f);
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s:%d", file ? file : "<unknown>", line);
+    Py_XDECREF(code);
+    PyErr_Clear();
+    return strdup(buf);
+}
+
+static int write_stdout(const char *text) {
+    PyObject *out = PySys_GetObject("stdout");
+    if (!out || out == Py_None) return 0;
+    PyObject *r = PyObject_CallMethod(out, "write", "s", text);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int parse_template(PyObject *obj, mkk_call *c) {
+    if (!obj || obj == Py_None) return 0;
+    PyObject *seq = PySequence_Fast(obj, "[metal_kernel] `template` must be a list of (name, value) pairs.");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    c->templ = calloc(n ? n : 1, sizeof *c->templ);
+    if (!c->templ) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_TypeError, "[metal_kernel] `template` must be a list of (name, value) pairs.");
+            Py_DECREF(seq);
+            return -1;
+        }
+        PyObject *v = PyTuple_GET_ITEM(pair, 1);
+        mkk_targ *t = &c->templ[i];
+        c->ntemplate = (int)i + 1;
+        t->name = strdup(PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 0)));
+        if (PyMkDtype_Check(v)) {
+            t->kind = MKK_TARG_DTYPE;
+            t->value = ((PyMkDtype *)v)->dtype;
+        } else if (PyBool_Check(v)) {
+            t->kind = MKK_TARG_BOOL;
+            t->value = v == Py_True;
+        } else if (PyLong_Check(v)) {
+            t->kind = MKK_TARG_INT;
+            t->value = PyLong_AsLongLong(v);
+            if (t->value == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return -1;
+            }
+        } else {
+            PyErr_SetString(PyExc_TypeError,
+                            "[metal_kernel] Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.");
+            Py_DECREF(seq);
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    static const char *const names[] = {"*inputs",   "*output_shapes", "*output_dtypes", "*grid",  "*threadgroup",
+                                        "*template", "*init_value",    "*verbose",       "*stream", NULL};
+    PyMkKernel *self = (PyMkKernel *)self_o;
+    mkk_kernel *k = self->k;
+    PyObject *a[9];
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
+
+    PyObject *in_seq = NULL, *shp_seq = NULL, *dt_seq = NULL, *result = NULL;
+    mk_array **inputs = NULL, **outs = NULL;
+    int *ndims = NULL;
+    int64_t(*shapes)[MK_MAX_NDIM] = NULL;
+    mkk_call *c = calloc(1, sizeof *c);
+    int n_in = 0, verbose = 0;
+    if (!c) return PyErr_NoMemory();
+
+    if (!(in_seq = PySequence_Fast(a[0], "[metal_kernel] `inputs` must be a list.")) ||
+        expect_size(in_seq, "inputs", k->ninputs) < 0)
+        goto error;
+    if (!(shp_seq = PySequence_Fast(a[1], "[metal_kernel] `output_shapes` must be a list.")) ||
+        expect_size(shp_seq, "output_shapes", k->noutputs) < 0)
+        goto error;
+    if (!(dt_seq = PySequence_Fast(a[2], "[metal_kernel] `output_dtypes` must be a list.")) ||
+        expect_size(dt_seq, "output_dtypes", k->noutputs) < 0)
+        goto error;
+    inputs = calloc(k->ninputs ? k->ninputs : 1, sizeof *inputs);
+    outs = calloc(k->noutputs, sizeof *outs);
+    ndims = calloc(k->noutputs, sizeof *ndims);
+    shapes = calloc(k->noutputs, sizeof *shapes);
+    c->output_dtypes = calloc(k->noutputs, sizeof *c->output_dtypes);
+    if (!inputs || !outs || !ndims || !shapes || !c->output_dtypes) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (; n_in < k->ninputs; n_in++) {
+        /* Python scalars: float -> float32, int -> int32, bool -> bool */
+        if (!(inputs[n_in] = mkpy_to_array(PySequence_Fast_GET_ITEM(in_seq, n_in), -1))) goto error;
+    }
+    for (int i = 0; i < k->noutputs; i++) {
+        if (mkpy_parse_shape(PySequence_Fast_GET_ITEM(shp_seq, i), &ndims[i], shapes[i]) < 0) goto error;
+        if (mkpy_parse_dtype(PySequence_Fast_GET_ITEM(dt_seq, i), &c->output_dtypes[i]) < 0) goto error;
+    }
+    if (dims3(a[3], "grid", c->grid) < 0 || dims3(a[4], "threadgroup", c->threadgroup) < 0) goto error;
+    if (parse_template(a[5], c) < 0) goto error;
+    if (a[6] && a[6] != Py_None) {
+        c->has_init = 1;
+        c->init_value = PyFloat_AsDouble(a[6]);
+        if (c->init_value == -1.0 && PyErr_Occurred()) goto error;
+    }
+    if (mkpy_parse_bool(a[7], 0, &verbose) < 0) goto error;
+    c->call_site = call_site();
+
+    if (verbose) {
+        char *src, *kname;
+        if (mkk_generate(k, c, inputs, &src, &kname) < 0) {
+            mkpy_raise();
+            goto error;
+        }
+        size_t len = strlen(src) + strlen(k->name) + 64;
+        char *text = malloc(len);
+        if (text) snprintf(text, len, "Generated source code for `%s`:\n```\n%s\n```\n", k->name, src);
+        free(src);
+        free(kname);
+        int rc = text ? write_stdout(text) : (PyErr_NoMemory(), -1);
+        free(text);
+        if (rc < 0) goto error;
+    }
+    mkk_call *owned = c;
+    c = NULL;
+    if (mkk_make_outputs(k, owned, inputs, ndims, (const int64_t(*)[MK_MAX_NDIM])shapes, outs) < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    result = mkpy_wrap_list(outs, k->noutputs);
+error:
+    mkk_call_free(c);
+    for (int i = 0; i < n_in; i++) mk_decref(inputs[i]);
+    free(inputs);
+    free(outs);
+    free(ndims);
+    free(shapes);
+    Py_XDECREF(in_seq);
+    Py_XDECREF(shp_seq);
+    Py_XDECREF(dt_seq);
+    return result;
+}
+
+static void kernel_dealloc(PyMkKernel *self) {
+    if (self->k) mkk_kernel_decref(self->k);
+    PyObject_Free(self);
+}
+
+static PyObject *kernel_repr(PyMkKernel *self) { return PyUnicode_FromFormat("<metal_kernel %s>", self->k->name); }
+
+static PyTypeObject PyMkKernel_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mkpy.fast.MetalKernel",
+    .tp_basicsize = sizeof(PyMkKernel),
+    .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_repr = (reprfunc)kernel_repr,
+    .tp_vectorcall_offset = offsetof(PyMkKernel, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A compiled-on-demand Metal kernel. Call it with inputs=, output_shapes=, output_dtypes=,\n"
+              "grid=, threadgroup= (and optionally template=, init_value=, verbose=, stream=).",
+};
+
+int mkpy_fast_init(void) { return PyType_Ready(&PyMkKernel_Type); }
+
+/* ------------------------------------------------- cache introspection */
+
+static PyObject *py_kernel_cache_info(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    mkk_cache_stats s;
+    mkk_cache_info(&s);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L}", "memory_hits", (long long)s.memory_hits, "disk_hits",
+                         (long long)s.disk_hits, "compiles", (long long)s.compiles, "entries", (long long)s.entries);
+}
+
+static PyObject *py_clear_kernel_cache(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    mkk_cache_clear_memory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_runtime_dir(PyObject *m, PyObject *arg) {
+    (void)m;
+    const char *s = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (!s) {
+        PyErr_SetString(PyExc_TypeError, "_set_runtime_dir(path: str)");
+        return NULL;
+    }
+    mkk_set_runtime_dir(s);
+    Py_RETURN_NONE;
+}
+
 PyMethodDef mkpy_fast_functions[] = {
+    {"metal_kernel", FN(py_metal_kernel), FASTKW, metal_kernel_doc},
+    {NULL},
+};
+
+PyMethodDef mkpy_kernel_cache_functions[] = {
+    {"kernel_cache_info", py_kernel_cache_info, METH_NOARGS,
+     "kernel_cache_info() -> dict\n--\n\nKernel cache counters: memory_hits, disk_hits, compiles, entries."},
+    {"clear_kernel_cache", py_clear_kernel_cache, METH_NOARGS,
+     "clear_kernel_cache() -> None\n--\n\nForget compiled kernels held in memory (the disk cache stays)."},
+    {"_set_runtime_dir", py_set_runtime_dir, METH_O, NULL},
     {NULL},
 };

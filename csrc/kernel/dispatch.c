@@ -1,0 +1,296 @@
+/* The lazy node of a kernel call, and its evaluation: prepare inputs and
+ * outputs as MLX does, check the launch, get the compiled entry point, and
+ * run the threadgroups over the thread pool.
+ *
+ * Execution scheme: kernels run as a plain loop over the threads of each
+ * threadgroup (mkpy_dispatch.h). This is exact for per-thread code; kernels
+ * that use threadgroup memory, barriers or SIMD-group functions need
+ * cooperative threads and are refused with a clear error until the scheme
+ * that runs them lands (see docs/kernels.md). The choice is made in one
+ * place: `pick_scheme`. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/iter.h"
+#include "core/pool.h"
+#include "core/types.h"
+#include "kernel.h"
+
+#define MAX_THREADS_PER_THREADGROUP 1024
+
+typedef struct {
+    mkk_kernel *k;
+    mkk_call *c;
+} kernel_params;
+
+static void free_params(void *p) {
+    kernel_params *kp = p;
+    mkk_kernel_decref(kp->k);
+    mkk_call_free(kp->c);
+    free(kp);
+}
+
+/* ------------------------------------------------------------- scheme */
+
+typedef enum { SCHEME_PLAIN, SCHEME_UNSUPPORTED } scheme;
+
+static int has_word(const char *s, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = strstr(s, w); p; p = strstr(p + 1, w)) {
+        int before = p == s || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
+                                 (p[-1] >= '0' && p[-1] <= '9'));
+        char a = p[n];
+        int after = !(a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9'));
+        if (before && after) return 1;
+    }
+    return 0;
+}
+
+/* The one place that decides how a kernel's threads run. */
+static scheme pick_scheme(const mkk_kernel *k, const char **why) {
+    static const char *const cooperative[] = {"threadgroup", "threadgroup_barrier", "simdgroup_barrier"};
+    for (size_t i = 0; i < sizeof cooperative / sizeof *cooperative; i++)
+        if (has_word(k->source, cooperative[i]) || has_word(k->header, cooperative[i])) {
+            *why = cooperative[i];
+            return SCHEME_UNSUPPORTED;
+        }
+    static const char *const prefixes[] = {"simd_", "quad_"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *texts[2] = {k->source, k->header};
+        for (int t = 0; t < 2; t++)
+            for (const char *p = strstr(texts[t], prefixes[i]); p; p = strstr(p + 1, prefixes[i])) {
+                char prev = p == texts[t] ? ' ' : p[-1];
+                if (prev == '_' || (prev >= 'a' && prev <= 'z') || (prev >= 'A' && prev <= 'Z') ||
+                    (prev >= '0' && prev <= '9'))
+                    continue;
+                *why = prefixes[i][0] == 's' ? "SIMD-group functions" : "quad-group functions";
+                return SCHEME_UNSUPPORTED;
+            }
+    }
+    return SCHEME_PLAIN;
+}
+
+/* ------------------------------------------------------------ running */
+
+typedef struct {
+    mkk_entry_fn fn;
+    void *const *args;
+    mkk_launch base;
+    uint64_t total, chunk;
+    atomic_ullong next;
+} run_ctx;
+
+static void run_groups(void *c, int ith, int nth) {
+    run_ctx *r = c;
+    (void)ith;
+    (void)nth;
+    mkk_launch L = r->base;
+    for (;;) {
+        uint64_t begin = atomic_fetch_add(&r->next, r->chunk);
+        if (begin >= r->total) break;
+        L.group_begin = begin;
+        L.group_end = begin + r->chunk < r->total ? begin + r->chunk : r->total;
+        r->fn(r->args, &L);
+    }
+}
+
+/* A dense row-major copy of x (for ensure_row_contiguous). */
+static mk_buffer *dense_copy(const mk_array *x) {
+    size_t isz = mk_dtype_size(x->dtype);
+    mk_buffer *b = mk_buffer_alloc((size_t)x->size * isz);
+    if (!b) return NULL;
+    int64_t dst_strides[MK_MAX_NDIM], s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        dst_strides[i] = s;
+        s *= x->shape[i];
+    }
+    const int64_t *strides[2] = {dst_strides, x->strides};
+    mk_iter it;
+    mk_iter_init(&it, x->ndim, x->shape, 2, strides);
+    mk_cast_fn fn = mk_cast_table[x->dtype][x->dtype];
+    /* serial: kernel inputs are copied once per call */
+    struct {
+        const char *src;
+        char *dst;
+        size_t isz;
+    } c = {mk_data(x), b->data, isz};
+    int64_t idx[MK_MAX_NDIM] = {0};
+    int64_t inner = it.shape[it.ndim - 1], rows = inner ? it.total / inner : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t so = 0, d = 0;
+        for (int k = 0; k < it.ndim - 1; k++) {
+            so += idx[k] * it.strides[1][k];
+            d += idx[k] * it.strides[0][k];
+        }
+        fn(c.src + so * (int64_t)isz, it.strides[1][it.ndim - 1], c.dst + d * (int64_t)isz, it.strides[0][it.ndim - 1],
+           inner);
+        for (int k = it.ndim - 2; k >= 0; k--) {
+            if (++idx[k] < it.shape[k]) break;
+            idx[k] = 0;
+        }
+    }
+    return b;
+}
+
+static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    kernel_params *kp = p->params;
+    mkk_kernel *k = kp->k;
+    mkk_call *c = kp->c;
+    int rc = -1;
+    char *generated = NULL, *kname = NULL;
+    void **args = NULL;
+    mk_buffer **copies = NULL;
+    int32_t *shapes = NULL;
+    int64_t *strides = NULL;
+    int32_t *ndims = NULL;
+
+    const char *why = NULL;
+    if (pick_scheme(k, &why) == SCHEME_UNSUPPORTED) {
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] Kernel `%s` uses %s. mkpy does not run threadgroup memory, barriers or "
+                     "SIMD-group functions yet (they need cooperative threads); per-thread kernels run.%s%s",
+                     k->name, why, c->call_site ? " Kernel called at " : "", c->call_site ? c->call_site : "");
+        return -1;
+    }
+    /* launch checks, as MLX's eval_gpu */
+    int64_t tg_size = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2];
+    if (tg_size > MAX_THREADS_PER_THREADGROUP) {
+        mk_error_set(MK_ERR_VALUE,
+                     "Thread group size (%lld) is greater than  the maximum allowed threads per threadgroup (%d).",
+                     (long long)tg_size, MAX_THREADS_PER_THREADGROUP);
+        return -1;
+    }
+    for (int d = 0; d < 3; d++)
+        if (c->grid[d] <= 0 || c->threadgroup[d] <= 0 || c->grid[d] > UINT32_MAX) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[metal_kernel] Kernel `%s`: grid (%lld, %lld, %lld) and threadgroup (%lld, %lld, %lld) "
+                         "dimensions must be positive (and the grid below 2^32).",
+                         k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2],
+                         (long long)c->threadgroup[0], (long long)c->threadgroup[1], (long long)c->threadgroup[2]);
+            return -1;
+        }
+
+    if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
+    mkk_entry_fn fn = mkk_jit(k, c, in, generated, kname);
+    if (!fn) goto done;
+
+    /* outputs: fresh row-contiguous buffers, filled with init_value if given */
+    for (int i = 0; i < k->noutputs; i++) {
+        if (mk_alloc_out(out[i]) < 0) goto done;
+        if (c->has_init && out[i]->size) {
+            size_t isz = mk_dtype_size(out[i]->dtype);
+            char *d = out[i]->buf->data;
+            mk_put_f64(out[i]->dtype, d, c->init_value);
+            for (int64_t j = 1; j < out[i]->size; j++) memcpy(d + j * isz, d, isz);
+        }
+    }
+    /* arguments in MLX's buffer order */
+    int nargs = k->noutputs;
+    for (int i = 0; i < k->ninputs; i++)
+        nargs += 1 + (in[i]->ndim > 0) * (k->shape_info[i][0] + k->shape_info[i][1] + k->shape_info[i][2]);
+    args = calloc(nargs ? nargs : 1, sizeof *args);
+    copies = calloc(k->ninputs ? k->ninputs : 1, sizeof *copies);
+    shapes = calloc((size_t)(k->ninputs ? k->ninputs : 1) * MK_MAX_NDIM, sizeof *shapes);
+    strides = calloc((size_t)(k->ninputs ? k->ninputs : 1) * MK_MAX_NDIM, sizeof *strides);
+    ndims = calloc(k->ninputs ? k->ninputs : 1, sizeof *ndims);
+    if (!args || !copies || !shapes || !strides || !ndims) {
+        mk_nomem();
+        goto done;
+    }
+    int a = 0;
+    for (int i = 0; i < k->ninputs; i++) {
+        const mk_array *x = in[i];
+        int64_t *st = strides + (size_t)i * MK_MAX_NDIM;
+        int32_t *sh = shapes + (size_t)i * MK_MAX_NDIM;
+        if (k->ensure_row_contiguous && !(x->flags & MK_ROW_CONTIG)) {
+            if (!(copies[i] = dense_copy(x))) goto done;
+            args[a++] = copies[i]->data;
+            int64_t s = 1;
+            for (int d = x->ndim - 1; d >= 0; d--) {
+                st[d] = s;
+                s *= x->shape[d];
+            }
+        } else {
+            args[a++] = mk_data(x);
+            for (int d = 0; d < x->ndim; d++) st[d] = x->strides[d];
+        }
+        for (int d = 0; d < x->ndim; d++) sh[d] = (int32_t)x->shape[d];
+        ndims[i] = x->ndim;
+        if (x->ndim > 0) {
+            if (k->shape_info[i][0]) args[a++] = sh;
+            if (k->shape_info[i][1]) args[a++] = st;
+            if (k->shape_info[i][2]) args[a++] = &ndims[i];
+        }
+    }
+    for (int i = 0; i < k->noutputs; i++) args[a++] = out[i]->buf->data;
+
+    run_ctx r;
+    memset(&r, 0, sizeof r);
+    r.fn = fn;
+    r.args = args;
+    r.total = 1;
+    for (int d = 0; d < 3; d++) {
+        int64_t t = c->threadgroup[d] < c->grid[d] ? c->threadgroup[d] : c->grid[d]; /* MLX clamps */
+        r.base.grid[d] = (uint32_t)c->grid[d];
+        r.base.tg[d] = (uint32_t)t;
+        r.base.ngroups[d] = (uint32_t)((c->grid[d] + t - 1) / t);
+        r.total *= r.base.ngroups[d];
+    }
+    int nth = mk_pool_threads();
+    uint64_t threads_per_group = (uint64_t)r.base.tg[0] * r.base.tg[1] * r.base.tg[2];
+    /* about 8 chunks per worker, each of at least ~4096 threads of work */
+    uint64_t chunk = r.total / ((uint64_t)nth * 8);
+    uint64_t min_groups = (4096 + threads_per_group - 1) / threads_per_group;
+    if (chunk < min_groups) chunk = min_groups;
+    if (chunk < 1) chunk = 1;
+    r.chunk = chunk;
+    atomic_init(&r.next, 0);
+    uint64_t nchunks = (r.total + chunk - 1) / chunk;
+    mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, &r);
+    rc = 0;
+done:
+    if (copies)
+        for (int i = 0; i < k->ninputs; i++)
+            if (copies[i]) mk_buffer_decref(copies[i]);
+    free(copies);
+    free(args);
+    free(shapes);
+    free(strides);
+    free(ndims);
+    free(generated);
+    free(kname);
+    return rc;
+}
+
+static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params};
+
+int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
+                     const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs) {
+    kernel_params *kp = malloc(sizeof *kp);
+    mk_outdesc *desc = malloc(sizeof *desc * (size_t)k->noutputs);
+    if (!kp || !desc) {
+        free(kp);
+        free(desc);
+        mkk_call_free(call);
+        mk_nomem();
+        return -1;
+    }
+    for (int i = 0; i < k->noutputs; i++) {
+        if (out_ndims[i] > MK_MAX_NDIM || mk_shape_size(out_ndims[i], out_shapes[i]) < 0) {
+            if (out_ndims[i] > MK_MAX_NDIM) mk_error_set(MK_ERR_VALUE, "[metal_kernel] Too many output dimensions.");
+            free(kp);
+            free(desc);
+            mkk_call_free(call);
+            return -1;
+        }
+        desc[i].dtype = call->output_dtypes[i];
+        desc[i].ndim = out_ndims[i];
+        memcpy(desc[i].shape, out_shapes[i], sizeof(int64_t) * (size_t)out_ndims[i]);
+    }
+    mkk_kernel_incref(k);
+    kp->k = k;
+    kp->c = call;
+    int rc = mk_prim_make(&kernel_def, kp, k->ninputs, inputs, k->noutputs, desc, outs);
+    free(desc);
+    return rc;
+}

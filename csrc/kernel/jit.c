@@ -1,0 +1,552 @@
+/* The JIT: generated Metal source -> C++ -> shared object -> entry point.
+ *
+ * Two caches. In memory: the full C++ text plus compile flags is the key
+ * (compared in full, so kernels that share a name but not a source never
+ * collide). On disk, under MKPY_CACHE_DIR or ~/.cache/mkpy: a file named by a
+ * hash of the C++ text, the compiler's identity and the flags, written to a
+ * unique temporary name and renamed into place, so concurrent processes
+ * compiling the same kernel are safe; a `.key` file beside it holds the full
+ * key and is checked on load. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernel.h"
+
+extern char **environ;
+
+/* ------------------------------------------------------------ state */
+
+typedef struct entry {
+    char *key;
+    mkk_entry_fn fn;
+    struct entry *next;
+} entry;
+
+#define NBUCKETS 256
+
+static struct {
+    pthread_mutex_t mu;
+    entry *buckets[NBUCKETS];
+    mkk_cache_stats stats;
+    char runtime_dir[4096];
+    char cxx[4096];
+    char cxx_identity[512];
+    int cxx_probed;
+} jit = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void mkk_set_runtime_dir(const char *dir) { snprintf(jit.runtime_dir, sizeof jit.runtime_dir, "%s", dir); }
+const char *mkk_runtime_dir(void) { return jit.runtime_dir; }
+
+void mkk_cache_info(mkk_cache_stats *s) {
+    pthread_mutex_lock(&jit.mu);
+    *s = jit.stats;
+    pthread_mutex_unlock(&jit.mu);
+}
+
+void mkk_cache_clear_memory(void) {
+    pthread_mutex_lock(&jit.mu);
+    for (int i = 0; i < NBUCKETS; i++) {
+        entry *e = jit.buckets[i];
+        while (e) {
+            entry *n = e->next;
+            free(e->key);
+            free(e); /* the shared object stays loaded: arrays may still run it */
+            e = n;
+        }
+        jit.buckets[i] = NULL;
+    }
+    jit.stats.entries = 0;
+    pthread_mutex_unlock(&jit.mu);
+}
+
+/* 128-bit hash as two independent 64-bit FNV-1a variants, hex encoded. */
+static void hash_hex(const char *a, const char *b, char out[33]) {
+    uint64_t h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
+    const char *parts[2] = {a, b};
+    for (int k = 0; k < 2; k++)
+        for (const unsigned char *p = (const unsigned char *)parts[k]; *p; p++) {
+            h1 = (h1 ^ *p) * 0x100000001b3ULL;
+            h2 = (h2 ^ *p) * 0x100000001b3ULL;
+            h2 ^= h2 >> 29;
+        }
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
+}
+
+/* ------------------------------------------------------ running programs */
+
+/* Runs argv, returns its exit status (or -1) and its combined output. */
+static int run_capture(char *const argv[], char **output) {
+    int fds[2];
+    *output = NULL;
+    if (pipe(fds) < 0) return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        errno = rc;
+        return -1;
+    }
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf && n + 1024 > cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = b;
+            }
+        }
+        char tmp[1024];
+        ssize_t r = read(fds[0], buf ? buf + n : tmp, 1023);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (buf) n += (size_t)r;
+    }
+    close(fds[0]);
+    if (buf) buf[n] = 0;
+    *output = buf;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int cxx_version_ok(const char *cxx, char *identity, size_t n) {
+    char *argv[] = {(char *)cxx, "--version", NULL};
+    char *out;
+    int rc = run_capture(argv, &out);
+    if (rc != 0 || !out) {
+        free(out);
+        return 0;
+    }
+    out[strcspn(out, "\n")] = 0;
+    snprintf(identity, n, "%s", out);
+    const char *v = strstr(out, "version ");
+    int major = v ? atoi(v + 8) : 0;
+    int ok = strstr(out, "clang") != NULL && major >= 15;
+    free(out);
+    return ok;
+}
+
+/* MKPY_CXX, else the newest clang++-N (N >= 15) on PATH, else clang++ >= 15. */
+static int find_compiler(void) {
+    if (jit.cxx_probed) return jit.cxx[0] ? 0 : -1;
+    jit.cxx_probed = 1;
+    const char *env = getenv("MKPY_CXX");
+    if (env && *env) {
+        snprintf(jit.cxx, sizeof jit.cxx, "%s", env);
+        char *argv[] = {jit.cxx, "--version", NULL};
+        char *out;
+        if (run_capture(argv, &out) != 0) {
+            free(out);
+            jit.cxx[0] = 0;
+            return -1;
+        }
+        out[strcspn(out, "\n")] = 0;
+        snprintf(jit.cxx_identity, sizeof jit.cxx_identity, "%s", out);
+        free(out);
+        return 0;
+    }
+    for (int v = 25; v >= 15; v--) {
+        char name[32];
+        snprintf(name, sizeof name, "clang++-%d", v);
+        if (cxx_version_ok(name, jit.cxx_identity, sizeof jit.cxx_identity)) {
+            snprintf(jit.cxx, sizeof jit.cxx, "%s", name);
+            return 0;
+        }
+    }
+    if (cxx_version_ok("clang++", jit.cxx_identity, sizeof jit.cxx_identity)) {
+        snprintf(jit.cxx, sizeof jit.cxx, "clang++");
+        return 0;
+    }
+    return -1;
+}
+
+static const char *cache_dir(char *buf, size_t n) {
+    const char *env = getenv("MKPY_CACHE_DIR");
+    if (env && *env)
+        snprintf(buf, n, "%s", env);
+    else
+        snprintf(buf, n, "%s/.cache/mkpy", getenv("HOME") ? getenv("HOME") : "/tmp");
+    return buf;
+}
+
+static int mkdirs(const char *path) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, 0755);
+            *p = '/';
+        }
+    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static int write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* ------------------------------------------------------- the C++ program */
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void sb(sbuf *b, const char *t) {
+    size_t len = strlen(t);
+    if (!b->s && b->cap == (size_t)-1) return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 8192;
+        while (cap < b->n + len + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            free(b->s);
+            b->s = NULL;
+            b->cap = (size_t)-1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, t, len + 1);
+    b->n += len;
+}
+
+static void sbf(sbuf *b, const char *fmt, ...) MK_PRINTF(2, 3);
+static void sbf(sbuf *b, const char *fmt, ...) {
+    char tmp[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    sb(b, tmp);
+}
+
+/* Appends lines [first, first + count) (1-based) of text. */
+static void sb_lines(sbuf *b, const char *text, int first, int count) {
+    int line = 1;
+    const char *p = text;
+    while (*p && line < first) line += *p++ == '\n';
+    const char *start = p;
+    while (*p && line < first + count) line += *p++ == '\n';
+    size_t len = (size_t)(p - start);
+    char *tmp = malloc(len + 2);
+    if (!tmp) return;
+    memcpy(tmp, start, len);
+    tmp[len] = 0;
+    if (len && tmp[len - 1] != '\n') strcat(tmp, "\n");
+    sb(b, tmp);
+    free(tmp);
+}
+
+static int total_lines(const char *s) {
+    int n = 1;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* The translated program with #line markers naming the user's header and
+ * source, plus the entry point that unpacks buffers and attributes. */
+static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                           const char *kernel_name) {
+    char *cpp = mkk_translate(generated);
+    if (!cpp) return NULL;
+    mkk_linemap m;
+    mkk_line_map(k, generated, &m);
+    int n = total_lines(cpp);
+    sbuf b = {0};
+    sb(&b, "#include \"mkpy_metal.h\"\n#include \"mkpy_dispatch.h\"\n");
+    if (m.header_lines > 0) {
+        sbf(&b, "#line 1 \"<kernel %s header>\"\n", k->name);
+        sb_lines(&b, cpp, 1, m.header_lines);
+    }
+    sbf(&b, "#line %d \"<kernel %s signature>\"\n", m.header_lines + 1, k->name);
+    sb_lines(&b, cpp, m.header_lines + 1, m.source_first - m.header_lines - 1);
+    sbf(&b, "#line 1 \"<kernel %s source>\"\n", k->name);
+    sb_lines(&b, cpp, m.source_first, m.source_lines);
+    sbf(&b, "#line %d \"<kernel %s signature>\"\n", m.source_first + m.source_lines, k->name);
+    sb_lines(&b, cpp, m.source_first + m.source_lines, n - (m.source_first + m.source_lines) + 1);
+    free(cpp);
+
+    /* entry point */
+    char tdef[1024] = "";
+    if (c->ntemplate) {
+        size_t len = 0;
+        len += snprintf(tdef + len, sizeof tdef - len, "<");
+        for (int i = 0; i < c->ntemplate && len < sizeof tdef; i++) {
+            const mkk_targ *t = &c->templ[i];
+            if (t->kind == MKK_TARG_DTYPE)
+                len += snprintf(tdef + len, sizeof tdef - len, "%s%s", i ? ", " : "",
+                                mk_dtypes[t->value].msl_name);
+            else
+                len += snprintf(tdef + len, sizeof tdef - len, "%s%lld", i ? ", " : "", (long long)t->value);
+        }
+        if (len < sizeof tdef) snprintf(tdef + len, sizeof tdef - len, ">");
+    }
+    sb(&b, "#line 1 \"<mkpy entry>\"\n");
+    sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
+    sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy::thread_attrs &t) {\n");
+    sbf(&b, "        %s%s(", kernel_name, tdef);
+    int arg = 0, first = 1;
+#define SEP() (first ? (first = 0, "") : ", ")
+    for (int i = 0; i < k->ninputs; i++) {
+        const char *ts = mk_dtypes[inputs[i]->dtype].msl_name;
+        if (inputs[i]->ndim == 0)
+            sbf(&b, "%s*(const %s *)args[%d]", SEP(), ts, arg++);
+        else
+            sbf(&b, "%s(const %s *)args[%d]", SEP(), ts, arg++);
+        if (inputs[i]->ndim > 0) {
+            if (k->shape_info[i][0]) sbf(&b, "%s(const int *)args[%d]", SEP(), arg++);
+            if (k->shape_info[i][1]) sbf(&b, "%s(const int64_t *)args[%d]", SEP(), arg++);
+            if (k->shape_info[i][2]) sbf(&b, "%s*(const int *)args[%d]", SEP(), arg++);
+        }
+    }
+    for (int i = 0; i < k->noutputs; i++) {
+        const char *ts = mk_dtypes[c->output_dtypes[i]].msl_name;
+        if (k->atomic_outputs)
+            sbf(&b, "%s(metal::atomic<%s> *)args[%d]", SEP(), ts, arg++);
+        else
+            sbf(&b, "%s(%s *)args[%d]", SEP(), ts, arg++);
+    }
+    for (int a = 0; a < MKK_NATTRS; a++)
+        if (k->attr_used[a]) sbf(&b, "%st.%s", SEP(), mkk_attrs[a].name);
+#undef SEP
+    sb(&b, ");\n    });\n}\n");
+    if (!b.s) mk_nomem();
+    return b.s;
+}
+
+static const char *math_flags(mkk_math_mode m) {
+    switch (m) {
+    case MKK_MATH_FAST: return "-ffast-math";
+    case MKK_MATH_RELAXED: return "-fno-math-errno";
+    default: return "-fno-fast-math";
+    }
+}
+
+/* Keeps the compiler's error and note lines, with their source snippets. */
+static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, const char *diag) {
+    sbuf b = {0};
+    sbf(&b, "[metal_kernel] Failed to compile kernel `%s` (%s).\n", k->name, kernel_name);
+    if (c->call_site && *c->call_site) sbf(&b, "Kernel called at %s\n", c->call_site);
+    sb(&b, "Compiler diagnostics (line numbers are those of your `source` and `header`):\n");
+    int lines = 0;
+    const char *p = diag ? diag : "";
+    while (*p && lines < 60) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(len < 1000 ? len : 1000), p);
+        /* drop the "In file included from" chatter and summary lines */
+        if (!strstr(line, "In file included from") && !strstr(line, "error generated") &&
+            !strstr(line, "errors generated") && !strstr(line, "warning generated")) {
+            sb(&b, "  ");
+            sb(&b, line);
+            sb(&b, "\n");
+            lines++;
+        }
+        p = e ? e + 1 : p + len;
+    }
+    for (int i = 0; i < k->noutputs; i++) {
+        static const char *const suffixes[] = {"_shape", "_strides", "_ndim"};
+        for (int s = 0; s < 3; s++) {
+            char name[600];
+            snprintf(name, sizeof name, "%s%s", k->output_names[i], suffixes[s]);
+            if (strstr(k->source, name)) {
+                sbf(&b,
+                    "Hint: the source uses `%s`, but MLX only passes `<input>_shape`, `<input>_strides` and "
+                    "`<input>_ndim` for inputs; outputs get no shape arguments. Pass the shape as an input or a "
+                    "template argument.\n",
+                    name);
+                s = 3;
+            }
+        }
+    }
+    if (b.s && b.n && b.s[b.n - 1] == '\n') b.s[--b.n] = 0;
+    mk_error_set(MK_ERR_RUNTIME, "%s", b.s ? b.s : "[metal_kernel] Failed to compile kernel.");
+    free(b.s);
+}
+
+static mkk_entry_fn load_entry(const char *so_path, char *err, size_t errn) {
+    void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errn, "%s", dlerror());
+        return NULL;
+    }
+    mkk_entry_fn fn = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
+    if (!fn) snprintf(err, errn, "no %s symbol in the compiled kernel", MKPY_ENTRY_SYMBOL);
+    return fn;
+}
+
+mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                     const char *kernel_name) {
+    char *program = build_program(k, c, inputs, generated, kernel_name);
+    if (!program) return NULL;
+    const char *mflags = math_flags(k->math_mode);
+    size_t klen = strlen(program) + strlen(mflags) + 2;
+    char *key = malloc(klen);
+    if (!key) {
+        free(program);
+        return mk_nomem();
+    }
+    snprintf(key, klen, "%s\n%s", mflags, program);
+    char hex[33];
+    hash_hex(key, "", hex);
+    unsigned bucket = (unsigned)strtoul(hex + 30, NULL, 16) % NBUCKETS;
+
+    mkk_entry_fn fn = NULL;
+    pthread_mutex_lock(&jit.mu);
+    for (entry *e = jit.buckets[bucket]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) {
+            fn = e->fn;
+            jit.stats.memory_hits++;
+            break;
+        }
+    if (fn) goto done;
+
+    if (find_compiler() < 0) {
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] No kernel compiler found for `%s`: mkpy compiles Metal kernels with clang 15 "
+                     "or newer. Install it (Debian/Ubuntu: apt-get install clang-15) or point MKPY_CXX at a "
+                     "clang++ binary%s%s.",
+                     k->name, getenv("MKPY_CXX") ? " (MKPY_CXX is set to " : "",
+                     getenv("MKPY_CXX") ? getenv("MKPY_CXX") : "");
+        if (getenv("MKPY_CXX")) {
+            char msg[MK_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", mk_error_message());
+            size_t l = strlen(msg);
+            if (l && msg[l - 1] == '.') msg[l - 1] = 0;
+            mk_error_set(MK_ERR_RUNTIME, "%s, which does not run).", msg);
+        }
+        goto done;
+    }
+    /* the disk key adds the compiler's identity */
+    char dkey_hex[33];
+    hash_hex(key, jit.cxx_identity, dkey_hex);
+    char dir[4096], so_path[4400], key_path[4400];
+    cache_dir(dir, sizeof dir);
+    snprintf(so_path, sizeof so_path, "%s/%s.so", dir, dkey_hex);
+    snprintf(key_path, sizeof key_path, "%s/%s.key", dir, dkey_hex);
+    char err[1024] = "";
+    char *full_key = malloc(strlen(key) + strlen(jit.cxx_identity) + 2);
+    if (!full_key) {
+        mk_nomem();
+        goto done;
+    }
+    sprintf(full_key, "%s\n%s", jit.cxx_identity, key);
+
+    char *stored = read_file(key_path);
+    if (stored && strcmp(stored, full_key) == 0 && access(so_path, R_OK) == 0) {
+        fn = load_entry(so_path, err, sizeof err);
+        if (fn) jit.stats.disk_hits++;
+    }
+    free(stored);
+    if (!fn) {
+        if (mkdirs(dir) < 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot create the kernel cache directory %s: %s", dir,
+                         strerror(errno));
+            free(full_key);
+            goto done;
+        }
+        char tmp_base[4400], cpp_path[4500], tmp_so[4500], tmp_key[4500];
+        snprintf(tmp_base, sizeof tmp_base, "%s/%s.tmp.%ld.%lx", dir, dkey_hex, (long)getpid(),
+                 (unsigned long)time(NULL) ^ (unsigned long)(uintptr_t)&tmp_base);
+        snprintf(cpp_path, sizeof cpp_path, "%s.cpp", tmp_base);
+        snprintf(tmp_so, sizeof tmp_so, "%s.so", tmp_base);
+        snprintf(tmp_key, sizeof tmp_key, "%s.key", tmp_base);
+        if (write_file(cpp_path, program) < 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
+            free(full_key);
+            goto done;
+        }
+        char inc[4200];
+        snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
+        char *argv[] = {jit.cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti",
+                        (char *)mflags, inc, "-o", tmp_so, cpp_path, NULL};
+        char *diag = NULL;
+        int rc = run_capture(argv, &diag);
+        jit.stats.compiles++;
+        unlink(cpp_path);
+        if (rc != 0) {
+            if (rc < 0 && !diag)
+                mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot run the kernel compiler %s: %s", jit.cxx,
+                             strerror(errno));
+            else
+                format_failure(k, c, kernel_name, diag);
+            free(diag);
+            unlink(tmp_so);
+            free(full_key);
+            goto done;
+        }
+        free(diag);
+        /* publish: the key first, then the object (readers check both) */
+        if (write_file(tmp_key, full_key) == 0) rename(tmp_key, key_path);
+        if (rename(tmp_so, so_path) < 0) {
+            /* another process may hold the name; load our private copy */
+            fn = load_entry(tmp_so, err, sizeof err);
+        } else {
+            fn = load_entry(so_path, err, sizeof err);
+        }
+        unlink(tmp_key);
+        if (!fn) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
+    }
+    free(full_key);
+    if (fn) {
+        entry *e = malloc(sizeof *e);
+        if (e) {
+            e->key = key;
+            key = NULL;
+            e->fn = fn;
+            e->next = jit.buckets[bucket];
+            jit.buckets[bucket] = e;
+            jit.stats.entries++;
+        }
+    }
+done:
+    pthread_mutex_unlock(&jit.mu);
+    free(key);
+    free(program);
+    return fn;
+}

@@ -1,0 +1,112 @@
+/* Everything behind mx.fast.metal_kernel, in C:
+ *
+ *   source.c     generates the Metal source exactly as MLX does;
+ *   translate.c  turns that Metal source into C++ for the runtime header;
+ *   jit.c        compiles it with clang (in-memory and on-disk caches);
+ *   dispatch.c   the lazy node: prepares buffers and runs threadgroups on the pool.
+ *
+ * No Python here: the binding (csrc/python/py_fast.c) parses arguments into
+ * these structures. */
+#ifndef MKK_KERNEL_H
+#define MKK_KERNEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/array.h"
+
+#define MKK_NATTRS 20
+#define MKK_MAX_CONSTANT_ARRAY_SIZE 8 /* inputs smaller than this go to constant memory */
+
+typedef enum { MKK_MATH_SAFE, MKK_MATH_RELAXED, MKK_MATH_FAST } mkk_math_mode;
+
+/* One of Metal's kernel attributes, in MLX's order. */
+typedef struct {
+    const char *name;
+    const char *type; /* "uint" or "uint3" */
+} mkk_attr_info;
+extern const mkk_attr_info mkk_attrs[MKK_NATTRS];
+
+/* What metal_kernel(...) fixes: shared by every call of the kernel object. */
+typedef struct {
+    atomic_long refcnt;
+    char *name;
+    int ninputs, noutputs;
+    char **input_names;
+    char **output_names;
+    char *source;
+    char *header;
+    bool ensure_row_contiguous;
+    bool atomic_outputs;
+    mkk_math_mode math_mode;
+    bool (*shape_info)[3]; /* per input: _shape, _strides, _ndim used in source */
+    bool attr_used[MKK_NATTRS];
+} mkk_kernel;
+
+mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
+                           const char *const *output_names, const char *source, const char *header,
+                           bool ensure_row_contiguous, bool atomic_outputs, mkk_math_mode math_mode);
+void mkk_kernel_incref(mkk_kernel *k);
+void mkk_kernel_decref(mkk_kernel *k);
+
+typedef enum { MKK_TARG_DTYPE, MKK_TARG_INT, MKK_TARG_BOOL } mkk_targ_kind;
+typedef struct {
+    char *name;
+    mkk_targ_kind kind;
+    int64_t value; /* dtype enum, int or bool */
+} mkk_targ;
+
+/* What one call fixes. */
+typedef struct {
+    int ntemplate;
+    mkk_targ *templ;
+    mk_dtype *output_dtypes;
+    int64_t grid[3], threadgroup[3];
+    bool has_init;
+    double init_value;
+    char *call_site; /* "file.py:42", for error messages */
+} mkk_call;
+
+/* The generated Metal source and kernel name, byte for byte as MLX.
+ * Inputs are described by their dtype, ndim and size. Returns 0 or -1. */
+int mkk_generate(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **source_out,
+                 char **name_out);
+/* Where the user's header and source start in the generated text (1-based
+ * lines), for mapping compiler diagnostics back. */
+typedef struct {
+    int header_first, header_lines;
+    int source_first, source_lines;
+} mkk_linemap;
+void mkk_line_map(const mkk_kernel *k, const char *generated, mkk_linemap *map);
+
+/* Translation of generated Metal source to C++. The result has the same
+ * line structure (one output line per input line). Returns a malloc'd string. */
+char *mkk_translate(const char *msl);
+
+/* A compiled kernel entry point (mkpy_launch.h is shared with the runtime header). */
+#include "../../mkpy/include/mkpy_launch.h"
+typedef struct mkpy_launch mkk_launch;
+typedef void (*mkk_entry_fn)(void *const *args, const mkk_launch *launch);
+
+/* Compiles (or finds in the caches) the kernel for this generated source.
+ * On failure sets a RuntimeError naming the kernel with mapped diagnostics. */
+mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                     const char *kernel_name);
+
+/* Counters for tests: in-memory hits, disk hits, compiles. */
+typedef struct {
+    int64_t memory_hits, disk_hits, compiles, entries;
+} mkk_cache_stats;
+void mkk_cache_info(mkk_cache_stats *s);
+void mkk_cache_clear_memory(void);
+void mkk_set_runtime_dir(const char *dir);
+const char *mkk_runtime_dir(void);
+
+/* The lazy node for one call: fills outs[noutputs] with new references.
+ * Takes ownership of `call` (also on failure). Returns 0 or -1. */
+int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
+                     const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs);
+
+void mkk_call_free(mkk_call *c);
+
+#endif

@@ -1,0 +1,137 @@
+/* Metal Shading Language -> C++ for mkpy_metal.h.
+ *
+ * MSL is C++14 plus address spaces, attributes and a few literals, and the
+ * runtime header supplies Metal's types and library. So the translation is a
+ * token-level rewrite that keeps every newline where it was (compiler line
+ * numbers then map straight back to the user's source):
+ *   - `#include <metal_...>` lines become empty lines;
+ *   - `[[...]]` attributes are removed ([[kernel]], [[buffer(0)]], [[host_name("k")]], ...);
+ *   - the address spaces `device`, `constant` and `thread` are removed (every
+ *     buffer is ordinary memory on the CPU); `threadgroup` is kept for the
+ *     dispatcher to see;
+ *   - half literals `1.5h` become `half(1.5f)`.
+ * Comments, strings and character literals pass through untouched. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernel.h"
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+} out_buf;
+
+static int put(out_buf *o, const char *p, size_t len) {
+    if (o->n + len + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 4096;
+        while (cap < o->n + len + 1) cap *= 2;
+        char *s = realloc(o->s, cap);
+        if (!s) return -1;
+        o->s = s;
+        o->cap = cap;
+    }
+    memcpy(o->s + o->n, p, len);
+    o->n += len;
+    o->s[o->n] = 0;
+    return 0;
+}
+
+static int is_ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
+static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* Address-space qualifiers with no meaning on the CPU. */
+static int dropped_keyword(const char *p, size_t len) {
+    static const char *const words[] = {"device", "constant", "thread"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        if (strlen(words[i]) == len && memcmp(words[i], p, len) == 0) return 1;
+    return 0;
+}
+
+char *mkk_translate(const char *src) {
+    out_buf o = {0};
+    const char *p = src;
+    int line_start = 1;
+    if (put(&o, "", 0) < 0) goto nomem;
+    while (*p) {
+        char c = *p;
+        if (line_start) {
+            /* a preprocessor line including a Metal header */
+            const char *q = p;
+            while (*q == ' ' || *q == '\t') q++;
+            if (*q == '#') {
+                const char *r = q + 1;
+                while (*r == ' ' || *r == '\t') r++;
+                if (strncmp(r, "include", 7) == 0) {
+                    r += 7;
+                    while (*r == ' ' || *r == '\t') r++;
+                    if (strncmp(r, "<metal_", 7) == 0) {
+                        while (*p && *p != '\n') p++;
+                        continue;
+                    }
+                }
+            }
+        }
+        line_start = 0;
+        if (c == '\n') {
+            line_start = 1;
+            if (put(&o, p++, 1) < 0) goto nomem;
+        } else if (c == '/' && p[1] == '/') {
+            const char *e = p;
+            while (*e && *e != '\n') e++;
+            if (put(&o, p, e - p) < 0) goto nomem;
+            p = e;
+        } else if (c == '/' && p[1] == '*') {
+            const char *e = strstr(p + 2, "*/");
+            e = e ? e + 2 : p + strlen(p);
+            if (put(&o, p, e - p) < 0) goto nomem;
+            p = e;
+        } else if (c == '"' || c == '\'') {
+            const char *e = p + 1;
+            while (*e && *e != c && *e != '\n') e += (*e == '\\' && e[1]) ? 2 : 1;
+            if (*e == c) e++;
+            if (put(&o, p, e - p) < 0) goto nomem;
+            p = e;
+        } else if (c == '[' && p[1] == '[') {
+            /* attribute: drop up to the matching "]]", keeping newlines */
+            const char *e = p + 2;
+            int depth = 0;
+            while (*e && !(depth == 0 && e[0] == ']' && e[1] == ']')) {
+                if (*e == '[') depth++;
+                if (*e == ']') depth--;
+                if (*e == '\n' && put(&o, "\n", 1) < 0) goto nomem;
+                e++;
+            }
+            p = *e ? e + 2 : e;
+            if (put(&o, " ", 1) < 0) goto nomem;
+        } else if (is_ident_start(c)) {
+            const char *e = p;
+            while (is_ident(*e)) e++;
+            if (!dropped_keyword(p, e - p) && put(&o, p, e - p) < 0) goto nomem;
+            p = e;
+        } else if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)p[1]))) {
+            /* a number; a trailing h/H makes it a half literal */
+            const char *e = p;
+            while (is_ident(*e) || *e == '.' ||
+                   ((*e == '+' || *e == '-') && (e[-1] == 'e' || e[-1] == 'E') && !(p[0] == '0' && (p[1] == 'x' || p[1] == 'X'))))
+                e++;
+            size_t len = e - p;
+            int hex = len > 1 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+            if (!hex && (e[-1] == 'h' || e[-1] == 'H')) {
+                if (put(&o, "half(", 5) < 0 || put(&o, p, len - 1) < 0) goto nomem;
+                /* make the literal a float, keeping integers valid */
+                int has_point = memchr(p, '.', len) || memchr(p, 'e', len) || memchr(p, 'E', len);
+                if (put(&o, has_point ? "f)" : ")", has_point ? 2 : 1) < 0) goto nomem;
+            } else if (put(&o, p, len) < 0) {
+                goto nomem;
+            }
+            p = e;
+        } else {
+            if (put(&o, p++, 1) < 0) goto nomem;
+        }
+    }
+    return o.s;
+nomem:
+    free(o.s);
+    return mk_nomem();
+}
