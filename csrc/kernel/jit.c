@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coop.h"
 #include "kernel.h"
 
 extern char **environ;
@@ -29,7 +30,7 @@ extern char **environ;
 
 typedef struct entry {
     char *key;
-    mkk_entry_fn fn;
+    mkk_compiled fn;
     struct entry *next;
 } entry;
 
@@ -42,10 +43,14 @@ static struct {
     char runtime_dir[4096];
     char cxx[4096];
     char cxx_identity[512];
+    char runtime_id[256];
     int cxx_probed;
 } jit = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-void mkk_set_runtime_dir(const char *dir) { snprintf(jit.runtime_dir, sizeof jit.runtime_dir, "%s", dir); }
+void mkk_set_runtime_dir(const char *dir) {
+    snprintf(jit.runtime_dir, sizeof jit.runtime_dir, "%s", dir);
+    jit.runtime_id[0] = 0;
+}
 const char *mkk_runtime_dir(void) { return jit.runtime_dir; }
 
 void mkk_cache_info(mkk_cache_stats *s) {
@@ -297,7 +302,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     mkk_line_map(k, generated, &m);
     int n = total_lines(cpp);
     sbuf b = {0};
-    sb(&b, "#include \"mkpy_metal.h\"\n#include \"mkpy_dispatch.h\"\n");
+    sb(&b, "#include \"mkpy_metal.h\"\n#include \"mkpy_coop.h\"\n#include \"mkpy_dispatch.h\"\n");
     if (m.header_lines > 0) {
         sbf(&b, "#line 1 \"<kernel %s header>\"\n", k->name);
         sb_lines(&b, cpp, 1, m.header_lines);
@@ -325,37 +330,76 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
         }
         if (len < sizeof tdef) snprintf(tdef + len, sizeof tdef - len, ">");
     }
-    sb(&b, "#line 1 \"<mkpy entry>\"\n");
-    sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
-    sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy::thread_attrs &t) {\n");
-    sbf(&b, "        %s%s(", kernel_name, tdef);
+    /* the call of the kernel function for one thread's attributes `t` */
+    sbuf call = {0};
+    sbf(&call, "%s%s(", kernel_name, tdef);
     int arg = 0, first = 1;
 #define SEP() (first ? (first = 0, "") : ", ")
     for (int i = 0; i < k->ninputs; i++) {
         const char *ts = mk_dtypes[inputs[i]->dtype].msl_name;
         if (inputs[i]->ndim == 0)
-            sbf(&b, "%s*(const %s *)args[%d]", SEP(), ts, arg++);
+            sbf(&call, "%s*(const %s *)args[%d]", SEP(), ts, arg++);
         else
-            sbf(&b, "%s(const %s *)args[%d]", SEP(), ts, arg++);
+            sbf(&call, "%s(const %s *)args[%d]", SEP(), ts, arg++);
         if (inputs[i]->ndim > 0) {
-            if (k->shape_info[i][0]) sbf(&b, "%s(const int *)args[%d]", SEP(), arg++);
-            if (k->shape_info[i][1]) sbf(&b, "%s(const int64_t *)args[%d]", SEP(), arg++);
-            if (k->shape_info[i][2]) sbf(&b, "%s*(const int *)args[%d]", SEP(), arg++);
+            if (k->shape_info[i][0]) sbf(&call, "%s(const int *)args[%d]", SEP(), arg++);
+            if (k->shape_info[i][1]) sbf(&call, "%s(const int64_t *)args[%d]", SEP(), arg++);
+            if (k->shape_info[i][2]) sbf(&call, "%s*(const int *)args[%d]", SEP(), arg++);
         }
     }
     for (int i = 0; i < k->noutputs; i++) {
         const char *ts = mk_dtypes[c->output_dtypes[i]].msl_name;
         if (k->atomic_outputs)
-            sbf(&b, "%s(metal::atomic<%s> *)args[%d]", SEP(), ts, arg++);
+            sbf(&call, "%s(metal::atomic<%s> *)args[%d]", SEP(), ts, arg++);
         else
-            sbf(&b, "%s(%s *)args[%d]", SEP(), ts, arg++);
+            sbf(&call, "%s(%s *)args[%d]", SEP(), ts, arg++);
     }
     for (int a = 0; a < MKK_NATTRS; a++)
-        if (k->attr_used[a]) sbf(&b, "%st.%s", SEP(), mkk_attrs[a].name);
+        if (k->attr_used[a])
+            sbf(&call, strcmp(mkk_attrs[a].type, "uint3") == 0 ? "%smkpy::u3(t.%s)" : "%st.%s", SEP(),
+                mkk_attrs[a].name);
 #undef SEP
-    sb(&b, ");\n    });\n}\n");
+    sb(&call, ");\n");
+    if (!call.s) {
+        free(b.s);
+        return mk_nomem();
+    }
+    sb(&b, "#line 1 \"<mkpy entry>\"\n");
+    sb(&b, "extern \"C\" void mkpy_kernel_set_api(const mkpy_coop_api *api) { mkpy::api = api; }\n");
+    sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
+    sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
+    sb(&b, call.s);
+    sb(&b, "    });\n}\n");
+    sb(&b, "extern \"C\" void mkpy_kernel_thread(void *const *args, const mkpy_launch *L, uint64_t g, unsigned i) "
+           "{\n");
+    sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
+           "    mkpy::thread_attrs(L, i, t);\n    ");
+    sb(&b, call.s);
+    sb(&b, "}\n");
+    free(call.s);
     if (!b.s) mk_nomem();
     return b.s;
+}
+
+/* The fixed compile flags (part of the cache key: change it with them). */
+#define FLAGS_ID "-std=c++17 -O2 -fPIC -shared -fno-exceptions -fno-rtti -fstack-clash-protection"
+
+/* A hash of the runtime headers' contents, so that a changed header never
+ * reuses kernels compiled against the old one. */
+static void runtime_identity(char *out, size_t n) {
+    static const char *const files[] = {"mkpy_metal.h", "mkpy_coop.h", "mkpy_dispatch.h", "mkpy_launch.h"};
+    sbuf all = {0};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", jit.runtime_dir, files[i]);
+        char *text = read_file(path);
+        sb(&all, text ? text : "(missing)");
+        free(text);
+    }
+    char hex[33];
+    hash_hex(all.s ? all.s : "", "", hex);
+    free(all.s);
+    snprintf(out, n, "runtime %s; flags %s", hex, FLAGS_ID);
 }
 
 static const char *math_flags(mkk_math_mode m) {
@@ -409,34 +453,44 @@ static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *k
     free(b.s);
 }
 
-static mkk_entry_fn load_entry(const char *so_path, char *err, size_t errn) {
+static mkk_compiled load_entry(const char *so_path, char *err, size_t errn) {
+    mkk_compiled c = {0};
     void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         snprintf(err, errn, "%s", dlerror());
-        return NULL;
+        return c;
     }
-    mkk_entry_fn fn = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
-    if (!fn) snprintf(err, errn, "no %s symbol in the compiled kernel", MKPY_ENTRY_SYMBOL);
-    return fn;
+    void (*set_api)(const struct mkpy_coop_api *) =
+        (void (*)(const struct mkpy_coop_api *))(uintptr_t)dlsym(h, MKPY_SET_API_SYMBOL);
+    c.entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
+    c.thread = (mkk_thread_fn)(uintptr_t)dlsym(h, MKPY_THREAD_SYMBOL);
+    if (!c.entry || !c.thread || !set_api) {
+        snprintf(err, errn, "the compiled kernel lacks its entry points");
+        c.entry = NULL;
+        return c;
+    }
+    set_api(&mkk_coop_api);
+    return c;
 }
 
-mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                      const char *kernel_name) {
+    mkk_compiled fn = {0};
     char *program = build_program(k, c, inputs, generated, kernel_name);
-    if (!program) return NULL;
+    if (!program) return fn;
     const char *mflags = math_flags(k->math_mode);
     size_t klen = strlen(program) + strlen(mflags) + 2;
     char *key = malloc(klen);
     if (!key) {
         free(program);
-        return mk_nomem();
+        mk_nomem();
+        return fn;
     }
     snprintf(key, klen, "%s\n%s", mflags, program);
     char hex[33];
     hash_hex(key, "", hex);
     unsigned bucket = (unsigned)strtoul(hex + 30, NULL, 16) % NBUCKETS;
 
-    mkk_entry_fn fn = NULL;
     pthread_mutex_lock(&jit.mu);
     for (entry *e = jit.buckets[bucket]; e; e = e->next)
         if (strcmp(e->key, key) == 0) {
@@ -444,7 +498,7 @@ mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             jit.stats.memory_hits++;
             break;
         }
-    if (fn) goto done;
+    if (fn.entry) goto done;
 
     if (find_compiler() < 0) {
         mk_error_set(MK_ERR_RUNTIME,
@@ -462,28 +516,31 @@ mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         }
         goto done;
     }
-    /* the disk key adds the compiler's identity */
+    /* the disk key adds the compiler's identity, the flags and the headers */
+    if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
+    char identity[1200];
+    snprintf(identity, sizeof identity, "%s; %s", jit.cxx_identity, jit.runtime_id);
     char dkey_hex[33];
-    hash_hex(key, jit.cxx_identity, dkey_hex);
+    hash_hex(key, identity, dkey_hex);
     char dir[4096], so_path[4400], key_path[4400];
     cache_dir(dir, sizeof dir);
     snprintf(so_path, sizeof so_path, "%s/%s.so", dir, dkey_hex);
     snprintf(key_path, sizeof key_path, "%s/%s.key", dir, dkey_hex);
     char err[1024] = "";
-    char *full_key = malloc(strlen(key) + strlen(jit.cxx_identity) + 2);
+    char *full_key = malloc(strlen(key) + strlen(identity) + 2);
     if (!full_key) {
         mk_nomem();
         goto done;
     }
-    sprintf(full_key, "%s\n%s", jit.cxx_identity, key);
+    sprintf(full_key, "%s\n%s", identity, key);
 
     char *stored = read_file(key_path);
     if (stored && strcmp(stored, full_key) == 0 && access(so_path, R_OK) == 0) {
         fn = load_entry(so_path, err, sizeof err);
-        if (fn) jit.stats.disk_hits++;
+        if (fn.entry) jit.stats.disk_hits++;
     }
     free(stored);
-    if (!fn) {
+    if (!fn.entry) {
         if (mkdirs(dir) < 0) {
             mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot create the kernel cache directory %s: %s", dir,
                          strerror(errno));
@@ -503,8 +560,11 @@ mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         }
         char inc[4200];
         snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
+        /* stack-clash protection probes every page of a large frame, so a huge
+         * per-thread array hits the guard page below the fiber's stack */
         char *argv[] = {jit.cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti",
-                        (char *)mflags, inc, "-o", tmp_so, cpp_path, NULL};
+                        "-fstack-clash-protection", (char *)mflags, inc, "-o", tmp_so, cpp_path, NULL};
+        _Static_assert(sizeof FLAGS_ID > 1, "FLAGS_ID names the fixed flags above");
         char *diag = NULL;
         int rc = run_capture(argv, &diag);
         jit.stats.compiles++;
@@ -530,10 +590,10 @@ mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             fn = load_entry(so_path, err, sizeof err);
         }
         unlink(tmp_key);
-        if (!fn) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
+        if (!fn.entry) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
     }
     free(full_key);
-    if (fn) {
+    if (fn.entry) {
         entry *e = malloc(sizeof *e);
         if (e) {
             e->key = key;

@@ -87,10 +87,16 @@ char *mkk_translate(const char *msl);
 #include "../../mkpy/include/mkpy_launch.h"
 typedef struct mkpy_launch mkk_launch;
 typedef void (*mkk_entry_fn)(void *const *args, const mkk_launch *launch);
+typedef void (*mkk_thread_fn)(void *const *args, const mkk_launch *launch, uint64_t group, unsigned index);
+typedef struct {
+    mkk_entry_fn entry;   /* whole threadgroups, thread after thread */
+    mkk_thread_fn thread; /* one thread, for the cooperative scheme */
+} mkk_compiled;
 
 /* Compiles (or finds in the caches) the kernel for this generated source.
- * On failure sets a RuntimeError naming the kernel with mapped diagnostics. */
-mkk_entry_fn mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+ * On failure (entry NULL) sets a RuntimeError naming the kernel with mapped
+ * diagnostics. */
+mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                      const char *kernel_name);
 
 /* Counters for tests: in-memory hits, disk hits, compiles. */

@@ -7,11 +7,16 @@
  *   - `#include <metal_...>` lines become empty lines;
  *   - `[[...]]` attributes are removed ([[kernel]], [[buffer(0)]], [[host_name("k")]], ...);
  *   - the address spaces `device`, `constant` and `thread` are removed (every
- *     buffer is ordinary memory on the CPU); `threadgroup` is kept for the
- *     dispatcher to see;
+ *     buffer is ordinary memory on the CPU);
+ *   - a `threadgroup` variable declared in a function body becomes
+ *     `static thread_local` (the threads of one threadgroup run as fibers of
+ *     one worker, so they share it, and other workers have their own), and a
+ *     call recording its size follows the declaration on the same line;
+ *     `threadgroup` as a pointer qualifier is removed;
  *   - half literals `1.5h` become `half(1.5f)`.
  * Comments, strings and character literals pass through untouched. */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,10 +53,49 @@ static int dropped_keyword(const char *p, size_t len) {
     return 0;
 }
 
+/* At a `threadgroup` keyword that starts a statement: is it storage (an
+ * array, scalar or struct declared there) rather than a pointer/reference
+ * declaration? Fills the declared names (up to 16) and returns their count;
+ * 0 for a pointer or reference declaration. */
+static int threadgroup_storage(const char *p, char names[][128]) {
+    int n = 0, depth = 0, in_init = 0, seen_bracket = 0;
+    const char *last_ident = NULL;
+    size_t last_len = 0;
+    for (; *p && *p != ';'; p++) {
+        char c = *p;
+        if (c == '(' || c == '[' || c == '{' || c == '<') {
+            if (depth == 0 && c == '[') seen_bracket = 1;
+            depth++;
+        } else if (c == ')' || c == ']' || c == '}' || c == '>') {
+            depth--;
+        } else if (depth == 0 && (c == '*' || c == '&') && !in_init && !seen_bracket) {
+            return 0;
+        } else if (depth == 0 && c == '=') {
+            in_init = 1;
+        } else if (depth == 0 && c == ',') {
+            if (last_ident && n < 16) snprintf(names[n++], 128, "%.*s", (int)last_len, last_ident);
+            last_ident = NULL;
+            in_init = seen_bracket = 0;
+        } else if (depth == 0 && !in_init && !seen_bracket && is_ident_start(c)) {
+            const char *e = p;
+            while (is_ident(*e)) e++;
+            last_ident = p;
+            last_len = (size_t)(e - p);
+            p = e - 1;
+        }
+    }
+    if (last_ident && n < 16) snprintf(names[n++], 128, "%.*s", (int)last_len, last_ident);
+    return n;
+}
+
 char *mkk_translate(const char *src) {
     out_buf o = {0};
     const char *p = src;
     int line_start = 1;
+    int braces = 0, parens = 0;
+    char last = ';'; /* last significant character emitted */
+    char tg_names[16][128];
+    int tg_count = 0, tg_depth = -1;
     if (put(&o, "", 0) < 0) goto nomem;
     while (*p) {
         char c = *p;
@@ -76,16 +120,19 @@ char *mkk_translate(const char *src) {
         if (c == '\n') {
             line_start = 1;
             if (put(&o, p++, 1) < 0) goto nomem;
+            continue; /* white space and comments leave `last` as it was */
         } else if (c == '/' && p[1] == '/') {
             const char *e = p;
             while (*e && *e != '\n') e++;
             if (put(&o, p, e - p) < 0) goto nomem;
             p = e;
+            continue;
         } else if (c == '/' && p[1] == '*') {
             const char *e = strstr(p + 2, "*/");
             e = e ? e + 2 : p + strlen(p);
             if (put(&o, p, e - p) < 0) goto nomem;
             p = e;
+            continue;
         } else if (c == '"' || c == '\'') {
             const char *e = p + 1;
             while (*e && *e != c && *e != '\n') e += (*e == '\\' && e[1]) ? 2 : 1;
@@ -104,10 +151,22 @@ char *mkk_translate(const char *src) {
             }
             p = *e ? e + 2 : e;
             if (put(&o, " ", 1) < 0) goto nomem;
+            continue;
         } else if (is_ident_start(c)) {
             const char *e = p;
             while (is_ident(*e)) e++;
-            if (!dropped_keyword(p, e - p) && put(&o, p, e - p) < 0) goto nomem;
+            if (e - p == 11 && memcmp(p, "threadgroup", 11) == 0) {
+                int n = 0;
+                if (braces > 0 && parens == 0 && (last == ';' || last == '{' || last == '}'))
+                    n = threadgroup_storage(e, tg_names);
+                if (n > 0) {
+                    tg_count = n;
+                    tg_depth = braces;
+                    if (put(&o, "static thread_local", 19) < 0) goto nomem;
+                }
+            } else if (!dropped_keyword(p, e - p) && put(&o, p, e - p) < 0) {
+                goto nomem;
+            }
             p = e;
         } else if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)p[1]))) {
             /* a number; a trailing h/H makes it a half literal */
@@ -127,8 +186,24 @@ char *mkk_translate(const char *src) {
             }
             p = e;
         } else {
+            if (c == '{') braces++;
+            if (c == '}') braces--;
+            if (c == '(') parens++;
+            if (c == ')') parens--;
             if (put(&o, p++, 1) < 0) goto nomem;
+            if (c == ';' && tg_count && braces == tg_depth && parens == 0) {
+                for (int i = 0; i < tg_count; i++) {
+                    char call[400];
+                    snprintf(call, sizeof call, " ::mkpy::threadgroup_alloc(&%s, sizeof(%s));", tg_names[i],
+                             tg_names[i]);
+                    if (put(&o, call, strlen(call)) < 0) goto nomem;
+                }
+                tg_count = 0;
+            }
+            if (c != ' ' && c != '\t' && c != '\r') last = c;
+            continue;
         }
+        last = 'a';
     }
     return o.s;
 nomem:

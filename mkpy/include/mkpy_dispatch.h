@@ -1,66 +1,85 @@
-// The per-threadgroup loop of a compiled kernel: walks the threadgroups a
-// launch hands it and, in each, every thread in Metal's order, computing
-// each attribute's Metal value. Included after mkpy_metal.h by the C++ that
-// mkpy generates for every kernel.
+// Thread attributes and the plain per-threadgroup loop of a compiled kernel.
+// Included after mkpy_metal.h by the C++ that mkpy generates for every kernel.
 #ifndef MKPY_DISPATCH_H
 #define MKPY_DISPATCH_H
 
 #include "mkpy_launch.h"
 
-namespace mkpy {
-
-struct thread_attrs {
-    metal::uint3 dispatch_threads_per_threadgroup, grid_origin, grid_size, thread_position_in_grid,
-        thread_position_in_threadgroup, threadgroup_position_in_grid, threadgroups_per_grid, threads_per_grid,
-        threads_per_threadgroup;
-    unsigned dispatch_quadgroups_per_threadgroup, dispatch_simdgroups_per_threadgroup,
+/* Metal's values of every kernel attribute for one thread. */
+struct mkpy_thread_attrs {
+    uint32_t dispatch_threads_per_threadgroup[3], grid_origin[3], grid_size[3], thread_position_in_grid[3],
+        thread_position_in_threadgroup[3], threadgroup_position_in_grid[3], threadgroups_per_grid[3],
+        threads_per_grid[3], threads_per_threadgroup[3];
+    uint32_t dispatch_quadgroups_per_threadgroup, dispatch_simdgroups_per_threadgroup,
         quadgroup_index_in_threadgroup, quadgroups_per_threadgroup, simdgroup_index_in_threadgroup,
         simdgroups_per_threadgroup, thread_execution_width, thread_index_in_quadgroup, thread_index_in_simdgroup,
         thread_index_in_threadgroup, threads_per_simdgroup;
 };
 
+namespace mkpy {
+
+inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
+
+// Fills the attributes that are the same for every thread of a launch.
+inline void launch_attrs(const mkpy_launch *L, mkpy_thread_attrs &t) {
+    const unsigned requested = L->tg[0] * L->tg[1] * L->tg[2];
+    for (int d = 0; d < 3; d++) {
+        t.dispatch_threads_per_threadgroup[d] = L->tg[d];
+        t.grid_origin[d] = 0;
+        t.grid_size[d] = L->grid[d];
+        t.threads_per_grid[d] = L->grid[d];
+        t.threadgroups_per_grid[d] = L->ngroups[d];
+    }
+    t.thread_execution_width = MKPY_SIMD_WIDTH;
+    t.threads_per_simdgroup = MKPY_SIMD_WIDTH;
+    t.dispatch_simdgroups_per_threadgroup = (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
+    t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
+}
+
+// Fills the attributes of threadgroup g; returns its thread count.
+inline unsigned group_attrs(const mkpy_launch *L, uint64_t g, mkpy_thread_attrs &t) {
+    const unsigned nx = L->ngroups[0], ny = L->ngroups[1];
+    const unsigned b[3] = {(unsigned)(g % nx), (unsigned)((g / nx) % ny), (unsigned)(g / ((uint64_t)nx * ny))};
+    unsigned count = 1;
+    for (int d = 0; d < 3; d++) {
+        // the last threadgroups along a dimension may be partial (non-uniform)
+        unsigned a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
+        t.threadgroup_position_in_grid[d] = b[d];
+        t.threads_per_threadgroup[d] = a;
+        count *= a;
+    }
+    t.simdgroups_per_threadgroup = (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
+    t.quadgroups_per_threadgroup = (count + 3) / 4;
+    return count;
+}
+
+// Fills the attributes of the thread with index `index` in its threadgroup.
+inline void thread_attrs(const mkpy_launch *L, unsigned index, mkpy_thread_attrs &t) {
+    const unsigned ax = t.threads_per_threadgroup[0], ay = t.threads_per_threadgroup[1];
+    const unsigned l[3] = {index % ax, (index / ax) % ay, index / (ax * ay)};
+    for (int d = 0; d < 3; d++) {
+        t.thread_position_in_threadgroup[d] = l[d];
+        t.thread_position_in_grid[d] = t.threadgroup_position_in_grid[d] * L->tg[d] + l[d];
+    }
+    t.thread_index_in_threadgroup = index;
+    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
+    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
+    t.quadgroup_index_in_threadgroup = index / 4;
+    t.thread_index_in_quadgroup = index % 4;
+}
+
 // Runs fn(attrs) for every thread of the launch's threadgroups, one group at
-// a time. Threads of a group run in thread_index_in_threadgroup order.
+// a time, threads in thread_index_in_threadgroup order.
 template <typename F>
 inline void run_threadgroups(const mkpy_launch *L, F &&fn) {
-    thread_attrs t;
-    const unsigned gx = L->grid[0], gy = L->grid[1], gz = L->grid[2];
-    const unsigned tx = L->tg[0], ty = L->tg[1], tz = L->tg[2];
-    const unsigned nx = L->ngroups[0], ny = L->ngroups[1];
-    const unsigned requested = tx * ty * tz;
-    t.dispatch_threads_per_threadgroup = metal::uint3(tx, ty, tz);
-    t.grid_origin = metal::uint3(0, 0, 0);
-    t.grid_size = metal::uint3(gx, gy, gz);
-    t.threads_per_grid = t.grid_size;
-    t.threadgroups_per_grid = metal::uint3(L->ngroups[0], L->ngroups[1], L->ngroups[2]);
-    t.thread_execution_width = 32;
-    t.threads_per_simdgroup = 32;
-    t.dispatch_simdgroups_per_threadgroup = (requested + 31) / 32;
-    t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
+    mkpy_thread_attrs t;
+    launch_attrs(L, t);
     for (uint64_t g = L->group_begin; g < L->group_end; g++) {
-        const unsigned bx = (unsigned)(g % nx), by = (unsigned)((g / nx) % ny), bz = (unsigned)(g / ((uint64_t)nx * ny));
-        // the last threadgroups along a dimension may be partial (non-uniform)
-        const unsigned ax = (bx + 1) * tx <= gx ? tx : gx - bx * tx;
-        const unsigned ay = (by + 1) * ty <= gy ? ty : gy - by * ty;
-        const unsigned az = (bz + 1) * tz <= gz ? tz : gz - bz * tz;
-        const unsigned count = ax * ay * az;
-        t.threadgroup_position_in_grid = metal::uint3(bx, by, bz);
-        t.threads_per_threadgroup = metal::uint3(ax, ay, az);
-        t.simdgroups_per_threadgroup = (count + 31) / 32;
-        t.quadgroups_per_threadgroup = (count + 3) / 4;
-        unsigned index = 0;
-        for (unsigned lz = 0; lz < az; lz++)
-            for (unsigned ly = 0; ly < ay; ly++)
-                for (unsigned lx = 0; lx < ax; lx++, index++) {
-                    t.thread_position_in_threadgroup = metal::uint3(lx, ly, lz);
-                    t.thread_position_in_grid = metal::uint3(bx * tx + lx, by * ty + ly, bz * tz + lz);
-                    t.thread_index_in_threadgroup = index;
-                    t.simdgroup_index_in_threadgroup = index / 32;
-                    t.thread_index_in_simdgroup = index % 32;
-                    t.quadgroup_index_in_threadgroup = index / 4;
-                    t.thread_index_in_quadgroup = index % 4;
-                    fn(t);
-                }
+        const unsigned count = group_attrs(L, g, t);
+        for (unsigned i = 0; i < count; i++) {
+            thread_attrs(L, i, t);
+            fn(t);
+        }
     }
 }
 

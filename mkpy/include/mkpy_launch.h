@@ -1,8 +1,20 @@
-/* The launch description passed from mkpy's C dispatcher to a compiled
- * kernel's entry point. Plain C, shared by csrc/kernel/ and mkpy_metal.h. */
+/* The interface between mkpy's C dispatcher and a compiled kernel. Plain C,
+ * shared by csrc/kernel/ and the C++ headers kernels include.
+ *
+ * A compiled kernel exports:
+ *   mkpy_kernel_entry(args, launch)   runs whole threadgroups, thread after thread
+ *                                     (kernels without cooperation between threads);
+ *   mkpy_kernel_thread(args, launch, group, index)
+ *                                     runs one GPU thread: thread `index` (in
+ *                                     thread_index_in_threadgroup order) of linear
+ *                                     threadgroup `group` (the dispatcher runs each
+ *                                     thread of a threadgroup on its own fiber);
+ *   mkpy_kernel_set_api(api)          hands it the cooperative runtime (barriers,
+ *                                     SIMD-group exchange, threadgroup memory). */
 #ifndef MKPY_LAUNCH_H
 #define MKPY_LAUNCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -16,8 +28,30 @@ struct mkpy_launch {
     uint64_t group_begin, group_end; /* linear threadgroup ids this call runs */
 };
 
-/* The symbol every compiled kernel exports. */
+/* The bytes one lane may contribute to a SIMD-group exchange (a long4). */
+#define MKPY_SIMD_SLOT 32
+#define MKPY_SIMD_WIDTH 32
+#define MKPY_MAX_THREADGROUP_MEMORY 32768
+
+/* The cooperative runtime, called by kernel code running on a fiber. */
+struct mkpy_coop_api {
+    /* threadgroup_barrier / simdgroup_barrier at a source location */
+    void (*barrier)(const char *file, int line);
+    void (*simd_barrier)(const char *file, int line);
+    /* Deposits `size` bytes for this lane, waits for the SIMD-group's other
+     * active lanes, and returns the SIMD-group's slots (MKPY_SIMD_SLOT bytes
+     * each, indexed by lane), the mask of lanes that took part and the
+     * caller's lane. */
+    const unsigned char *(*simd_exchange)(const void *value, size_t size, uint32_t *active_mask, uint32_t *lane);
+    /* Records a threadgroup variable (address, bytes) the first time each
+     * thread meets it; fails the launch past MKPY_MAX_THREADGROUP_MEMORY. */
+    void (*threadgroup_alloc)(const void *addr, size_t size, const char *file, int line);
+};
+
+/* The symbols every compiled kernel exports. */
 #define MKPY_ENTRY_SYMBOL "mkpy_kernel_entry"
+#define MKPY_THREAD_SYMBOL "mkpy_kernel_thread"
+#define MKPY_SET_API_SYMBOL "mkpy_kernel_set_api"
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,22 @@
+/* Cooperative threadgroups on fibers (see coop.c). */
+#ifndef MKK_COOP_H
+#define MKK_COOP_H
+
+#include "fiber.h"
+#include "kernel.h"
+
+typedef struct {
+    mkk_thread_fn thread;
+    void *const *args;
+} coop_kernel;
+
+/* The function table compiled kernels call for barriers, SIMD-group
+ * exchanges and threadgroup memory. */
+extern const struct mkpy_coop_api mkk_coop_api;
+
+/* Runs the threadgroups [launch->group_begin, group_end) cooperatively on the
+ * calling thread (which must be inside mk_fault_guarded_call). Returns 0, or
+ * -1 with a message in error. */
+int mkk_coop_run(const coop_kernel *k, const mkk_launch *launch, char *error, size_t errn);
+
+#endif

@@ -1,0 +1,319 @@
+#include "fiber.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------ context switch */
+
+#if defined(__x86_64__)
+/* frame on a suspended stack: [x87 CW, MXCSR] r15 r14 r13 r12 rbx rbp retaddr */
+__asm__(".text\n"
+        ".globl mk_fiber_switch\n"
+        ".type mk_fiber_switch,@function\n"
+        "mk_fiber_switch:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    subq $16, %rsp\n"
+        "    stmxcsr 8(%rsp)\n"
+        "    fnstcw (%rsp)\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    ldmxcsr 8(%rsp)\n"
+        "    fldcw (%rsp)\n"
+        "    addq $16, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size mk_fiber_switch, .-mk_fiber_switch\n"
+        ".globl mk_fiber_trampoline\n"
+        ".type mk_fiber_trampoline,@function\n"
+        "mk_fiber_trampoline:\n"
+        "    movq %r12, %rdi\n"
+        "    call mk_fiber_main\n"
+        "    ud2\n"
+        ".size mk_fiber_trampoline, .-mk_fiber_trampoline\n"
+        ".section .note.GNU-stack,\"\",@progbits\n"
+        ".text\n");
+#elif defined(__aarch64__)
+/* frame: x19..x28, x29, x30, d8..d15, fpcr (176 bytes) */
+__asm__(".text\n"
+        ".globl mk_fiber_switch\n"
+        ".type mk_fiber_switch,%function\n"
+        "mk_fiber_switch:\n"
+        "    sub sp, sp, #176\n"
+        "    stp x19, x20, [sp, #0]\n"
+        "    stp x21, x22, [sp, #16]\n"
+        "    stp x23, x24, [sp, #32]\n"
+        "    stp x25, x26, [sp, #48]\n"
+        "    stp x27, x28, [sp, #64]\n"
+        "    stp x29, x30, [sp, #80]\n"
+        "    stp d8, d9, [sp, #96]\n"
+        "    stp d10, d11, [sp, #112]\n"
+        "    stp d12, d13, [sp, #128]\n"
+        "    stp d14, d15, [sp, #144]\n"
+        "    mrs x9, fpcr\n"
+        "    str x9, [sp, #160]\n"
+        "    mov x9, sp\n"
+        "    str x9, [x0]\n"
+        "    mov sp, x1\n"
+        "    ldr x9, [sp, #160]\n"
+        "    msr fpcr, x9\n"
+        "    ldp x19, x20, [sp, #0]\n"
+        "    ldp x21, x22, [sp, #16]\n"
+        "    ldp x23, x24, [sp, #32]\n"
+        "    ldp x25, x26, [sp, #48]\n"
+        "    ldp x27, x28, [sp, #64]\n"
+        "    ldp x29, x30, [sp, #80]\n"
+        "    ldp d8, d9, [sp, #96]\n"
+        "    ldp d10, d11, [sp, #112]\n"
+        "    ldp d12, d13, [sp, #128]\n"
+        "    ldp d14, d15, [sp, #144]\n"
+        "    add sp, sp, #176\n"
+        "    ret\n"
+        ".size mk_fiber_switch, .-mk_fiber_switch\n"
+        ".globl mk_fiber_trampoline\n"
+        ".type mk_fiber_trampoline,%function\n"
+        "mk_fiber_trampoline:\n"
+        "    mov x0, x19\n"
+        "    bl mk_fiber_main\n"
+        "    brk #0\n"
+        ".size mk_fiber_trampoline, .-mk_fiber_trampoline\n"
+        ".section .note.GNU-stack,\"\",%progbits\n"
+        ".text\n");
+#else
+#error "mkpy's fibers need an x86-64 or aarch64 context switch"
+#endif
+
+void mk_fiber_trampoline(void);
+void mk_fiber_main(mk_fiber *f);
+
+void mk_fiber_main(mk_fiber *f) {
+    f->fn(f->arg);
+    f->done = 1;
+    void *junk;
+    mk_fiber_switch(&junk, *f->return_to);
+}
+
+void mk_fiber_prepare(mk_fiber *f, mk_fiber_fn fn, void *arg, void **return_to) {
+    uintptr_t top = ((uintptr_t)(f->stack_lo + f->stack_size)) & ~(uintptr_t)15;
+    f->fn = fn;
+    f->arg = arg;
+    f->return_to = return_to;
+    f->done = 0;
+#if defined(__x86_64__)
+    uint64_t *sp = (uint64_t *)(top - 88);
+    uint32_t mxcsr;
+    uint16_t fcw;
+    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+    __asm__ volatile("fnstcw %0" : "=m"(fcw));
+    memset(sp, 0, 88);
+    memcpy((char *)sp, &fcw, sizeof fcw);
+    memcpy((char *)sp + 8, &mxcsr, sizeof mxcsr);
+    sp[2] = 0;                                /* r15 */
+    sp[3] = 0;                                /* r14 */
+    sp[4] = 0;                                /* r13 */
+    sp[5] = (uint64_t)(uintptr_t)f;           /* r12: the fiber */
+    sp[6] = 0;                                /* rbx */
+    sp[7] = 0;                                /* rbp */
+    sp[8] = (uint64_t)(uintptr_t)mk_fiber_trampoline;
+    f->sp = sp;
+#else
+    uint64_t *sp = (uint64_t *)(top - 176);
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    memset(sp, 0, 176);
+    sp[0] = (uint64_t)(uintptr_t)f;                   /* x19: the fiber */
+    sp[11] = (uint64_t)(uintptr_t)mk_fiber_trampoline; /* x30 */
+    sp[20] = fpcr;
+    f->sp = sp;
+#endif
+}
+
+static size_t page_size(void) {
+    static size_t ps;
+    if (!ps) ps = (size_t)sysconf(_SC_PAGESIZE);
+    return ps;
+}
+
+int mk_fiber_stack_alloc(mk_fiber *f, size_t size) {
+    size_t ps = page_size();
+    size = (size + ps - 1) / ps * ps;
+    char *base = mmap(NULL, size + ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) return -1;
+    if (mprotect(base, ps, PROT_NONE) != 0) {
+        munmap(base, size + ps);
+        return -1;
+    }
+    f->stack_lo = base + ps;
+    f->stack_size = size;
+    return 0;
+}
+
+void mk_fiber_stack_free(mk_fiber *f) {
+    if (f->stack_lo) munmap(f->stack_lo - page_size(), f->stack_size + page_size());
+    f->stack_lo = NULL;
+}
+
+/* ------------------------------------------------------------- faults */
+
+#define ROOT_STACK (8u << 20)      /* the guarded call's own stack */
+#define ESCAPE_STACK (64u << 10)   /* where a faulting context resumes */
+#define ALT_STACK (64u << 10)      /* where the signal handler runs */
+
+typedef struct {
+    bool ready;
+    bool active;
+    mk_fiber root;
+    void *caller_sp;
+    mk_fault fault;
+    mk_fiber *watched;
+    int nwatched;
+    char *escape_stack;
+    mk_fiber_fn fn;
+    void *arg;
+} guard_state;
+
+static _Thread_local guard_state guard;
+static struct sigaction old_segv, old_bus;
+static pthread_once_t handler_once = PTHREAD_ONCE_INIT;
+
+void mk_fault_escape(void);
+void mk_fault_escape(void) {
+    void *junk;
+    guard.active = false;
+    mk_fiber_switch(&junk, guard.caller_sp);
+    abort(); /* not reached */
+}
+
+static void chain(int sig, siginfo_t *si, void *uc) {
+    struct sigaction *old = sig == SIGSEGV ? &old_segv : &old_bus;
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    /* default action: restore it; returning re-executes the faulting instruction */
+    signal(sig, SIG_DFL);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *ucv) {
+    if (!guard.active) {
+        chain(sig, si, ucv);
+        return;
+    }
+    uintptr_t addr = (uintptr_t)si->si_addr;
+    size_t ps = page_size();
+    guard.fault.happened = 1;
+    guard.fault.addr = addr;
+    guard.fault.stack_overflow = 0;
+    for (int i = 0; i < guard.nwatched; i++) {
+        uintptr_t lo = (uintptr_t)guard.watched[i].stack_lo;
+        if (lo && addr >= lo - ps && addr < lo) guard.fault.stack_overflow = 1;
+    }
+    uintptr_t root_lo = (uintptr_t)guard.root.stack_lo;
+    if (addr >= root_lo - ps && addr < root_lo) guard.fault.stack_overflow = 1;
+    /* resume in mk_fault_escape on a clean stack, as if it had been called */
+    ucontext_t *uc = ucv;
+#if defined(__x86_64__)
+    uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#else
+    uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
+#endif
+    /* a stack pointer below a stack's lowest address also means overflow */
+    for (int i = -1; i < guard.nwatched; i++) {
+        const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
+        uintptr_t lo = (uintptr_t)f->stack_lo;
+        if (lo && sp < lo && lo - sp < (64u << 20)) guard.fault.stack_overflow = 1;
+    }
+    uintptr_t top = ((uintptr_t)(guard.escape_stack + ESCAPE_STACK)) & ~(uintptr_t)15;
+#if defined(__x86_64__)
+    uc->uc_mcontext.gregs[REG_RSP] = (greg_t)(top - 8);
+    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)mk_fault_escape;
+#else
+    uc->uc_mcontext.sp = top;
+    uc->uc_mcontext.pc = (uint64_t)(uintptr_t)mk_fault_escape;
+#endif
+}
+
+static void install_handler(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+}
+
+static int guard_init(void) {
+    if (guard.ready) return 0;
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = malloc(ALT_STACK);
+    ss.ss_size = ALT_STACK;
+    guard.escape_stack = malloc(ESCAPE_STACK);
+    if (!ss.ss_sp || !guard.escape_stack || sigaltstack(&ss, NULL) != 0 ||
+        mk_fiber_stack_alloc(&guard.root, ROOT_STACK) != 0) {
+        free(ss.ss_sp);
+        free(guard.escape_stack);
+        guard.escape_stack = NULL;
+        return -1;
+    }
+    pthread_once(&handler_once, install_handler);
+    guard.ready = true;
+    return 0;
+}
+
+static void root_main(void *arg) {
+    (void)arg;
+    guard.fn(guard.arg);
+}
+
+int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault) {
+    memset(fault, 0, sizeof *fault);
+    if (guard_init() < 0) {
+        fn(arg); /* no guard available: run unguarded */
+        return 0;
+    }
+    if (guard.active) { /* nested: already guarded */
+        fn(arg);
+        return 0;
+    }
+    guard.fn = fn;
+    guard.arg = arg;
+    guard.nwatched = 0;
+    memset(&guard.fault, 0, sizeof guard.fault);
+    mk_fiber_prepare(&guard.root, root_main, NULL, &guard.caller_sp);
+    guard.active = true;
+    mk_fiber_switch(&guard.caller_sp, guard.root.sp);
+    guard.active = false;
+    guard.nwatched = 0;
+    if (guard.fault.happened) {
+        *fault = guard.fault;
+        return -1;
+    }
+    return 0;
+}
+
+void mk_fault_watch_stacks(mk_fiber *fibers, int n) {
+    guard.watched = fibers;
+    guard.nwatched = n;
+}

@@ -1,0 +1,59 @@
+/* Fibers: small stackful coroutines with an assembly context switch
+ * (x86-64 and aarch64), used to run the threads of a threadgroup
+ * cooperatively. Stacks come from mmap with a guard page below each, and a
+ * fault inside kernel code (a stack overflow, a wild pointer) is turned into
+ * an error on the worker instead of killing the process.
+ *
+ * The switch saves only callee-saved registers plus the floating-point
+ * control words (MXCSR/x87 CW, FPCR): a few nanoseconds, where ucontext's
+ * swapcontext makes a signal-mask system call every time. */
+#ifndef MKK_FIBER_H
+#define MKK_FIBER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mk_fiber mk_fiber;
+typedef void (*mk_fiber_fn)(void *arg);
+
+/* Switches from the running context (its stack pointer is stored in *from)
+ * to the context whose saved stack pointer is `to`. */
+void mk_fiber_switch(void **from, void *to);
+
+struct mk_fiber {
+    void *sp;         /* saved stack pointer while suspended */
+    char *stack_lo;   /* lowest usable address (just above the guard page) */
+    size_t stack_size;
+    mk_fiber_fn fn;
+    void *arg;
+    void **return_to; /* where the scheduler's stack pointer is kept */
+    int done;
+};
+
+/* Prepares f to run fn(arg) on its stack when first switched to; when fn
+ * returns, the fiber marks itself done and switches to *return_to. */
+void mk_fiber_prepare(mk_fiber *f, mk_fiber_fn fn, void *arg, void **return_to);
+
+/* A stack of `size` usable bytes with a guard page below it. */
+int mk_fiber_stack_alloc(mk_fiber *f, size_t size);
+void mk_fiber_stack_free(mk_fiber *f);
+
+/* --- faults in kernel code --------------------------------------------- */
+
+/* Describes the fault that stopped kernel code on this thread. */
+typedef struct {
+    int happened;
+    int stack_overflow; /* the address was in a fiber's guard page */
+    uintptr_t addr;
+} mk_fault;
+
+/* Runs fn(arg) on a fiber of this thread (so that a fault inside it can be
+ * caught). Returns 0, or -1 with *fault filled if the code faulted. The
+ * fiber's stack is `stack_size` bytes (reused between calls). */
+int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault);
+
+/* Registers the fibers whose guard pages belong to the current guarded call
+ * (for telling stack overflows from other faults). */
+void mk_fault_watch_stacks(mk_fiber *fibers, int n);
+
+#endif
