@@ -102,12 +102,21 @@ mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis);
 mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape);
 mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis);
 mk_array *mk_stack(int n, mk_array *const *xs, int axis);
-/* Splits at the given indices (nidx index positions along axis): nidx + 1 parts into outs. */
+/* Splits at the given indices (nidx index positions along axis): nidx + 1 parts into outs.
+ * Indices are normalised and clamped as slice bounds (numpy's split). */
 int mk_split(mk_array *x, int nidx, const int64_t *indices, int axis, mk_array **outs);
+/* Splits into `sections` equal parts (an error if the axis does not divide). */
+int mk_split_sections(mk_array *x, int64_t sections, int axis, mk_array **outs);
 mk_array *mk_tile(mk_array *x, int nreps, const int64_t *reps);
 mk_array *mk_repeat(mk_array *x, int64_t repeats, int axis, bool has_axis);
 /* pad_width: ndim pairs (before, after); mode "constant" with value. */
 mk_array *mk_pad(mk_array *x, const int64_t (*pad_width)[2], mk_array *value);
+typedef enum { MK_PAD_CONSTANT, MK_PAD_EDGE, MK_PAD_REFLECT, MK_PAD_SYMMETRIC } mk_pad_mode;
+/* Any mode; value is used by MK_PAD_CONSTANT only (may be NULL otherwise). */
+mk_array *mk_pad_ex(mk_array *x, const int64_t (*pad_width)[2], mk_array *value, mk_pad_mode mode);
+/* Copies the evaluated array src into dst (memory of src's dtype), element
+ * i of src going to dst[sum(i_k * dst_strides[k])], on the thread pool. */
+void mk_copy_into(const mk_array *src, void *dst, const int64_t *dst_strides);
 /* Basic slicing: start/stop/step per axis, already normalised by the caller
  * (start in [0, dim], stop in [-1, dim], step != 0), as numpy's slice.indices. */
 mk_array *mk_slice(mk_array *x, const int64_t *start, const int64_t *stop, const int64_t *step);
@@ -128,7 +137,8 @@ mk_array *mk_random_bernoulli(mk_array *p, int ndim, const int64_t *shape, bool 
 void mk_random_seed(uint64_t seed);
 mk_array *mk_random_next_key(void);
 
-/* Normalises an axis against ndim; -1 with "[op] Invalid axis ..." on error. */
+/* Normalises an axis against ndim; -1 with MLX's IndexError
+ * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);
 
 #endif

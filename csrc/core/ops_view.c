@@ -11,7 +11,16 @@
 
 int mk_norm_axis(const char *op, int axis, int ndim) {
     if (axis < -ndim || axis >= ndim) {
-        mk_error_set(MK_ERR_VALUE, "[%s] Invalid axis %d for array with %d dimensions.", op, axis, ndim);
+        mk_error_set(MK_ERR_INDEX, "[%s] Axis %d is out of bounds for array with %d dimensions.", op, axis, ndim);
+        return -1;
+    }
+    return axis < 0 ? axis + ndim : axis;
+}
+
+/* The check swapaxes and moveaxis use (MLX words it differently). */
+static int check_axis(const char *op, int axis, int ndim) {
+    if (axis < -ndim || axis >= ndim) {
+        mk_error_set(MK_ERR_INDEX, "[%s] Invalid axis %d for array with %d dimensions.", op, axis, ndim);
         return -1;
     }
     return axis < 0 ? axis + ndim : axis;
@@ -19,12 +28,11 @@ int mk_norm_axis(const char *op, int axis, int ndim) {
 
 /* ------------------------------------------------------------ strided view */
 
-/* params of a generic strided view: out = in[offset + sum(i_k * strides_k)] */
+/* params of a generic strided view: output dim k takes the input's stride
+ * map[k] (or 0 for a new or broadcast dim, map[k] < 0) times mult[k]; the
+ * view starts at index start[d] along each input dim d */
 typedef struct {
-    int64_t offset; /* relative to the input's offset, in elements of the input's strides */
     int ndim;
-    /* out dim k takes input stride map[k] (or 0 for a new/broadcast dim) times mult[k],
-     * plus a start offset along input dims */
     int map[MK_MAX_NDIM];
     int64_t mult[MK_MAX_NDIM];
     int64_t start[MK_MAX_NDIM]; /* per input dim, start index (slicing) */
@@ -61,42 +69,65 @@ static mk_array *view_node(mk_array *x, view_params *v, int ndim, const int64_t 
 
 /* ----------------------------------------------------------------- reshape */
 
+/* Strides that show x's elements, in row-major order, as an array of the
+ * given shape without copying, as numpy's _attempt_nocopy_reshape: each group
+ * of old dims that maps onto a group of new dims must be contiguous within
+ * itself. Broadcast (stride 0) dims merge too. Returns false when a copy is
+ * needed. */
+static bool nocopy_strides(const mk_array *x, int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t od[MK_MAX_NDIM], os[MK_MAX_NDIM];
+    int ond = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (x->shape[i] != 1) {
+            od[ond] = x->shape[i];
+            os[ond++] = x->strides[i];
+        }
+    int oi = 0, oj = 1, ni = 0, nj = 1;
+    while (ni < ndim && oi < ond) {
+        int64_t np_ = shape[ni], op = od[oi];
+        while (np_ != op) {
+            if (np_ < op) {
+                if (nj >= ndim) return false;
+                np_ *= shape[nj++];
+            } else {
+                if (oj >= ond) return false;
+                op *= od[oj++];
+            }
+        }
+        for (int k = oi; k < oj - 1; k++)
+            if (os[k] != od[k + 1] * os[k + 1]) return false;
+        strides[nj - 1] = os[oj - 1];
+        for (int k = nj - 1; k > ni; k--) strides[k - 1] = strides[k] * shape[k];
+        ni = nj++;
+        oi = oj++;
+    }
+    /* trailing size-1 dims of the new shape */
+    for (int k = ni; k < ndim; k++) strides[k] = 1;
+    return true;
+}
+
 static int reshape_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     (void)p;
     const mk_array *x = in[0];
     mk_array *o = out[0];
-    if (x->flags & MK_ROW_CONTIG) {
-        int64_t strides[MK_MAX_NDIM], s = 1;
-        for (int i = o->ndim - 1; i >= 0; i--) {
-            strides[i] = s;
-            s *= o->shape[i];
-        }
+    int64_t strides[MK_MAX_NDIM];
+    if (x->size == 0) {
+        for (int i = 0; i < o->ndim; i++) strides[i] = 0;
         mk_set_view(o, x, x->offset, strides);
         return 0;
     }
-    if (mk_alloc_out(o) < 0) return -1;
-    /* copy x in row-major order into o's dense storage */
-    mk_cast_fn fn = mk_cast_table[x->dtype][x->dtype];
-    const int64_t *strides[1] = {x->strides};
-    mk_iter it;
-    mk_iter_init(&it, x->ndim, x->shape, 1, strides);
-    size_t isz = mk_dtype_size(x->dtype);
-    char *dst = mk_data(o);
-    const char *src = mk_data(x);
-    /* serial walk: the destination position is the running count */
-    int64_t pos = 0;
-    int64_t idx[MK_MAX_NDIM] = {0};
-    int64_t inner = it.shape[it.ndim - 1], rows = it.total / (inner ? inner : 1);
-    for (int64_t r = 0; r < rows && inner; r++) {
-        int64_t off = 0;
-        for (int d = 0; d < it.ndim - 1; d++) off += idx[d] * it.strides[0][d];
-        fn(src + off * (int64_t)isz, it.strides[0][it.ndim - 1], dst + pos * (int64_t)isz, 1, inner);
-        pos += inner;
-        for (int d = it.ndim - 2; d >= 0; d--) {
-            if (++idx[d] < it.shape[d]) break;
-            idx[d] = 0;
-        }
+    if (nocopy_strides(x, o->ndim, o->shape, strides)) {
+        mk_set_view(o, x, x->offset, strides);
+        return 0;
     }
+    /* copy x in row-major order into o's dense storage */
+    if (mk_alloc_out(o) < 0) return -1;
+    int64_t dense[MK_MAX_NDIM], s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        dense[i] = s;
+        s *= x->shape[i];
+    }
+    mk_copy_into(x, mk_data(o), dense);
     return 0;
 }
 
@@ -104,57 +135,66 @@ static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL};
 
 mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
     int64_t shape[MK_MAX_NDIM];
+    char sbuf[512];
     int infer = -1;
+    bool negative = false;
     int64_t known = 1;
     if (ndim > MK_MAX_NDIM) {
-        mk_error_set(MK_ERR_VALUE, "[reshape] Too many dimensions.");
+        mk_error_set(MK_ERR_VALUE, "[reshape] Arrays of more than %d dimensions are not supported.", MK_MAX_NDIM);
         return NULL;
     }
     for (int i = 0; i < ndim; i++) {
         shape[i] = shape_in[i];
         if (shape[i] == -1) {
             if (infer >= 0) {
-                mk_error_set(MK_ERR_VALUE, "[reshape] Can only infer one dimension.");
+                mk_error_set(MK_ERR_VALUE, "[reshape] Reshape can only infer one dimension.");
                 return NULL;
             }
             infer = i;
         } else if (shape[i] < 0) {
-            mk_error_set(MK_ERR_VALUE, "[reshape] Invalid negative dimension %lld.", (long long)shape[i]);
-            return NULL;
+            negative = true;
+        } else if (shape[i] && known > INT64_MAX / shape[i]) {
+            known = -1; /* overflows: cannot match any size */
+            negative = true;
         } else {
             known *= shape[i];
         }
     }
-    char sbuf[512];
-    if (infer >= 0) {
-        if (known == 0 || x->size % known != 0) {
+    if (!negative) {
+        if (known > 0) {
+            if (infer >= 0) {
+                shape[infer] = x->size / known;
+                known *= shape[infer];
+            }
+        } else if (infer >= 0) {
             mk_error_set(MK_ERR_VALUE, "[reshape] Cannot infer the shape of an empty array");
-            if (known != 0)
-                mk_error_set(MK_ERR_VALUE, "[reshape] Cannot reshape array of size %lld into shape %s.",
-                             (long long)x->size, mk_shape_str(ndim, shape_in, sbuf, sizeof sbuf));
             return NULL;
         }
-        shape[infer] = x->size / known;
-        known *= shape[infer];
     }
-    if (known != x->size) {
+    if (negative || known != x->size) {
         mk_error_set(MK_ERR_VALUE, "[reshape] Cannot reshape array of size %lld into shape %s.",
-                     (long long)x->size, mk_shape_str(ndim, shape_in, sbuf, sizeof sbuf));
+                     (long long)x->size, mk_shape_str(ndim, shape, sbuf, sizeof sbuf));
         return NULL;
+    }
+    if (ndim == x->ndim && (ndim == 0 || !memcmp(shape, x->shape, ndim * sizeof *shape))) {
+        mk_incref(x);
+        return x;
     }
     return mk_node(&reshape_def, NULL, x->dtype, ndim, shape, 1, &x);
 }
 
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
-    if (x->ndim == 0) {
+    /* as MLX: out-of-range axes are clamped, and a 0-d array becomes (1,) */
+    int nd = x->ndim;
+    int s = start_axis + (start_axis < 0 ? nd : 0);
+    int e = end_axis + (end_axis < 0 ? nd : 0);
+    if (s < 0) s = 0;
+    if (e > nd - 1) e = nd - 1;
+    if (nd == 0) {
         int64_t one = 1;
         return mk_reshape(x, 1, &one);
     }
-    int s = mk_norm_axis("flatten", start_axis, x->ndim);
-    if (s < 0) return NULL;
-    int e = mk_norm_axis("flatten", end_axis, x->ndim);
-    if (e < 0) return NULL;
-    if (s > e) {
+    if (e < s) {
         mk_error_set(MK_ERR_VALUE, "[flatten] start_axis must be less than or equal to end_axis");
         return NULL;
     }
@@ -164,7 +204,7 @@ mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
     int64_t m = 1;
     for (int i = s; i <= e; i++) m *= x->shape[i];
     shape[n++] = m;
-    for (int i = e + 1; i < x->ndim; i++) shape[n++] = x->shape[i];
+    for (int i = e + 1; i < nd; i++) shape[n++] = x->shape[i];
     return mk_reshape(x, n, shape);
 }
 
@@ -177,21 +217,21 @@ mk_array *mk_transpose(mk_array *x, int naxes, const int *axes_in) {
         for (int i = 0; i < nd; i++) axes[i] = nd - 1 - i;
     } else {
         if (naxes != nd) {
-            mk_error_set(MK_ERR_VALUE, "[transpose] Recived %d axes for array with %d dimensions.", naxes, nd);
+            mk_error_set(MK_ERR_VALUE, "[transpose] Received %d axes for array with %d dimensions.", naxes, nd);
             return NULL;
         }
-        int seen[MK_MAX_NDIM] = {0};
+        bool seen[MK_MAX_NDIM] = {0};
         for (int i = 0; i < nd; i++) {
             int a = axes_in[i] < 0 ? axes_in[i] + nd : axes_in[i];
             if (a < 0 || a >= nd) {
-                mk_error_set(MK_ERR_VALUE, "[transpose] Invalid axis (%d) for array with %d dimensions.",
-                             axes_in[i], nd);
+                mk_error_set(MK_ERR_INDEX, "[transpose] Invalid axis (%d) for array with %d dimensions.", a, nd);
                 return NULL;
             }
-            if (seen[a]++) {
+            if (seen[a]) {
                 mk_error_set(MK_ERR_VALUE, "[transpose] Repeat axes not allowed.");
                 return NULL;
             }
+            seen[a] = true;
             axes[i] = a;
         }
     }
@@ -206,9 +246,10 @@ mk_array *mk_transpose(mk_array *x, int naxes, const int *axes_in) {
 }
 
 mk_array *mk_swapaxes(mk_array *x, int a, int b) {
-    int na = mk_norm_axis("swapaxes", a, x->ndim);
-    int nb = na < 0 ? -1 : mk_norm_axis("swapaxes", b, x->ndim);
-    if (na < 0 || nb < 0) return NULL;
+    int na = check_axis("swapaxes", a, x->ndim);
+    if (na < 0) return NULL;
+    int nb = check_axis("swapaxes", b, x->ndim);
+    if (nb < 0) return NULL;
     int axes[MK_MAX_NDIM];
     for (int i = 0; i < x->ndim; i++) axes[i] = i;
     axes[na] = nb;
@@ -217,9 +258,14 @@ mk_array *mk_swapaxes(mk_array *x, int a, int b) {
 }
 
 mk_array *mk_moveaxis(mk_array *x, int src, int dst) {
-    int s = mk_norm_axis("moveaxis", src, x->ndim);
-    int d = s < 0 ? -1 : mk_norm_axis("moveaxis", dst, x->ndim);
-    if (s < 0 || d < 0) return NULL;
+    int s = check_axis("moveaxis", src, x->ndim);
+    if (s < 0) return NULL;
+    int d = check_axis("moveaxis", dst, x->ndim);
+    if (d < 0) return NULL;
+    if (s == d) {
+        mk_incref(x);
+        return x;
+    }
     int order[MK_MAX_NDIM], n = 0;
     for (int i = 0; i < x->ndim; i++)
         if (i != s) order[n++] = i;
@@ -232,24 +278,32 @@ mk_array *mk_moveaxis(mk_array *x, int src, int dst) {
 /* --------------------------------------------------- adding/removing dims */
 
 mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes_in) {
-    int out_nd = x->ndim + naxes;
-    if (out_nd > MK_MAX_NDIM) {
-        mk_error_set(MK_ERR_VALUE, "[expand_dims] Too many dimensions.");
-        return NULL;
+    if (naxes == 0) {
+        mk_incref(x);
+        return x;
     }
-    int is_new[MK_MAX_NDIM] = {0};
+    int out_nd = x->ndim + naxes;
     for (int i = 0; i < naxes; i++) {
         int a = axes_in[i];
         if (a < -out_nd || a >= out_nd) {
-            mk_error_set(MK_ERR_VALUE, "[expand_dims] Invalid axis %d for output array with %d dimensions.", a,
+            mk_error_set(MK_ERR_INDEX, "[expand_dims] Axis %d is out of bounds for array with %d dimensions.", a,
                          out_nd);
             return NULL;
         }
-        if (a < 0) a += out_nd;
-        if (is_new[a]++) {
+    }
+    if (out_nd > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[expand_dims] Arrays of more than %d dimensions are not supported.",
+                     MK_MAX_NDIM);
+        return NULL;
+    }
+    bool is_new[MK_MAX_NDIM] = {0};
+    for (int i = 0; i < naxes; i++) {
+        int a = axes_in[i] < 0 ? axes_in[i] + out_nd : axes_in[i];
+        if (is_new[a]) {
             mk_error_set(MK_ERR_VALUE, "[expand_dims] Received duplicate axes.");
             return NULL;
         }
+        is_new[a] = true;
     }
     view_params *v = view_new(x, out_nd);
     if (!v) return NULL;
@@ -266,21 +320,32 @@ mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes_in) {
 }
 
 mk_array *mk_squeeze(mk_array *x, int naxes, const int *axes_in) {
-    int drop[MK_MAX_NDIM] = {0};
+    bool drop[MK_MAX_NDIM] = {0};
     if (naxes < 0) {
         for (int i = 0; i < x->ndim; i++) drop[i] = x->shape[i] == 1;
     } else {
+        if (naxes == 0) {
+            mk_incref(x);
+            return x;
+        }
+        /* as MLX: each axis is checked for range and size first, then the
+         * whole list for duplicates */
         for (int i = 0; i < naxes; i++) {
             int a = mk_norm_axis("squeeze", axes_in[i], x->ndim);
             if (a < 0) return NULL;
-            if (drop[a]++) {
+            if (x->shape[a] != 1) {
+                mk_error_set(MK_ERR_VALUE, "[squeeze] Cannot squeeze axis %d with size %lld which is not equal to 1.",
+                             axes_in[i], (long long)x->shape[a]);
+                return NULL;
+            }
+        }
+        for (int i = 0; i < naxes; i++) {
+            int a = axes_in[i] < 0 ? axes_in[i] + x->ndim : axes_in[i];
+            if (drop[a]) {
                 mk_error_set(MK_ERR_VALUE, "[squeeze] Received duplicate axes.");
                 return NULL;
             }
-            if (x->shape[a] != 1) {
-                mk_error_set(MK_ERR_VALUE, "[squeeze] Cannot squeeze axis with size != 1");
-                return NULL;
-            }
+            drop[a] = true;
         }
     }
     int n = 0;
@@ -298,29 +363,35 @@ mk_array *mk_squeeze(mk_array *x, int naxes, const int *axes_in) {
 
 mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape) {
     char sa[256], sb[256];
-    if (ndim < x->ndim) goto bad;
+    int64_t bshape[MK_MAX_NDIM];
+    if (ndim > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[broadcast_to] Arrays of more than %d dimensions are not supported.",
+                     MK_MAX_NDIM);
+        return NULL;
+    }
+    for (int k = 0; k < ndim; k++)
+        if (shape[k] < 0) {
+            mk_error_set(MK_ERR_VALUE, "[broadcast_to] Negative dimensions not allowed.");
+            return NULL;
+        }
+    if (ndim == x->ndim && (ndim == 0 || !memcmp(shape, x->shape, ndim * sizeof *shape))) {
+        mk_incref(x);
+        return x;
+    }
+    int bnd = mk_broadcast_shapes(x->ndim, x->shape, ndim, shape, bshape);
+    if (bnd < 0) return NULL;
+    if (bnd != ndim || memcmp(bshape, shape, ndim * sizeof *shape)) {
+        mk_error_set(MK_ERR_VALUE, "Cannot broadcast array of shape %s into shape %s.",
+                     mk_shape_str(x->ndim, x->shape, sa, sizeof sa), mk_shape_str(ndim, shape, sb, sizeof sb));
+        return NULL;
+    }
+    if (mk_shape_size(ndim, shape) < 0) return NULL;
     view_params *v = view_new(x, ndim);
     if (!v) return NULL;
     int lead = ndim - x->ndim;
-    for (int k = 0; k < ndim; k++) {
-        int d = k - lead;
-        if (d < 0) continue;
-        if (x->shape[d] == shape[k]) {
-            v->map[k] = d;
-        } else if (x->shape[d] != 1) {
-            free(v);
-            goto bad;
-        }
-    }
-    if (mk_shape_size(ndim, shape) < 0) {
-        free(v);
-        return NULL;
-    }
+    for (int k = lead; k < ndim; k++)
+        if (x->shape[k - lead] == shape[k]) v->map[k] = k - lead;
     return view_node(x, v, ndim, shape);
-bad:
-    mk_error_set(MK_ERR_VALUE, "[broadcast_shapes] Shapes %s and %s cannot be broadcast.",
-                 mk_shape_str(x->ndim, x->shape, sa, sizeof sa), mk_shape_str(ndim, shape, sb, sizeof sb));
-    return NULL;
 }
 
 /* ----------------------------------------------------------------- slicing */
@@ -331,13 +402,14 @@ mk_array *mk_slice(mk_array *x, const int64_t *start, const int64_t *stop, const
     int64_t shape[MK_MAX_NDIM];
     for (int d = 0; d < x->ndim; d++) {
         int64_t n;
+        /* written so that huge steps do not overflow */
         if (step[d] > 0)
-            n = stop[d] > start[d] ? (stop[d] - start[d] + step[d] - 1) / step[d] : 0;
+            n = stop[d] > start[d] ? (stop[d] - start[d] - 1) / step[d] + 1 : 0;
         else
-            n = stop[d] < start[d] ? (start[d] - stop[d] - step[d] - 1) / (-step[d]) : 0;
+            n = stop[d] < start[d] ? (start[d] - stop[d] - 1) / -step[d] + 1 : 0;
         shape[d] = n;
         v->map[d] = d;
-        v->mult[d] = step[d];
+        v->mult[d] = n > 1 ? step[d] : 1;
         v->start[d] = n > 0 ? start[d] : 0;
     }
     return view_node(x, v, x->ndim, shape);
