@@ -9,7 +9,7 @@ from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
 from . import random, fast, metal  # noqa: F401
 from ._device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
-    default_stream, new_stream, stream,
+    default_stream, new_stream, stream, is_available, device_count,
 )
 
 __version__ = "0.1.0"
