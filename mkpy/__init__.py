@@ -11,7 +11,7 @@ from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
 from . import random, fast, metal  # noqa: F401
 from ._device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
-    default_stream, new_stream, stream,
+    default_stream, new_stream, stream, is_available, device_count,
 )
 
 # the kernel runtime headers ship in mkpy/include

@@ -25,6 +25,8 @@ class Device:
     """A device: ``Device(mkpy.gpu, 0)``."""
 
     def __init__(self, type, index=0):
+        if isinstance(type, int) and not isinstance(type, bool) and type in (0, 1):
+            type = DeviceType(type)  # MLX converts 0 / 1 to cpu / gpu
         if not isinstance(type, DeviceType):
             raise TypeError("Device type must be mkpy.cpu or mkpy.gpu")
         self.type = type
@@ -56,11 +58,12 @@ class Stream:
         return hash((self.index, self.device))
 
     def __repr__(self):
-        return f"Stream({self.device}, index={self.index})"
+        return f"Stream({self.device}, {self.index})"
 
 
 _default = Device(gpu, 0)
 _streams = {}
+_stream_count = 0
 
 
 def default_device():
@@ -80,8 +83,22 @@ def default_stream(device):
 
 
 def new_stream(device):
+    global _stream_count
     device = device if isinstance(device, Device) else Device(device, 0)
-    return Stream(len(_streams) + 1, device)
+    _stream_count += 1
+    return Stream(_stream_count, device)
+
+
+def is_available(device):
+    """Whether a device can be used: both are (the CPU back-end serves mkpy.gpu)."""
+    device = device if isinstance(device, Device) else Device(device, 0)
+    return True
+
+
+def device_count(device_type):
+    """Number of devices of a type: one of each."""
+    Device(device_type)  # validates
+    return 1
 
 
 @contextlib.contextmanager

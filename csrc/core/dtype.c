@@ -16,7 +16,7 @@ const mk_dtype_info mk_dtypes[MK_NDTYPES] = {
     [MK_FLOAT16]   = {"float16",   "float16_t",   "e", 2, MK_KIND_FLOAT},
     [MK_FLOAT32]   = {"float32",   "float",       "f", 4, MK_KIND_FLOAT},
     [MK_FLOAT64]   = {"float64",   "double",      "d", 8, MK_KIND_FLOAT},
-    [MK_BFLOAT16]  = {"bfloat16",  "bfloat16_t",  "H", 2, MK_KIND_FLOAT},
+    [MK_BFLOAT16]  = {"bfloat16",  "bfloat16_t",  "bfloat16", 2, MK_KIND_FLOAT}, /* as MLX: not PEP 3118 */
     [MK_COMPLEX64] = {"complex64", "complex64_t", "Zf", 8, MK_KIND_COMPLEX},
 };
 

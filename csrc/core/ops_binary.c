@@ -78,19 +78,31 @@ static inline double frem_d(double x, double y) {
 #define FMINP(x, y) (isnan(x) ? (x) : isnan(y) ? (y) : (x) < (y) ? (x) : (y))
 /* complex ordering: real part, then imaginary part */
 #define CGT(x, y) (crealf(x) > crealf(y) || (crealf(x) == crealf(y) && cimagf(x) > cimagf(y)))
+#define CGE(x, y) (crealf(x) > crealf(y) || (crealf(x) == crealf(y) && cimagf(x) >= cimagf(y)))
 #define CLT(x, y) CGT(y, x)
+#define CLE(x, y) CGE(y, x)
+#define CNAN(x) (isnan(crealf(x)) || isnan(cimagf(x)))
+/* MLX's: the nan-propagating max plus log1p(exp(min - max)); an infinite
+ * bound gives the max */
 static inline float logaddexp_f(float x, float y) {
-    float m = fmaxf(x, y);
-    if (isinf(m) && m < 0) return m;
-    if (isinf(m)) return m;
-    return m + log1pf(expf(-fabsf(x - y)));
+    float hi = FMAXP(x, y), lo = FMINP(x, y);
+    if (lo == -INFINITY || hi == INFINITY) return hi;
+    return hi + log1pf(expf(lo - hi));
 }
 static inline double logaddexp_d(double x, double y) {
-    double m = fmax(x, y);
-    if (isinf(m)) return m;
-    return m + log1p(exp(-fabs(x - y)));
+    double hi = FMAXP(x, y), lo = FMINP(x, y);
+    if (lo == -INFINITY || hi == INFINITY) return hi;
+    return hi + log1p(exp(lo - hi));
 }
 #define LOGADDEXP(x, y) _Generic((x), float: logaddexp_f, double: logaddexp_d)(x, y)
+/* MLX's complex logaddexp: max + log1p(exp(min - max)), with max and min
+ * as the complex maximum and minimum ops */
+static inline mk_c64 logaddexp_c(mk_c64 x, mk_c64 y) {
+    mk_c64 hi = CNAN(x) || CGT(x, y) ? x : y, lo = CNAN(x) || CLT(x, y) ? x : y;
+    if (crealf(lo) == -INFINITY || crealf(hi) == INFINITY) return hi;
+    float m = expf(crealf(lo) - crealf(hi)), d = cimagf(lo) - cimagf(hi);
+    return hi + clogf(CMPLXF(1 + m * cosf(d), m * sinf(d)));
+}
 #define SHIFT_OK(y) ((uint64_t)(y) < 8 * sizeof(st))
 
 /* ------------------------------------------------------- kernel makers */
@@ -151,6 +163,7 @@ OP_F(multiply, x * y) OP_C(multiply, x * y) OP_I(multiply, (st)((uint64_t)x * (u
 OP_B(multiply, x && y)
 OP_F(divide, x / y) OP_C(divide, x / y)
 OP_F(floor_divide, floor(x / y))
+OP_C(floor_divide, x / y) /* MLX divides complex numbers without flooring */
 OP_U(floor_divide, y == 0 ? 0 : x / y)
 OP_S(floor_divide, FLOORDIV_S(x, y))
 OP_B(floor_divide, x && y)
@@ -162,9 +175,11 @@ OP_F(power, pow(x, y)) OP_C(power, cpowf(x, y))
 OP_U(power, (st)ipow_u(x, y)) OP_S(power, (st)ipow_s(x, y)) OP_B(power, x || !y)
 OP_F(arctan2, atan2(x, y))
 OP_F(logaddexp, LOGADDEXP(x, y))
-OP_F(maximum, FMAXP(x, y)) OP_C(maximum, CGT(y, x) ? y : x) OP_I(maximum, x > y ? x : y)
+OP_C(logaddexp, logaddexp_c(x, y))
+/* complex: x if it has a nan, else the larger by CGT (MLX's order) */
+OP_F(maximum, FMAXP(x, y)) OP_C(maximum, CNAN(x) || CGT(x, y) ? x : y) OP_I(maximum, x > y ? x : y)
 OP_B(maximum, x || y)
-OP_F(minimum, FMINP(x, y)) OP_C(minimum, CLT(y, x) ? y : x) OP_I(minimum, x < y ? x : y)
+OP_F(minimum, FMINP(x, y)) OP_C(minimum, CNAN(x) || CLT(x, y) ? x : y) OP_I(minimum, x < y ? x : y)
 OP_B(minimum, x && y)
 
 /* comparisons */
@@ -177,9 +192,9 @@ OP_B(minimum, x && y)
 CMP(equal, x == y, x == y)
 CMP(not_equal, x != y, x != y)
 CMP(greater, x > y, CGT(x, y))
-CMP(greater_equal, x >= y, !CLT(x, y))
+CMP(greater_equal, x >= y, CGE(x, y))
 CMP(less, x < y, CLT(x, y))
-CMP(less_equal, x <= y, !CGT(x, y))
+CMP(less_equal, x <= y, CLE(x, y))
 OP_B(logical_and, x && y)
 OP_B(logical_or, x || y)
 
@@ -197,11 +212,11 @@ static const binary_spec specs[MK_NBINARY] = {
     [MK_BINARY_subtract] = {B_KEEP, {ROW_ALL(subtract)}},
     [MK_BINARY_multiply] = {B_KEEP, {ROW_ALL(multiply)}},
     [MK_BINARY_divide] = {B_FLOAT, {ROW_F(divide) ROW_C(divide)}},
-    [MK_BINARY_floor_divide] = {B_KEEP, {ROW_REAL(floor_divide)}},
+    [MK_BINARY_floor_divide] = {B_KEEP, {ROW_ALL(floor_divide)}},
     [MK_BINARY_remainder] = {B_KEEP, {ROW_REAL(remainder)}},
     [MK_BINARY_power] = {B_KEEP, {ROW_ALL(power)}},
     [MK_BINARY_arctan2] = {B_FLOAT, {ROW_F(arctan2)}},
-    [MK_BINARY_logaddexp] = {B_FLOAT, {ROW_F(logaddexp)}},
+    [MK_BINARY_logaddexp] = {B_FLOAT, {ROW_F(logaddexp) ROW_C(logaddexp)}},
     [MK_BINARY_maximum] = {B_KEEP, {ROW_ALL(maximum)}},
     [MK_BINARY_minimum] = {B_KEEP, {ROW_ALL(minimum)}},
     [MK_BINARY_equal] = {B_CMP, {ROW_ALL(equal)}},

@@ -79,9 +79,21 @@ static inline double erfinv_d(double y) {
 }
 
 #define ERFINV(x) _Generic((x), float: erfinv_f, double: erfinv_d)(x)
-#define SIGN_F(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : (x)) /* keeps nan and -0 */
-#define SIGN_C(x) ((x) == 0 ? (mk_c64)0 : (x) / cabsf(x))
-#define ROUND_C(x) (rintf(crealf(x)) + rintf(cimagf(x)) * I)
+/* MLX's (x > 0) - (x < 0): nan and -0 give 0 */
+#define SIGN_F(x) ((rt)(((x) > 0) - ((x) < 0)))
+/* x / |x|, 0 at 0; a non-finite |x| gives nan+nanj, as MLX's complex division */
+static inline mk_c64 sign_c(mk_c64 x) {
+    float a = cabsf(x);
+    if (a == 0) return 0;
+    if (!isfinite(a)) return CMPLXF(NAN, NAN);
+    return CMPLXF(crealf(x) / a, cimagf(x) / a);
+}
+#define ROUND_C(x) CMPLXF(rintf(crealf(x)), rintf(cimagf(x)))
+/* A double constant as the op's storage type sees it: float16 and bfloat16
+ * round it first, as MLX multiplies by a constant of the array's dtype. */
+#define SCONST(v)                                                                                      \
+    _Generic((st){0}, mk_f16: mk_f16_to_f32(mk_f32_to_f16((float)(v))),                                 \
+             mk_bf16: mk_bf16_to_f32(mk_f32_to_bf16((float)(v))), default: (rt)(v))
 #define NEG_I(x) ((st)(0 - (uint64_t)(x)))
 #define ABS_I(x) ((x) < 0 ? NEG_I(x) : (x))
 #define SIGN_I(x) ((x) > 0 ? 1 : (x) < 0 ? -1 : 0)
@@ -154,8 +166,11 @@ OP_F(expm1, expm1(x))
 OP_F(sigmoid, 1 / (1 + exp(-x)))
 OP_F(erf, erf(x))
 OP_F(erfinv, ERFINV(x))
-OP_F(degrees, x * (rt)(180.0 / PI_D))
-OP_F(radians, x * (rt)(PI_D / 180.0))
+OP_F(degrees, x * SCONST(180.0 / PI_D))
+OP_F(radians, x * SCONST(PI_D / 180.0))
+/* a full complex product, as MLX multiplies by a complex constant */
+OP_C(degrees, x * CMPLXF((float)(180.0 / PI_D), 0.0f))
+OP_C(radians, x * CMPLXF((float)(PI_D / 180.0), 0.0f))
 
 /* ops that keep the dtype, ints included */
 OP_F(negative, -x)
@@ -167,7 +182,7 @@ OP_U(abs, x)
 OP_B(abs, x)
 MK_COMPLEX_TYPES_2(K_F32_OUT, abs, cabsf(x))
 OP_F(sign, SIGN_F(x))
-OP_C(sign, SIGN_C(x))
+OP_C(sign, sign_c(x))
 OP_S(sign, SIGN_I(x))
 OP_U(sign, x > 0)
 OP_B(sign, x)
@@ -182,6 +197,16 @@ OP_F(ceil, ceil(x))
 OP_I(ceil, x)
 OP_B(ceil, x)
 OP_C(conjugate, conjf(x))
+/* real, imag and conjugate of a real array: itself, zeros, itself (MLX) */
+OP_F(conjugate, x)
+OP_I(conjugate, x)
+OP_B(conjugate, x)
+OP_F(real, x)
+OP_I(real, x)
+OP_B(real, x)
+OP_F(imag, ((void)x, (rt)0))
+OP_I(imag, ((void)x, (rt)0))
+OP_B(imag, ((void)x, false))
 OP_F(stop_gradient, x)
 OP_C(stop_gradient, x)
 OP_I(stop_gradient, x)
@@ -200,8 +225,9 @@ OP_B(bitwise_invert, !x)
 PRED(isnan, isnan(x), isnan(crealf(x)) || isnan(cimagf(x)), ((void)x, false))
 PRED(isinf, isinf(x), isinf(crealf(x)) || isinf(cimagf(x)), ((void)x, false))
 PRED(isfinite, isfinite(x), isfinite(crealf(x)) && isfinite(cimagf(x)), ((void)x, true))
-PRED(isposinf, isinf(x) && x > 0, ((void)x, false), ((void)x, false))
-PRED(isneginf, isinf(x) && x < 0, ((void)x, false), ((void)x, false))
+/* complex: equal to inf+0j (-inf+0j), as MLX's equal(x, inf) */
+PRED(isposinf, isinf(x) && x > 0, crealf(x) == INFINITY && cimagf(x) == 0, ((void)x, false))
+PRED(isneginf, isinf(x) && x < 0, crealf(x) == -INFINITY && cimagf(x) == 0, ((void)x, false))
 MK_BOOL_TYPES_2(K_BOOL_OUT, logical_not, !x)
 
 /* round: half to even, with MLX's `decimals` handled by the caller */
@@ -252,11 +278,11 @@ static const unary_spec specs[MK_NUNARY] = {
     [MK_UNARY_isneginf] = {U_PRED, {ROW_PRED(isneginf)}},
     [MK_UNARY_logical_not] = {U_LOGIC, {ROW_B(logical_not)}},
     [MK_UNARY_bitwise_invert] = {U_INT, {ROW_I(bitwise_invert) ROW_B(bitwise_invert)}},
-    [MK_UNARY_real] = {U_TOREAL, {ROW_C(real)}},
-    [MK_UNARY_imag] = {U_TOREAL, {ROW_C(imag)}},
-    [MK_UNARY_conjugate] = {U_KEEP, {ROW_C(conjugate)}},
-    [MK_UNARY_degrees] = {U_MATH, {ROW_F(degrees)}},
-    [MK_UNARY_radians] = {U_MATH, {ROW_F(radians)}},
+    [MK_UNARY_real] = {U_TOREAL, {ROW_ALL(real)}},
+    [MK_UNARY_imag] = {U_TOREAL, {ROW_ALL(imag)}},
+    [MK_UNARY_conjugate] = {U_KEEP, {ROW_ALL(conjugate)}},
+    [MK_UNARY_degrees] = {U_MATH, {ROW_FC(degrees)}},
+    [MK_UNARY_radians] = {U_MATH, {ROW_FC(radians)}},
     [MK_UNARY_stop_gradient] = {U_KEEP, {ROW_ALL(stop_gradient)}},
     [MK_UNARY_round] = {U_KEEP, {ROW_ALL(round)}},
 };

@@ -58,8 +58,20 @@ PyObject *mkpy_wrap_list(mk_array **arrs, int n);
 /* Any array-like (array, scalar, nested sequence, buffer, __array_interface__)
  * to a new core reference. dtype < 0: inferred as MLX does. */
 mk_array *mkpy_to_array(PyObject *obj, int dtype);
+/* An op argument (MLX's ScalarOrArray): an array, a Python scalar, a buffer
+ * (NumPy array or scalar, bytes, memoryview), __array_interface__ or
+ * __mlx_array__. Lists and tuples are refused as MLX's ops refuse them
+ * ("Invalid type list received in array initialization."); None is a
+ * TypeError. dtype >= 0 converts to it. */
+mk_array *mkpy_to_array_arg(PyObject *obj, int dtype);
+/* Whether MLX's array operators accept obj as the other operand. */
+int mkpy_is_operand(PyObject *obj);
+/* The type name MLX prints in messages: "list", "float32", "__main__.Foo". */
+PyObject *mkpy_type_name(PyObject *obj);
 /* For binary ops: an array stays as is; a Python scalar takes the weak dtype
- * it gets next to an array of dtype `partner` (partner < 0: no partner). */
+ * it gets next to an array of dtype `partner` (partner < 0: no partner),
+ * checking that an int fits a small integer dtype ("Converting 300 to int8
+ * would result in overflow."); a buffer is converted to `partner`. */
 mk_array *mkpy_to_array_weak(PyObject *obj, int partner);
 /* Converts a pair as MLX's to_arrays: scalars are weakly typed against the
  * other operand when it is an array. Returns 0 or -1. */

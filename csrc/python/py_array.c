@@ -57,39 +57,33 @@ static void sb_put(sbuf *s, const char *text, size_t len) {
 }
 static void sb_puts(sbuf *s, const char *text) { sb_put(s, text, strlen(text)); }
 
-static void fmt_float(char *out, size_t n, double v) {
-    if (isnan(v))
-        snprintf(out, n, "nan");
-    else if (isinf(v))
-        snprintf(out, n, v > 0 ? "inf" : "-inf");
-    else
-        snprintf(out, n, "%g", v);
-}
-
+/* Elements print as MLX's std::ostream does: %g (6 significant digits),
+ * "-nan" for a negative nan, True/False. */
 static void fmt_elem(sbuf *s, mk_dtype t, const char *p) {
     char tmp[96];
     switch (mk_dtypes[t].kind) {
     case MK_KIND_BOOL: sb_puts(s, *(const bool *)p ? "True" : "False"); return;
     case MK_KIND_UINT: snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)mk_get_u64(t, p)); break;
     case MK_KIND_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)mk_get_i64(t, p)); break;
-    case MK_KIND_FLOAT: fmt_float(tmp, sizeof tmp, mk_get_f64(t, p)); break;
+    case MK_KIND_FLOAT: snprintf(tmp, sizeof tmp, "%g", mk_get_f64(t, p)); break;
     case MK_KIND_COMPLEX: {
+        /* MLX: real, then "+" imag when imag >= 0 or nan (so "0+-0j"), else "-" |imag| */
         mk_c64 z = mk_get_c64(t, p);
-        char re[40], im[40];
-        fmt_float(re, sizeof re, crealf(z));
-        float iv = cimagf(z);
-        fmt_float(im, sizeof im, fabsf(iv));
-        snprintf(tmp, sizeof tmp, "%s%s%sj", re, (iv < 0 || (iv == 0 && signbit(iv))) ? "-" : "+", im);
+        float re = crealf(z), im = cimagf(z);
+        if (im >= 0 || isnan(im))
+            snprintf(tmp, sizeof tmp, "%g+%gj", re, im);
+        else
+            snprintf(tmp, sizeof tmp, "%g-%gj", re, -im);
         break;
     }
     }
     sb_puts(s, tmp);
 }
 
-#define PRINT_THRESHOLD 1000
+/* MLX shows the first and last 3 entries of any axis longer than 6. */
 #define EDGE_ITEMS 3
 
-static void fmt_dim(sbuf *s, const mk_array *a, int d, const char *p, int summarize) {
+static void fmt_dim(sbuf *s, const mk_array *a, int d, const char *p) {
     size_t isz = mk_dtype_size(a->dtype);
     if (d == a->ndim) {
         fmt_elem(s, a->dtype, p);
@@ -98,11 +92,11 @@ static void fmt_dim(sbuf *s, const mk_array *a, int d, const char *p, int summar
     sb_puts(s, "[");
     int64_t n = a->shape[d];
     for (int64_t i = 0; i < n; i++) {
-        if (summarize && n > 2 * EDGE_ITEMS && i == EDGE_ITEMS) {
+        if (n > 2 * EDGE_ITEMS && i == EDGE_ITEMS) {
             sb_puts(s, "...");
             i = n - EDGE_ITEMS - 1;
         } else {
-            fmt_dim(s, a, d + 1, p + i * a->strides[d] * (int64_t)isz, summarize);
+            fmt_dim(s, a, d + 1, p + i * a->strides[d] * (int64_t)isz);
         }
         if (i + 1 < n) {
             if (d + 1 < a->ndim) {
@@ -121,7 +115,7 @@ static PyObject *array_repr(PyMkArray *self) {
     if (mkpy_eval(&a, 1) < 0) return NULL;
     sbuf s = {0};
     sb_puts(&s, "array(");
-    fmt_dim(&s, a, 0, mk_data(a), a->size > PRINT_THRESHOLD);
+    fmt_dim(&s, a, 0, mk_data(a));
     sb_puts(&s, ", dtype=");
     sb_puts(&s, mk_dtype_name(a->dtype));
     sb_puts(&s, ")");
@@ -212,14 +206,69 @@ static PyObject *m_astype(PyMkArray *self, PyObject *const *args, Py_ssize_t nar
     return mkpy_wrap(mk_astype(self->arr, t));
 }
 
+/* copy.copy and copy.deepcopy give a new array object sharing the data, as
+ * MLX's (arrays are immutable; x += 1 rebinds only x). */
 static PyObject *m_copy(PyMkArray *self, PyObject *unused) {
     (void)unused;
-    return mkpy_wrap(mk_copy(self->arr));
+    mk_incref(self->arr);
+    return mkpy_wrap(self->arr);
 }
 static PyObject *m_deepcopy(PyMkArray *self, PyObject *memo) {
     (void)memo;
-    return mkpy_wrap(mk_copy(self->arr));
+    mk_incref(self->arr);
+    return mkpy_wrap(self->arr);
 }
+
+/* __array__(dtype=None, copy=None): a NumPy array sharing the memory, as
+ * MLX's (dtype and copy are accepted and ignored, as there). */
+static PyObject *m_array(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"dtype", "copy", NULL};
+    PyObject *a[2];
+    if (mkpy_parse("__array__", args, nargs, kwnames, names, 0, a) < 0) return NULL;
+    if (MKARR(self)->dtype == MK_BFLOAT16) {
+        PyErr_SetString(PyExc_TypeError, "bfloat16 arrays cannot be converted to NumPy.");
+        return NULL;
+    }
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np) return NULL;
+    PyObject *mv = PyMemoryView_FromObject(self);
+    PyObject *r = mv ? PyObject_CallMethod(np, "asarray", "O", mv) : NULL;
+    Py_XDECREF(mv);
+    Py_DECREF(np);
+    return r;
+}
+
+static PyObject *m_array_namespace(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"api_version", NULL};
+    PyObject *a[1];
+    (void)self;
+    if (mkpy_parse("__array_namespace__", args, nargs, kwnames, names, 0, a) < 0) return NULL;
+    if (a[0] && a[0] != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "Explicitly specifying api_version is not yet implemented.");
+        return NULL;
+    }
+    return PyImport_ImportModule("mkpy");
+}
+
+/* format(x, spec): a 0-d array formats as its scalar; otherwise only the
+ * empty spec is allowed (the repr). */
+static PyObject *m_format(PyObject *self, PyObject *spec) {
+    mk_array *a = MKARR(self);
+    if (a->ndim == 0) {
+        PyObject *v = mkpy_item(a);
+        if (!v) return NULL;
+        PyObject *r = PyObject_Format(v, spec);
+        Py_DECREF(v);
+        return r;
+    }
+    if (!PyUnicode_Check(spec) || PyUnicode_GET_LENGTH(spec) > 0) {
+        PyErr_SetString(PyExc_TypeError, "unsupported format string passed to mkpy.array.__format__");
+        return NULL;
+    }
+    return PyObject_Repr(self);
+}
+
+static PyObject *m_complex(PyObject *self, PyObject *unused);
 
 /* pickling: (mkpy._core._from_bytes, (bytes, shape, dtype name)) */
 static PyObject *m_reduce(PyMkArray *self, PyObject *unused) {
@@ -294,6 +343,12 @@ static PyMethodDef array_methods[] = {
     {"astype", (PyCFunction)(void (*)(void))m_astype, FASTKW,
      "astype(dtype, /, *, stream=None) -> array\n--\n\nThe array converted to dtype."},
     {"__copy__", (PyCFunction)m_copy, METH_NOARGS, NULL},
+    {"__complex__", (PyCFunction)m_complex, METH_NOARGS, NULL},
+    {"__format__", (PyCFunction)m_format, METH_O, NULL},
+    {"__array__", (PyCFunction)(void (*)(void))m_array, FASTKW,
+     "__array__(dtype=None, copy=None) -> numpy.ndarray\n--\n\nA NumPy array sharing the memory."},
+    {"__array_namespace__", (PyCFunction)(void (*)(void))m_array_namespace, FASTKW,
+     "__array_namespace__(api_version=None) -> module\n--\n\nThe mkpy module."},
     {"__deepcopy__", (PyCFunction)m_deepcopy, METH_O, NULL},
     {"__reduce__", (PyCFunction)m_reduce, METH_NOARGS, NULL},
     {"reshape", (PyCFunction)(void (*)(void))m_reshape, FASTKW,
@@ -305,39 +360,123 @@ static PyMethodDef array_methods[] = {
 
 /* ----------------------------------------------------- number protocol */
 
-static int operand_ok(PyObject *o) { return PyMkArray_Check(o) || mkpy_is_scalar(o); }
+/* Operator table, as MLX's array methods: the name used in errors, whether
+ * a reflected form exists (MLX has __radd__ but no __rand__), and whether
+ * inexact operands are refused (bitwise ops and shifts). */
+typedef struct {
+    mk_binary_op op;
+    const char *what;   /* "addition": "Cannot perform addition on ..." */
+    const char *bitwise; /* "bitwise and": "Floating point types not allowed with bitwise and." */
+    int reflected;
+} opinfo;
 
-static PyObject *binop(mk_binary_op op, PyObject *a, PyObject *b) {
-    if (!operand_ok(a) || !operand_ok(b)) Py_RETURN_NOTIMPLEMENTED;
-    mk_array *x, *y;
-    if (mkpy_to_arrays(a, b, &x, &y) < 0) return NULL;
-    mk_array *r = mk_binary(op, x, y);
-    mk_decref(x);
-    mk_decref(y);
-    return mkpy_wrap(r);
+enum { O_ADD, O_SUB, O_MUL, O_DIV, O_FLOORDIV, O_MOD, O_POW, O_AND, O_OR, O_XOR, O_LSHIFT, O_RSHIFT, O_NOPS };
+
+static const opinfo opinfos[O_NOPS] = {
+    [O_ADD] = {MK_BINARY_add, "addition", NULL, 1},
+    [O_SUB] = {MK_BINARY_subtract, "subtraction", NULL, 1},
+    [O_MUL] = {MK_BINARY_multiply, "multiplication", NULL, 1},
+    [O_DIV] = {MK_BINARY_divide, "division", NULL, 1},
+    [O_FLOORDIV] = {MK_BINARY_floor_divide, "floor division", NULL, 1},
+    [O_MOD] = {MK_BINARY_remainder, "modulus", NULL, 1},
+    [O_POW] = {MK_BINARY_power, "power", NULL, 1},
+    [O_AND] = {MK_BINARY_bitwise_and, "bitwise and", "bitwise and", 0},
+    [O_OR] = {MK_BINARY_bitwise_or, "bitwise or", "bitwise or", 0},
+    [O_XOR] = {MK_BINARY_bitwise_xor, "bitwise xor", "bitwise xor", 0},
+    [O_LSHIFT] = {MK_BINARY_left_shift, "left shift", "left shift", 0},
+    [O_RSHIFT] = {MK_BINARY_right_shift, "right shift", "right shift", 0},
+};
+
+/* ValueError "Cannot perform addition on an mkpy.array and list". */
+static PyObject *invalid_operation(const char *prefix, const char *what, PyObject *other) {
+    PyObject *name = mkpy_type_name(other);
+    if (name) {
+        PyErr_Format(PyExc_ValueError, "Cannot perform %s%s on an mkpy.array and %U", prefix, what, name);
+        Py_DECREF(name);
+    }
+    return NULL;
 }
 
-#define BINOP(pyname, op)                                                                              \
-    static PyObject *nb_##pyname(PyObject *a, PyObject *b) { return binop(MK_BINARY_##op, a, b); }
-BINOP(add, add)
-BINOP(sub, subtract)
-BINOP(mul, multiply)
-BINOP(truediv, divide)
-BINOP(floordiv, floor_divide)
-BINOP(mod, remainder)
-BINOP(and, bitwise_and)
-BINOP(or, bitwise_or)
-BINOP(xor, bitwise_xor)
-BINOP(lshift, left_shift)
-BINOP(rshift, right_shift)
+/* The operands converted as MLX's array methods do: `other` is weakly
+ * typed against the array. Returns the result (new reference), NULL with
+ * an error, or NotImplemented (None as the other operand, or a reflected
+ * operator MLX does not define). */
+static PyObject *binop_ex(int k, PyObject *a, PyObject *b, int inplace, mk_array **result) {
+    const opinfo *info = &opinfos[k];
+    int reflected = !PyMkArray_Check(a);
+    PyObject *other = reflected ? a : b;
+    *result = NULL;
+    if ((reflected && !info->reflected) || other == Py_None) Py_RETURN_NOTIMPLEMENTED;
+    if (!mkpy_is_operand(other)) return invalid_operation(inplace ? "inplace " : "", info->what, other);
+    mk_array *x, *y;
+    if (mkpy_to_arrays(a, b, &x, &y) < 0) return NULL;
+    if (info->bitwise && (mk_is_inexact(x->dtype) || mk_is_inexact(y->dtype))) {
+        /* MLX's in-place xor message lacks the "with" */
+        PyErr_Format(PyExc_ValueError, "Floating point types not allowed %s%s.",
+                     inplace && k == O_XOR ? "" : "with ", info->bitwise);
+    } else {
+        *result = mk_binary(info->op, x, y);
+        if (!*result) mkpy_raise();
+    }
+    mk_decref(x);
+    mk_decref(y);
+    return NULL;
+}
+
+static PyObject *binop(int k, PyObject *a, PyObject *b) {
+    mk_array *r;
+    PyObject *ret = binop_ex(k, a, b, 0, &r);
+    return r ? mkpy_wrap(r) : ret;
+}
+
+/* x += y replaces x's array in place, so other references to the Python
+ * object see the new value (MLX's overwrite_descriptor). */
+static PyObject *inplace(int k, PyObject *self, PyObject *other) {
+    if (k == O_DIV && !mk_is_inexact(MKARR(self)->dtype) && mkpy_is_operand(other) && other != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "In place division cannot cast to non-floating point type.");
+        return NULL;
+    }
+    mk_array *r;
+    PyObject *ret = binop_ex(k, self, other, 1, &r);
+    if (!r) return ret;
+    mk_decref(MKARR(self));
+    MKARR(self) = r;
+    return Py_NewRef(self);
+}
+
+#define BINOP(pyname, k)                                                                               \
+    static PyObject *nb_##pyname(PyObject *a, PyObject *b) { return binop(k, a, b); }                  \
+    static PyObject *nb_i##pyname(PyObject *a, PyObject *b) { return inplace(k, a, b); }
+BINOP(add, O_ADD)
+BINOP(sub, O_SUB)
+BINOP(mul, O_MUL)
+BINOP(truediv, O_DIV)
+BINOP(floordiv, O_FLOORDIV)
+BINOP(mod, O_MOD)
+BINOP(and, O_AND)
+BINOP(or, O_OR)
+BINOP(xor, O_XOR)
+BINOP(lshift, O_LSHIFT)
+BINOP(rshift, O_RSHIFT)
 
 static PyObject *nb_pow(PyObject *a, PyObject *b, PyObject *mod) {
     if (mod != Py_None) Py_RETURN_NOTIMPLEMENTED;
-    return binop(MK_BINARY_power, a, b);
+    return binop(O_POW, a, b);
 }
 
-static PyObject *nb_matmul(PyObject *a, PyObject *b) {
-    if (!PyMkArray_Check(a) && !PyMkArray_Check(b)) Py_RETURN_NOTIMPLEMENTED;
+static PyObject *nb_ipow(PyObject *a, PyObject *b, PyObject *mod) {
+    if (mod != Py_None) Py_RETURN_NOTIMPLEMENTED;
+    return inplace(O_POW, a, b);
+}
+
+/* a @ b: arrays only, as MLX's __matmul__ (no reflected form). */
+static PyObject *call_matmul(PyObject *a, PyObject *b) {
+    if (!PyMkArray_Check(a)) Py_RETURN_NOTIMPLEMENTED;
+    if (!PyMkArray_Check(b)) {
+        PyErr_Format(PyExc_TypeError, "__matmul__(): incompatible function arguments: other must be an array, not %s.",
+                     Py_TYPE(b)->tp_name);
+        return NULL;
+    }
     PyObject *fn = PyObject_GetAttrString(mkpy_module, "matmul");
     if (!fn) return NULL;
     PyObject *r = PyObject_CallFunctionObjArgs(fn, a, b, NULL);
@@ -345,11 +484,30 @@ static PyObject *nb_matmul(PyObject *a, PyObject *b) {
     return r;
 }
 
-#define UNOP(pyname, op)                                                                               \
-    static PyObject *nb_##pyname(PyObject *a) { return mkpy_wrap(mk_unary(MK_UNARY_##op, MKARR(a))); }
-UNOP(neg, negative)
-UNOP(abs, abs)
-UNOP(invert, bitwise_invert)
+static PyObject *nb_matmul(PyObject *a, PyObject *b) { return call_matmul(a, b); }
+
+static PyObject *nb_imatmul(PyObject *a, PyObject *b) {
+    PyObject *r = call_matmul(a, b);
+    if (!r || r == Py_NotImplemented) return r;
+    mk_array *arr = MKARR(r);
+    mk_incref(arr);
+    Py_DECREF(r);
+    mk_decref(MKARR(a));
+    MKARR(a) = arr;
+    return Py_NewRef(a);
+}
+
+static PyObject *nb_neg(PyObject *a) { return mkpy_wrap(mk_unary(MK_UNARY_negative, MKARR(a))); }
+static PyObject *nb_abs(PyObject *a) { return mkpy_wrap(mk_unary(MK_UNARY_abs, MKARR(a))); }
+
+static PyObject *nb_invert(PyObject *a) {
+    mk_array *x = MKARR(a);
+    if (mk_is_inexact(x->dtype)) {
+        PyErr_SetString(PyExc_ValueError, "Floating point types not allowed with bitwise inversion.");
+        return NULL;
+    }
+    return mkpy_wrap(mk_unary(x->dtype == MK_BOOL ? MK_UNARY_logical_not : MK_UNARY_bitwise_invert, x));
+}
 
 static PyObject *nb_pos(PyObject *a) { return Py_NewRef(a); }
 
@@ -379,9 +537,18 @@ static PyObject *nb_float(PyObject *self) {
     return r;
 }
 
+static PyObject *m_complex(PyObject *self, PyObject *unused) {
+    (void)unused;
+    PyObject *v = scalar_of(self);
+    if (!v) return NULL;
+    PyObject *r = PyObject_CallOneArg((PyObject *)&PyComplex_Type, v);
+    Py_DECREF(v);
+    return r;
+}
+
 static PyObject *nb_index(PyObject *self) {
     mk_array *a = MKARR(self);
-    if (a->ndim != 0 || !(mk_is_integral(a->dtype) || a->dtype == MK_BOOL)) {
+    if (a->ndim != 0 || !mk_is_integral(a->dtype)) {
         PyErr_SetString(PyExc_TypeError, "Only 0-dimensional integer arrays can be converted to an index.");
         return NULL;
     }
@@ -406,18 +573,57 @@ static PyNumberMethods array_as_number = {
     .nb_or = nb_or,
     .nb_int = nb_int,
     .nb_float = nb_float,
+    .nb_inplace_add = nb_iadd,
+    .nb_inplace_subtract = nb_isub,
+    .nb_inplace_multiply = nb_imul,
+    .nb_inplace_remainder = nb_imod,
+    .nb_inplace_power = nb_ipow,
+    .nb_inplace_lshift = nb_ilshift,
+    .nb_inplace_rshift = nb_irshift,
+    .nb_inplace_and = nb_iand,
+    .nb_inplace_xor = nb_ixor,
+    .nb_inplace_or = nb_ior,
     .nb_floor_divide = nb_floordiv,
     .nb_true_divide = nb_truediv,
+    .nb_inplace_floor_divide = nb_ifloordiv,
+    .nb_inplace_true_divide = nb_itruediv,
     .nb_index = nb_index,
     .nb_matrix_multiply = nb_matmul,
+    .nb_inplace_matrix_multiply = nb_imatmul,
 };
 
+/* Comparisons: == and != with something that is not an array operand give
+ * False and True; the ordering ones raise; None is refused (TypeError), as
+ * MLX's argument matching does. */
 static PyObject *array_richcompare(PyObject *a, PyObject *b, int op) {
     static const mk_binary_op ops[] = {
         [Py_LT] = MK_BINARY_less,  [Py_LE] = MK_BINARY_less_equal,    [Py_EQ] = MK_BINARY_equal,
         [Py_NE] = MK_BINARY_not_equal, [Py_GT] = MK_BINARY_greater, [Py_GE] = MK_BINARY_greater_equal,
     };
-    return binop(ops[op], a, b);
+    static const char *const what[] = {
+        [Py_LT] = "less than", [Py_LE] = "less than or equal", [Py_EQ] = "equal",
+        [Py_NE] = "not equal", [Py_GT] = "greater than", [Py_GE] = "greater than or equal",
+    };
+    static const char *const dunder[] = {
+        [Py_LT] = "__lt__", [Py_LE] = "__le__", [Py_EQ] = "__eq__",
+        [Py_NE] = "__ne__", [Py_GT] = "__gt__", [Py_GE] = "__ge__",
+    };
+    if (b == Py_None) {
+        PyErr_Format(PyExc_TypeError, "%s(): incompatible function arguments: NoneType is not an array operand.",
+                     dunder[op]);
+        return NULL;
+    }
+    if (!mkpy_is_operand(b)) {
+        if (op == Py_EQ) Py_RETURN_FALSE;
+        if (op == Py_NE) Py_RETURN_TRUE;
+        return invalid_operation("", what[op], b);
+    }
+    mk_array *x, *y;
+    if (mkpy_to_arrays(a, b, &x, &y) < 0) return NULL;
+    mk_array *r = mk_binary(ops[op], x, y);
+    mk_decref(x);
+    mk_decref(y);
+    return mkpy_wrap(r);
 }
 
 /* ------------------------------------------------- sequence / mapping */
@@ -444,7 +650,7 @@ static PySequenceMethods array_as_sequence = {
 /* Iteration yields x[0], x[1], ... along the first axis. */
 static PyObject *array_iter(PyMkArray *self) {
     if (self->arr->ndim == 0) {
-        PyErr_SetString(PyExc_TypeError, "iteration over a 0-d array");
+        PyErr_SetString(PyExc_TypeError, "iter() 0-dimensional array.");
         return NULL;
     }
     int64_t n = self->arr->shape[0];
@@ -467,26 +673,32 @@ static PyObject *array_iter(PyMkArray *self) {
 
 /* ------------------------------------------------------------- buffer */
 
+/* The export keeps the evaluated array alive (not just the Python object),
+ * so `x += 1` rebinding x while NumPy holds a view is safe. */
+typedef struct {
+    mk_array *arr;
+    Py_ssize_t meta[]; /* shape, then byte strides */
+} export_info;
+
 static int array_getbuffer(PyMkArray *self, Py_buffer *view, int flags) {
     mk_array *a = self->arr;
-    if (mkpy_eval(&a, 1) < 0) {
-        view->obj = NULL;
-        return -1;
-    }
+    view->obj = NULL;
+    if (mkpy_eval(&a, 1) < 0) return -1;
     size_t isz = mk_dtype_size(a->dtype);
     /* a strided or broadcast view is exported as is when the consumer takes
      * strides; otherwise it must be contiguous */
     if (!(flags & PyBUF_STRIDES) && !(a->flags & MK_ROW_CONTIG)) {
         PyErr_SetString(PyExc_BufferError, "mkpy array is not contiguous; request a strided buffer.");
-        view->obj = NULL;
         return -1;
     }
-    Py_ssize_t *meta = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (a->ndim ? a->ndim : 1));
-    if (!meta) {
+    export_info *info = PyMem_Malloc(sizeof *info + sizeof(Py_ssize_t) * 2 * (a->ndim ? a->ndim : 1));
+    if (!info) {
         PyErr_NoMemory();
-        view->obj = NULL;
         return -1;
     }
+    mk_incref(a);
+    info->arr = a;
+    Py_ssize_t *meta = info->meta;
     for (int i = 0; i < a->ndim; i++) {
         meta[i] = (Py_ssize_t)a->shape[i];
         meta[a->ndim + i] = (Py_ssize_t)(a->strides[i] * (int64_t)isz);
@@ -501,13 +713,15 @@ static int array_getbuffer(PyMkArray *self, Py_buffer *view, int flags) {
     view->shape = (flags & PyBUF_ND) ? meta : NULL;
     view->strides = (flags & PyBUF_STRIDES) ? meta + a->ndim : NULL;
     view->suboffsets = NULL;
-    view->internal = meta;
+    view->internal = info;
     self->exports++;
     return 0;
 }
 
 static void array_releasebuffer(PyMkArray *self, Py_buffer *view) {
-    PyMem_Free(view->internal);
+    export_info *info = view->internal;
+    mk_decref(info->arr);
+    PyMem_Free(info);
     self->exports--;
 }
 

@@ -75,54 +75,101 @@ int mkpy_is_scalar(PyObject *o) {
     return PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o) || PyComplex_Check(o);
 }
 
-/* The dtype MLX gives a Python int: int32, or int64 when it does not fit. */
-static int int_dtype(PyObject *o, mk_dtype *t) {
-    int overflow;
-    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    if (overflow) {
-        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to an mkpy array.");
-        return -1;
+PyObject *mkpy_type_name(PyObject *o) {
+    PyTypeObject *tp = Py_TYPE(o);
+    if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+        /* module and __name__ (not the qualified name), as nanobind prints */
+        PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
+        PyObject *r = mod ? PyUnicode_FromFormat("%S.%s", mod, tp->tp_name) : NULL;
+        Py_XDECREF(mod);
+        return r;
     }
-    *t = (v >= INT32_MIN && v <= INT32_MAX) ? MK_INT32 : MK_INT64;
+    const char *dot = strrchr(tp->tp_name, '.');
+    return PyUnicode_FromString(dot ? dot + 1 : tp->tp_name);
+}
+
+/* ValueError "Invalid type list received in array initialization."; a
+ * top-level None, which MLX's argument matching refuses before conversion,
+ * is a TypeError. */
+static void *invalid_type_ex(PyObject *o, int top) {
+    if (o == Py_None && top) {
+        PyErr_SetString(PyExc_TypeError, "Invalid type NoneType received in array initialization.");
+        return NULL;
+    }
+    PyObject *name = mkpy_type_name(o);
+    if (name) {
+        PyErr_Format(PyExc_ValueError, "Invalid type %U received in array initialization.", name);
+        Py_DECREF(name);
+    }
+    return NULL;
+}
+
+static void *invalid_type(PyObject *o) { return invalid_type_ex(o, 1); }
+
+/* MLX reads a Python int as an int64 (nanobind's cast to long) and fails
+ * beyond that range with a RuntimeError. */
+static int bad_cast(void) {
+    PyErr_SetString(PyExc_RuntimeError, "std::bad_cast");
+    return -1;
+}
+
+static int int_value(PyObject *o, int64_t *v) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow) return bad_cast();
+    *v = x;
     return 0;
 }
 
-static int store_scalar(PyObject *o, mk_dtype t, void *dst) {
-    if (PyBool_Check(o)) {
-        mk_put_i64(t, dst, o == Py_True);
-    } else if (PyLong_Check(o)) {
-        if (t == MK_UINT64) {
-            unsigned long long u = PyLong_AsUnsignedLongLong(o);
-            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-                PyErr_Clear();
-                long long v = PyLong_AsLongLong(o);
-                if (v == -1 && PyErr_Occurred()) return -1;
-                u = (unsigned long long)v;
-            }
-            *(uint64_t *)dst = u;
-        } else if (mk_is_integral(t) || t == MK_BOOL) {
-            int overflow;
-            long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-            if (overflow) {
-                PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to an mkpy array.");
-                return -1;
-            }
-            if (v == -1 && PyErr_Occurred()) return -1;
-            mk_put_i64(t, dst, v);
-        } else {
-            double v = PyLong_AsDouble(o);
-            if (v == -1.0 && PyErr_Occurred()) return -1;
-            mk_put_f64(t, dst, v);
-        }
-    } else if (PyFloat_Check(o)) {
-        mk_put_f64(t, dst, PyFloat_AS_DOUBLE(o));
-    } else if (PyComplex_Check(o)) {
+static int is_mlx_array(PyObject *o) {
+    return PyMkArray_Check(o) || (!mkpy_is_scalar(o) && PyObject_HasAttrString(o, "__mlx_array__"));
+}
+
+/* o.__mlx_array__(), checked to be an array (new core reference). */
+static mk_array *from_mlx_array_attr(PyObject *o) {
+    PyObject *r = PyObject_CallMethod(o, "__mlx_array__", NULL);
+    if (!r) return NULL;
+    if (!PyMkArray_Check(r)) {
+        PyErr_Format(PyExc_TypeError, "__mlx_array__ must return an mkpy.array, not %s.", Py_TYPE(r)->tp_name);
+        Py_DECREF(r);
+        return NULL;
+    }
+    mk_array *a = MKARR(r);
+    mk_incref(a);
+    Py_DECREF(r);
+    return a;
+}
+
+/* A Python scalar into one element of dtype t. `cls` is the class the
+ * values of a list were inferred as (bool < int < float < complex), which
+ * decides how MLX reads them: ints go through int64 and, for list
+ * elements, must also fit the C type MLX reads them into for t (int64,
+ * uint64 >= 0, uint32, any for inexact dtypes, int32 otherwise). */
+enum { CLS_BOOL, CLS_INT, CLS_FLOAT, CLS_COMPLEX };
+
+static int store_scalar(PyObject *o, int cls, int in_list, mk_dtype t, void *dst) {
+    if (cls == CLS_COMPLEX) {
         Py_complex c = PyComplex_AsCComplex(o);
-        mk_put_c64(t, dst, (float)c.real + (float)c.imag * I);
+        if (c.real == -1.0 && PyErr_Occurred()) return -1;
+        mk_put_c64(t, dst, CMPLXF((float)c.real, (float)c.imag));
+    } else if (cls == CLS_FLOAT || PyFloat_Check(o)) {
+        double v = PyFloat_AsDouble(o);
+        if (v == -1.0 && PyErr_Occurred()) return -1;
+        mk_put_f64(t, dst, v);
+    } else if (PyBool_Check(o)) {
+        mk_put_i64(t, dst, o == Py_True);
     } else {
-        PyErr_Format(PyExc_ValueError, "Invalid type %s received in array initialization.", Py_TYPE(o)->tp_name);
-        return -1;
+        int64_t v;
+        if (int_value(o, &v) < 0) return -1;
+        if (in_list && !mk_is_inexact(t)) {
+            int64_t lo = INT32_MIN, hi = INT32_MAX;
+            if (t == MK_INT64) lo = INT64_MIN, hi = INT64_MAX;
+            else if (t == MK_UINT64) lo = 0, hi = INT64_MAX;
+            else if (t == MK_UINT32) lo = 0, hi = UINT32_MAX;
+            if (v < lo || v > hi) return bad_cast();
+        }
+        mk_put_i64(t, dst, v);
     }
     return 0;
 }
@@ -132,7 +179,8 @@ static int store_scalar(PyObject *o, mk_dtype t, void *dst) {
 typedef struct {
     int ndim;
     int64_t shape[MK_MAX_NDIM];
-    int has_bool, has_int, has_int64, has_float, has_complex;
+    int cls;       /* highest scalar class met, or -1 */
+    int has_int64; /* an int outside int32 */
     int arr_dtype; /* promotion of arrays met inside, or -1 */
     char *dst;
     mk_dtype dtype;
@@ -162,25 +210,29 @@ static int nest_shape(nest *s, PyObject *o) {
     return 0;
 }
 
-static PyObject *nonuniform(void) {
+static int nonuniform(void) {
     PyErr_SetString(PyExc_ValueError, "Initialization encountered non-uniform length.");
-    return NULL;
+    return -1;
 }
 
 /* pass 0: check and infer; pass 1: fill */
 static int nest_walk(nest *s, PyObject *o, int depth, int pass) {
     if (PyList_Check(o) || PyTuple_Check(o)) {
+        if (depth >= s->ndim) {
+            PyErr_SetString(PyExc_ValueError, "Initialization encountered extra dimension.");
+            return -1;
+        }
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        if (depth >= s->ndim || n != s->shape[depth]) return nonuniform(), -1;
+        if (n != s->shape[depth]) return nonuniform();
         for (Py_ssize_t i = 0; i < n; i++)
             if (nest_walk(s, PySequence_Fast_GET_ITEM(o, i), depth + 1, pass) < 0) return -1;
         return 0;
     }
     if (PyMkArray_Check(o)) {
         mk_array *a = MKARR(o);
-        if (depth + a->ndim != s->ndim) return nonuniform(), -1;
+        if (depth + a->ndim != s->ndim) return nonuniform();
         for (int i = 0; i < a->ndim; i++)
-            if (a->shape[i] != s->shape[depth + i]) return nonuniform(), -1;
+            if (a->shape[i] != s->shape[depth + i]) return nonuniform();
         if (pass == 0) {
             s->arr_dtype = s->arr_dtype < 0 ? (int)a->dtype : (int)mk_promote(s->arr_dtype, a->dtype);
             return 0;
@@ -196,27 +248,26 @@ static int nest_walk(nest *s, PyObject *o, int depth, int pass) {
         mk_decref(c);
         return 0;
     }
-    if (depth != s->ndim) return nonuniform(), -1;
     if (pass == 0) {
+        int cls;
         if (PyBool_Check(o))
-            s->has_bool = 1;
+            cls = CLS_BOOL;
         else if (PyLong_Check(o)) {
-            mk_dtype t;
-            if (int_dtype(o, &t) < 0) return -1;
-            s->has_int = 1;
-            if (t == MK_INT64) s->has_int64 = 1;
+            int64_t v;
+            if (int_value(o, &v) < 0) return -1;
+            if (v < INT32_MIN || v > INT32_MAX) s->has_int64 = 1;
+            cls = CLS_INT;
         } else if (PyFloat_Check(o))
-            s->has_float = 1;
+            cls = CLS_FLOAT;
         else if (PyComplex_Check(o))
-            s->has_complex = 1;
-        else {
-            PyErr_Format(PyExc_ValueError, "Invalid type %s received in array initialization.",
-                         Py_TYPE(o)->tp_name);
-            return -1;
-        }
+            cls = CLS_COMPLEX;
+        else
+            return invalid_type_ex(o, 0), -1;
+        if (depth != s->ndim) return nonuniform();
+        if (cls > s->cls) s->cls = cls;
         return 0;
     }
-    if (store_scalar(o, s->dtype, s->dst) < 0) return -1;
+    if (store_scalar(o, s->cls, 1, s->dtype, s->dst) < 0) return -1;
     s->dst += s->itemsize;
     return 0;
 }
@@ -224,6 +275,7 @@ static int nest_walk(nest *s, PyObject *o, int depth, int pass) {
 static mk_array *from_nested(PyObject *obj, int dtype) {
     nest s;
     memset(&s, 0, sizeof s);
+    s.cls = -1;
     s.arr_dtype = -1;
     if (nest_shape(&s, obj) < 0) return NULL;
     if (nest_walk(&s, obj, 0, 0) < 0) return NULL;
@@ -231,18 +283,13 @@ static mk_array *from_nested(PyObject *obj, int dtype) {
     if (dtype >= 0)
         t = (mk_dtype)dtype;
     else {
-        if (s.has_complex)
-            t = MK_COMPLEX64;
-        else if (s.has_float)
-            t = MK_FLOAT32;
-        else if (s.has_int)
-            t = s.has_int64 ? MK_INT64 : MK_INT32;
-        else if (s.has_bool)
-            t = MK_BOOL;
-        else
+        static const mk_dtype cls_dtype[] = {MK_BOOL, MK_INT32, MK_FLOAT32, MK_COMPLEX64};
+        if (s.cls < 0)
             t = s.arr_dtype >= 0 ? (mk_dtype)s.arr_dtype : MK_FLOAT32; /* empty: float32 */
-        if (s.arr_dtype >= 0 && (s.has_complex || s.has_float || s.has_int || s.has_bool))
-            t = mk_promote(t, (mk_dtype)s.arr_dtype);
+        else {
+            t = s.cls == CLS_INT && s.has_int64 ? MK_INT64 : cls_dtype[s.cls];
+            if (s.arr_dtype >= 0) t = mk_promote(t, (mk_dtype)s.arr_dtype);
+        }
     }
     mk_array *a = mk_array_empty(t, s.ndim, s.shape);
     if (!a) return (mk_array *)mkpy_raise();
@@ -259,14 +306,15 @@ static mk_array *from_nested(PyObject *obj, int dtype) {
 /* Buffer format -> dtype. Returns -1 for unsupported formats. */
 static int format_dtype(const char *fmt, Py_ssize_t itemsize) {
     if (!fmt) return MK_UINT8;
+    if (strcmp(fmt, "bfloat16") == 0) return MK_BFLOAT16;
     if (*fmt == '<' || *fmt == '=' || *fmt == '@' || *fmt == '|') fmt++;
     if (*fmt == '>' || *fmt == '!') return -1; /* big-endian */
     if (fmt[0] == 'Z') {
-        if (fmt[1] == 'f') return MK_COMPLEX64;
-        if (fmt[1] == 'd') return 100; /* complex128: converted */
+        if (fmt[1] == 'f' && fmt[2] == 0) return MK_COMPLEX64;
+        if (fmt[1] == 'd' && fmt[2] == 0) return 100; /* complex128: converted */
         return -1;
     }
-    if (fmt[1] != 0) return -1;
+    if (fmt[0] == 0 || fmt[1] != 0) return -1;
     switch (fmt[0]) {
     case '?': return MK_BOOL;
     case 'e': return MK_FLOAT16;
@@ -296,15 +344,22 @@ static void copy_strided(char *dst, const char *src, int ndim, const Py_ssize_t 
 
 /* Makes an array from raw memory described by a dtype, shape and byte
  * strides (NULL: C-contiguous), then converts it to `want` (or the default
- * MLX dtype for the source: float64 -> float32). */
+ * MLX dtype for the source: float64 -> float32). Negative strides are
+ * refused, as MLX does. */
 static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py_ssize_t *shape,
                              const Py_ssize_t *strides, Py_ssize_t itemsize, int want) {
-    int64_t shp[MK_MAX_NDIM];
+    int64_t shp[MK_MAX_NDIM + 1];
     if (ndim > MK_MAX_NDIM) {
         PyErr_SetString(PyExc_ValueError, "Too many dimensions in array initialization.");
         return NULL;
     }
-    for (int i = 0; i < ndim; i++) shp[i] = shape[i];
+    for (int i = 0; i < ndim; i++) {
+        shp[i] = shape[i];
+        if (strides && strides[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "Cannot convert DLPack arrays with negative strides to mkpy array.");
+            return NULL;
+        }
+    }
     int complex128 = src_dtype == 100; /* stored as pairs of doubles, then converted */
     mk_dtype st = complex128 ? MK_COMPLEX64 : (mk_dtype)src_dtype;
     mk_dtype out = want >= 0 ? (mk_dtype)want : (st == MK_FLOAT64 ? MK_FLOAT32 : st);
@@ -331,7 +386,7 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
         }
         const double *d = raw->buf->data;
         mk_c64 *z = c->buf->data;
-        for (int64_t i = 0; i < c->size; i++) z[i] = (float)d[2 * i] + (float)d[2 * i + 1] * I;
+        for (int64_t i = 0; i < c->size; i++) z[i] = CMPLXF((float)d[2 * i], (float)d[2 * i + 1]);
         mk_decref(raw);
         raw = c;
     }
@@ -352,7 +407,7 @@ static mk_array *from_buffer(PyObject *obj, int dtype) {
     int src = format_dtype(view.format, view.itemsize);
     mk_array *a = NULL;
     if (src < 0)
-        PyErr_Format(PyExc_TypeError, "Cannot convert a buffer of format '%s' to an mkpy array.",
+        PyErr_Format(PyExc_RuntimeError, "Cannot convert a buffer of format '%s' to an mkpy array.",
                      view.format ? view.format : "B");
     else
         a = from_memory(view.buf, src, view.ndim, view.shape, view.strides, view.itemsize, dtype);
@@ -385,14 +440,16 @@ static mk_array *from_array_interface(PyObject *iface, int dtype) {
     ts_o = PyDict_GetItemString(iface, "typestr");
     data_o = PyDict_GetItemString(iface, "data");
     strides_o = PyDict_GetItemString(iface, "strides");
-    if (!shape_o || !ts_o || !data_o || !PyTuple_Check(shape_o) || !PyUnicode_Check(ts_o) || !PyTuple_Check(data_o)) {
+    if (!shape_o || !ts_o || !data_o || !PyTuple_Check(shape_o) || !PyUnicode_Check(ts_o) || !PyTuple_Check(data_o) ||
+        PyTuple_GET_SIZE(data_o) < 1) {
         PyErr_SetString(PyExc_TypeError, "Unsupported __array_interface__.");
         return NULL;
     }
     const char *ts = PyUnicode_AsUTF8(ts_o);
+    if (!ts) return NULL;
     int src = typestr_dtype(ts);
     if (src < 0) {
-        PyErr_Format(PyExc_TypeError, "Cannot convert an array of type '%s' to an mkpy array.", ts);
+        PyErr_Format(PyExc_RuntimeError, "Cannot convert an array of type '%s' to an mkpy array.", ts);
         return NULL;
     }
     Py_ssize_t ndim = PyTuple_GET_SIZE(shape_o), shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
@@ -405,95 +462,136 @@ static mk_array *from_array_interface(PyObject *iface, int dtype) {
         if (shape[i] < 0 && PyErr_Occurred()) return NULL;
     }
     int have_strides = strides_o && strides_o != Py_None;
-    if (have_strides)
+    if (have_strides) {
+        if (!PyTuple_Check(strides_o) || PyTuple_GET_SIZE(strides_o) != ndim) {
+            PyErr_SetString(PyExc_TypeError, "Unsupported __array_interface__.");
+            return NULL;
+        }
         for (Py_ssize_t i = 0; i < ndim; i++) {
             strides[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides_o, i));
             if (strides[i] == -1 && PyErr_Occurred()) return NULL;
         }
+    }
     void *ptr = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data_o, 0));
     if (!ptr && PyErr_Occurred()) return NULL;
     return from_memory(ptr, src, (int)ndim, shape, have_strides ? strides : NULL, atoi(ts + 2), dtype);
 }
 
-mk_array *mkpy_to_array(PyObject *obj, int dtype) {
-    if (PyMkArray_Check(obj)) {
-        mk_array *a = MKARR(obj);
+/* A Python scalar as a 0-d array of dtype t (or MLX's default for it). */
+static mk_array *from_scalar(PyObject *obj, int dtype) {
+    mk_dtype t;
+    int cls = PyBool_Check(obj) ? CLS_BOOL : PyLong_Check(obj) ? CLS_INT : PyFloat_Check(obj) ? CLS_FLOAT : CLS_COMPLEX;
+    if (dtype >= 0)
+        t = (mk_dtype)dtype;
+    else if (cls == CLS_INT) {
+        int64_t v;
+        if (int_value(obj, &v) < 0) return NULL;
+        t = (v >= INT32_MIN && v <= INT32_MAX) ? MK_INT32 : MK_INT64;
+    } else {
+        static const mk_dtype cls_dtype[] = {MK_BOOL, MK_INT32, MK_FLOAT32, MK_COMPLEX64};
+        t = cls_dtype[cls];
+    }
+    mk_array *a = mk_array_empty(t, 0, NULL);
+    if (!a) return (mk_array *)mkpy_raise();
+    if (store_scalar(obj, cls, 0, t, a->buf->data) < 0) {
+        mk_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* Everything but nested sequences: arrays, scalars, __mlx_array__,
+ * buffers and __array_interface__. NULL without an error set: none of these. */
+static mk_array *from_non_sequence(PyObject *obj, int dtype) {
+    mk_array *a = NULL;
+    if (PyMkArray_Check(obj) || (!mkpy_is_scalar(obj) && PyObject_HasAttrString(obj, "__mlx_array__"))) {
+        if (PyMkArray_Check(obj)) {
+            a = MKARR(obj);
+            mk_incref(a);
+        } else if (!(a = from_mlx_array_attr(obj)))
+            return NULL;
         if (dtype >= 0 && (mk_dtype)dtype != a->dtype) {
             mk_array *c = mk_astype(a, (mk_dtype)dtype);
+            mk_decref(a);
             return c ? c : (mk_array *)mkpy_raise();
         }
-        mk_incref(a);
         return a;
     }
-    if (mkpy_is_scalar(obj)) {
-        mk_dtype t;
-        if (dtype >= 0)
-            t = (mk_dtype)dtype;
-        else if (PyBool_Check(obj))
-            t = MK_BOOL;
-        else if (PyLong_Check(obj)) {
-            if (int_dtype(obj, &t) < 0) return NULL;
-        } else if (PyFloat_Check(obj))
-            t = MK_FLOAT32;
-        else
-            t = MK_COMPLEX64;
-        mk_array *a = mk_array_empty(t, 0, NULL);
-        if (!a) return (mk_array *)mkpy_raise();
-        if (store_scalar(obj, t, a->buf->data) < 0) {
-            mk_decref(a);
-            return NULL;
+    if (mkpy_is_scalar(obj)) return from_scalar(obj, dtype);
+    if (PyObject_CheckBuffer(obj)) return from_buffer(obj, dtype);
+    if (!PyUnicode_Check(obj) && !PyList_Check(obj) && !PyTuple_Check(obj)) {
+        PyObject *iface = PyObject_GetAttrString(obj, "__array_interface__");
+        if (iface) {
+            a = from_array_interface(iface, dtype);
+            Py_DECREF(iface);
+            return a;
         }
-        return a;
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear();
     }
-    if (PyList_Check(obj) || PyTuple_Check(obj)) return from_nested(obj, dtype);
-    if (PyObject_CheckBuffer(obj) && !PyUnicode_Check(obj)) return from_buffer(obj, dtype);
-    PyObject *iface = PyObject_GetAttrString(obj, "__array_interface__");
-    if (iface) {
-        mk_array *a = from_array_interface(iface, dtype);
-        Py_DECREF(iface);
-        return a;
-    }
-    PyErr_Clear();
-    /* numpy scalars and other number-likes */
-    if (PyIndex_Check(obj)) {
-        PyObject *v = PyNumber_Index(obj);
-        if (!v) return NULL;
-        mk_array *a = mkpy_to_array(v, dtype);
-        Py_DECREF(v);
-        return a;
-    }
-    PyErr_Format(PyExc_ValueError, "Invalid type %s received in array initialization.", Py_TYPE(obj)->tp_name);
     return NULL;
 }
 
+mk_array *mkpy_to_array(PyObject *obj, int dtype) {
+    if (PyList_Check(obj) || PyTuple_Check(obj)) return from_nested(obj, dtype);
+    mk_array *a = from_non_sequence(obj, dtype);
+    return a || PyErr_Occurred() ? a : invalid_type(obj);
+}
+
+mk_array *mkpy_to_array_arg(PyObject *obj, int dtype) {
+    mk_array *a = from_non_sequence(obj, dtype);
+    return a || PyErr_Occurred() ? a : invalid_type(obj);
+}
+
+int mkpy_is_operand(PyObject *o) {
+    if (PyMkArray_Check(o) || mkpy_is_scalar(o)) return 1;
+    if (PyUnicode_Check(o) || PyList_Check(o) || PyTuple_Check(o) || o == Py_None) return 0;
+    return PyObject_CheckBuffer(o) || PyObject_HasAttrString(o, "__mlx_array__") ||
+           PyObject_HasAttrString(o, "__array_interface__");
+}
+
 mk_array *mkpy_to_array_weak(PyObject *obj, int partner) {
-    if (partner >= 0 && mkpy_is_scalar(obj)) {
-        mk_dtype p = (mk_dtype)partner, t;
-        if (PyBool_Check(obj))
-            t = p;
-        else if (PyLong_Check(obj))
-            t = mk_weak_int_dtype(p);
-        else if (PyFloat_Check(obj))
-            t = mk_weak_float_dtype(p);
-        else
-            t = MK_COMPLEX64;
-        return mkpy_to_array(obj, t);
+    if (partner < 0 || is_mlx_array(obj)) return mkpy_to_array_arg(obj, -1);
+    mk_dtype p = (mk_dtype)partner;
+    if (PyBool_Check(obj)) return from_scalar(obj, p);
+    if (PyLong_Check(obj)) {
+        int64_t v;
+        if (int_value(obj, &v) < 0) return NULL;
+        if (mk_is_integral(p) && mk_dtype_size(p) < 8) {
+            int64_t lo, hi;
+            if (mk_is_unsigned(p))
+                lo = 0, hi = (int64_t)((UINT64_C(1) << (8 * mk_dtype_size(p))) - 1);
+            else
+                lo = -(INT64_C(1) << (8 * mk_dtype_size(p) - 1)), hi = (INT64_C(1) << (8 * mk_dtype_size(p) - 1)) - 1;
+            if (v < lo || v > hi) {
+                PyErr_Format(PyExc_ValueError, "Converting %lld to %s would result in overflow.", (long long)v,
+                             mk_dtype_name(p));
+                return NULL;
+            }
+        }
+        return from_scalar(obj, mk_weak_int_dtype(p));
     }
-    return mkpy_to_array(obj, -1);
+    if (PyFloat_Check(obj)) return from_scalar(obj, mk_weak_float_dtype(p));
+    if (PyComplex_Check(obj)) return from_scalar(obj, MK_COMPLEX64);
+    /* NumPy arrays and other buffers take the array's dtype, as in MLX */
+    return mkpy_to_array_arg(obj, p);
 }
 
 int mkpy_to_arrays(PyObject *a, PyObject *b, mk_array **out_a, mk_array **out_b) {
-    int a_arr = PyMkArray_Check(a), b_arr = PyMkArray_Check(b);
+    int a_arr = is_mlx_array(a), b_arr = is_mlx_array(b);
     *out_a = *out_b = NULL;
-    if (a_arr && !b_arr) {
-        *out_a = mkpy_to_array(a, -1);
-        *out_b = mkpy_to_array_weak(b, MKARR(a)->dtype);
-    } else if (b_arr && !a_arr) {
-        *out_b = mkpy_to_array(b, -1);
-        *out_a = mkpy_to_array_weak(a, MKARR(b)->dtype);
+    if (a_arr && b_arr) {
+        *out_a = mkpy_to_array_arg(a, -1);
+        *out_b = *out_a ? mkpy_to_array_arg(b, -1) : NULL;
+    } else if (a_arr) {
+        *out_a = mkpy_to_array_arg(a, -1);
+        *out_b = *out_a ? mkpy_to_array_weak(b, (*out_a)->dtype) : NULL;
+    } else if (b_arr) {
+        *out_b = mkpy_to_array_arg(b, -1);
+        *out_a = *out_b ? mkpy_to_array_weak(a, (*out_b)->dtype) : NULL;
     } else {
-        *out_a = mkpy_to_array(a, -1);
-        *out_b = *out_a ? mkpy_to_array(b, -1) : NULL;
+        *out_a = mkpy_to_array_arg(a, -1);
+        *out_b = *out_a ? mkpy_to_array_arg(b, -1) : NULL;
     }
     if (!*out_a || !*out_b) {
         mk_xdecref(*out_a);

@@ -99,6 +99,46 @@ static PyObject *py_cache_memory(PyObject *m, PyObject *unused) {
     return PyLong_FromLong(0); /* mkpy frees buffers at once; there is no cache */
 }
 
+/* Memory, cache and wired limits: recorded and returned as MLX does (each
+ * setter returns the previous value). mkpy frees buffers at once and does
+ * not cap allocations, so they change nothing else. */
+static int64_t memory_limit = -1, cache_limit = -1, wired_limit = 0;
+
+/* MLX: 1.5 x the recommended working set (3/4 of memory) */
+static int64_t default_memory_limit(void) { return physical_memory() / 4 * 3 * 3 / 2; }
+
+static PyObject *set_limit(const char *name, int64_t *slot, int64_t dflt, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames) {
+    static const char *const names[] = {"limit", NULL};
+    PyObject *a[1];
+    int64_t v;
+    if (mkpy_parse(name, args, nargs, kwnames, names, 1, a) < 0 || mkpy_parse_int(a[0], &v) < 0) return NULL;
+    int64_t old = *slot < 0 ? dflt : *slot;
+    *slot = v;
+    return PyLong_FromLongLong(old);
+}
+
+static PyObject *py_set_memory_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    (void)m;
+    return set_limit("set_memory_limit", &memory_limit, default_memory_limit(), args, nargs, kw);
+}
+
+static PyObject *py_set_cache_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    (void)m;
+    return set_limit("set_cache_limit", &cache_limit, default_memory_limit(), args, nargs, kw);
+}
+
+static PyObject *py_set_wired_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    (void)m;
+    return set_limit("set_wired_limit", &wired_limit, 0, args, nargs, kw);
+}
+
+static PyObject *py_get_memory_limit(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    return PyLong_FromLongLong(memory_limit < 0 ? default_memory_limit() : memory_limit);
+}
+
 static PyObject *py_noop(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     (void)m;
     (void)args;
@@ -115,12 +155,20 @@ static PyObject *py_noop(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
          "reset_peak_memory() -> None\n--\n\nSet the peak to the current active memory."},              \
         {"get_cache_memory", py_cache_memory, METH_NOARGS,                                             \
          "get_cache_memory() -> int\n--\n\nBytes in the buffer cache (always 0: mkpy frees at once)."}, \
-        {"clear_cache", FN(py_noop), METH_FASTCALL, "clear_cache() -> None\n--\n\nFree cached buffers (mkpy keeps none: buffers are freed when arrays die)."}
+        {"clear_cache", FN(py_noop), METH_FASTCALL, "clear_cache() -> None\n--\n\nFree cached buffers (mkpy keeps none: buffers are freed when arrays die)."}, \
+        {"set_memory_limit", FN(py_set_memory_limit), METH_FASTCALL | METH_KEYWORDS,                       \
+         "set_memory_limit(limit) -> int\n--\n\nSet the memory limit; returns the previous one (not enforced)."}, \
+        {"set_cache_limit", FN(py_set_cache_limit), METH_FASTCALL | METH_KEYWORDS,                         \
+         "set_cache_limit(limit) -> int\n--\n\nSet the buffer cache limit; returns the previous one."},       \
+        {"set_wired_limit", FN(py_set_wired_limit), METH_FASTCALL | METH_KEYWORDS,                         \
+         "set_wired_limit(limit) -> int\n--\n\nSet the wired memory limit; returns the previous one."}
 
 PyMethodDef mkpy_device_functions[] = {
     {"device_info", FN(py_device_info), METH_FASTCALL,
      "device_info() -> dict\n--\n\nMLX's device keys, describing mkpy's CPU back-end."},
     MEMORY_FUNCTIONS,
+    {"get_memory_limit", py_get_memory_limit, METH_NOARGS,
+     "get_memory_limit() -> int\n--\n\nThe memory limit (see set_memory_limit)."},
     {NULL},
 };
 

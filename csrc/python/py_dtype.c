@@ -63,6 +63,22 @@ static PyObject *category_reduce(PyMkCategory *self, PyObject *unused) {
     return PyUnicode_FromString(mk_category_names[self->cat]);
 }
 
+static PyObject *category_name(PyMkCategory *self, void *closure) {
+    (void)closure;
+    return PyUnicode_FromString(mk_category_names[self->cat]);
+}
+
+static PyObject *category_value(PyMkCategory *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong((long)self->cat);
+}
+
+static PyGetSetDef category_getset[] = {
+    {"name", (getter)category_name, NULL, "The category's name.", NULL},
+    {"value", (getter)category_value, NULL, "The category's value (MLX's numbering).", NULL},
+    {NULL},
+};
+
 static PyMethodDef category_methods[] = {
     {"__reduce__", (PyCFunction)category_reduce, METH_NOARGS, NULL},
     {NULL},
@@ -75,6 +91,7 @@ PyTypeObject PyMkCategory_Type = {
     .tp_doc = "A category of dtypes (mkpy.floating, mkpy.integer, ...), for issubdtype.",
     .tp_repr = (reprfunc)category_repr,
     .tp_methods = category_methods,
+    .tp_getset = category_getset,
 };
 
 /* issubdtype(a, b): a and b are each a Dtype or a DtypeCategory. */
@@ -89,7 +106,6 @@ static int as_category(PyObject *o, int *is_dtype, int *value) {
         *value = ((PyMkCategory *)o)->cat;
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "issubdtype() expects a Dtype or DtypeCategory, got %s.", Py_TYPE(o)->tp_name);
     return -1;
 }
 
@@ -103,7 +119,11 @@ static PyObject *py_issubdtype(PyObject *mod, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     int da, va, db, vb;
-    if (as_category(args[0], &da, &va) < 0 || as_category(args[1], &db, &vb) < 0) return NULL;
+    for (int i = 0; i < 2; i++)
+        if (as_category(args[i], i ? &db : &da, i ? &vb : &va) < 0) {
+            PyErr_Format(PyExc_ValueError, "[issubdtype] Received invalid type for %s input.", i ? "second" : "first");
+            return NULL;
+        }
     int r;
     if (da && db)
         r = va == vb;
@@ -138,7 +158,10 @@ int mkpy_dtype_init(PyObject *m) {
         Py_SET_REFCNT(o, 1 << 28);
         category_objects[i].cat = (mk_category)i;
         if (PyModule_AddObjectRef(m, mk_category_names[i], o) < 0) return -1;
+        /* DtypeCategory.floating, as MLX's enum members */
+        if (PyDict_SetItemString(PyMkCategory_Type.tp_dict, mk_category_names[i], o) < 0) return -1;
     }
+    PyType_Modified(&PyMkCategory_Type);
     if (PyModule_AddObjectRef(m, "Dtype", (PyObject *)&PyMkDtype_Type) < 0) return -1;
     if (PyModule_AddObjectRef(m, "DtypeCategory", (PyObject *)&PyMkCategory_Type) < 0) return -1;
     return 0;

@@ -1,6 +1,7 @@
 /* Module functions for the element-wise ops, where, rounding and clipping,
  * isclose, and eval. Unary and binary functions are generated from the op
  * lists in core/ops.h, so each op is declared once. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -14,7 +15,7 @@ static PyObject *call_unary(mk_unary_op op, const char *name, PyObject *const *a
     static const char *const names[] = {"a", "*stream", NULL};
     PyObject *a[2];
     if (mkpy_parse(name, args, nargs, kwnames, names, 1, a) < 0) return NULL;
-    mk_array *x = mkpy_to_array(a[0], -1);
+    mk_array *x = mkpy_to_array_arg(a[0], -1);
     if (!x) return NULL;
     mk_array *r = mk_unary(op, x);
     mk_decref(x);
@@ -54,8 +55,9 @@ static PyObject *py_where(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     PyObject *a[4];
     (void)m;
     if (mkpy_parse("where", args, nargs, kwnames, names, 3, a) < 0) return NULL;
-    mk_array *c = mkpy_to_array(a[0], -1), *x = NULL, *y = NULL, *r = NULL;
-    if (c && mkpy_to_arrays(a[1], a[2], &x, &y) == 0) {
+    mk_array *c = NULL, *x = NULL, *y = NULL, *r = NULL;
+    /* x and y first, as MLX converts them */
+    if (mkpy_to_arrays(a[1], a[2], &x, &y) == 0 && (c = mkpy_to_array_arg(a[0], -1))) {
         r = mk_where(c, x, y);
         if (!r) mkpy_raise();
     }
@@ -74,20 +76,26 @@ static PyObject *py_round_decimals(PyObject *m, PyObject *const *args, Py_ssize_
     (void)m;
     if (mkpy_parse("round", args, nargs, kwnames, names, 1, a) < 0) return NULL;
     if (a[1] && mkpy_parse_int(a[1], &decimals) < 0) return NULL;
-    mk_array *x = mkpy_to_array(a[0], -1);
+    mk_array *x = mkpy_to_array_arg(a[0], -1);
     if (!x) return NULL;
     mk_array *r;
-    if (decimals == 0 || !mk_is_inexact(x->dtype)) {
+    if (decimals == 0) {
         r = mk_unary(MK_UNARY_round, x);
     } else {
-        /* as MLX: round(x * 10^d) / 10^d */
-        mk_array *s = mk_scalar_f64(x->dtype, pow(10.0, (double)decimals));
-        mk_array *t = s ? mk_binary(MK_BINARY_multiply, x, s) : NULL;
+        /* as MLX: round(x * s) * (1 / s) in at least float32, s = 10^decimals
+         * as a float, then back to x's dtype */
+        mk_dtype ft = mk_is_inexact(x->dtype) ? x->dtype : MK_FLOAT32;
+        float scale = (float)pow(10.0, (double)decimals);
+        mk_array *s = mk_scalar_f64(ft, scale), *inv = mk_scalar_f64(ft, 1.0f / scale);
+        mk_array *t = s && inv ? mk_binary(MK_BINARY_multiply, x, s) : NULL;
         mk_array *u = t ? mk_unary(MK_UNARY_round, t) : NULL;
-        r = u ? mk_binary(MK_BINARY_divide, u, s) : NULL;
+        mk_array *v = u ? mk_binary(MK_BINARY_multiply, u, inv) : NULL;
+        r = v ? mk_as_dtype(v, x->dtype) : NULL;
         mk_xdecref(s);
+        mk_xdecref(inv);
         mk_xdecref(t);
         mk_xdecref(u);
+        mk_xdecref(v);
     }
     mk_decref(x);
     return mkpy_wrap(r);
@@ -102,8 +110,13 @@ static PyObject *py_clip(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
         PyErr_SetString(PyExc_ValueError, "At most one of a_min and a_max may be None");
         return NULL;
     }
-    mk_array *x = mkpy_to_array(a[0], -1);
-    if (!x) return NULL;
+    if (!PyMkArray_Check(a[0])) {
+        PyErr_Format(PyExc_TypeError, "clip(): incompatible function arguments: a must be an array, not %s.",
+                     Py_TYPE(a[0])->tp_name);
+        return NULL;
+    }
+    mk_array *x = MKARR(a[0]);
+    mk_incref(x);
     mk_array *r = x;
     for (int k = 1; k <= 2 && r; k++) {
         if (a[k] == Py_None) continue;
@@ -121,44 +134,41 @@ static PyObject *py_clip(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(r);
 }
 
-/* isclose: |a - b| <= atol + rtol * |b|, or a == b (infinities), or both nan
- * with equal_nan. Built from ops, as MLX does. */
+/* isclose, built from ops as MLX does: |a - b| <= atol + rtol * |b| with
+ * float32 constants, false where either value is infinite unless both are
+ * infinities of one sign, and nan == nan with equal_nan. */
 mk_array *mkpy_isclose(mk_array *a, mk_array *b, double rtol, double atol, int equal_nan) {
-    mk_dtype t = mk_promote(a->dtype, b->dtype);
-    mk_array *d = NULL, *ad = NULL, *ab = NULL, *rt = NULL, *at = NULL, *rhs = NULL, *tol = NULL, *le = NULL,
-             *eq = NULL, *out = NULL, *n1 = NULL, *n2 = NULL, *nn = NULL;
-    mk_dtype ft = mk_to_float(t);
-    if (!(d = mk_binary(MK_BINARY_subtract, a, b))) goto done;
-    if (!(ad = mk_unary(MK_UNARY_abs, d))) goto done;
-    if (!(ab = mk_unary(MK_UNARY_abs, b))) goto done;
-    if (!(rt = mk_scalar_f64(ft == MK_COMPLEX64 ? MK_FLOAT32 : ft, rtol))) goto done;
-    if (!(at = mk_scalar_f64(ft == MK_COMPLEX64 ? MK_FLOAT32 : ft, atol))) goto done;
-    if (!(rhs = mk_binary(MK_BINARY_multiply, rt, ab))) goto done;
-    if (!(tol = mk_binary(MK_BINARY_add, at, rhs))) goto done;
-    if (!(le = mk_binary(MK_BINARY_less_equal, ad, tol))) goto done;
-    if (!(eq = mk_binary(MK_BINARY_equal, a, b))) goto done;
-    if (!(out = mk_binary(MK_BINARY_logical_or, le, eq))) goto done;
+    enum { D, AD, AB, RT, AT, RHS, TOL, LE, PA, PB, NA, NB, ANYA, ANYB, ANY, NOTANY, BP, BN, BOTH, T1, N1, N2, NN, NTMP };
+    mk_array *t[NTMP] = {0}, *out = NULL;
+    if (!(t[D] = mk_binary(MK_BINARY_subtract, a, b))) goto done;
+    if (!(t[AD] = mk_unary(MK_UNARY_abs, t[D]))) goto done;
+    if (!(t[AB] = mk_unary(MK_UNARY_abs, b))) goto done;
+    if (!(t[RT] = mk_scalar_f64(MK_FLOAT32, rtol))) goto done;
+    if (!(t[AT] = mk_scalar_f64(MK_FLOAT32, atol))) goto done;
+    if (!(t[RHS] = mk_binary(MK_BINARY_multiply, t[RT], t[AB]))) goto done;
+    if (!(t[TOL] = mk_binary(MK_BINARY_add, t[AT], t[RHS]))) goto done;
+    if (!(t[LE] = mk_binary(MK_BINARY_less_equal, t[AD], t[TOL]))) goto done;
+    if (!(t[PA] = mk_unary(MK_UNARY_isposinf, a)) || !(t[PB] = mk_unary(MK_UNARY_isposinf, b))) goto done;
+    if (!(t[NA] = mk_unary(MK_UNARY_isneginf, a)) || !(t[NB] = mk_unary(MK_UNARY_isneginf, b))) goto done;
+    if (!(t[ANYA] = mk_binary(MK_BINARY_logical_or, t[PA], t[NA]))) goto done;
+    if (!(t[ANYB] = mk_binary(MK_BINARY_logical_or, t[PB], t[NB]))) goto done;
+    if (!(t[ANY] = mk_binary(MK_BINARY_logical_or, t[ANYA], t[ANYB]))) goto done;
+    if (!(t[NOTANY] = mk_unary(MK_UNARY_logical_not, t[ANY]))) goto done;
+    if (!(t[BP] = mk_binary(MK_BINARY_logical_and, t[PA], t[PB]))) goto done;
+    if (!(t[BN] = mk_binary(MK_BINARY_logical_and, t[NA], t[NB]))) goto done;
+    if (!(t[BOTH] = mk_binary(MK_BINARY_logical_or, t[BP], t[BN]))) goto done;
+    if (!(t[T1] = mk_binary(MK_BINARY_logical_and, t[LE], t[NOTANY]))) goto done;
+    if (!(out = mk_binary(MK_BINARY_logical_or, t[T1], t[BOTH]))) goto done;
     if (equal_nan) {
         mk_array *o2 = NULL;
-        if ((n1 = mk_unary(MK_UNARY_isnan, a)) && (n2 = mk_unary(MK_UNARY_isnan, b)) &&
-            (nn = mk_binary(MK_BINARY_logical_and, n1, n2)))
-            o2 = mk_binary(MK_BINARY_logical_or, out, nn);
+        if ((t[N1] = mk_unary(MK_UNARY_isnan, a)) && (t[N2] = mk_unary(MK_UNARY_isnan, b)) &&
+            (t[NN] = mk_binary(MK_BINARY_logical_and, t[N1], t[N2])))
+            o2 = mk_binary(MK_BINARY_logical_or, out, t[NN]);
         mk_decref(out);
         out = o2;
     }
 done:
-    mk_xdecref(d);
-    mk_xdecref(ad);
-    mk_xdecref(ab);
-    mk_xdecref(rt);
-    mk_xdecref(at);
-    mk_xdecref(rhs);
-    mk_xdecref(tol);
-    mk_xdecref(le);
-    mk_xdecref(eq);
-    mk_xdecref(n1);
-    mk_xdecref(n2);
-    mk_xdecref(nn);
+    for (int i = 0; i < NTMP; i++) mk_xdecref(t[i]);
     return out;
 }
 
@@ -172,11 +182,11 @@ mk_array *mkpy_isclose_args(const char *fname, PyObject *const *args, Py_ssize_t
     if (a[2] && (rtol = PyFloat_AsDouble(a[2])) == -1.0 && PyErr_Occurred()) return NULL;
     if (a[3] && (atol = PyFloat_AsDouble(a[3])) == -1.0 && PyErr_Occurred()) return NULL;
     if (mkpy_parse_bool(a[4], 0, &equal_nan) < 0) return NULL;
-    mk_array *x, *y;
-    if (mkpy_to_arrays(a[0], a[1], &x, &y) < 0) return NULL;
-    mk_array *r = mkpy_isclose(x, y, rtol, atol, equal_nan);
-    mk_decref(x);
-    mk_decref(y);
+    if (!PyMkArray_Check(a[0]) || !PyMkArray_Check(a[1])) {
+        PyErr_Format(PyExc_TypeError, "%s(): incompatible function arguments: a and b must be arrays.", fname);
+        return NULL;
+    }
+    mk_array *r = mkpy_isclose(MKARR(a[0]), MKARR(a[1]), rtol, atol, equal_nan);
     if (!r) mkpy_raise();
     return r;
 }
@@ -189,60 +199,66 @@ static PyObject *py_isclose(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* ---------------------------------------------------------------- eval */
 
+/* A growable array of pointers (PyMem). */
 typedef struct {
-    mk_array **items;
-    int n, cap;
-} arr_list;
+    void **items;
+    Py_ssize_t n, cap;
+} ptr_list;
 
-static int collect(PyObject *o, arr_list *l, int depth) {
-    if (depth > 1000) {
-        PyErr_SetString(PyExc_RecursionError, "[eval] Nesting too deep.");
-        return -1;
-    }
-    if (PyMkArray_Check(o)) {
-        if (l->n == l->cap) {
-            int cap = l->cap ? l->cap * 2 : 16;
-            mk_array **items = PyMem_Realloc(l->items, cap * sizeof *items);
-            if (!items) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            l->items = items;
-            l->cap = cap;
+static int ptr_push(ptr_list *l, void *p) {
+    if (l->n == l->cap) {
+        Py_ssize_t cap = l->cap ? l->cap * 2 : 16;
+        void **items = PyMem_Realloc(l->items, (size_t)cap * sizeof *items);
+        if (!items) {
+            PyErr_NoMemory();
+            return -1;
         }
-        l->items[l->n++] = MKARR(o);
-        return 0;
+        l->items = items;
+        l->cap = cap;
     }
-    if (PyList_Check(o) || PyTuple_Check(o)) {
-        PyObject *seq = PySequence_Fast(o, "");
-        if (!seq) return -1;
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
-            if (collect(PySequence_Fast_GET_ITEM(seq, i), l, depth + 1) < 0) {
-                Py_DECREF(seq);
-                return -1;
-            }
-        Py_DECREF(seq);
-        return 0;
-    }
-    if (PyDict_Check(o)) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(o, &pos, &k, &v))
-            if (collect(v, l, depth + 1) < 0) return -1;
-        return 0;
-    }
-    /* MLX ignores other leaves */
+    l->items[l->n++] = p;
     return 0;
 }
 
+/* Collects the arrays of a tree of lists, tuples and dicts (other leaves
+ * are ignored, as in MLX), with an explicit stack so nesting depth is not
+ * limited by the C stack. The tree is only read, so borrowed references
+ * stay valid. */
+static int collect(PyObject *root, ptr_list *arrays) {
+    ptr_list stack = {0};
+    int rc = ptr_push(&stack, root);
+    while (rc == 0 && stack.n) {
+        PyObject *o = stack.items[--stack.n];
+        if (PyMkArray_Check(o)) {
+            rc = ptr_push(arrays, MKARR(o));
+        } else if (PyList_Check(o) || PyTuple_Check(o)) {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+            PyObject **items = PySequence_Fast_ITEMS(o);
+            for (Py_ssize_t i = n - 1; i >= 0 && rc == 0; i--) rc = ptr_push(&stack, items[i]);
+        } else if (PyDict_Check(o)) {
+            PyObject *k, *v;
+            Py_ssize_t pos = 0;
+            while (rc == 0 && PyDict_Next(o, &pos, &k, &v)) rc = ptr_push(&stack, v);
+        }
+    }
+    PyMem_Free(stack.items);
+    return rc;
+}
+
 static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs) {
-    arr_list l = {0};
+    ptr_list l = {0};
     for (Py_ssize_t i = 0; i < nargs; i++)
-        if (collect(args[i], &l, 0) < 0) {
+        if (collect(args[i], &l) < 0) {
             PyMem_Free(l.items);
             return NULL;
         }
-    int rc = l.n ? mkpy_eval(l.items, l.n) : 0;
+    int rc = 0;
+    if (l.n > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "[eval] Too many arrays.");
+        rc = -1;
+    } else if (l.n) {
+        rc = mkpy_eval((mk_array *const *)l.items, (int)l.n);
+    }
     PyMem_Free(l.items);
     if (rc < 0) return NULL;
     Py_RETURN_NONE;

@@ -1,0 +1,281 @@
+"""Evaluation, memory counters, threads, devices and the module itself."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import mkpy as mx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MB = 1 << 20
+
+
+def run_python(code, **env):
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": ROOT, **env}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+# -------------------------------------------------------------------- eval
+
+def test_ops_are_lazy():
+    a = mx.array(np.ones((512, 1024), np.float32))  # 2 MiB, already evaluated
+    base = mx.get_active_memory()
+    b = a * 2 + 1
+    c = mx.exp(b)
+    # building the graph allocates no result buffers (only a small scalar)
+    assert mx.get_active_memory() - base < 1024
+    mx.eval(c)
+    assert mx.get_active_memory() - base >= 2 * MB  # c; b's buffer is freed once c is done
+    assert c.shape == (512, 1024) and c[0, 0].item() == pytest.approx(np.exp(3.0))
+
+
+def test_eval_trees():
+    a, b, c, d = (mx.array([i]) + 1 for i in range(4))
+    assert mx.eval() is None
+    assert mx.eval(a) is None
+    assert mx.eval([b, (c, {"k": d, "x": "ignored"})], None, 3, "text") is None
+    assert [x.item() for x in (a, b, c, d)] == [1, 2, 3, 4]
+    # empty containers, dict keys are not arrays
+    assert mx.eval([], {}, ()) is None
+    e = mx.array([5]) * 2
+    mx.eval({e.item() if False else "key": [[[[e]]]]})
+    assert e.item() == 10
+
+
+def test_eval_deep_nesting():
+    x = mx.array(1) + 1
+    tree = x
+    for _ in range(5000):
+        tree = [tree]
+    mx.eval(tree)
+    assert x.item() == 2
+
+
+def test_eval_keywords_refused():
+    with pytest.raises(TypeError):
+        mx.eval(mx.array(1), stream=None)
+
+
+def test_async_eval_and_synchronize():
+    a = mx.array([1.0, 2.0]) * 3
+    assert mx.async_eval(a) is None
+    assert mx.async_eval([a, {"b": a + 1}]) is None
+    assert mx.synchronize() is None
+    assert mx.synchronize(mx.default_stream(mx.default_device())) is None
+    assert a.tolist() == [3.0, 6.0]
+
+
+def test_long_chain_evaluates_and_frees():
+    gc.collect()
+    base = mx.get_active_memory()
+    x = mx.array(np.zeros(1000, np.float32))
+    for _ in range(100_000):
+        x = x + 1
+    mx.eval(x)
+    assert x[0].item() == 100_000.0
+    del x
+    assert mx.get_active_memory() == base
+    # an unevaluated chain is freed without recursion too
+    y = mx.array(1.0)
+    for _ in range(100_000):
+        y = y * 1.0
+    del y
+    assert mx.get_active_memory() == base
+
+
+def test_evaluated_intermediates_are_freed():
+    gc.collect()
+    base = mx.get_active_memory()
+    a = mx.array(np.ones(MB // 4, np.float32))  # 1 MiB
+    x = a
+    for _ in range(50):
+        x = x + 1
+    mx.eval(x)
+    # only a and x remain: intermediates died as soon as they were used
+    assert mx.get_active_memory() - base <= 2 * MB + 1024
+    del a, x
+
+
+def test_threads_evaluate_independently():
+    results = {}
+
+    def work(k):
+        x = mx.array(np.full(100_000, k, np.float32))
+        for _ in range(50):
+            x = x * 1.0 + 1.0
+        results[k] = x.tolist()[:3]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {k: [k + 50.0] * 3 for k in range(4)}
+
+
+def test_one_thread_gives_identical_results():
+    code = (
+        "import mkpy as mx, numpy as np\n"
+        "x = mx.array(np.linspace(-3, 3, 300001, dtype=np.float32))\n"
+        "y = mx.tanh(x) * mx.exp(x / 3) + x.astype(mx.float16).astype(mx.float32) % 0.7\n"
+        "z = (mx.array(np.arange(300001)) * 7919) % 10007\n"
+        "print(mx.device_info()['threads'])\n"
+        "print(np.array(y).tobytes().hex()[:4000], np.array(y).sum())\n"
+        "print(np.array(z).sum())\n"
+    )
+    one = run_python(code, MKPY_NUM_THREADS="1").split("\n")
+    many = run_python(code, MKPY_NUM_THREADS="4").split("\n")
+    assert one[0] == "1" and many[0] == "4"
+    assert one[1:] == many[1:]
+
+
+# -------------------------------------------------------------------- memory
+
+def test_memory_counters():
+    gc.collect()
+    base = mx.get_active_memory()
+    assert isinstance(base, int) and base >= 0
+    mx.reset_peak_memory()
+    assert mx.get_peak_memory() == base
+    a = mx.array(np.zeros((1024, 1024), np.float32))  # 4 MiB
+    assert mx.get_active_memory() - base == 4 * MB
+    b = a + 1
+    mx.eval(b)
+    assert mx.get_active_memory() - base == 8 * MB  # the scalar 1 died with the graph
+    peak = mx.get_peak_memory()
+    assert peak >= base + 8 * MB
+    del a, b
+    assert mx.get_active_memory() == base
+    assert mx.get_peak_memory() == peak  # the peak stays until reset
+    mx.reset_peak_memory()
+    assert mx.get_peak_memory() == base
+    assert mx.get_cache_memory() == 0
+    assert mx.clear_cache() is None
+    # mkpy.metal has the same counters
+    assert mx.metal.get_active_memory() == mx.get_active_memory()
+    assert mx.metal.get_peak_memory() == mx.get_peak_memory()
+    mx.metal.reset_peak_memory()
+    assert mx.metal.get_cache_memory() == 0
+
+
+def test_views_share_memory():
+    gc.collect()
+    base = mx.get_active_memory()
+    a = mx.array(np.zeros((1024, 1024), np.float32))
+    t = a.T
+    s = a[::2]
+    mx.eval(t, s)
+    assert mx.get_active_memory() - base == 4 * MB  # views, no copies
+    del a
+    assert mx.get_active_memory() - base == 4 * MB  # the views keep the buffer
+    del t, s
+    assert mx.get_active_memory() == base
+
+
+def test_memory_limits():
+    limit = mx.get_memory_limit()
+    assert isinstance(limit, int) and limit > 0
+    old = mx.set_memory_limit(limit // 2)
+    assert old == limit and mx.get_memory_limit() == limit // 2
+    assert mx.set_memory_limit(limit) == limit // 2
+    old_cache = mx.set_cache_limit(0)
+    assert isinstance(old_cache, int)
+    assert mx.set_cache_limit(old_cache) == 0
+    assert mx.set_wired_limit(0) == 0
+    assert mx.metal.set_wired_limit(0) == 0
+    assert isinstance(mx.metal.set_memory_limit(limit), int)
+
+
+# ---------------------------------------------------------------- devices
+
+def test_device_info():
+    info = mx.device_info()
+    mlx_keys = {"architecture", "device_name", "max_buffer_length", "max_recommended_working_set_size",
+                "memory_size", "resource_limit"}
+    assert mlx_keys <= set(info)
+    assert {"backend", "threads"} <= set(info)
+    assert isinstance(info["device_name"], str) and isinstance(info["architecture"], str)
+    assert info["memory_size"] > 0 and info["max_recommended_working_set_size"] <= info["memory_size"]
+    assert isinstance(info["threads"], int) and info["threads"] >= 1
+    assert mx.metal.device_info() == info
+
+
+def test_metal():
+    assert mx.metal.is_available() is True
+
+
+def test_devices():
+    assert repr(mx.cpu) == "DeviceType.cpu" and repr(mx.gpu) == "DeviceType.gpu"
+    assert mx.cpu != mx.gpu
+    d = mx.Device(mx.cpu)
+    assert repr(d) == "Device(cpu, 0)" and d.type == mx.cpu
+    assert repr(mx.Device(mx.gpu, 1)) == "Device(gpu, 1)"
+    assert mx.Device(mx.cpu) == mx.Device(mx.cpu, 0)
+    assert mx.Device(mx.cpu) != mx.Device(mx.gpu)
+    assert mx.Device(mx.cpu) == mx.cpu
+    assert mx.Device(1) == mx.Device(mx.gpu)  # an int converts, as MLX
+    assert len({mx.Device(mx.cpu), mx.Device(mx.cpu, 0), mx.Device(mx.gpu)}) == 2
+    with pytest.raises(TypeError):
+        mx.Device("cpu")
+    assert mx.is_available(mx.cpu) and mx.is_available(mx.gpu)
+    assert mx.device_count(mx.gpu) == 1
+
+
+def test_default_device_and_streams():
+    old = mx.default_device()
+    assert old == mx.Device(mx.gpu)  # as on a Mac with Metal
+    try:
+        mx.set_default_device(mx.cpu)
+        assert mx.default_device() == mx.Device(mx.cpu)
+        mx.set_default_device(mx.Device(mx.gpu, 0))
+        assert mx.default_device() == mx.Device(mx.gpu)
+        with pytest.raises(TypeError):
+            mx.set_default_device("cpu")
+        s = mx.default_stream(mx.cpu)
+        assert repr(s) == "Stream(Device(cpu, 0), 0)" and s.device == mx.Device(mx.cpu)
+        assert mx.default_stream(mx.Device(mx.cpu)) == s
+        n1, n2 = mx.new_stream(mx.cpu), mx.new_stream(mx.gpu)
+        assert n1 != n2 and n2.index == n1.index + 1
+        with mx.stream(mx.cpu):
+            assert mx.default_device() == mx.Device(mx.cpu)
+            assert (mx.array([1]) + 1).tolist() == [2]
+        assert mx.default_device() == mx.Device(mx.gpu)
+        with mx.stream(n1):
+            assert mx.default_device() == mx.Device(mx.cpu)
+        # ops accept stream= and device= values and ignore them
+        assert mx.add(mx.array([1]), 1, stream=mx.cpu).tolist() == [2]
+        assert mx.exp(mx.array([0.0]), stream=n1).tolist() == [1.0]
+    finally:
+        mx.set_default_device(old)
+
+
+# ----------------------------------------------------------------- module
+
+def test_version():
+    v = mx.__version__
+    assert isinstance(v, str) and len(v.split(".")) >= 2 and all(p.isdigit() for p in v.split(".")[:2])
+
+
+def test_import_without_numpy():
+    code = ("import sys; sys.modules['numpy'] = None\n"
+            "import mkpy as mx\n"
+            "a = mx.array([[1, 2], [3, 4]], mx.float16) * 2\n"
+            "print(a.tolist(), repr(a.dtype), memoryview(a).format)\n"
+            "try:\n"
+            "    a.__array__()\n"
+            "except ImportError:\n"
+            "    print('no numpy')\n")
+    out = run_python(code).strip().split("\n")
+    assert out == ["[[2.0, 4.0], [6.0, 8.0]] mkpy.float16 e", "no numpy"]
+
+
+def test_star_import_keeps_builtins():
+    ns = {}
+    exec("from mkpy import *", ns)
+    assert "bool" not in ns and "float32" in ns and "array" in ns
