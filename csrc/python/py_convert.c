@@ -354,11 +354,7 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
         return NULL;
     }
     for (int i = 0; i < ndim; i++) {
-        shp[i] = shape[i];
-        if (strides && strides[i] < 0) {
-            PyErr_SetString(PyExc_ValueError, "Cannot convert DLPack arrays with negative strides to mkpy array.");
-            return NULL;
-        }
+        shp[i] = shape[i]; /* negative strides are copied like any other (MLX refuses them) */
     }
     int complex128 = src_dtype == 100; /* stored as pairs of doubles, then converted */
     mk_dtype st = complex128 ? MK_COMPLEX64 : (mk_dtype)src_dtype;

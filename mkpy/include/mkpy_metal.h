@@ -455,21 +455,12 @@ template <> struct numeric_limits<float> {
 //   - T _v[N]                 (indexing: v[i])
 //   - struct { T x, y, z, w; } and struct { T r, g, b, a; }   (real lvalues)
 //   - one zero-overhead proxy member per 2/3/4-component swizzle (.xy, .zyx,
-//     .xxxx, .bgra, ...): a _mk::swz<T, I...> that holds the same storage.
+//     .xxxx, .bgra, ...): a _mk::swz<D, T, N, I...> that holds the same storage.
 // A proxy converts implicitly to vec<T, M>, can be indexed, used in any vector
 // expression or math function, and (without repeated components) assigned to
 // and compound-assigned.
 
 namespace _mk {
-
-template <int... I>
-constexpr bool distinct() {
-  const int a[] = {I...};
-  for (unsigned i = 0; i < sizeof...(I); ++i)
-    for (unsigned j = i + 1; j < sizeof...(I); ++j)
-      if (a[i] == a[j]) return false;
-  return true;
-}
 
 template <int... I>
 constexpr int swz_idx(int k) {
@@ -480,19 +471,16 @@ constexpr int swz_idx(int k) {
 // Kept as small as possible: every vecN instantiation instantiates all of its
 // swizzle types, so each member here costs compile time.  Reading a swizzle
 // goes through vec's implicit constructor from swz (and _mk::at below).
-template <int... I>
-constexpr int swz_len() {
-  const int t[] = {I...};
-  int m = 0;
-  for (unsigned i = 0; i < sizeof...(I); ++i) m = t[i] > m ? t[i] : m;
-  return m + 1;
-}
-
-template <class T, int... I>
+// D (distinct components) selects the assignable version; a swizzle with a
+// repeated component (.xx, .xyxy) is read-only.
+template <bool D, class T, int N, int... I>
 struct swz {
-  // The parent vector's components 0..max(I): the same type serves float2,
-  // float3, float4 and the packed vectors (a union member may be smaller).
-  T s[swz_len<I...>()];
+  T s[N];  // the whole parent vector
+  swz& operator=(const swz&) = delete;
+};
+template <class T, int N, int... I>
+struct swz<true, T, N, I...> {
+  T s[N];
 
   explicit swz() = default;  // explicit: swz is not an aggregate, so v.xy = {1, 2} works
   // Assignment takes a vec<T, M>; other swizzles, packed vectors and scalars
@@ -500,7 +488,6 @@ struct swz {
   // component is written, so v.xy = v.yx and v.wzyx = v work.
   constexpr swz& operator=(const swz& o) { return *this = vec<T, int(sizeof...(I))>(o); }
   constexpr swz& operator=(const vec<T, int(sizeof...(I))>& v) {
-    static_assert(distinct<I...>(), "cannot assign to a swizzle with repeated components");
     const vec<T, int(sizeof...(I))> t = v;
     for (int k = 0; k < int(sizeof...(I)); ++k) s[swz_idx<I...>(k)] = t[k];
     return *this;
@@ -512,8 +499,8 @@ template <class V>
 constexpr auto at(const V& v, int i) -> decltype(v[i]) {
   return v[i];
 }
-template <class T, int... I>
-constexpr T at(const swz<T, I...>& p, int i) {
+template <bool D, class T, int N, int... I>
+constexpr T at(const swz<D, T, N, I...>& p, int i) {
   return p.s[swz_idx<I...>(i)];
 }
 
@@ -534,13 +521,13 @@ struct vt<packed_vec<T, N>> {
   static constexpr int n = N;
   using E = T;
 };
-template <class T, int... I>
-struct vt<swz<T, I...>> {
+template <bool D, class T, int N, int... I>
+struct vt<swz<D, T, N, I...>> {
   static constexpr int n = int(sizeof...(I));
   using E = T;
 };
 template <class X> struct is_swz : std::false_type {};
-template <class T, int... I> struct is_swz<swz<T, I...>> : std::true_type {};
+template <bool D, class T, int N, int... I> struct is_swz<swz<D, T, N, I...>> : std::true_type {};
 
 // Component count of a constructor argument: vectors count their components,
 // scalars 1, anything else makes the sum invalid.
@@ -586,8 +573,9 @@ constexpr void put(T* d, int& k, const A& a) {
     for (int i = 0; i < N; ++i) _v[i] = T(::metal::_mk::at(a, i));                       \
   }                                                                                      \
   /* a swizzle of this element type converts implicitly: float2 t = v.zw */            \
-  template <int... I_, ::std::enable_if_t<sizeof...(I_) == N, int> = 0>                  \
-  constexpr CLS(const ::metal::_mk::swz<T, I_...>& p) : ::metal::_mk::stor<T, N>(0) {    \
+  template <bool D_, int M_, int... I_, ::std::enable_if_t<sizeof...(I_) == N, int> = 0> \
+  constexpr CLS(const ::metal::_mk::swz<D_, T, M_, I_...>& p)                            \
+      : ::metal::_mk::stor<T, N>(0) {                                                    \
     int k = 0;                                                                           \
     ((_v[k++] = p.s[I_]), ...);                                                          \
   }                                                                                      \
@@ -652,11 +640,11 @@ constexpr void put(T* d, int& k, const A& a) {
 #define MK_I4_3(F, ...) MK_I4_2(F, __VA_ARGS__) F(__VA_ARGS__, 2)
 #define MK_I4_4(F, ...) MK_I4_3(F, __VA_ARGS__) F(__VA_ARGS__, 3)
 #define MK_E2(S, N, a, b) \
-  ::metal::_mk::swz<T, a, b> MK_CAT2(MK_LT##S##_##a, MK_LT##S##_##b);
+  ::metal::_mk::swz<(a != b), T, N, a, b> MK_CAT2(MK_LT##S##_##a, MK_LT##S##_##b);
 #define MK_E3(S, N, a, b, c) \
-  ::metal::_mk::swz<T, a, b, c> MK_CAT3(MK_LT##S##_##a, MK_LT##S##_##b, MK_LT##S##_##c);
+  ::metal::_mk::swz<(a != b && a != c && b != c), T, N, a, b, c> MK_CAT3(MK_LT##S##_##a, MK_LT##S##_##b, MK_LT##S##_##c);
 #define MK_E4(S, N, a, b, c, d)                                                   \
-  ::metal::_mk::swz<T, a, b, c, d> MK_CAT4(MK_LT##S##_##a, MK_LT##S##_##b, \
+  ::metal::_mk::swz<(a != b && a != c && a != d && b != c && b != d && c != d), T, N, a, b, c, d> MK_CAT4(MK_LT##S##_##a, MK_LT##S##_##b, \
                                               MK_LT##S##_##c, MK_LT##S##_##d);
 #define MK_SW2(S, N) MK_I1_##N(MK_SW2_1, S, N)
 #define MK_SW2_1(S, N, a) MK_I2_##N(MK_E2, S, N, a)
