@@ -455,12 +455,27 @@ template <> struct numeric_limits<float> {
 //   - T _v[N]                 (indexing: v[i])
 //   - struct { T x, y, z, w; } and struct { T r, g, b, a; }   (real lvalues)
 //   - one zero-overhead proxy member per 2/3/4-component swizzle (.xy, .zyx,
-//     .xxxx, .bgra, ...): a _mk::swz<D, T, N, I...> that holds the same storage.
-// A proxy converts implicitly to vec<T, M>, can be indexed, used in any vector
-// expression or math function, and (without repeated components) assigned to
-// and compound-assigned.
+//     .xxxx, .bgra, ...): a _mk::swz<T, N, I...> that holds the same storage.
+// A proxy converts implicitly to vec<T, M> (through vec's constructor), works
+// in any vector expression, constructor or math function, and (without
+// repeated components) can be assigned and compound-assigned.  Where C++ needs
+// the vector type itself (member access or indexing on a swizzle, auto, ?:
+// between two different swizzles) write (+v.xy).
+//
+// Compile-time note: instantiating vec<T,4> instantiates its 336 swizzle types
+// (vec<T,3>: 117, vec<T,2>: 28), which is most of what using a vector type
+// costs; the swizzle type is therefore kept minimal.
 
 namespace _mk {
+
+template <int... I>
+constexpr bool distinct() {
+  const int a[] = {I...};
+  for (unsigned i = 0; i < sizeof...(I); ++i)
+    for (unsigned j = i + 1; j < sizeof...(I); ++j)
+      if (a[i] == a[j]) return false;
+  return true;
+}
 
 template <int... I>
 constexpr int swz_idx(int k) {
@@ -468,19 +483,11 @@ constexpr int swz_idx(int k) {
   return t[k];
 }
 
-// Kept as small as possible: every vecN instantiation instantiates all of its
-// swizzle types, so each member here costs compile time.  Reading a swizzle
-// goes through vec's implicit constructor from swz (and _mk::at below).
-// D (distinct components) selects the assignable version; a swizzle with a
-// repeated component (.xx, .xyxy) is read-only.
-template <bool D, class T, int N, int... I>
+// Reading a swizzle goes through vec's implicit constructor from swz (and
+// _mk::at below) rather than a conversion operator here, which is cheaper.
+template <class T, int N, int... I>
 struct swz {
   T s[N];  // the whole parent vector
-  swz& operator=(const swz&) = delete;
-};
-template <class T, int N, int... I>
-struct swz<true, T, N, I...> {
-  T s[N];
 
   explicit swz() = default;  // explicit: swz is not an aggregate, so v.xy = {1, 2} works
   // Assignment takes a vec<T, M>; other swizzles, packed vectors and scalars
@@ -488,6 +495,7 @@ struct swz<true, T, N, I...> {
   // component is written, so v.xy = v.yx and v.wzyx = v work.
   constexpr swz& operator=(const swz& o) { return *this = vec<T, int(sizeof...(I))>(o); }
   constexpr swz& operator=(const vec<T, int(sizeof...(I))>& v) {
+    static_assert(distinct<I...>(), "cannot assign to a swizzle with repeated components");
     const vec<T, int(sizeof...(I))> t = v;
     for (int k = 0; k < int(sizeof...(I)); ++k) s[swz_idx<I...>(k)] = t[k];
     return *this;
@@ -499,8 +507,8 @@ template <class V>
 constexpr auto at(const V& v, int i) -> decltype(v[i]) {
   return v[i];
 }
-template <bool D, class T, int N, int... I>
-constexpr T at(const swz<D, T, N, I...>& p, int i) {
+template <class T, int N, int... I>
+constexpr T at(const swz<T, N, I...>& p, int i) {
   return p.s[swz_idx<I...>(i)];
 }
 
@@ -521,13 +529,13 @@ struct vt<packed_vec<T, N>> {
   static constexpr int n = N;
   using E = T;
 };
-template <bool D, class T, int N, int... I>
-struct vt<swz<D, T, N, I...>> {
+template <class T, int N, int... I>
+struct vt<swz<T, N, I...>> {
   static constexpr int n = int(sizeof...(I));
   using E = T;
 };
 template <class X> struct is_swz : std::false_type {};
-template <bool D, class T, int N, int... I> struct is_swz<swz<D, T, N, I...>> : std::true_type {};
+template <class T, int N, int... I> struct is_swz<swz<T, N, I...>> : std::true_type {};
 
 // Component count of a constructor argument: vectors count their components,
 // scalars 1, anything else makes the sum invalid.
@@ -562,7 +570,7 @@ constexpr void put(T* d, int& k, const A& a) {
   }                                                                                      \
   /* splat: float4(1.0f), and implicit scalar -> vector as in MSL */                     \
   template <class S, ::metal::_mk::if_num<S> = 0>                                        \
-  constexpr CLS(S s)     : ::metal::_mk::stor<T, N>(0) {                                                  \
+  constexpr CLS(S s) : ::metal::_mk::stor<T, N>(0) {                                    \
     for (int i = 0; i < N; ++i) _v[i] = T(s);                                            \
   }                                                                                      \
   /* conversion from another vector-like type of the same length: float4(int4) */       \
@@ -573,9 +581,8 @@ constexpr void put(T* d, int& k, const A& a) {
     for (int i = 0; i < N; ++i) _v[i] = T(::metal::_mk::at(a, i));                       \
   }                                                                                      \
   /* a swizzle of this element type converts implicitly: float2 t = v.zw */            \
-  template <bool D_, int M_, int... I_, ::std::enable_if_t<sizeof...(I_) == N, int> = 0> \
-  constexpr CLS(const ::metal::_mk::swz<D_, T, M_, I_...>& p)                            \
-      : ::metal::_mk::stor<T, N>(0) {                                                    \
+  template <int M_, int... I_, ::std::enable_if_t<sizeof...(I_) == N, int> = 0>          \
+  constexpr CLS(const ::metal::_mk::swz<T, M_, I_...>& p) : ::metal::_mk::stor<T, N>(0) { \
     int k = 0;                                                                           \
     ((_v[k++] = p.s[I_]), ...);                                                          \
   }                                                                                      \
@@ -640,11 +647,11 @@ constexpr void put(T* d, int& k, const A& a) {
 #define MK_I4_3(F, ...) MK_I4_2(F, __VA_ARGS__) F(__VA_ARGS__, 2)
 #define MK_I4_4(F, ...) MK_I4_3(F, __VA_ARGS__) F(__VA_ARGS__, 3)
 #define MK_E2(S, N, a, b) \
-  ::metal::_mk::swz<(a != b), T, N, a, b> MK_CAT2(MK_LT##S##_##a, MK_LT##S##_##b);
+  ::metal::_mk::swz<T, N, a, b> MK_CAT2(MK_LT##S##_##a, MK_LT##S##_##b);
 #define MK_E3(S, N, a, b, c) \
-  ::metal::_mk::swz<(a != b && a != c && b != c), T, N, a, b, c> MK_CAT3(MK_LT##S##_##a, MK_LT##S##_##b, MK_LT##S##_##c);
+  ::metal::_mk::swz<T, N, a, b, c> MK_CAT3(MK_LT##S##_##a, MK_LT##S##_##b, MK_LT##S##_##c);
 #define MK_E4(S, N, a, b, c, d)                                                   \
-  ::metal::_mk::swz<(a != b && a != c && a != d && b != c && b != d && c != d), T, N, a, b, c, d> MK_CAT4(MK_LT##S##_##a, MK_LT##S##_##b, \
+  ::metal::_mk::swz<T, N, a, b, c, d> MK_CAT4(MK_LT##S##_##a, MK_LT##S##_##b, \
                                               MK_LT##S##_##c, MK_LT##S##_##d);
 #define MK_SW2(S, N) MK_I1_##N(MK_SW2_1, S, N)
 #define MK_SW2_1(S, N, a) MK_I2_##N(MK_E2, S, N, a)
