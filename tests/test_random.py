@@ -149,6 +149,63 @@ EXPECTED = {
          [-2.805707253933738, -0.1291932872306738, 0.49631987016106016]]),
 }
 
+# truncated_normal, categorical (both of MLX's paths: argmax(gumbel + logits), and
+# the inverse CDF it uses for one distribution sampled with a shape) and permutation
+EXPECTED.update({
+    'trunc_scalar': ('mx.random.truncated_normal(-2.5, 1.5, (12,), key=mx.random.key(3))', 'float32', (12,),
+        [0.8602883815765381, 0.15628033876419067, 1.438942790031433, -0.20774075388908386,
+         0.40933865308761597, 1.0797456502914429, 0.6129524111747742, -0.7070536017417908,
+         -0.3900478482246399, -0.05572644621133804, -1.2696588039398193, -0.08310186862945557]),
+    'trunc_f16': ('mx.random.truncated_normal(-2.5, 1.5, (8,), mx.float16, key=mx.random.key(3))', 'float16', (8,),
+        [-0.5234375, 0.8359375, 0.7158203125, -0.1072998046875, -1.3564453125, -1.646484375, 0.84521484375,
+         -0.373779296875]),
+    'trunc_bf16': ('mx.random.truncated_normal(-2.5, 1.5, (8,), mx.bfloat16, key=mx.random.key(3))', 'bfloat16', (8,),
+        [-0.5234375, 0.8515625, 0.71875, -0.10791015625, -1.3515625, -1.65625, 0.8671875, -0.375]),
+    'trunc_bcast': ('mx.random.truncated_normal(mx.array([-1.0, 0.0]), mx.array([[1.0], [2.0], [3.0]]), key=mx.random.key(0))', 'float32', (3, 2),
+        [[0.12783627212047577, 0.08539751917123795], [0.7258174419403076, 1.4519811868667603],
+         [0.411830335855484, 0.6008020639419556]]),
+    'trunc_arrays': ('mx.random.truncated_normal(mx.array([-3.0, -1.0, 0.0]), mx.array([3.0, 2.0, 0.1]), (4, 3), key=mx.random.key(5))', 'float32', (4, 3),
+        [[-1.517261266708374, 1.968108057975769, 0.05176355317234993],
+         [1.0026386976242065, 0.19267460703849792, 0.038479436188936234],
+         [-1.3981951475143433, 1.4209550619125366, 0.056948114186525345],
+         [-0.4316209852695465, -0.7094230651855469, 0.08974862843751907]]),
+    'trunc_0d': ('mx.random.truncated_normal(-1, 1, key=mx.random.key(0))', 'float32', (),
+        -0.13999611139297485),
+    'cat_1d': ('mx.random.categorical(mx.array([0.1, 2.0, -1.0, 0.5]), key=mx.random.key(0))', 'uint32', (),
+        0),
+    'cat_2d': ('mx.random.categorical(mx.array([[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0, 0.0]]), key=mx.random.key(1))', 'uint32', (2,),
+        [1, 0]),
+    'cat_axis0': ('mx.random.categorical(mx.array([[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0, 0.0]]), axis=0, key=mx.random.key(1))', 'uint32', (4,),
+        [1, 0, 1, 0]),
+    'cat_num_samples': ('mx.random.categorical(mx.array([[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0, 0.0]]), num_samples=7, key=mx.random.key(1))', 'uint32', (2, 7),
+        [[1, 1, 1, 3, 0, 1, 0], [0, 0, 0, 0, 0, 0, 0]]),
+    'cat_shape': ('mx.random.categorical(mx.array([[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0, 0.0]]), shape=(3, 2), key=mx.random.key(1))', 'uint32', (3, 2),
+        [[2, 2], [3, 0], [1, 0]]),
+    'cat_f16': ('mx.random.categorical(mx.array([[0.1, 2.0, -1.0, 0.5], [3.0, 0.0, 0.0, 0.0]], mx.float16), shape=(5, 2), key=mx.random.key(1))', 'uint32', (5, 2),
+        [[1, 0], [1, 0], [1, 0], [1, 0], [3, 0]]),
+    'cat_single_samples': ('mx.random.categorical(mx.array([0.0, 0.0, 1.0, 0.0]), num_samples=20, key=mx.random.key(2))', 'uint32', (20,),
+        [3, 3, 0, 2, 2, 1, 2, 1, 0, 2, 1, 1, 0, 1, 1, 2, 3, 3, 2, 2]),
+    'cat_single_row': ('mx.random.categorical(mx.array([[0.0, 0.0, 1.0, 0.0]]), key=mx.random.key(2))', 'uint32', (1,),
+        [2]),
+    'cat_single_shape': ("mx.random.categorical(mx.array([0.0, -float('inf'), 1.0, 0.3]), shape=(2, 3), key=mx.random.key(2))", 'uint32', (2, 3),
+        [[2, 3, 2], [2, 2, 3]]),
+    'cat_single_col': ('mx.random.categorical(mx.array([[0.0], [0.0], [1.0], [0.0]]), axis=0, num_samples=9, key=mx.random.key(2))', 'uint32', (1, 9),
+        [[0, 2, 2, 0, 3, 1, 2, 2, 3]]),
+    'perm_n': ('mx.random.permutation(10, key=mx.random.key(0))', 'uint32', (10,),
+        [3, 6, 7, 4, 0, 2, 5, 1, 9, 8]),
+    'perm_37': ('mx.random.permutation(37, key=mx.random.key(9))', 'uint32', (37,),
+        [14, 7, 5, 22, 24, 36, 17, 35, 28, 4, 13, 8, 2, 0, 11, 29, 23, 32, 26, 31, 33, 10, 34, 20, 1, 3, 30,
+         15, 6, 18, 21, 19, 12, 9, 27, 16, 25]),
+    'perm_rows': ('mx.random.permutation(mx.array([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]), key=mx.random.key(3))', 'int32', (4, 3),
+        [[4, 5, 6], [1, 2, 3], [10, 11, 12], [7, 8, 9]]),
+    'perm_cols': ('mx.random.permutation(mx.array([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]), axis=1, key=mx.random.key(3))', 'int32', (4, 3),
+        [[2, 1, 3], [5, 4, 6], [8, 7, 9], [11, 10, 12]]),
+    'perm_view': ('mx.random.permutation(mx.array([[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]).T, axis=-1, key=mx.random.key(3))', 'int32', (3, 4),
+        [[4, 1, 10, 7], [5, 2, 11, 8], [6, 3, 12, 9]]),
+    'perm_bf16': ('mx.random.permutation(mx.array([[[1.5, 2], [3, 4]], [[5, 6], [7, 8]], [[9, 10], [11, 12]]], mx.bfloat16), axis=1, key=mx.random.key(3))', 'bfloat16', (3, 2, 2),
+        [[[1.5, 2.0], [3.0, 4.0]], [[5.0, 6.0], [7.0, 8.0]], [[9.0, 10.0], [11.0, 12.0]]]),
+})
+
 # after seed(7): normal((4,)) twice, uniform(shape=(3,)), randint(0, 100, (5,)),
 # bernoulli(0.5, (6,)), then the global key
 SEED7_SEQUENCE = [[-1.420398473739624, -0.43944332003593445, 0.9646756052970886, -0.46311402320861816],
@@ -423,5 +480,64 @@ def test_errors():
     for f in (lambda: mx.random.key(-1), lambda: mx.random.key(2**64), lambda: mx.random.seed(-1),
               lambda: mx.random.uniform(0, 1, 3, key=k), lambda: mx.random.uniform(key=[1, 2]),
               lambda: mx.random.split(k, 3.0), lambda: mx.random.normal((2,), key=k, bogus=1)):
+        with pytest.raises(TypeError):
+            f()
+
+
+# ------------------------------------------- truncated normal, categorical, permutation
+
+def test_truncated_normal_bounds_and_dtypes():
+    v = np.array(mx.random.truncated_normal(-0.5, 1.0, (20000,), key=mx.random.key(1)).tolist())
+    assert v.min() >= -0.5 and v.max() <= 1.0
+    for dt in (mx.float16, mx.bfloat16, mx.float32):
+        a = mx.random.truncated_normal(-1, 1, (3, 2), dt, key=mx.random.key(2))
+        assert a.dtype == dt and a.shape == (3, 2)
+
+
+def test_categorical_frequencies():
+    logits = mx.array([[0.0, 1.0, 2.0, -float("inf")]])
+    p = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
+    for samples in (mx.random.categorical(logits, num_samples=30000, key=mx.random.key(3)),  # inverse CDF
+                    mx.random.categorical(mx.full((30000, 4), logits), key=mx.random.key(4))):  # gumbel
+        v = np.array(samples.tolist()).ravel()
+        assert samples.dtype == mx.uint32 and v.max() <= 2
+        np.testing.assert_allclose(np.bincount(v, minlength=3)[:3] / v.size, p, atol=0.015)
+
+
+def test_permutation_is_a_permutation():
+    for n in (0, 1, 5, 1000, 70001):
+        p = mx.random.permutation(n, key=mx.random.key(n))
+        assert p.dtype == mx.uint32 and sorted(p.tolist()) == list(range(n))
+    x = mx.array([[1, 2], [3, 4], [5, 6]], mx.int8)
+    y = mx.random.permutation(x, key=mx.random.key(0))
+    assert y.dtype == mx.int8 and sorted(y.tolist()) == x.tolist()
+
+
+def test_extra_errors():
+    k = mx.random.key(0)
+    cases = [
+        (lambda: mx.random.truncated_normal(-1, 1, (3,), mx.int32, key=k), ValueError,
+         "[trunc_normal] trunc_normal only accepts floating point dtypes."),
+        (lambda: mx.random.truncated_normal(-1, 1, (3,), mx.float64, key=k), RuntimeError,
+         "[uniform] Unsupported type."),
+        (lambda: mx.random.categorical(mx.zeros((2, 3)), axis=2, key=k), IndexError,
+         "[categorical] Invalid axis 2 for logits with 2 dimensions."),
+        (lambda: mx.random.categorical(mx.zeros((2, 3)), shape=(4,), key=k), ValueError,
+         "[broadcast_shapes] Shapes (4) and (2) cannot be broadcast."),
+        (lambda: mx.random.categorical(mx.zeros((2, 3)), shape=(4, 2), num_samples=3, key=k), ValueError,
+         "[categorical] At most one of shape or num_samples can be specified."),
+        (lambda: mx.random.categorical(mx.zeros((0, 3)), key=k), ValueError,
+         "[argmax] Cannot argmax reduce zero size array."),
+        (lambda: mx.random.categorical(mx.zeros((2, 3)), num_samples=-1, key=k), ValueError,
+         "[bits] Negative dimensions not allowed."),
+        (lambda: mx.random.permutation(-1, key=k), ValueError, "[bits] Negative dimensions not allowed."),
+        (lambda: mx.random.permutation(mx.zeros((2, 3)), axis=2, key=k), IndexError, "SmallVector out of range."),
+    ]
+    for f, exc, msg in cases:
+        with pytest.raises(exc) as e:
+            f()
+        assert str(e.value) == msg
+    for f in (lambda: mx.random.categorical([1.0, 2.0], key=k), lambda: mx.random.permutation([1, 2], key=k),
+              lambda: mx.random.permutation(3.0, key=k)):
         with pytest.raises(TypeError):
             f()

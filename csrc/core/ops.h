@@ -136,6 +136,18 @@ void mk_random_set_key(mk_array *key);
 mk_array *mk_random_gumbel(int ndim, const int64_t *shape, mk_dtype dtype, mk_array *key);
 mk_array *mk_random_laplace(int ndim, const int64_t *shape, mk_dtype dtype, double loc, double scale,
                             mk_array *key);
+/* Normal samples truncated to [lower, upper]; has_shape false: the broadcast
+ * of the bounds' shapes. */
+mk_array *mk_random_truncated_normal(mk_array *lower, mk_array *upper, int ndim, const int64_t *shape,
+                                     bool has_shape, mk_dtype dtype, mk_array *key);
+/* Samples of the categorical distributions given by logits along axis (uint32).
+ * mode 0: shape of logits without axis; 1: the given shape; 2: num_samples
+ * samples in a trailing axis. */
+mk_array *mk_random_categorical(mk_array *logits, int axis, int mode, int ndim, const int64_t *shape,
+                                int64_t num_samples, mk_array *key);
+/* A random permutation of arange(n) (uint32), and x permuted along axis. */
+mk_array *mk_random_permutation_n(int64_t n, mk_array *key);
+mk_array *mk_random_permutation(mk_array *x, int axis, mk_array *key);
 
 /* Normalises an axis against ndim; -1 with "[op] Invalid axis ..." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "iter.h"
+#include "mlx_math.h"
 #include "ops.h"
 #include "pool.h"
 #include "types.h"
@@ -308,39 +309,13 @@ mk_array *mk_random_split(mk_array *key, int num) {
 
 /* ------------------------------------------------- MLX's float32 erfinv */
 
-/* The float32 erfinv of MLX's CPU back end: t = log(1 - a^2) (with a fused
- * multiply-add), then a * P(t) with one of two minimax polynomials chosen by
- * |t| > 6.125, evaluated with fused multiply-adds. Repeated here because the
- * normal samples must match MLX to the bit. Done over a block: the log is a
- * libm call per element, and both polynomials are computed and one selected
- * (as MLX's SIMD path does), which keeps the loops vectorisable. */
+/* MLX's erfinv (mlx_math.h) over a block: the fma and the log first, so the
+ * libm calls are one loop and the polynomial loop can be scheduled freely. */
 static inline MK_ALWAYS_INLINE void mlx_erfinv_block(const float *a, float *out, int64_t n) {
     float t[TF_CHUNK];
     for (int64_t j = 0; j < n; j++) t[j] = fmaf(a[j], 0.0f - a[j], 1.0f);
     for (int64_t j = 0; j < n; j++) t[j] = logf(t[j]);
-    for (int64_t j = 0; j < n; j++) {
-        float x = t[j], p, q;
-        p = 3.03697567e-10f;
-        p = fmaf(p, x, 2.93243101e-8f);
-        p = fmaf(p, x, 1.22150334e-6f);
-        p = fmaf(p, x, 2.84108955e-5f);
-        p = fmaf(p, x, 3.93552968e-4f);
-        p = fmaf(p, x, 3.02698812e-3f);
-        p = fmaf(p, x, 4.83185798e-3f);
-        p = fmaf(p, x, -2.64646143e-1f);
-        p = fmaf(p, x, 8.40016484e-1f);
-        q = 5.43877832e-9f;
-        q = fmaf(q, x, 1.43285448e-7f);
-        q = fmaf(q, x, 1.22774793e-6f);
-        q = fmaf(q, x, 1.12963626e-7f);
-        q = fmaf(q, x, -5.61530760e-5f);
-        q = fmaf(q, x, -1.47697632e-4f);
-        q = fmaf(q, x, 2.31468678e-3f);
-        q = fmaf(q, x, 1.15392581e-2f);
-        q = fmaf(q, x, -2.32015476e-1f);
-        q = fmaf(q, x, 8.86226892e-1f);
-        out[j] = a[j] * (fabsf(x) > 6.125f ? p : q);
-    }
+    for (int64_t j = 0; j < n; j++) out[j] = mk_mlx_erfinv_poly(a[j], t[j]);
 }
 
 /* ------------------------------------------- uniform and normal samples */
@@ -624,4 +599,447 @@ mk_array *mk_random_laplace(int ndim, const int64_t *shape, mk_dtype dtype, doub
     if (scale != 1.0) s = bin(MK_BINARY_multiply, mk_scalar_f64(dtype, (float)scale), s, 3);
     if (loc != 0.0) s = bin(MK_BINARY_add, mk_scalar_f64(dtype, (float)loc), s, 3);
     return s;
+}
+
+/* ------------------------------------------- MLX-exact erf and erfinv */
+
+/* MLX's float32 erf / erfinv (mlx_math.h) as element-wise nodes: the input
+ * is converted to float32, the result rounded to the input's (float) dtype,
+ * as MLX's CPU kernels do. Used by truncated_normal. */
+typedef enum { MU_ERF, MU_ERFINV } mlx_unary_op;
+
+typedef struct {
+    mlx_unary_op op;
+    const char *in;
+    char *out;
+    mk_dtype t;
+    size_t esz;
+} mlx_unary_ctx;
+
+static void mlx_unary_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    mlx_unary_ctx *u = c;
+    float buf[TF_CHUNK];
+    for (int64_t j0 = 0; j0 < n; j0 += TF_CHUNK) {
+        int64_t m = n - j0 < TF_CHUNK ? n - j0 : TF_CHUNK;
+        mk_cast_table[u->t][MK_FLOAT32](u->in + (off[1] + j0 * st[1]) * (int64_t)u->esz, st[1], buf, 1, m);
+        for (int64_t j = 0; j < m; j++) buf[j] = u->op == MU_ERF ? mk_mlx_erff(buf[j]) : mk_mlx_erfinvf(buf[j]);
+        mk_cast_table[MK_FLOAT32][u->t](buf, 1, u->out + (off[0] + j0) * (int64_t)u->esz, 1, m);
+    }
+}
+
+static int mlx_unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    mlx_unary_ctx u = {*(mlx_unary_op *)p->params, mk_data(in[0]), mk_data(o), o->dtype, mk_dtype_size(o->dtype)};
+    const int64_t *strides[2] = {o->strides, in[0]->strides};
+    mk_iter it;
+    mk_iter_init(&it, o->ndim, o->shape, 2, strides);
+    mk_iter_run(&it, MK_GRAIN / 8, mlx_unary_rows, &u);
+    return 0;
+}
+
+static const mk_opdef mlx_unary_def = {"mlx_erf", mlx_unary_eval, NULL};
+
+/* op(x) for a float array x; consumes x. */
+static mk_array *mlx_unary(mlx_unary_op op, mk_array *x) {
+    if (!x) return NULL;
+    mlx_unary_op *params = malloc(sizeof *params);
+    mk_array *r = NULL;
+    if (params) {
+        *params = op;
+        r = mk_node(&mlx_unary_def, params, x->dtype, x->ndim, x->shape, 1, &x);
+    } else {
+        mk_nomem();
+    }
+    mk_decref(x);
+    return r;
+}
+
+/* ------------------------------------------------------- truncated normal */
+
+mk_array *mk_random_truncated_normal(mk_array *lower, mk_array *upper, int ndim, const int64_t *shape,
+                                     bool has_shape, mk_dtype dtype, mk_array *key) {
+    if (!mk_is_float(dtype)) {
+        mk_error_set(MK_ERR_VALUE, "[trunc_normal] trunc_normal only accepts floating point dtypes.");
+        return NULL;
+    }
+    int64_t bshape[MK_MAX_NDIM];
+    if (!has_shape) {
+        ndim = mk_broadcast_shapes(lower->ndim, lower->shape, upper->ndim, upper->shape, bshape);
+        if (ndim < 0) return NULL;
+        shape = bshape;
+    }
+    /* JAX's recipe, as MLX: u uniform on [erf(lower/sqrt2), erf(upper/sqrt2)),
+     * x = sqrt2 * erfinv(u), clipped to [lower, upper] */
+    mk_array *sq = sqrt2(dtype), *lo = cast(lower, dtype, false), *hi = cast(upper, dtype, false), *out = NULL;
+    if (sq && lo && hi) {
+        mk_array *a = mlx_unary(MU_ERF, bin(MK_BINARY_divide, lo, sq, 0));
+        mk_array *b = mlx_unary(MU_ERF, bin(MK_BINARY_divide, hi, sq, 0));
+        mk_array *u = (a && b) ? mk_random_uniform(a, b, ndim, shape, dtype, key) : NULL;
+        mk_xdecref(a);
+        mk_xdecref(b);
+        out = bin(MK_BINARY_multiply, sq, mlx_unary(MU_ERFINV, u), 2);
+        out = bin(MK_BINARY_maximum, bin(MK_BINARY_minimum, hi, out, 2), lo, 1);
+    }
+    mk_xdecref(sq);
+    mk_xdecref(lo);
+    mk_xdecref(hi);
+    return out;
+}
+
+/* ------------------------------------------------------------ categorical */
+
+/* argmax along one axis (first maximum, comparisons with >, as MLX's CPU
+ * kernel), giving uint32; categorical's last step. */
+typedef struct {
+    int axis;
+} argmax_params;
+
+typedef struct {
+    const mk_array *x;
+    uint32_t *out;
+    int axis;
+} argmax_ctx;
+
+static void argmax_range(void *c, int64_t b, int64_t e) {
+    argmax_ctx *a = c;
+    const mk_array *x = a->x;
+    size_t esz = mk_dtype_size(x->dtype);
+    int64_t n = x->shape[a->axis], st = x->strides[a->axis];
+    double buf[TF_CHUNK];
+    for (int64_t i = b; i < e; i++) {
+        /* offset of output element i: its digits over the other axes */
+        int64_t q = i, off = 0;
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            if (d == a->axis) continue;
+            off += (q % x->shape[d]) * x->strides[d];
+            q /= x->shape[d];
+        }
+        const char *p = (const char *)mk_data(x) + off * (int64_t)esz;
+        uint32_t best_i = 0;
+        double best = 0;
+        for (int64_t j0 = 0; j0 < n; j0 += TF_CHUNK) {
+            int64_t m = n - j0 < TF_CHUNK ? n - j0 : TF_CHUNK;
+            mk_cast_table[x->dtype][MK_FLOAT64](p + j0 * st * (int64_t)esz, st, buf, 1, m);
+            int64_t j = 0;
+            if (j0 == 0) best = buf[j++];
+            for (; j < m; j++)
+                if (buf[j] > best) {
+                    best = buf[j];
+                    best_i = (uint32_t)(j0 + j);
+                }
+        }
+        a->out[i] = best_i;
+    }
+}
+
+static int argmax_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    argmax_ctx a = {in[0], mk_data(out[0]), ((argmax_params *)p->params)->axis};
+    int64_t n = in[0]->shape[a.axis];
+    mk_parallel_for(out[0]->size, n ? MK_GRAIN / n + 1 : MK_GRAIN, argmax_range, &a);
+    return 0;
+}
+
+static const mk_opdef argmax_def = {"argmax", argmax_eval, NULL};
+
+static mk_array *argmax_axis(mk_array *x, int axis) {
+    if (!x) return NULL;
+    if (x->size == 0) {
+        mk_error_set(MK_ERR_VALUE, "[argmax] Cannot argmax reduce zero size array.");
+        mk_decref(x);
+        return NULL;
+    }
+    argmax_params *ap = malloc(sizeof *ap);
+    mk_array *r = NULL;
+    if (ap) {
+        int64_t shape[MK_MAX_NDIM];
+        int nd = 0;
+        for (int d = 0; d < x->ndim; d++)
+            if (d != axis) shape[nd++] = x->shape[d];
+        ap->axis = axis;
+        r = mk_node(&argmax_def, ap, MK_UINT32, nd, shape, 1, &x);
+    } else {
+        mk_nomem();
+    }
+    mk_decref(x);
+    return r;
+}
+
+/* One distribution sampled many times: MLX 0.32 draws u = uniform(shape)
+ * and returns, per sample, how many entries of C = cumsum(exp(l - max(l)))
+ * are <= u * C[n-1] (all in float32, MLX's exp, sequential sums). */
+typedef struct {
+    int axis;
+} cdf_params;
+
+typedef struct {
+    const float *c;
+    int64_t n;
+    float total;
+    const float *u;
+    uint32_t *out;
+} cdf_ctx;
+
+static void cdf_range(void *cv, int64_t b, int64_t e) {
+    cdf_ctx *c = cv;
+    for (int64_t i = b; i < e; i++) {
+        float x = c->u[i] * c->total;
+        int64_t lo = 0, hi = c->n; /* first index with C > x */
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (c->c[mid] <= x)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        c->out[i] = (uint32_t)lo;
+    }
+}
+
+static int cdf_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const mk_array *l = in[0], *u = in[1];
+    mk_array *o = out[0];
+    int axis = ((cdf_params *)p->params)->axis;
+    if (mk_alloc_out(o) < 0) return -1;
+    int64_t n = l->shape[axis]; /* the other axes have size 1 */
+    float *c = malloc((size_t)(n ? n : 1) * sizeof *c);
+    if (!c) {
+        mk_nomem();
+        return -1;
+    }
+    mk_cast_table[l->dtype][MK_FLOAT32](mk_data(l), l->strides[axis], c, 1, n);
+    float mx = n ? c[0] : 0;
+    for (int64_t j = 1; j < n; j++)
+        if (c[j] > mx) mx = c[j];
+    float acc = 0;
+    for (int64_t j = 0; j < n; j++) {
+        float d = c[j] - mx;
+        acc += mk_mlx_expf(d);
+        c[j] = acc;
+    }
+    cdf_ctx cc = {c, n, n ? c[n - 1] : 0, mk_data(u), mk_data(o)};
+    mk_parallel_for(o->size, 4096, cdf_range, &cc);
+    free(c);
+    return 0;
+}
+
+static const mk_opdef cdf_def = {"categorical_cdf", cdf_eval, NULL};
+
+static mk_array *categorical_cdf(mk_array *logits, int axis, int ndim, const int64_t *shape, mk_array *key) {
+    mk_array *u = sample_node(S_UNIFORM, below_one(MK_FLOAT32), ndim, shape, MK_FLOAT32, key);
+    if (!u) return NULL;
+    cdf_params *cp = malloc(sizeof *cp);
+    mk_array *r = NULL;
+    if (cp) {
+        cp->axis = axis;
+        mk_array *ins[2] = {logits, u};
+        r = mk_node(&cdf_def, cp, MK_UINT32, ndim, shape, 2, ins);
+    } else {
+        mk_nomem();
+    }
+    mk_decref(u);
+    return r;
+}
+
+mk_array *mk_random_categorical(mk_array *logits, int axis, int mode, int ndim, const int64_t *shape_in,
+                                int64_t num_samples, mk_array *key) {
+    int ax = axis < 0 ? axis + logits->ndim : axis;
+    if (ax < 0 || ax >= logits->ndim) {
+        mk_error_set(MK_ERR_INDEX, "[categorical] Invalid axis %d for logits with %d dimensions.", axis,
+                     logits->ndim);
+        return NULL;
+    }
+    int64_t shape[MK_MAX_NDIM + 1], reduced[MK_MAX_NDIM];
+    int nr = 0;
+    for (int d = 0; d < logits->ndim; d++)
+        if (d != ax) reduced[nr++] = logits->shape[d];
+    mk_array *lg = logits;
+    mk_incref(lg);
+    if (mode == 1) { /* shape must broadcast with the reduced logits shape */
+        int64_t b[MK_MAX_NDIM];
+        int nb = mk_broadcast_shapes(ndim, shape_in, nr, reduced, b);
+        if (nb < 0) {
+            mk_decref(lg);
+            return NULL;
+        }
+        if (!same_shape(nb, b, ndim, shape_in)) {
+            char s1[256], s2[256];
+            mk_error_set(MK_ERR_VALUE,
+                         "[categorical] Requested shape %s is not broadcast compatible with reduced logits shape%s.",
+                         mk_shape_str(ndim, shape_in, s1, sizeof s1), mk_shape_str(nr, reduced, s2, sizeof s2));
+            mk_decref(lg);
+            return NULL;
+        }
+        memcpy(shape, shape_in, ndim * sizeof *shape);
+    } else if (mode == 2) { /* num_samples: a trailing sample axis */
+        int one = -1;
+        mk_array *e = mk_expand_dims(lg, 1, &one);
+        mk_decref(lg);
+        if (!(lg = e)) return NULL;
+        memcpy(shape, reduced, nr * sizeof *shape);
+        shape[nr] = num_samples;
+        ndim = nr + 1;
+    } else {
+        memcpy(shape, reduced, nr * sizeof *shape);
+        ndim = nr;
+    }
+    int64_t batch = 1;
+    for (int d = 0; d < nr; d++) batch *= reduced[d];
+    if (batch == 1 && ndim >= 1) { /* one distribution, samples asked for */
+        mk_decref(lg);
+        return categorical_cdf(logits, ax, ndim, shape, key);
+    }
+    /* argmax(gumbel + logits) over the logits axis, placed where it lands
+     * once the sample shape is broadcast against the logits */
+    int offset = ax + ndim - lg->ndim + 1;
+    if (ndim + 1 > MK_MAX_NDIM || offset < 0) {
+        mk_error_set(MK_ERR_VALUE, "[categorical] Too many dimensions.");
+        mk_decref(lg);
+        return NULL;
+    }
+    int64_t gshape[MK_MAX_NDIM + 1];
+    memcpy(gshape, shape, offset * sizeof *shape);
+    gshape[offset] = lg->shape[ax];
+    memcpy(gshape + offset + 1, shape + offset, (ndim - offset) * sizeof *shape);
+    mk_array *g = mk_random_gumbel(ndim + 1, gshape, MK_FLOAT32, key);
+    mk_array *s = bin(MK_BINARY_add, g, lg, 3);
+    return argmax_axis(s, offset);
+}
+
+/* ------------------------------------------------------------ permutation */
+
+/* argsort of uint32 values (stable, as MLX's std::stable_sort): LSD radix
+ * sort, four passes of 8 bits. */
+static int argsort_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    (void)p;
+    const mk_array *x = in[0];
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    int64_t n = x->size;
+    uint32_t *idx = mk_data(o), *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+    uint32_t *val = malloc((size_t)(n ? n : 1) * sizeof *val), *tval = malloc((size_t)(n ? n : 1) * sizeof *tval);
+    if (!tmp || !val || !tval) {
+        free(tmp);
+        free(val);
+        free(tval);
+        mk_nomem();
+        return -1;
+    }
+    const uint32_t *src = mk_data(x);
+    for (int64_t i = 0; i < n; i++) {
+        val[i] = src[i * x->strides[0]];
+        idx[i] = (uint32_t)i;
+    }
+    uint32_t *ia = idx, *ib = tmp, *va = val, *vb = tval;
+    for (int shift = 0; shift < 32; shift += 8) {
+        int64_t count[257] = {0};
+        for (int64_t i = 0; i < n; i++) count[((va[i] >> shift) & 255) + 1]++;
+        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (int64_t i = 0; i < n; i++) {
+            int64_t k = count[(va[i] >> shift) & 255]++;
+            ib[k] = ia[i];
+            vb[k] = va[i];
+        }
+        uint32_t *t = ia;
+        ia = ib;
+        ib = t;
+        t = va;
+        va = vb;
+        vb = t;
+    }
+    /* four passes: the result is back in idx */
+    free(tmp);
+    free(val);
+    free(tval);
+    return 0;
+}
+
+static const mk_opdef argsort_def = {"argsort", argsort_eval, NULL};
+
+/* take(x, idx, axis) for a uint32 index vector: out[..., i, ...] = x[..., idx[i], ...] */
+typedef struct {
+    int axis;
+} take_params;
+
+typedef struct {
+    const mk_array *x;
+    const uint32_t *idx;
+    char *dst;
+    int axis;
+    int64_t inner; /* elements after the axis */
+    mk_cast_fn copy;
+} take_ctx;
+
+static void take_range(void *c, int64_t b, int64_t e) {
+    take_ctx *t = c;
+    const mk_array *x = t->x;
+    size_t esz = mk_dtype_size(x->dtype);
+    int64_t n = x->shape[t->axis];
+    for (int64_t r = b; r < e; r++) { /* r: one (outer, i) pair; copy its inner block */
+        int64_t i = r % n, q = r / n, off = (int64_t)t->idx[i] * x->strides[t->axis];
+        for (int d = t->axis - 1; d >= 0; d--) {
+            off += (q % x->shape[d]) * x->strides[d];
+            q /= x->shape[d];
+        }
+        char *dst = t->dst + r * t->inner * (int64_t)esz;
+        if (t->axis == x->ndim - 1) {
+            memcpy(dst, (const char *)mk_data(x) + off * (int64_t)esz, esz);
+            continue;
+        }
+        /* the inner block, row by row along the last axis */
+        int64_t last = x->shape[x->ndim - 1], rows = last ? t->inner / last : 0;
+        for (int64_t k = 0; k < rows; k++) {
+            int64_t kk = k, o2 = off;
+            for (int d = x->ndim - 2; d > t->axis; d--) {
+                o2 += (kk % x->shape[d]) * x->strides[d];
+                kk /= x->shape[d];
+            }
+            t->copy((const char *)mk_data(x) + o2 * (int64_t)esz, x->strides[x->ndim - 1], dst + k * last * (int64_t)esz,
+                    1, last);
+        }
+    }
+}
+
+static int take_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    if (o->size == 0) return 0;
+    int axis = ((take_params *)p->params)->axis;
+    int64_t inner = 1;
+    for (int d = axis + 1; d < o->ndim; d++) inner *= o->shape[d];
+    take_ctx t = {in[0], mk_data(in[1]), mk_data(o), axis, inner, mk_cast_table[o->dtype][o->dtype]};
+    mk_parallel_for(o->size / inner, MK_GRAIN / inner + 1, take_range, &t);
+    return 0;
+}
+
+static const mk_opdef take_def = {"take", take_eval, NULL};
+
+mk_array *mk_random_permutation_n(int64_t n, mk_array *key) {
+    mk_array *b = mk_random_bits(1, &n, 4, key);
+    if (!b) return NULL;
+    mk_array *r = mk_node(&argsort_def, NULL, MK_UINT32, 1, &n, 1, &b);
+    mk_decref(b);
+    return r;
+}
+
+mk_array *mk_random_permutation(mk_array *x, int axis, mk_array *key) {
+    int ax = axis < 0 ? axis + x->ndim : axis;
+    if (ax < 0 || ax >= x->ndim) {
+        mk_error_set(MK_ERR_INDEX, "SmallVector out of range."); /* MLX's words: x.shape(axis) */
+        return NULL;
+    }
+    mk_array *perm = mk_random_permutation_n(x->shape[ax], key);
+    if (!perm) return NULL;
+    take_params *tp = malloc(sizeof *tp);
+    mk_array *r = NULL;
+    if (tp) {
+        tp->axis = ax;
+        mk_array *ins[2] = {x, perm};
+        r = mk_node(&take_def, tp, x->dtype, x->ndim, x->shape, 2, ins);
+    } else {
+        mk_nomem();
+    }
+    mk_decref(perm);
+    return r;
 }

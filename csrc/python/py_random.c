@@ -281,6 +281,77 @@ static PyObject *py_laplace(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return finish(mk_random_laplace(ndim, shape, t, (float)loc, (float)scale, key), key, NULL, NULL);
 }
 
+/* ------------------------------------------ truncated_normal, categorical */
+
+static PyObject *py_truncated_normal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"lower", "upper", "shape", "dtype", "key", "stream", NULL};
+    static const char sig[] =
+        "    1. truncated_normal(lower: scalar | array, upper: scalar | array, shape: Sequence[int] | None = None, "
+        "dtype: Dtype | None = float32, key: array | None = None, stream: StreamOrDevice = None) -> array";
+    PyObject *a[6];
+    int ndim;
+    int64_t shape[MK_MAX_NDIM];
+    mk_dtype t;
+    (void)m;
+    if (mkpy_parse("truncated_normal", args, nargs, kwnames, names, 2, a) < 0) return NULL;
+    if (!is_scalar_or_array(a[0]) || !is_scalar_or_array(a[1]) || !is_shape_arg(a[2], 1) || !is_dtype_arg(a[3]) ||
+        !is_key_arg(a[4]))
+        return mkpy_bad_call("truncated_normal", sig, args, nargs, kwnames);
+    if (shape_arg(a[2], &ndim, shape) < 0 || dtype_arg(a[3], MK_FLOAT32, &t) < 0) return NULL;
+    mk_array *key = key_arg(a[4]), *lo = NULL, *hi = NULL;
+    if (!key) return NULL;
+    if (!(lo = mkpy_to_array_dtype(a[0], -1)) || !(hi = mkpy_to_array_dtype(a[1], -1)))
+        return drop(key, lo, NULL), NULL;
+    return finish(mk_random_truncated_normal(lo, hi, ndim, shape, a[2] && a[2] != Py_None, t, key), key, lo, hi);
+}
+
+static PyObject *py_categorical(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"logits", "axis", "shape", "num_samples", "key", "stream", NULL};
+    static const char sig[] =
+        "    1. categorical(logits: array, axis: int = -1, shape: Sequence[int] | None = None, num_samples: int | "
+        "None = None, key: array | None = None, stream: StreamOrDevice = None) -> array";
+    PyObject *a[6];
+    int ndim;
+    int64_t shape[MK_MAX_NDIM], axis = -1, num = 0;
+    (void)m;
+    if (mkpy_parse("categorical", args, nargs, kwnames, names, 1, a) < 0) return NULL;
+    if (!PyMkArray_Check(a[0]) || (a[1] && !PyLong_Check(a[1])) || !is_shape_arg(a[2], 1) ||
+        (a[3] && a[3] != Py_None && !PyLong_Check(a[3])) || !is_key_arg(a[4]))
+        return mkpy_bad_call("categorical", sig, args, nargs, kwnames);
+    if ((a[1] && mkpy_parse_int(a[1], &axis) < 0) || shape_arg(a[2], &ndim, shape) < 0 ||
+        (a[3] && a[3] != Py_None && mkpy_parse_int(a[3], &num) < 0))
+        return NULL;
+    int has_shape = a[2] && a[2] != Py_None, has_num = a[3] && a[3] != Py_None;
+    mk_array *key = key_arg(a[4]);
+    if (!key) return NULL;
+    if (has_shape && has_num) {
+        mk_decref(key);
+        PyErr_SetString(PyExc_ValueError, "[categorical] At most one of shape or num_samples can be specified.");
+        return NULL;
+    }
+    return finish(mk_random_categorical(MKARR(a[0]), (int)axis, has_shape ? 1 : has_num ? 2 : 0, ndim, shape, num,
+                                        key),
+                  key, NULL, NULL);
+}
+
+static PyObject *py_permutation(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"x", "axis", "key", "stream", NULL};
+    static const char sig[] = "    1. permutation(x: int | array, axis: int = 0, key: array | None = None, stream: "
+                              "StreamOrDevice = None) -> array";
+    PyObject *a[4];
+    int64_t axis = 0, n = 0;
+    (void)m;
+    if (mkpy_parse("permutation", args, nargs, kwnames, names, 1, a) < 0) return NULL;
+    int is_int = PyLong_Check(a[0]) && !PyBool_Check(a[0]);
+    if ((!is_int && !PyMkArray_Check(a[0])) || (a[1] && !PyLong_Check(a[1])) || !is_key_arg(a[2]))
+        return mkpy_bad_call("permutation", sig, args, nargs, kwnames);
+    if ((a[1] && mkpy_parse_int(a[1], &axis) < 0) || (is_int && mkpy_parse_int(a[0], &n) < 0)) return NULL;
+    mk_array *key = key_arg(a[2]);
+    if (!key) return NULL;
+    mk_array *r = is_int ? mk_random_permutation_n(n, key) : mk_random_permutation(MKARR(a[0]), (int)axis, key);
+    return finish(r, key, NULL, NULL);
+}
+
 /* ------------------------------------------------------------------ state */
 
 /* A sequence of one element, the global key: state[0] reads it, state[0] = k
@@ -372,6 +443,15 @@ PyMethodDef mkpy_random_functions[] = {
     {"laplace", FN(py_laplace), FASTKW,
      "laplace(shape=[], dtype=float32, loc=0.0, scale=1.0, key=None, stream=None) -> array\n--\n\n"
      "Samples of the Laplace distribution."},
+    {"truncated_normal", FN(py_truncated_normal), FASTKW,
+     "truncated_normal(lower, upper, shape=None, dtype=float32, key=None, stream=None) -> array\n--\n\n"
+     "Normal samples truncated to [lower, upper]."},
+    {"categorical", FN(py_categorical), FASTKW,
+     "categorical(logits, axis=-1, shape=None, num_samples=None, key=None, stream=None) -> array\n--\n\n"
+     "Samples of the categorical distributions given by unnormalized logits (uint32 indices)."},
+    {"permutation", FN(py_permutation), FASTKW,
+     "permutation(x, axis=0, key=None, stream=None) -> array\n--\n\n"
+     "A random permutation of arange(x), or x permuted along axis."},
     {"__getattr__", (PyCFunction)py_getattr, METH_O, NULL},
     {NULL},
 };
