@@ -70,7 +70,7 @@ def test_runtime_header_program(tmp_path, variant):
             pytest.skip("CPU has no F16C")
         extra = ["-mf16c"]
     exe = str(tmp_path / "test_runtime_header")
-    r = _compile(BASE_FLAGS + extra + [TEST_CPP, "-o", exe])
+    r = _compile(BASE_FLAGS + ["-Wextra"] + extra + [TEST_CPP, "-o", exe])
     assert r.returncode == 0, r.stderr
     assert not _header_diagnostics(r.stderr), r.stderr
     run = subprocess.run([exe], capture_output=True, text=True, timeout=300)

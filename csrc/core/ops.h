@@ -66,6 +66,8 @@ mk_array *mk_zeros(int ndim, const int64_t *shape, mk_dtype dtype);
 mk_array *mk_ones(int ndim, const int64_t *shape, mk_dtype dtype);
 mk_array *mk_arange(double start, double stop, double step, mk_dtype dtype);
 mk_array *mk_linspace(double start, double stop, int64_t num, mk_dtype dtype);
+/* linspace with numpy/MLX's endpoint flag (mk_linspace has endpoint=true). */
+mk_array *mk_linspace_ex(double start, double stop, int64_t num, bool endpoint, mk_dtype dtype);
 mk_array *mk_eye(int64_t n, int64_t m, int64_t k, mk_dtype dtype);
 mk_array *mk_tri(int64_t n, int64_t m, int64_t k, mk_dtype dtype);
 mk_array *mk_tril(mk_array *x, int64_t k);
@@ -136,6 +138,25 @@ mk_array *mk_random_bernoulli(mk_array *p, int ndim, const int64_t *shape, bool 
 /* The global key state used when no key is passed. */
 void mk_random_seed(uint64_t seed);
 mk_array *mk_random_next_key(void);
+/* The global key itself (new reference), and replacing it (mkpy.random.state). */
+mk_array *mk_random_get_key(void);
+void mk_random_set_key(mk_array *key);
+/* -log(-log(uniform)), and the Laplace distribution, as MLX's. */
+mk_array *mk_random_gumbel(int ndim, const int64_t *shape, mk_dtype dtype, mk_array *key);
+mk_array *mk_random_laplace(int ndim, const int64_t *shape, mk_dtype dtype, double loc, double scale,
+                            mk_array *key);
+/* Normal samples truncated to [lower, upper]; has_shape false: the broadcast
+ * of the bounds' shapes. */
+mk_array *mk_random_truncated_normal(mk_array *lower, mk_array *upper, int ndim, const int64_t *shape,
+                                     bool has_shape, mk_dtype dtype, mk_array *key);
+/* Samples of the categorical distributions given by logits along axis (uint32).
+ * mode 0: shape of logits without axis; 1: the given shape; 2: num_samples
+ * samples in a trailing axis. */
+mk_array *mk_random_categorical(mk_array *logits, int axis, int mode, int ndim, const int64_t *shape,
+                                int64_t num_samples, mk_array *key);
+/* A random permutation of arange(n) (uint32), and x permuted along axis. */
+mk_array *mk_random_permutation_n(int64_t n, mk_array *key);
+mk_array *mk_random_permutation(mk_array *x, int axis, mk_array *key);
 
 /* Normalises an axis against ndim; -1 with MLX's IndexError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */

@@ -77,6 +77,11 @@ mk_array *mkpy_to_array_weak(PyObject *obj, int partner);
  * other operand when it is an array. Returns 0 or -1. */
 int mkpy_to_arrays(PyObject *a, PyObject *b, mk_array **out_a, mk_array **out_b);
 int mkpy_is_scalar(PyObject *obj);
+/* MLX's to_array(scalar_or_array, dtype) (py_create.c): a Python scalar takes
+ * dtype where it can hold it (ints that do not fit raise, floats stay
+ * float32 unless dtype is floating, bool dtypes make ints int32); arrays are
+ * returned unchanged; lists are refused. dtype < 0: the scalar's own dtype. */
+mk_array *mkpy_to_array_dtype(PyObject *obj, int dtype);
 
 /* Evaluates with the GIL released; raises on failure. Returns 0 or -1. */
 int mkpy_eval(mk_array *const *arrs, int n);
@@ -99,6 +104,12 @@ int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape); /* int or sequen
 int mkpy_parse_axes(PyObject *obj, int *naxes, int *axes);
 int mkpy_parse_int(PyObject *obj, int64_t *out);
 int mkpy_parse_bool(PyObject *obj, int dflt, int *out);
+
+/* Raises nanobind's "fname(): incompatible function arguments" TypeError,
+ * listing the supported signatures (sigs) and the types of the call's
+ * arguments (py_create.c). Returns NULL. */
+PyObject *mkpy_bad_call(const char *fname, const char *sigs, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames);
 
 /* Calls a module-level function by name with self first, for array methods
  * that are the same as an op (x.sum(...) is mx.sum(x, ...)). */

@@ -69,6 +69,7 @@ template <> struct is_hb<bfloat> : std::true_type {};
 template <class T>
 struct is_num : std::integral_constant<bool, std::is_arithmetic<T>::value || is_hb<T>::value> {};
 template <class T> using if_num = enable_if_t<is_num<T>::value, int>;
+template <class T> using if_hb = enable_if_t<is_hb<T>::value, int>;
 template <class T>
 using if_int = enable_if_t<std::is_integral<T>::value && !is_same<T, bool>::value, int>;
 
@@ -357,10 +358,19 @@ template <class T>
 struct is_scalar : bool_constant<std::is_scalar<T>::value || _mk::is_hb<remove_cv_t<T>>::value> {};
 template <class T> constexpr bool is_scalar_v = is_scalar<T>::value;
 
-template <class T>
-struct numeric_limits {
+namespace _mk {
+struct no_limits {
   static constexpr bool is_specialized = false;
 };
+template <class T>
+struct int_limits;
+}  // namespace _mk
+
+// Integer types get their limits from _mk::int_limits, instantiated on use.
+template <class T>
+struct numeric_limits
+    : std::conditional_t<std::is_integral<T>::value && !std::is_same<T, bool>::value,
+                         _mk::int_limits<T>, _mk::no_limits> {};
 
 namespace _mk {
 template <class T>
@@ -411,17 +421,6 @@ template <> struct numeric_limits<bool> {
   static constexpr bool infinity() { return false; }
   static constexpr bool quiet_NaN() { return false; }
 };
-template <> struct numeric_limits<char> : _mk::int_limits<char> {};
-template <> struct numeric_limits<signed char> : _mk::int_limits<signed char> {};
-template <> struct numeric_limits<unsigned char> : _mk::int_limits<unsigned char> {};
-template <> struct numeric_limits<short> : _mk::int_limits<short> {};
-template <> struct numeric_limits<unsigned short> : _mk::int_limits<unsigned short> {};
-template <> struct numeric_limits<int> : _mk::int_limits<int> {};
-template <> struct numeric_limits<unsigned int> : _mk::int_limits<unsigned int> {};
-template <> struct numeric_limits<long> : _mk::int_limits<long> {};
-template <> struct numeric_limits<unsigned long> : _mk::int_limits<unsigned long> {};
-template <> struct numeric_limits<long long> : _mk::int_limits<long long> {};
-template <> struct numeric_limits<unsigned long long> : _mk::int_limits<unsigned long long> {};
 template <>
 struct numeric_limits<half>
     : _mk::fp16_limits<half, 0x7bff, 0x0400, 0x1400, 0x7c00, 0x7e00, 0x7d00, 11, -13, 16> {};
@@ -485,6 +484,10 @@ constexpr int swz_idx(int k) {
 
 // Reading a swizzle goes through vec's implicit constructor from swz (and
 // _mk::at below) rather than a conversion operator here, which is cheaper.
+// (Copying a swz, e.g. `auto t = v.xy;`, copies the whole parent vector, which
+// is what its reads need; the warning about that implicit copy is silenced.)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-copy-with-user-provided-copy"
 template <class T, int N, int... I>
 struct swz {
   T s[N];  // the whole parent vector
@@ -501,6 +504,7 @@ struct swz {
     return *this;
   }
 };
+#pragma clang diagnostic pop
 
 // Component i of any vector-like value.
 template <class V>
@@ -1124,29 +1128,35 @@ inline H nextafter16(H x, H y) {
 }
 }  // namespace _mk
 
+// float overloads are functions; the half and bfloat ones are one template per
+// name (H is half or bfloat), which is cheaper to parse and resolves the same.
 #define MK_UN(name, expr)                                               \
   inline float name(float x) { return expr; }                          \
-  inline half name(half x) { return half(name(float(x))); }            \
-  inline bfloat name(bfloat x) { return bfloat(name(float(x))); }
+  template <class H, _mk::if_hb<H> = 0>                                 \
+  inline H name(H x) {                                                  \
+    return H(name(float(x)));                                           \
+  }
 #define MK_PRED(name, expr)                                             \
   inline bool name(float x) { return expr; }                           \
-  inline bool name(half x) { return name(float(x)); }                  \
-  inline bool name(bfloat x) { return name(float(x)); }
+  template <class H, _mk::if_hb<H> = 0>                                 \
+  inline bool name(H x) {                                               \
+    return name(float(x));                                              \
+  }
 #define MK_BIN(name, expr)                                                      \
   inline float name(float x, float y) { return expr; }                         \
-  inline half name(half x, half y) { return half(name(float(x), float(y))); }  \
-  inline bfloat name(bfloat x, bfloat y) { return bfloat(name(float(x), float(y))); } \
+  template <class H, _mk::if_hb<H> = 0>                                         \
+  inline H name(H x, H y) {                                                     \
+    return H(name(float(x), float(y)));                                         \
+  }                                                                             \
   template <class A, class B, class C = typename _mk::mix2<A, B>::type>         \
   inline auto name(A x, B y) {                                                  \
     return name(C(x), C(y));                                                    \
   }
 #define MK_TER(name, expr)                                                      \
   inline float name(float x, float y, float z) { return expr; }                \
-  inline half name(half x, half y, half z) {                                    \
-    return half(name(float(x), float(y), float(z)));                            \
-  }                                                                             \
-  inline bfloat name(bfloat x, bfloat y, bfloat z) {                            \
-    return bfloat(name(float(x), float(y), float(z)));                          \
+  template <class H, _mk::if_hb<H> = 0>                                         \
+  inline H name(H x, H y, H z) {                                                \
+    return H(name(float(x), float(y), float(z)));                               \
   }                                                                             \
   template <class A, class B, class C, class D = typename _mk::mix3<A, B, C>::type> \
   inline auto name(A x, B y, C z) {                                             \
@@ -2118,29 +2128,29 @@ inline T ceildiv(T N, U M) {
 }
 
 // log(1 + x), accurate for small x
-inline float log1p(float x) {
+namespace metal {
+namespace _mk {
+inline float log1p_f(float x) {
   float xp1 = 1.0f + x;
-  if (xp1 == Limits<float>::max) return Limits<float>::max;
+  if (xp1 == __builtin_huge_valf()) return xp1;
   if (xp1 == 1.0f) return x;
   return x * (metal::log(xp1) / (xp1 - 1.0f));
 }
-inline bfloat16_t log1p(bfloat16_t x) {
-  float xp1 = 1.0f + float(x);
-  if (xp1 == Limits<float>::max) return Limits<bfloat16_t>::max;
-  if (xp1 == 1.0f) return x;
-  return bfloat16_t(float(x) * (metal::log(xp1) / (xp1 - 1.0f)));
-}
+}  // namespace _mk
+}  // namespace metal
+inline float log1p(float x) { return metal::_mk::log1p_f(x); }
+inline bfloat16_t log1p(bfloat16_t x) { return bfloat16_t(metal::_mk::log1p_f(float(x))); }
 inline complex64_t log1p(complex64_t in) {
   float x = in.real, y = in.imag;
-  float zabs = metal::precise::sqrt(x * x + y * y);
-  float theta = metal::atan2(y, x + 1);
+  float zabs = __builtin_sqrtf(x * x + y * y);
+  float theta = __builtin_atan2f(y, x + 1.0f);
   if (zabs < 0.5f) {
     float r = x * (2 + x) + y * y;
     if (r == 0) return {x, theta};  // underflow
-    return {0.5f * log1p(r), theta};
+    return {0.5f * metal::_mk::log1p_f(r), theta};
   }
-  float z0 = metal::sqrt((x + 1) * (x + 1) + y * y);
-  return {metal::log(z0), theta};
+  float z0 = __builtin_sqrtf((x + 1) * (x + 1) + y * y);
+  return {__builtin_logf(z0), theta};
 }
 
 // std::conditional stand-in used by MLX kernels

@@ -1,0 +1,84 @@
+/* MLX's own float32 approximations of exp, erf and erfinv (its CPU back
+ * end's SIMD math), written out so results match MLX to the bit. MLX
+ * computes these in float32 for every floating dtype (float16, bfloat16 and
+ * float64 inputs are converted to float and the result rounded back).
+ *
+ * fmaf must be a true fused multiply-add (glibc's is, in hardware or not);
+ * plain a * b + c must not be contracted (-std=c11 keeps contraction off). */
+#ifndef MK_MLX_MATH_H
+#define MK_MLX_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* exp via 2^x: a degree-6 polynomial for the fraction and the exponent bits
+ * for the integer part; nan stays nan, x > 88 gives inf, x < -88 gives 0. */
+static inline float mk_mlx_expf(float x) {
+    if (isnan(x)) return x;
+    if (x > 88.0f) return INFINITY;
+    if (x < -88.0f) return 0.0f;
+    float y = x * 1.442695f;
+    float ipart = (float)floor((double)y + 0.5); /* MLX adds a double 0.5 */
+    float fpart = y - ipart;
+    float p = 1.535336188319500e-4f;
+    p = fmaf(p, fpart, 1.339887440266574e-3f);
+    p = fmaf(p, fpart, 9.618437357674640e-3f);
+    p = fmaf(p, fpart, 5.550332471162809e-2f);
+    p = fmaf(p, fpart, 2.402264791363012e-1f);
+    p = fmaf(p, fpart, 6.931472028550421e-1f);
+    p = fmaf(p, fpart, 1.000000000000000f);
+    uint32_t bits = (uint32_t)((int32_t)ipart + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return scale * p;
+}
+
+/* erf: Abramowitz-Stegun 7.1.26 with MLX's exp; odd by a final select. */
+static inline float mk_mlx_erff(float x) {
+    float t = 1.0f / fmaf(0.3275911f, fabsf(x), 1.0f);
+    float r = fmaf(1.061405429f, t, -1.453152027f);
+    r = fmaf(r, t, 1.421413741f);
+    r = fmaf(r, t, -0.284496736f);
+    r = fmaf(r, t, 0.254829592f);
+    float e = -mk_mlx_expf(-x * x);
+    float et = e * t;
+    float res = fmaf(et, r, 1.0f);
+    return x > 0 ? res : -res;
+}
+
+/* erfinv: t = log(1 - a^2), then a * P(t), one of two minimax polynomials
+ * chosen by |t| > 6.125. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline float mk_mlx_erfinv_poly(float a, float t) {
+    float p;
+    if (fabsf(t) > 6.125f) {
+        p = 3.03697567e-10f;
+        p = fmaf(p, t, 2.93243101e-8f);
+        p = fmaf(p, t, 1.22150334e-6f);
+        p = fmaf(p, t, 2.84108955e-5f);
+        p = fmaf(p, t, 3.93552968e-4f);
+        p = fmaf(p, t, 3.02698812e-3f);
+        p = fmaf(p, t, 4.83185798e-3f);
+        p = fmaf(p, t, -2.64646143e-1f);
+        p = fmaf(p, t, 8.40016484e-1f);
+    } else {
+        p = 5.43877832e-9f;
+        p = fmaf(p, t, 1.43285448e-7f);
+        p = fmaf(p, t, 1.22774793e-6f);
+        p = fmaf(p, t, 1.12963626e-7f);
+        p = fmaf(p, t, -5.61530760e-5f);
+        p = fmaf(p, t, -1.47697632e-4f);
+        p = fmaf(p, t, 2.31468678e-3f);
+        p = fmaf(p, t, 1.15392581e-2f);
+        p = fmaf(p, t, -2.32015476e-1f);
+        p = fmaf(p, t, 8.86226892e-1f);
+    }
+    return a * p;
+}
+
+static inline float mk_mlx_erfinvf(float a) { return mk_mlx_erfinv_poly(a, logf(fmaf(a, 0.0f - a, 1.0f))); }
+
+#endif
