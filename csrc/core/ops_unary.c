@@ -9,6 +9,7 @@
 #include <tgmath.h>
 
 #include "iter.h"
+#include "mlx_math.h"
 #include "ops.h"
 #include "types.h"
 
@@ -36,49 +37,22 @@ typedef struct {
 
 /* ------------------------------------------------------------ helpers */
 
-static inline float erfinv_f(float y) {
-    /* Giles' single-precision approximation, then one Newton step. */
-    if (y <= -1.0f) return y == -1.0f ? -INFINITY : NAN;
-    if (y >= 1.0f) return y == 1.0f ? INFINITY : NAN;
-    float w = -logf((1.0f - y) * (1.0f + y)), p;
-    if (w < 5.0f) {
-        w = w - 2.5f;
-        p = 2.81022636e-08f;
-        p = 3.43273939e-07f + p * w;
-        p = -3.5233877e-06f + p * w;
-        p = -4.39150654e-06f + p * w;
-        p = 0.00021858087f + p * w;
-        p = -0.00125372503f + p * w;
-        p = -0.00417768164f + p * w;
-        p = 0.246640727f + p * w;
-        p = 1.50140941f + p * w;
-    } else {
-        w = sqrtf(w) - 3.0f;
-        p = -0.000200214257f;
-        p = 0.000100950558f + p * w;
-        p = 0.00134934322f + p * w;
-        p = -0.00367342844f + p * w;
-        p = 0.00573950773f + p * w;
-        p = -0.0076224613f + p * w;
-        p = 0.00943887047f + p * w;
-        p = 1.00167406f + p * w;
-        p = 2.83297682f + p * w;
-    }
-    double x = (double)p * y;
-    /* Newton on erf(x) - y, in double */
-    x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
-    return (float)x;
-}
+/* float32 exp, erf and erfinv are MLX's own approximations (mlx_math.h), so
+ * results are bit for bit MLX's; float64 uses libm, refined in double. */
+static inline double exp_d(double x) { return exp(x); }
+static inline double erf_d(double x) { return erf(x); }
+#define MLX_EXP(x) _Generic((x), float: mk_mlx_expf, double: exp_d)(x)
+#define MLX_ERF(x) _Generic((x), float: mk_mlx_erff, double: erf_d)(x)
 
 static inline double erfinv_d(double y) {
     if (y <= -1.0) return y == -1.0 ? -INFINITY : NAN;
     if (y >= 1.0) return y == 1.0 ? INFINITY : NAN;
-    double x = erfinv_f((float)y);
+    double x = mk_mlx_erfinvf((float)y);
     for (int i = 0; i < 2; i++) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
     return x;
 }
 
-#define ERFINV(x) _Generic((x), float: erfinv_f, double: erfinv_d)(x)
+#define ERFINV(x) _Generic((x), float: mk_mlx_erfinvf, double: erfinv_d)(x)
 /* MLX's (x > 0) - (x < 0): nan and -0 give 0 */
 #define SIGN_F(x) ((rt)(((x) > 0) - ((x) < 0)))
 /* x / |x|, 0 at 0; a non-finite |x| gives nan+nanj, as MLX's complex division */
@@ -145,7 +119,7 @@ static inline mk_c64 sign_c(mk_c64 x) {
 MATH_FC(sqrt, sqrt(x), csqrtf(x))
 MATH_FC(rsqrt, 1 / sqrt(x), 1 / csqrtf(x))
 MATH_FC(reciprocal, 1 / x, 1 / x)
-MATH_FC(exp, exp(x), cexpf(x))
+MATH_FC(exp, MLX_EXP(x), cexpf(x))
 MATH_FC(log, log(x), clogf(x))
 MATH_FC(log1p, log1p(x), clogf(1 + x))
 MATH_FC(log2, log2(x), clogf(x) / (float)M_LN2)
@@ -163,8 +137,8 @@ MATH_FC(arcsinh, asinh(x), casinhf(x))
 MATH_FC(arccosh, acosh(x), cacoshf(x))
 MATH_FC(arctanh, atanh(x), catanhf(x))
 OP_F(expm1, expm1(x))
-OP_F(sigmoid, 1 / (1 + exp(-x)))
-OP_F(erf, erf(x))
+OP_F(sigmoid, 1 / (1 + MLX_EXP(-x)))
+OP_F(erf, MLX_ERF(x))
 OP_F(erfinv, ERFINV(x))
 OP_F(degrees, x * SCONST(180.0 / PI_D))
 OP_F(radians, x * SCONST(PI_D / 180.0))
