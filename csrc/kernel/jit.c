@@ -381,8 +381,8 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     return b.s;
 }
 
-/* The fixed compile flags (part of the cache key: change it with them). */
-#define FLAGS_ID "-std=c++17 -O2 -fPIC -shared -fno-exceptions -fno-rtti -fstack-clash-protection"
+/* The fixed compile flags, as passed in mkk_jit (part of the cache key: keep the two in step). */
+#define FLAGS_ID "-std=c++17 -O2 -fPIC -shared -fno-exceptions -fno-rtti -fstack-clash-protection -fwrapv"
 
 /* A hash of the runtime headers' contents, so that a changed header never
  * reuses kernels compiled against the old one. */
@@ -563,8 +563,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         /* stack-clash protection probes every page of a large frame, so a huge
          * per-thread array hits the guard page below the fiber's stack */
         char *argv[] = {jit.cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti",
-                        "-fstack-clash-protection", (char *)mflags, inc, "-o", tmp_so, cpp_path, NULL};
-        _Static_assert(sizeof FLAGS_ID > 1, "FLAGS_ID names the fixed flags above");
+                        "-fstack-clash-protection", "-fwrapv", (char *)mflags, inc, "-o", tmp_so, cpp_path, NULL};
         char *diag = NULL;
         int rc = run_capture(argv, &diag);
         jit.stats.compiles++;

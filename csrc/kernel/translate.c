@@ -13,7 +13,9 @@
  *     one worker, so they share it, and other workers have their own), and a
  *     call recording its size follows the declaration on the same line;
  *     `threadgroup` as a pointer qualifier is removed;
- *   - half literals `1.5h` become `half(1.5f)`.
+ *   - half literals `1.5h` become `half(1.5f)`, bfloat literals `1.5bf`
+ *     `bfloat(1.5f)`, and unsuffixed floating literals get an `f` (they are
+ *     float in Metal, double in C++).
  * Comments, strings and character literals pass through untouched. */
 #include <ctype.h>
 #include <stdio.h>
@@ -176,13 +178,21 @@ char *mkk_translate(const char *src) {
                 e++;
             size_t len = e - p;
             int hex = len > 1 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+            int floating = !hex && (memchr(p, '.', len) || memchr(p, 'e', len) || memchr(p, 'E', len));
             if (!hex && (e[-1] == 'h' || e[-1] == 'H')) {
+                /* 1.5h -> half(1.5f) */
                 if (put(&o, "half(", 5) < 0 || put(&o, p, len - 1) < 0) goto nomem;
-                /* make the literal a float, keeping integers valid */
-                int has_point = memchr(p, '.', len) || memchr(p, 'e', len) || memchr(p, 'E', len);
-                if (put(&o, has_point ? "f)" : ")", has_point ? 2 : 1) < 0) goto nomem;
-            } else if (put(&o, p, len) < 0) {
-                goto nomem;
+                if (put(&o, floating ? "f)" : ")", floating ? 2 : 1) < 0) goto nomem;
+            } else if (!hex && len > 2 && e[-2] == 'b' && e[-1] == 'f') {
+                /* 1.5bf -> bfloat(1.5f) */
+                if (put(&o, "bfloat(", 7) < 0 || put(&o, p, len - 2) < 0) goto nomem;
+                if (put(&o, floating ? "f)" : ")", floating ? 2 : 1) < 0) goto nomem;
+            } else {
+                if (put(&o, p, len) < 0) goto nomem;
+                /* an unsuffixed floating literal is a float in Metal, a double in C++ */
+                char last_ch = e[-1];
+                if (floating && (isdigit((unsigned char)last_ch) || last_ch == '.') && put(&o, "f", 1) < 0)
+                    goto nomem;
             }
             p = e;
         } else {
