@@ -1,0 +1,1176 @@
+/* Reductions: sum, prod, max, min, all, any, argmax, argmin, and the ops
+ * built on them as MLX builds them (mean, var, std, logsumexp, softmax).
+ *
+ * One evaluator runs every reduction. It splits the input's dims into kept
+ * dims (the output's, row-major) and reduced dims, drops size-1 dims, merges
+ * neighbours that are contiguous, and picks a layout:
+ *   row mode: each output element reduces a strided run (the innermost
+ *             reduced dim, usually stride 1) with a lane-parallel kernel;
+ *             many short rows go through one call per run of outputs;
+ *   col mode: when the last kept dim has the smaller stride (reducing a
+ *             leading axis), a block of up to CHUNK outputs is accumulated
+ *             at once, reading the input contiguously along that dim.
+ * Work items are (block of outputs, part of the reduced range); when there
+ * are fewer blocks than threads the reduced range is split too and the
+ * partial accumulators are combined in order afterwards, so one long row
+ * (a full reduction) uses every thread.
+ *
+ * Kernels are generated per (op, dtype) from one step expression. float16,
+ * bfloat16 and float32 sums run in float lanes over blocks of BLOCK elements
+ * and add each block into a double, which keeps 1e6-element sums within a
+ * few ulps; integers accumulate in 32- or 64-bit unsigned arithmetic
+ * (wrapping as MLX's int32/int64 accumulators do).
+ *
+ * softmax and logsumexp over the last axis are fused row kernels (MLX's
+ * Softmax and LogSumExp primitives); other axes compose max, exp, sum as
+ * MLX does, so dtypes and quirks follow it. */
+#include <stdlib.h>
+#include <string.h>
+#include <tgmath.h>
+
+#include "iter.h"
+#include "ops.h"
+#include "pool.h"
+#include "types.h"
+
+#define LANES 8
+#define BLOCK 1024 /* elements summed in float lanes before going to double */
+#define CHUNK 4096 /* outputs per block in col mode */
+
+/* ============================================================ kernels */
+
+/* acc op= reduce(x[0], x[st], ..., x[(n-1)st]); pos: index of x[0] in the
+ * reduced range (used by arg reductions). */
+typedef void (*row_fn)(const void *x, int64_t st, int64_t n, int64_t pos, void *acc);
+/* acc[j] op= x[r * rs + j * st] for j < n and r < nr, row r being at
+ * reduced index pos + r. */
+typedef void (*col_fn)(const void *x, int64_t st, int64_t n, int64_t rs, int64_t nr, int64_t pos, void *acc);
+/* out[r] = reduce(x[r * xs + i * st] for i < n) for r < nrows. */
+typedef void (*rows_fn)(const void *x, int64_t xs, int64_t nrows, int64_t st, int64_t n, void *out);
+
+typedef struct {
+    size_t asz; /* bytes per accumulator */
+    void (*init)(void *acc, int64_t n);
+    row_fn row;
+    col_fn col;
+    rows_fn rows;
+    void (*comb)(void *acc, const void *later, int64_t n); /* acc[j] op= later[j] */
+    void (*fin)(const void *acc, void *out, int64_t n);    /* out[j] = acc[j] */
+} rkern;
+
+/* Per-dtype helpers: comparison (complex: lexicographic, as MLX), nan test,
+ * and the identities of max and min. */
+#define GT_REAL(a, b) ((a) > (b))
+#define GT_CPLX(a, b) (crealf(a) > crealf(b) || (crealf(a) == crealf(b) && cimagf(a) > cimagf(b)))
+#define GT_b8 GT_REAL
+#define GT_u8 GT_REAL
+#define GT_u16 GT_REAL
+#define GT_u32 GT_REAL
+#define GT_u64 GT_REAL
+#define GT_i8 GT_REAL
+#define GT_i16 GT_REAL
+#define GT_i32 GT_REAL
+#define GT_i64 GT_REAL
+#define GT_f16 GT_REAL
+#define GT_f32 GT_REAL
+#define GT_f64 GT_REAL
+#define GT_bf16 GT_REAL
+#define GT_c64 GT_CPLX
+
+#define NAN_INT(x) ((void)(x), 0)
+#define NAN_FLT(x) isnan(x)
+#define NAN_CPLX(x) (isnan(crealf(x)) || isnan(cimagf(x)))
+#define ISNAN_b8 NAN_INT
+#define ISNAN_u8 NAN_INT
+#define ISNAN_u16 NAN_INT
+#define ISNAN_u32 NAN_INT
+#define ISNAN_u64 NAN_INT
+#define ISNAN_i8 NAN_INT
+#define ISNAN_i16 NAN_INT
+#define ISNAN_i32 NAN_INT
+#define ISNAN_i64 NAN_INT
+#define ISNAN_f16 NAN_FLT
+#define ISNAN_f32 NAN_FLT
+#define ISNAN_f64 NAN_FLT
+#define ISNAN_bf16 NAN_FLT
+#define ISNAN_c64 NAN_CPLX
+
+#define LOWEST_b8 false
+#define LOWEST_u8 0
+#define LOWEST_u16 0
+#define LOWEST_u32 0
+#define LOWEST_u64 0
+#define LOWEST_i8 INT8_MIN
+#define LOWEST_i16 INT16_MIN
+#define LOWEST_i32 INT32_MIN
+#define LOWEST_i64 INT64_MIN
+#define LOWEST_f16 (-INFINITY)
+#define LOWEST_f32 (-INFINITY)
+#define LOWEST_f64 (-INFINITY)
+#define LOWEST_bf16 (-INFINITY)
+#define LOWEST_c64 (-INFINITY)
+#define HIGHEST_b8 true
+#define HIGHEST_u8 UINT8_MAX
+#define HIGHEST_u16 UINT16_MAX
+#define HIGHEST_u32 UINT32_MAX
+#define HIGHEST_u64 UINT64_MAX
+#define HIGHEST_i8 INT8_MAX
+#define HIGHEST_i16 INT16_MAX
+#define HIGHEST_i32 INT32_MAX
+#define HIGHEST_i64 INT64_MAX
+#define HIGHEST_f16 INFINITY
+#define HIGHEST_f32 INFINITY
+#define HIGHEST_f64 INFINITY
+#define HIGHEST_bf16 INFINITY
+#define HIGHEST_c64 INFINITY
+
+/* Identity and step of each op; a nan wins max and min, as in MLX. */
+#define INIT_sum(s) 0
+#define INIT_prod(s) 1
+#define INIT_max(s) LOWEST_##s
+#define INIT_min(s) HIGHEST_##s
+#define INIT_all(s) true
+#define INIT_any(s) false
+#define STEP_sum(s, a, x) ((a) + (x))
+#define STEP_prod(s, a, x) ((a) * (x))
+#define STEP_max(s, a, x) ((GT_##s(x, a) | ISNAN_##s(x)) ? (x) : (a))
+#define STEP_min(s, a, x) ((GT_##s(a, x) | ISNAN_##s(x)) ? (x) : (a))
+#define STEP_all(s, a, x) ((a) && (x))
+#define STEP_any(s, a, x) ((a) || (x))
+
+/* Kernels of reduction `op` over dtype suffix s (storage S): lanes of type L,
+ * accumulator A, result stored with MK_STORE_os into OS. */
+#define RKERNELS(op, s, S, L, A, os, OS)                                                               \
+    static void init_##op##_##s(void *acc_, int64_t n) {                                               \
+        A *acc = acc_;                                                                                 \
+        for (int64_t i = 0; i < n; i++) acc[i] = (A)(INIT_##op(s));                                    \
+    }                                                                                                  \
+    static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc_) {       \
+        const S *x = x_;                                                                               \
+        A total = *(A *)acc_;                                                                          \
+        (void)pos;                                                                                     \
+        while (n > 0) {                                                                                \
+            int64_t m = n < BLOCK ? n : BLOCK, i = 0;                                                  \
+            L lane[LANES];                                                                             \
+            for (int k = 0; k < LANES; k++) lane[k] = (L)(INIT_##op(s));                               \
+            if (st == 1) {                                                                             \
+                for (; i + LANES <= m; i += LANES)                                                     \
+                    for (int k = 0; k < LANES; k++) {                                                  \
+                        L v = (L)MK_LOAD_##s(&x[i + k]);                                               \
+                        lane[k] = STEP_##op(s, lane[k], v);                                            \
+                    }                                                                                  \
+            } else {                                                                                   \
+                for (; i + LANES <= m; i += LANES)                                                     \
+                    for (int k = 0; k < LANES; k++) {                                                  \
+                        L v = (L)MK_LOAD_##s(&x[(i + k) * st]);                                        \
+                        lane[k] = STEP_##op(s, lane[k], v);                                            \
+                    }                                                                                  \
+            }                                                                                          \
+            L t = lane[0];                                                                             \
+            for (int k = 1; k < LANES; k++) t = STEP_##op(s, t, lane[k]);                              \
+            for (; i < m; i++) {                                                                       \
+                L v = (L)MK_LOAD_##s(&x[i * st]);                                                      \
+                t = STEP_##op(s, t, v);                                                                \
+            }                                                                                          \
+            A ta = (A)t;                                                                               \
+            total = STEP_##op(s, total, ta);                                                           \
+            x += m * st;                                                                               \
+            n -= m;                                                                                    \
+        }                                                                                              \
+        *(A *)acc_ = total;                                                                            \
+    }                                                                                                  \
+    static void col_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t rs, int64_t nr,          \
+                               int64_t pos, void *acc_) {                                              \
+        A *acc = acc_;                                                                                 \
+        (void)pos;                                                                                     \
+        for (int64_t r = 0; r < nr; r++) {                                                             \
+            const S *x = (const S *)x_ + r * rs;                                                       \
+            if (st == 1) {                                                                             \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    A v = (A)(L)MK_LOAD_##s(&x[i]);                                                    \
+                    acc[i] = STEP_##op(s, acc[i], v);                                                  \
+                }                                                                                      \
+            } else {                                                                                   \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    A v = (A)(L)MK_LOAD_##s(&x[i * st]);                                               \
+                    acc[i] = STEP_##op(s, acc[i], v);                                                  \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+    }                                                                                                  \
+    static void comb_##op##_##s(void *acc_, const void *later_, int64_t n) {                           \
+        A *acc = acc_;                                                                                 \
+        const A *later = later_;                                                                       \
+        for (int64_t i = 0; i < n; i++) acc[i] = STEP_##op(s, acc[i], later[i]);                       \
+    }                                                                                                  \
+    static void fin_##op##_##s(const void *acc_, void *out_, int64_t n) {                              \
+        const A *acc = acc_;                                                                           \
+        OS *out = out_;                                                                                \
+        for (int64_t i = 0; i < n; i++) MK_STORE_##os(&out[i], acc[i]);                                \
+    }                                                                                                  \
+    static void rows_##op##_##s(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,      \
+                                void *out_) {                                                          \
+        const S *x = x_;                                                                               \
+        OS *out = out_;                                                                                \
+        for (int64_t r = 0; r < nrows; r++) {                                                          \
+            A acc = (A)(INIT_##op(s));                                                                 \
+            if (n < 2 * LANES) {                                                                       \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    A v = (A)(L)MK_LOAD_##s(&x[r * xs + i * st]);                                      \
+                    acc = STEP_##op(s, acc, v);                                                        \
+                }                                                                                      \
+            } else {                                                                                   \
+                row_##op##_##s(x + r * xs, st, n, 0, &acc);                                            \
+            }                                                                                          \
+            MK_STORE_##os(&out[r], acc);                                                               \
+        }                                                                                              \
+    }
+
+/* Many short rows in one call (reductions of the last axis). */
+#define ROWS_KERNEL(op, s, S, A, OS)                                                                   \
+    static void rows_##op##_##s(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,      \
+                                void *out_) {                                                          \
+        const S *x = x_;                                                                               \
+        OS *out = out_;                                                                                \
+        for (int64_t r = 0; r < nrows; r++) {                                                          \
+            A acc;                                                                                     \
+            init_##op##_##s(&acc, 1);                                                                  \
+            row_##op##_##s(x + r * xs, st, n, 0, &acc);                                                \
+            fin_##op##_##s(&acc, &out[r], 1);                                                          \
+        }                                                                                              \
+    }
+
+#define RENTRY(op, s, A) [E_##s] = {sizeof(A), init_##op##_##s, row_##op##_##s, col_##op##_##s,            \
+                                    rows_##op##_##s, comb_##op##_##s, fin_##op##_##s},
+#define E_b8 MK_BOOL
+#define E_u8 MK_UINT8
+#define E_u16 MK_UINT16
+#define E_u32 MK_UINT32
+#define E_u64 MK_UINT64
+#define E_i8 MK_INT8
+#define E_i16 MK_INT16
+#define E_i32 MK_INT32
+#define E_i64 MK_INT64
+#define E_f16 MK_FLOAT16
+#define E_f32 MK_FLOAT32
+#define E_f64 MK_FLOAT64
+#define E_bf16 MK_BFLOAT16
+#define E_c64 MK_COMPLEX64
+
+/* sum and prod: integers of up to 4 bytes accumulate in 32 bits (int32 or
+ * uint32 result, bool gives int32), 8-byte ones in 64; float16, bfloat16 and
+ * float32 sums go through float lanes into a double; products stay in float. */
+#define SUMPROD(X, op, FL, FA)                                                                         \
+    X(op, b8, bool, uint32_t, uint32_t, i32, int32_t)                                                  \
+    X(op, u8, uint8_t, uint32_t, uint32_t, u32, uint32_t)                                              \
+    X(op, u16, uint16_t, uint32_t, uint32_t, u32, uint32_t)                                            \
+    X(op, u32, uint32_t, uint32_t, uint32_t, u32, uint32_t)                                            \
+    X(op, u64, uint64_t, uint64_t, uint64_t, u64, uint64_t)                                            \
+    X(op, i8, int8_t, uint32_t, uint32_t, i32, int32_t)                                                \
+    X(op, i16, int16_t, uint32_t, uint32_t, i32, int32_t)                                              \
+    X(op, i32, int32_t, uint32_t, uint32_t, i32, int32_t)                                              \
+    X(op, i64, int64_t, uint64_t, uint64_t, i64, int64_t)                                              \
+    X(op, f16, mk_f16, FL, FA, f16, mk_f16)                                                            \
+    X(op, f32, float, FL, FA, f32, float)                                                              \
+    X(op, f64, double, double, double, f64, double)                                                    \
+    X(op, bf16, mk_bf16, FL, FA, bf16, mk_bf16)                                                        \
+    X(op, c64, mk_c64, mk_c64, mk_c64, c64, mk_c64)
+
+/* max and min: in the compute type, result of the input's dtype. */
+#define CMP_X(E, s, S, R, op, X) X(op, s, S, R, R, s, S)
+#define MINMAX(X, op) MK_ALL_TYPES_2(CMP_X, op, X)
+/* all and any: bool lanes, bool result. */
+#define LOGIC_X(E, s, S, R, op, X) X(op, s, S, bool, bool, b8, bool)
+#define LOGIC(X, op) MK_ALL_TYPES_2(LOGIC_X, op, X)
+
+#define RK_DEF(op, s, S, L, A, os, OS) RKERNELS(op, s, S, L, A, os, OS)
+#define RK_ENT(op, s, S, L, A, os, OS) RENTRY(op, s, A)
+
+SUMPROD(RK_DEF, sum, float, double)
+SUMPROD(RK_DEF, prod, float, float)
+MINMAX(RK_DEF, max)
+MINMAX(RK_DEF, min)
+LOGIC(RK_DEF, all)
+LOGIC(RK_DEF, any)
+
+static const rkern reduce_kernels[6][MK_NDTYPES] = {
+    [MK_REDUCE_SUM] = {SUMPROD(RK_ENT, sum, float, double)},
+    [MK_REDUCE_PROD] = {SUMPROD(RK_ENT, prod, float, float)},
+    [MK_REDUCE_MAX] = {MINMAX(RK_ENT, max)},
+    [MK_REDUCE_MIN] = {MINMAX(RK_ENT, min)},
+    [MK_REDUCE_ALL] = {LOGIC(RK_ENT, all)},
+    [MK_REDUCE_ANY] = {LOGIC(RK_ENT, any)},
+};
+
+/* ---- argmax / argmin: (value, index) accumulators. A nan wins and, as
+ * with ties, the first one is kept (MLX and NumPy agree). */
+#define ABETTER_argmax(s, x, v) (GT_##s(x, v) | ISNAN_##s(x))
+#define ABETTER_argmin(s, x, v) (GT_##s(v, x) | ISNAN_##s(x))
+
+#define AKERNELS(E, s, S, R, op, unused)                                                               \
+    typedef struct {                                                                                   \
+        R v;                                                                                           \
+        uint32_t i;                                                                                    \
+        bool set;                                                                                      \
+    } op##_acc_##s;                                                                                    \
+    static inline void op##_step_##s(op##_acc_##s *a, R x, int64_t i) {                                \
+        if (!a->set) {                                                                                 \
+            a->v = x;                                                                                  \
+            a->i = (uint32_t)i;                                                                        \
+            a->set = true;                                                                             \
+        } else if (!ISNAN_##s(a->v) && ABETTER_##op(s, x, a->v)) {                                     \
+            a->v = x;                                                                                  \
+            a->i = (uint32_t)i;                                                                        \
+        }                                                                                              \
+    }                                                                                                  \
+    static void init_##op##_##s(void *acc_, int64_t n) {                                               \
+        op##_acc_##s *acc = acc_;                                                                      \
+        for (int64_t i = 0; i < n; i++) acc[i].set = false;                                            \
+    }                                                                                                  \
+    static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc_) {       \
+        const S *x = x_;                                                                               \
+        op##_acc_##s a = *(op##_acc_##s *)acc_;                                                        \
+        int64_t i = 0;                                                                                 \
+        if (n <= 0) return;                                                                            \
+        if (!a.set) {                                                                                  \
+            op##_step_##s(&a, MK_LOAD_##s(&x[0]), pos);                                                \
+            i = 1;                                                                                     \
+        }                                                                                              \
+        if (!ISNAN_##s(a.v))                                                                           \
+            for (; i < n; i++) {                                                                       \
+                R v = MK_LOAD_##s(&x[i * st]);                                                         \
+                if (ABETTER_##op(s, v, a.v)) {                                                         \
+                    a.v = v;                                                                           \
+                    a.i = (uint32_t)(pos + i);                                                         \
+                    if (ISNAN_##s(v)) break;                                                           \
+                }                                                                                      \
+            }                                                                                          \
+        *(op##_acc_##s *)acc_ = a;                                                                     \
+    }                                                                                                  \
+    static void col_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t rs, int64_t nr,          \
+                               int64_t pos, void *acc_) {                                              \
+        const S *x = x_;                                                                               \
+        op##_acc_##s *acc = acc_;                                                                      \
+        int64_t r = 0;                                                                                 \
+        if (nr > 0 && n > 0 && !acc[0].set) { /* a block's accumulators start together */              \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                acc[i].v = MK_LOAD_##s(&x[i * st]);                                                    \
+                acc[i].i = (uint32_t)pos;                                                              \
+                acc[i].set = true;                                                                     \
+            }                                                                                          \
+            r = 1;                                                                                     \
+        }                                                                                              \
+        for (; r < nr; r++)                                                                            \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                R v = MK_LOAD_##s(&x[r * rs + i * st]);                                                \
+                bool take = (!ISNAN_##s(acc[i].v)) & ABETTER_##op(s, v, acc[i].v);                     \
+                acc[i].v = take ? v : acc[i].v;                                                        \
+                acc[i].i = take ? (uint32_t)(pos + r) : acc[i].i;                                      \
+            }                                                                                          \
+    }                                                                                                  \
+    static void comb_##op##_##s(void *acc_, const void *later_, int64_t n) {                           \
+        op##_acc_##s *acc = acc_;                                                                      \
+        const op##_acc_##s *later = later_;                                                            \
+        for (int64_t i = 0; i < n; i++)                                                                \
+            if (later[i].set) {                                                                        \
+                if (!acc[i].set || (!ISNAN_##s(acc[i].v) && ABETTER_##op(s, later[i].v, acc[i].v)))    \
+                    acc[i] = later[i];                                                                 \
+            }                                                                                          \
+    }                                                                                                  \
+    static void fin_##op##_##s(const void *acc_, void *out_, int64_t n) {                              \
+        const op##_acc_##s *acc = acc_;                                                                \
+        uint32_t *out = out_;                                                                          \
+        for (int64_t i = 0; i < n; i++) out[i] = acc[i].set ? acc[i].i : 0;                            \
+    }                                                                                                  \
+    ROWS_KERNEL(op, s, S, op##_acc_##s, uint32_t)
+#define AENTRY(E, s, S, R, op, unused) [E] = {sizeof(op##_acc_##s), init_##op##_##s, row_##op##_##s,       \
+                                              col_##op##_##s, rows_##op##_##s, comb_##op##_##s,        \
+                                              fin_##op##_##s},
+
+MK_ALL_TYPES_2(AKERNELS, argmax, _)
+MK_ALL_TYPES_2(AKERNELS, argmin, _)
+
+static const rkern arg_kernels[2][MK_NDTYPES] = {
+    {MK_ALL_TYPES_2(AENTRY, argmax, _)},
+    {MK_ALL_TYPES_2(AENTRY, argmin, _)},
+};
+
+/* ============================================================ driver */
+
+typedef struct {
+    const rkern *k;
+    bool red[MK_MAX_NDIM]; /* reduced input dims */
+    bool keep_order;       /* arg reductions: reduced index is row-major in the input */
+} reduce_params;
+
+typedef struct {
+    const rkern *k;
+    const char *x;
+    char *out;
+    size_t isz, osz;
+    bool col;
+    int nk; /* kept dims (col mode: all but the last) */
+    int64_t kshape[MK_MAX_NDIM], kstride[MK_MAX_NDIM];
+    int64_t K, kst, nchunk; /* col mode: last kept dim, its stride, chunks of it */
+    int nr;                 /* reduced dims after merging */
+    int64_t R, rst;         /* reduced size; stride when nr <= 1 */
+    mk_iter rit;            /* reduced dims, when nr >= 2 */
+    int64_t P, items;
+    int64_t bmax;   /* longest block: accumulators per item */
+    char *scratch;  /* bmax accumulators per thread */
+    char *partials; /* bmax accumulators per item, when P > 1 */
+} rplan;
+
+static int64_t kept_offset(const rplan *pl, int64_t o) {
+    int64_t off = 0;
+    for (int d = pl->nk - 1; d >= 0; d--) {
+        int64_t n = pl->kshape[d];
+        off += (o % n) * pl->kstride[d];
+        o /= n;
+    }
+    return off;
+}
+
+typedef struct {
+    const rplan *pl;
+    const char *base;
+    void *acc;
+    int64_t blen, pos;
+} seg_ctx;
+
+static void reduce_segment(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    seg_ctx *s = c;
+    const rplan *pl = s->pl;
+    if (pl->col) {
+        pl->k->col(s->base + off[0] * (int64_t)pl->isz, pl->kst, s->blen, st[0], n, s->pos, s->acc);
+    } else {
+        pl->k->row(s->base + off[0] * (int64_t)pl->isz, st[0], n, s->pos, s->acc);
+    }
+    s->pos += n;
+}
+
+static void block_span(const rplan *pl, int64_t b, int64_t *o, int64_t *j0, int64_t *blen) {
+    if (pl->col) {
+        *o = b / pl->nchunk;
+        *j0 = (b % pl->nchunk) * pl->bmax;
+        *blen = pl->K - *j0 < pl->bmax ? pl->K - *j0 : pl->bmax;
+    } else {
+        *o = b;
+        *j0 = 0;
+        *blen = 1;
+    }
+}
+
+static void reduce_item(const rplan *pl, int64_t item, void *acc) {
+    const rkern *k = pl->k;
+    int64_t b = item / pl->P, p = item % pl->P, o, j0, blen;
+    int64_t r0 = pl->R * p / pl->P, r1 = pl->R * (p + 1) / pl->P;
+    block_span(pl, b, &o, &j0, &blen);
+    const char *base = pl->x + (kept_offset(pl, o) + j0 * pl->kst) * (int64_t)pl->isz;
+    k->init(acc, blen);
+    if (r0 < r1) {
+        if (pl->nr <= 1) {
+            const int64_t step = pl->rst * (int64_t)pl->isz;
+            if (pl->col)
+                k->col(base + r0 * step, pl->kst, blen, pl->rst, r1 - r0, r0, acc);
+            else
+                k->row(base + r0 * step, pl->rst, r1 - r0, r0, acc);
+        } else {
+            seg_ctx s = {pl, base, acc, blen, r0};
+            mk_iter_range(&pl->rit, r0, r1, reduce_segment, &s);
+        }
+    }
+    if (pl->P == 1)
+        k->fin(acc, pl->out + (pl->col ? o * pl->K + j0 : o) * (int64_t)pl->osz, blen);
+    else
+        memcpy(pl->partials + item * pl->bmax * k->asz, acc, blen * k->asz);
+}
+
+static void reduce_job(void *c, int ith, int nth) {
+    const rplan *pl = c;
+    int64_t a = pl->items * ith / nth, b = pl->items * (ith + 1) / nth;
+    if (!pl->col && pl->P == 1 && pl->nr <= 1) {
+        /* one output per item: runs along the innermost kept dim at once */
+        int64_t inner = pl->nk ? pl->kshape[pl->nk - 1] : 1, ist = pl->nk ? pl->kstride[pl->nk - 1] : 0;
+        for (int64_t o = a; o < b;) {
+            int64_t len = inner - o % inner;
+            if (len > b - o) len = b - o;
+            pl->k->rows(pl->x + kept_offset(pl, o) * (int64_t)pl->isz, ist, len, pl->rst, pl->R,
+                        pl->out + o * (int64_t)pl->osz);
+            o += len;
+        }
+        return;
+    }
+    char *acc = pl->scratch + (size_t)ith * pl->bmax * pl->k->asz;
+    for (int64_t it = a; it < b; it++) reduce_item(pl, it, acc);
+}
+
+/* Reduces x over the dims marked in red into out (row-contiguous over the
+ * kept dims, in order). */
+static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool keep_order, mk_array *out) {
+    rplan pl;
+    memset(&pl, 0, sizeof pl);
+    pl.k = k;
+    pl.x = mk_data(x);
+    pl.out = mk_data(out);
+    pl.isz = mk_dtype_size(x->dtype);
+    pl.osz = mk_dtype_size(out->dtype);
+    if (out->size == 0) return 0;
+
+    /* kept dims: drop size 1, merge contiguous neighbours */
+    int nk = 0;
+    int64_t ks[MK_MAX_NDIM], kt[MK_MAX_NDIM];
+    int nr = 0;
+    int64_t rs[MK_MAX_NDIM] = {0}, rt[MK_MAX_NDIM] = {0};
+    for (int d = 0; d < x->ndim; d++) {
+        if (x->shape[d] == 1) continue;
+        if (red[d]) {
+            rs[nr] = x->shape[d];
+            rt[nr++] = x->strides[d];
+        } else if (nk > 0 && kt[nk - 1] == x->strides[d] * x->shape[d]) {
+            ks[nk - 1] *= x->shape[d];
+            kt[nk - 1] = x->strides[d];
+        } else {
+            ks[nk] = x->shape[d];
+            kt[nk++] = x->strides[d];
+        }
+    }
+    /* reduced dims: largest stride first (the innermost loop gets the
+     * smallest), unless the order is the result (arg reductions) */
+    if (!keep_order)
+        for (int i = 1; i < nr; i++)
+            for (int j = i; j > 0 && llabs(rt[j]) > llabs(rt[j - 1]); j--) {
+                int64_t t = rt[j];
+                rt[j] = rt[j - 1];
+                rt[j - 1] = t;
+                t = rs[j];
+                rs[j] = rs[j - 1];
+                rs[j - 1] = t;
+            }
+    pl.R = 1;
+    for (int i = 0; i < nr; i++) pl.R *= rs[i];
+    const int64_t *rstr[1] = {rt};
+    mk_iter_init(&pl.rit, nr, rs, 1, rstr);
+    pl.nr = pl.rit.ndim;
+    pl.rst = pl.rit.strides[0][0];
+    if (pl.R == 0) pl.nr = 1; /* nothing to read */
+
+    int64_t O = out->size;
+    /* col mode when the last kept dim is read more contiguously than the
+     * reduced ones */
+    if (nk > 0 && (nr == 0 || llabs(kt[nk - 1]) < llabs(pl.rit.strides[0][pl.rit.ndim - 1]))) {
+        pl.col = true;
+        pl.K = ks[nk - 1];
+        pl.kst = kt[nk - 1];
+        pl.bmax = pl.K < CHUNK ? pl.K : CHUNK;
+        pl.nchunk = (pl.K + pl.bmax - 1) / pl.bmax;
+        nk--;
+    } else {
+        pl.bmax = 1;
+    }
+    pl.nk = nk;
+    memcpy(pl.kshape, ks, nk * sizeof *ks);
+    memcpy(pl.kstride, kt, nk * sizeof *kt);
+
+    int64_t nblocks = pl.col ? O / pl.K * pl.nchunk : O;
+    int64_t work = O * (pl.R > 0 ? pl.R : 1);
+    int64_t want = work / MK_GRAIN;
+    int threads = mk_pool_threads();
+    if (want > threads) want = threads;
+    if (want < 1) want = 1;
+    pl.P = 1;
+    if (nblocks < want) {
+        pl.P = (want + nblocks - 1) / nblocks;
+        if (pl.P > pl.R) pl.P = pl.R > 0 ? pl.R : 1;
+    }
+    pl.items = nblocks * pl.P;
+    int nth = (int)(want < pl.items ? want : pl.items);
+    pl.scratch = malloc((size_t)nth * pl.bmax * k->asz);
+    if (pl.P > 1) pl.partials = malloc((size_t)pl.items * pl.bmax * k->asz);
+    if (!pl.scratch || (pl.P > 1 && !pl.partials)) {
+        free(pl.scratch);
+        free(pl.partials);
+        mk_nomem();
+        return -1;
+    }
+    mk_parallel(nth, reduce_job, &pl);
+    if (pl.P > 1) {
+        for (int64_t b = 0; b < nblocks; b++) {
+            int64_t o, j0, blen;
+            block_span(&pl, b, &o, &j0, &blen);
+            char *first = pl.partials + b * pl.P * pl.bmax * k->asz;
+            for (int64_t p = 1; p < pl.P; p++) k->comb(first, first + p * pl.bmax * k->asz, blen);
+            k->fin(first, pl.out + (pl.col ? o * pl.K + j0 : o) * (int64_t)pl.osz, blen);
+        }
+        free(pl.partials);
+    }
+    free(pl.scratch);
+    return 0;
+}
+
+static int reduce_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const reduce_params *rp = p->params;
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    return run_reduce(rp->k, in[0], rp->red, rp->keep_order, out[0]);
+}
+
+static const mk_opdef reduce_def = {"reduce", reduce_eval, NULL};
+
+/* ============================================================ constructors */
+
+static const char *const reduce_names[6] = {"sum", "prod", "max", "min", "all", "any"};
+
+/* Normalises axes (naxes < 0: all) into the mask red[]; errors as MLX's
+ * compute_reduce_shape. Returns the number of axes, or -1. */
+static int reduce_axes(const mk_array *x, int naxes, const int *axes, bool *red) {
+    int nd = x->ndim;
+    for (int d = 0; d < MK_MAX_NDIM; d++) red[d] = naxes < 0 && d < nd;
+    if (naxes < 0) return nd;
+    for (int i = 0; i < naxes; i++)
+        if (axes[i] < -nd || axes[i] >= nd) {
+            mk_error_set(MK_ERR_INDEX, "Invalid axis %d for array with %d dimensions.", axes[i], nd);
+            return -1;
+        }
+    for (int i = 0; i < naxes; i++) {
+        int a = axes[i] < 0 ? axes[i] + nd : axes[i];
+        if (red[a]) {
+            mk_error_set(MK_ERR_VALUE, "Duplicate axes detected in reduction.");
+            return -1;
+        }
+        red[a] = true;
+    }
+    return naxes;
+}
+
+/* Output shape of a reduction over red[]. Returns its ndim. */
+static int reduced_shape(const mk_array *x, const bool *red, bool keepdims, int64_t *shape) {
+    int n = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (!red[d])
+            shape[n++] = x->shape[d];
+        else if (keepdims)
+            shape[n++] = 1;
+    }
+    return n;
+}
+
+static mk_array *reduce_node(const rkern *k, mk_array *x, const bool *red, bool keep_order, bool keepdims,
+                             mk_dtype out_t) {
+    reduce_params *rp = calloc(1, sizeof *rp);
+    if (!rp) return mk_nomem();
+    rp->k = k;
+    memcpy(rp->red, red, sizeof rp->red);
+    rp->keep_order = keep_order;
+    int64_t shape[MK_MAX_NDIM];
+    int n = reduced_shape(x, red, keepdims, shape);
+    return mk_node(&reduce_def, rp, out_t, n, shape, 1, &x);
+}
+
+static mk_dtype reduce_dtype(mk_reduce_op op, mk_dtype t) {
+    switch (op) {
+    case MK_REDUCE_SUM:
+    case MK_REDUCE_PROD:
+        if (t == MK_BOOL) return MK_INT32;
+        if (mk_is_integral(t) && mk_dtype_size(t) <= 4) return mk_is_unsigned(t) ? MK_UINT32 : MK_INT32;
+        return t;
+    case MK_REDUCE_ALL:
+    case MK_REDUCE_ANY: return MK_BOOL;
+    default: return t;
+    }
+}
+
+mk_array *mk_reduce(mk_reduce_op op, mk_array *x, int naxes, const int *axes, bool keepdims) {
+    bool red[MK_MAX_NDIM];
+    int n = naxes < 0 ? x->ndim : naxes;
+    if (n == 0) {
+        /* MLX: no axes leaves the array as is (all/any still make it bool) */
+        if (op == MK_REDUCE_ALL || op == MK_REDUCE_ANY) return mk_as_dtype(x, MK_BOOL);
+        mk_incref(x);
+        return x;
+    }
+    if (reduce_axes(x, naxes, axes, red) < 0) return NULL;
+    if (op == MK_REDUCE_MAX || op == MK_REDUCE_MIN)
+        for (int d = 0; d < x->ndim; d++)
+            if (red[d] && x->shape[d] == 0) {
+                const char *nm = reduce_names[op];
+                mk_error_set(MK_ERR_VALUE, "[%s] Cannot %s reduce over axis %d with size 0.", nm, nm, d);
+                return NULL;
+            }
+    return reduce_node(&reduce_kernels[op][x->dtype], x, red, false, keepdims, reduce_dtype(op, x->dtype));
+}
+
+static mk_array *arg_reduce(int which, mk_array *x, int axis, bool has_axis, bool keepdims) {
+    const char *name = which == 0 ? "argmax" : "argmin";
+    if (x->size == 0) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Cannot %s reduce zero size array.", name, name);
+        return NULL;
+    }
+    bool red[MK_MAX_NDIM] = {false};
+    if (has_axis) {
+        if (axis < -x->ndim || axis >= x->ndim) {
+            mk_error_set(MK_ERR_INDEX, "Invalid axis %d for array with %d dimensions.", axis, x->ndim);
+            return NULL;
+        }
+        red[axis < 0 ? axis + x->ndim : axis] = true;
+    } else {
+        if (keepdims && x->ndim == 0) {
+            /* what MLX 0.32 raises here */
+            mk_error_set(MK_ERR_VALUE, "cannot create std::vector larger than max_size()");
+            return NULL;
+        }
+        /* the flattened array: every dim, row-major */
+        for (int d = 0; d < x->ndim; d++) red[d] = true;
+    }
+    return reduce_node(&arg_kernels[which][x->dtype], x, red, true, keepdims, MK_UINT32);
+}
+
+mk_array *mk_argmax(mk_array *x, int axis, bool has_axis, bool keepdims) {
+    return arg_reduce(0, x, axis, has_axis, keepdims);
+}
+
+mk_array *mk_argmin(mk_array *x, int axis, bool has_axis, bool keepdims) {
+    return arg_reduce(1, x, axis, has_axis, keepdims);
+}
+
+/* ---------------------------------------------------------- mean, var, std */
+
+/* Product of the dims an axes list names (in range; duplicates are caught
+ * by the sum that follows). */
+static double count_elements(const mk_array *x, int naxes, const int *axes) {
+    double n = 1;
+    if (naxes < 0) return (double)x->size;
+    for (int i = 0; i < naxes; i++) n *= (double)x->shape[axes[i] < 0 ? axes[i] + x->ndim : axes[i]];
+    return n;
+}
+
+static int check_mean_axes(const mk_array *x, int naxes, const int *axes) {
+    for (int i = 0; i < naxes; i++)
+        if (axes[i] < -x->ndim || axes[i] >= x->ndim) {
+            mk_error_set(MK_ERR_INDEX, "[mean] axis %d is out of bounds for array with %d dimensions.", axes[i],
+                         x->ndim);
+            return -1;
+        }
+    return 0;
+}
+
+/* a op b, consuming both references (either may be NULL after a failure). */
+static mk_array *bin_steal(mk_binary_op op, mk_array *a, mk_array *b) {
+    mk_array *r = a && b ? mk_binary(op, a, b) : NULL;
+    mk_xdecref(a);
+    mk_xdecref(b);
+    return r;
+}
+
+static mk_array *un_steal(mk_unary_op op, mk_array *a) {
+    mk_array *r = a ? mk_unary(op, a) : NULL;
+    mk_xdecref(a);
+    return r;
+}
+
+/* As MLX: sum(x) * (1 / n), the reciprocal rounded to the result dtype. */
+mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims) {
+    if (check_mean_axes(x, naxes, axes) < 0) return NULL;
+    mk_dtype dt = mk_to_float(x->dtype);
+    double n = count_elements(x, naxes, axes);
+    mk_array *s = mk_reduce(MK_REDUCE_SUM, x, naxes, axes, keepdims);
+    if (!s) return NULL;
+    return bin_steal(MK_BINARY_multiply, s, mk_scalar_f64(dt, 1.0 / n));
+}
+
+/* As MLX: sum((x - mean)^2) times 1/n, or divided by max(n - ddof, 0).
+ * Complex input uses |x - mean|^2 and gives float32. */
+mk_array *mk_var(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof) {
+    mk_dtype dt = mk_to_float(x->dtype);
+    bool cplx = dt == MK_COMPLEX64;
+    if (cplx) dt = MK_FLOAT32;
+    mk_array *mu = mk_mean(x, naxes, axes, true);
+    if (!mu) return NULL;
+    mk_array *d = mk_binary(MK_BINARY_subtract, x, mu);
+    mk_decref(mu);
+    if (cplx) d = un_steal(MK_UNARY_abs, d);
+    d = un_steal(MK_UNARY_square, d);
+    if (!d) return NULL;
+    mk_array *v = mk_reduce(MK_REDUCE_SUM, d, naxes, axes, keepdims);
+    mk_decref(d);
+    if (!v) return NULL;
+    double n = count_elements(x, naxes, axes);
+    if (ddof != 0) {
+        mk_array *den = bin_steal(MK_BINARY_subtract, mk_scalar_f64(dt, n), mk_scalar_f64(dt, (double)ddof));
+        den = bin_steal(MK_BINARY_maximum, den, mk_scalar_f64(dt, 0.0));
+        return bin_steal(MK_BINARY_divide, v, den);
+    }
+    return bin_steal(MK_BINARY_multiply, v, mk_scalar_f64(dt, 1.0 / n));
+}
+
+mk_array *mk_std(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof) {
+    return un_steal(MK_UNARY_sqrt, mk_var(x, naxes, axes, keepdims, ddof));
+}
+
+/* ============================================= softmax and logsumexp rows */
+
+/* The fused kernels run along the last axis, in pieces that can split one
+ * long row over the threads: the row's max, the sum of exp(x - max) (kept
+ * in the output when softmax computes in the storage type), then softmax's
+ * scaling. Accumulation is in A: float for float16, bfloat16 and float32,
+ * double for float64; sums go through BLOCK-long lanes into a double. */
+static inline float max_nan_f(float m, float v) { return (v > m || isnan(v)) && !isnan(m) ? v : m; }
+static inline double max_nan_d(double m, double v) { return (v > m || isnan(v)) && !isnan(m) ? v : m; }
+
+typedef struct {
+    double (*max)(const void *x, int64_t st, int64_t n);
+    /* sum of exp(x - m); with out (only when A is the storage type) the
+     * exponentials are stored there */
+    double (*expsum)(const void *x, int64_t st, int64_t n, double m, void *out);
+    /* out = exp(x - m) * inv, or out *= inv when the exponentials are stored */
+    void (*scale)(const void *x, int64_t st, int64_t n, double m, double inv, void *out, bool stored);
+    void (*store_lse)(double m, double sum, void *out);
+    bool same; /* A is the storage type */
+} lastax_kern;
+
+#define LASTAX_KERNELS(s, S, A, MAXF, SAME)                                                            \
+    static double lmax_##s(const void *x_, int64_t st, int64_t n) {                                    \
+        const S *x = x_;                                                                               \
+        A m = -INFINITY;                                                                               \
+        for (int64_t i = 0; i < n; i++) m = MAXF(m, (A)MK_LOAD_##s(&x[i * st]));                       \
+        return m;                                                                                      \
+    }                                                                                                  \
+    static double lexpsum_##s(const void *x_, int64_t st, int64_t n, double md, void *out_) {          \
+        const S *x = x_;                                                                               \
+        S *out = out_;                                                                                 \
+        const A m = (A)md;                                                                             \
+        double total = 0;                                                                              \
+        for (int64_t b = 0; b < n; b += BLOCK) {                                                       \
+            int64_t e = n - b < BLOCK ? n : b + BLOCK, i = b;                                          \
+            A lane[LANES] = {0}, t = 0;                                                                \
+            if (SAME && out) {                                                                         \
+                for (; i < e; i++) {                                                                   \
+                    A v = exp((A)MK_LOAD_##s(&x[i * st]) - m);                                         \
+                    MK_STORE_##s(&out[i], v);                                                          \
+                    t += v;                                                                            \
+                }                                                                                      \
+            } else {                                                                                   \
+                for (; i + LANES <= e; i += LANES)                                                     \
+                    for (int k = 0; k < LANES; k++) lane[k] += exp((A)MK_LOAD_##s(&x[(i + k) * st]) - m); \
+                for (int k = 0; k < LANES; k++) t += lane[k];                                          \
+                for (; i < e; i++) t += exp((A)MK_LOAD_##s(&x[i * st]) - m);                           \
+            }                                                                                          \
+            total += t;                                                                                \
+        }                                                                                              \
+        return total;                                                                                  \
+    }                                                                                                  \
+    static void lscale_##s(const void *x_, int64_t st, int64_t n, double md, double invd, void *out_,  \
+                           bool stored) {                                                              \
+        const S *x = x_;                                                                               \
+        S *out = out_;                                                                                 \
+        const A m = (A)md, inv = (A)invd;                                                              \
+        if (stored)                                                                                    \
+            for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], (A)MK_LOAD_##s(&out[i]) * inv);      \
+        else                                                                                           \
+            for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], exp((A)MK_LOAD_##s(&x[i * st]) - m) * inv); \
+    }                                                                                                  \
+    static void llse_##s(double md, double sum, void *out) {                                           \
+        const A m = (A)md;                                                                             \
+        MK_STORE_##s((S *)out, isinf(m) ? m : log((A)sum) + m);                                        \
+    }
+LASTAX_KERNELS(f16, mk_f16, float, max_nan_f, false)
+LASTAX_KERNELS(bf16, mk_bf16, float, max_nan_f, false)
+LASTAX_KERNELS(f32, float, float, max_nan_f, true)
+LASTAX_KERNELS(f64, double, double, max_nan_d, true)
+
+#define LASTAX_ENTRY(s, same) {lmax_##s, lexpsum_##s, lscale_##s, llse_##s, same}
+static const lastax_kern lastax_kernels[MK_NDTYPES] = {
+    [MK_FLOAT16] = LASTAX_ENTRY(f16, false),
+    [MK_BFLOAT16] = LASTAX_ENTRY(bf16, false),
+    [MK_FLOAT32] = LASTAX_ENTRY(f32, true),
+    [MK_FLOAT64] = LASTAX_ENTRY(f64, true),
+};
+
+/* Without precise, MLX computes float16/bfloat16 softmax in that type,
+ * rounding every step (the sum included), so the row runs in order. */
+#define SOFTMAX_LOW(s, S)                                                                              \
+    static void softmax_low_##s(const void *x_, int64_t st, int64_t n, void *out_) {                   \
+        const S *x = x_;                                                                               \
+        S *out = out_;                                                                                 \
+        float m = -INFINITY;                                                                           \
+        for (int64_t i = 0; i < n; i++) m = max_nan_f(m, MK_LOAD_##s(&x[i * st]));                     \
+        S sum, t, inv;                                                                                 \
+        MK_STORE_##s(&sum, 0.0f);                                                                      \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            MK_STORE_##s(&t, MK_LOAD_##s(&x[i * st]) - m);                                             \
+            MK_STORE_##s(&out[i], expf(MK_LOAD_##s(&t)));                                              \
+            MK_STORE_##s(&sum, MK_LOAD_##s(&sum) + MK_LOAD_##s(&out[i]));                              \
+        }                                                                                              \
+        MK_STORE_##s(&inv, 1.0f / MK_LOAD_##s(&sum));                                                  \
+        float fi = MK_LOAD_##s(&inv);                                                                  \
+        for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], MK_LOAD_##s(&out[i]) * fi);              \
+    }
+SOFTMAX_LOW(f16, mk_f16)
+SOFTMAX_LOW(bf16, mk_bf16)
+
+typedef enum { LA_LSE, LA_SOFTMAX, LA_SOFTMAX_LOW } lastax_kind;
+
+typedef struct {
+    lastax_kind kind;
+} lastax_params;
+
+typedef struct {
+    lastax_kind kind;
+    const lastax_kern *k;
+    const char *x;
+    char *out;
+    size_t isz, osz;
+    int64_t n, st;
+    int nd;
+    int64_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
+    /* one row split over threads */
+    const char *row;
+    char *orow;
+    int nparts;
+    double m, inv, part[256];
+} lastax_ctx;
+
+/* A whole row: x (n at stride st) into out. */
+static void lastax_row(const lastax_ctx *l, const char *x, char *out) {
+    if (l->kind == LA_SOFTMAX_LOW) {
+        (l->k == &lastax_kernels[MK_FLOAT16] ? softmax_low_f16 : softmax_low_bf16)(x, l->st, l->n, out);
+        return;
+    }
+    double m = l->k->max(x, l->st, l->n);
+    if (l->kind == LA_LSE) {
+        l->k->store_lse(m, l->k->expsum(x, l->st, l->n, m, NULL), out);
+        return;
+    }
+    bool stored = l->k->same;
+    double sum = l->k->expsum(x, l->st, l->n, m, stored ? out : NULL);
+    l->k->scale(x, l->st, l->n, m, 1.0 / sum, out, stored);
+}
+
+static void lastax_rows(void *c, int64_t begin, int64_t end) {
+    const lastax_ctx *l = c;
+    int64_t per_row = l->kind == LA_LSE ? 1 : l->n;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t off = 0, o = r;
+        for (int d = l->nd - 1; d >= 0; d--) {
+            off += (o % l->shape[d]) * l->strides[d];
+            o /= l->shape[d];
+        }
+        lastax_row(l, l->x + off * (int64_t)l->isz, l->out + r * per_row * (int64_t)l->osz);
+    }
+}
+
+/* Pieces of one long row, part ith of nth. */
+static void part_range(const lastax_ctx *l, int ith, int nth, int64_t *b, int64_t *e) {
+    *b = l->n * ith / nth;
+    *e = l->n * (ith + 1) / nth;
+}
+
+static void part_max(void *c, int ith, int nth) {
+    lastax_ctx *l = c;
+    int64_t b, e;
+    part_range(l, ith, nth, &b, &e);
+    l->part[ith] = e > b ? l->k->max(l->row + b * l->st * (int64_t)l->isz, l->st, e - b) : -INFINITY;
+}
+
+static void part_expsum(void *c, int ith, int nth) {
+    lastax_ctx *l = c;
+    int64_t b, e;
+    part_range(l, ith, nth, &b, &e);
+    char *o = l->kind == LA_SOFTMAX && l->k->same ? l->orow + b * (int64_t)l->osz : NULL;
+    l->part[ith] = l->k->expsum(l->row + b * l->st * (int64_t)l->isz, l->st, e - b, l->m, o);
+}
+
+static void part_scale(void *c, int ith, int nth) {
+    lastax_ctx *l = c;
+    int64_t b, e;
+    part_range(l, ith, nth, &b, &e);
+    l->k->scale(l->row + b * l->st * (int64_t)l->isz, l->st, e - b, l->m, l->inv, l->orow + b * (int64_t)l->osz,
+                l->k->same);
+}
+
+static int lastax_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const lastax_params *lp = p->params;
+    const mk_array *x = in[0];
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    if (x->size == 0) return 0;
+    lastax_ctx l;
+    memset(&l, 0, sizeof l);
+    l.kind = lp->kind;
+    l.k = &lastax_kernels[x->dtype];
+    l.x = mk_data(x);
+    l.out = mk_data(out[0]);
+    l.isz = mk_dtype_size(x->dtype);
+    l.osz = mk_dtype_size(out[0]->dtype);
+    l.n = x->shape[x->ndim - 1];
+    l.st = x->strides[x->ndim - 1];
+    l.nd = x->ndim - 1;
+    memcpy(l.shape, x->shape, l.nd * sizeof *l.shape);
+    memcpy(l.strides, x->strides, l.nd * sizeof *l.strides);
+    int64_t rows = x->size / l.n;
+    int threads = mk_pool_threads();
+    int64_t want = l.n / MK_GRAIN;
+    if (want > threads) want = threads;
+    if (want > 256) want = 256;
+    if (rows >= threads || want < 2 || l.kind == LA_SOFTMAX_LOW) {
+        int64_t grain = MK_GRAIN / l.n;
+        mk_parallel_for(rows, grain < 1 ? 1 : grain, lastax_rows, &l);
+        return 0;
+    }
+    /* few long rows: split each over the threads */
+    l.nparts = (int)want;
+    int64_t per_row = l.kind == LA_LSE ? 1 : l.n;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0, o = r;
+        for (int d = l.nd - 1; d >= 0; d--) {
+            off += (o % l.shape[d]) * l.strides[d];
+            o /= l.shape[d];
+        }
+        l.row = l.x + off * (int64_t)l.isz;
+        l.orow = l.out + r * per_row * (int64_t)l.osz;
+        mk_parallel(l.nparts, part_max, &l);
+        l.m = -INFINITY;
+        for (int t = 0; t < l.nparts; t++) l.m = max_nan_d(l.m, l.part[t]);
+        mk_parallel(l.nparts, part_expsum, &l);
+        double sum = 0;
+        for (int t = 0; t < l.nparts; t++) sum += l.part[t];
+        if (l.kind == LA_LSE) {
+            l.k->store_lse(l.m, sum, l.orow);
+        } else {
+            l.inv = 1.0 / sum;
+            mk_parallel(l.nparts, part_scale, &l);
+        }
+    }
+    return 0;
+}
+
+static const mk_opdef lastax_def = {"softmax", lastax_eval, NULL};
+
+static mk_array *lastax_node(lastax_kind kind, mk_array *x, int ndim, const int64_t *shape) {
+    lastax_params *lp = malloc(sizeof *lp);
+    if (!lp) return mk_nomem();
+    lp->kind = kind;
+    return mk_node(&lastax_def, lp, x->dtype, ndim, shape, 1, &x);
+}
+
+/* Axes as a list (naxes < 0: all dims). Returns the count. */
+static int axes_list(const mk_array *x, int naxes, const int *axes, int *out) {
+    if (naxes < 0) {
+        for (int d = 0; d < x->ndim; d++) out[d] = d;
+        return x->ndim;
+    }
+    memcpy(out, axes, naxes * sizeof *axes);
+    return naxes;
+}
+
+/* The array of shape `shape` with the reduced dims (red) of size 1 dropped
+ * or kept: a reshape view of a keepdims result. */
+static mk_array *drop_reduced(mk_array *k, const bool *red, int ndim, bool keepdims) {
+    if (keepdims) {
+        mk_incref(k);
+        return k;
+    }
+    int64_t shape[MK_MAX_NDIM];
+    int n = 0;
+    for (int d = 0; d < ndim; d++)
+        if (!red[d]) shape[n++] = k->shape[d];
+    return mk_reshape(k, n, shape);
+}
+
+/* Whether the axes reduce the last axis only, possibly after consecutive
+ * axes of size 1 (MLX's test for its fused softmax/logsumexp kernels). */
+static bool last_axis_only(const mk_array *x, int n, const int *axes) {
+    int nd = x->ndim;
+    bool last = n > 0 && (axes[n - 1] == nd - 1 || axes[n - 1] == -1);
+    for (int i = n - 2; last && i >= 0; i--) {
+        int a = axes[i] < 0 ? axes[i] + nd : axes[i];
+        if (axes[i] + 1 != axes[i + 1] || a < 0 || a >= nd || x->shape[a] != 1) last = false;
+    }
+    return last;
+}
+
+mk_array *mk_logsumexp(mk_array *x, int naxes, const int *axes_in, bool keepdims) {
+    int axes[MK_MAX_NDIM];
+    if (x->size == 0) {
+        mk_error_set(MK_ERR_VALUE, "[logsumexp] Received empty array.");
+        return NULL;
+    }
+    if (x->ndim == 0 && naxes > 0) {
+        mk_error_set(MK_ERR_VALUE, "[logsumexp] Received non-empty axes for array with 0 dimensions.");
+        return NULL;
+    }
+    int n = axes_list(x, naxes, axes_in, axes);
+    int nd = x->ndim;
+    if (last_axis_only(x, n, axes) && x->dtype != MK_COMPLEX64) {
+        bool red[MK_MAX_NDIM];
+        if (reduce_axes(x, n, axes, red) < 0) return NULL;
+        int64_t shape[MK_MAX_NDIM];
+        int ond = reduced_shape(x, red, keepdims, shape);
+        mk_array *xf = mk_as_dtype(x, mk_to_float(x->dtype));
+        if (!xf) return NULL;
+        mk_array *r = lastax_node(LA_LSE, xf, ond, shape);
+        mk_decref(xf);
+        return r;
+    }
+    /* as MLX: m = max(x); log(sum(exp(x - m))) + m, or m where m is infinite */
+    mk_array *m = mk_reduce(MK_REDUCE_MAX, x, n, axes, true);
+    if (!m) return NULL;
+    bool red[MK_MAX_NDIM];
+    reduce_axes(x, n, axes, red);
+    mk_array *e = un_steal(MK_UNARY_exp, mk_binary(MK_BINARY_subtract, x, m));
+    mk_array *s = e ? mk_reduce(MK_REDUCE_SUM, e, n, axes, keepdims) : NULL;
+    mk_xdecref(e);
+    mk_array *mr = drop_reduced(m, red, nd, keepdims);
+    mk_decref(m);
+    mk_array *out = NULL;
+    if (s && mr) {
+        mk_array *l = mk_unary(MK_UNARY_log, s);
+        mk_array *sumv = l ? mk_binary(MK_BINARY_add, l, mr) : NULL;
+        mk_array *inf = mk_unary(MK_UNARY_isinf, mr);
+        if (sumv && inf) out = mk_where(inf, mr, sumv);
+        mk_xdecref(l);
+        mk_xdecref(sumv);
+        mk_xdecref(inf);
+    }
+    mk_xdecref(s);
+    mk_xdecref(mr);
+    return out;
+}
+
+mk_array *mk_softmax(mk_array *x, int naxes, const int *axes_in, bool precise) {
+    int axes[MK_MAX_NDIM];
+    if (x->size == 0) {
+        mk_incref(x);
+        return x;
+    }
+    if (x->ndim == 0 && naxes > 0) {
+        mk_error_set(MK_ERR_VALUE, "[softmax] Received non-empty axes for array with 0 dimensions.");
+        return NULL;
+    }
+    int n = axes_list(x, naxes, axes_in, axes);
+    int nd = x->ndim;
+    if (last_axis_only(x, n, axes) && x->dtype != MK_COMPLEX64) {
+        bool red[MK_MAX_NDIM];
+        if (reduce_axes(x, n, axes, red) < 0) return NULL;
+        mk_array *xf = mk_as_dtype(x, mk_to_float(x->dtype));
+        if (!xf) return NULL;
+        bool low = !precise && (xf->dtype == MK_FLOAT16 || xf->dtype == MK_BFLOAT16);
+        mk_array *r = lastax_node(low ? LA_SOFTMAX_LOW : LA_SOFTMAX, xf, nd, x->shape);
+        mk_decref(xf);
+        return r;
+    }
+    /* as MLX: exp(x - max) / sum, in float32 when precise, back to x's dtype */
+    mk_array *in = precise ? mk_as_dtype(x, MK_FLOAT32) : (mk_incref(x), x);
+    if (!in) return NULL;
+    mk_array *m = mk_reduce(MK_REDUCE_MAX, in, n, axes, true);
+    mk_array *e = m ? un_steal(MK_UNARY_exp, mk_binary(MK_BINARY_subtract, in, m)) : NULL;
+    mk_xdecref(m);
+    mk_decref(in);
+    if (!e) return NULL;
+    mk_array *s = mk_reduce(MK_REDUCE_SUM, e, n, axes, true);
+    mk_array *q = s ? mk_binary(MK_BINARY_divide, e, s) : NULL;
+    mk_decref(e);
+    mk_xdecref(s);
+    if (!q) return NULL;
+    mk_array *r = mk_as_dtype(q, x->dtype);
+    mk_decref(q);
+    return r;
+}
