@@ -129,6 +129,10 @@ extern PyMethodDef mkpy_create_functions[];  /* py_create.c */
 extern PyMethodDef mkpy_random_functions[];  /* py_random.c: the mkpy.random submodule */
 extern PyMethodDef mkpy_metal_functions[];   /* py_device.c: the mkpy.metal submodule */
 extern PyMethodDef mkpy_fast_functions[];    /* py_fast.c: the mkpy.fast submodule */
+extern PyMethodDef mkpy_fastops_functions[]; /* py_fastops.c: rms_norm, layer_norm, rope, sdpa (mkpy.fast) */
+extern PyMethodDef mkpy_linalg_functions[];  /* py_linalg.c: matmul, addmm, inner, outer, tensordot */
+extern PyMethodDef mkpy_sort_functions[];    /* py_sort.c: sort, argsort, topk, cumulative ops */
+extern PyMethodDef mkpy_indexops_functions[]; /* py_indexops.c: take, take_along_axis, advanced indexing */
 
 /* isclose as a lazy node, from (a, b, rtol, atol, *, equal_nan) arguments
  * (py_ops.c); NULL with the Python error set. */

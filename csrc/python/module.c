@@ -36,12 +36,19 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (PyType_Ready(&PyMkArray_Type) < 0) goto error;
     if (PyModule_AddObjectRef(m, "array", (PyObject *)&PyMkArray_Type) < 0) goto error;
     if (mkpy_dtype_init(m) < 0) goto error;
-    PyMethodDef *tables[] = {mkpy_dtype_functions,  mkpy_ops_functions,    mkpy_device_functions,
-                             mkpy_reduce_functions, mkpy_shape_functions,  mkpy_create_functions};
+    PyMethodDef *tables[] = {mkpy_dtype_functions,  mkpy_ops_functions,   mkpy_device_functions,
+                             mkpy_reduce_functions, mkpy_shape_functions, mkpy_create_functions,
+                             mkpy_linalg_functions, mkpy_sort_functions,  mkpy_indexops_functions};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0) goto error;
     if (add_submodule(m, "random", mkpy_random_functions) < 0) goto error;
     if (add_submodule(m, "fast", mkpy_fast_functions) < 0) goto error;
+    {
+        PyObject *fast = PyObject_GetAttrString(m, "fast");
+        int frc = fast ? PyModule_AddFunctions(fast, mkpy_fastops_functions) : -1;
+        Py_XDECREF(fast);
+        if (frc < 0) goto error;
+    }
     if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
     if (mkpy_fast_init() < 0) goto error;
     PyObject *metal = PyObject_GetAttrString(m, "metal");
