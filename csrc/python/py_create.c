@@ -414,37 +414,37 @@ static PyObject *py_triu(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
 
 PyMethodDef mkpy_create_functions[] = {
     {"zeros", FN(py_zeros), FASTKW,
-     "zeros(shape, dtype=float32, *, stream=None) -> array\n--\n\nAn array of zeros of the given shape."},
+     "zeros(shape, dtype=float32, *, stream=None)\n--\n\nAn array of zeros of the given shape."},
     {"ones", FN(py_ones), FASTKW,
-     "ones(shape, dtype=float32, *, stream=None) -> array\n--\n\nAn array of ones of the given shape."},
+     "ones(shape, dtype=float32, *, stream=None)\n--\n\nAn array of ones of the given shape."},
     {"full", FN(py_full), FASTKW,
-     "full(shape, vals, dtype=None, *, stream=None) -> array\n--\n\n"
+     "full(shape, vals, dtype=None, *, stream=None)\n--\n\n"
      "An array of the given shape filled with vals (broadcast to shape)."},
     {"zeros_like", FN(py_zeros_like), FASTKW,
-     "zeros_like(a, /, dtype=None, *, stream=None) -> array\n--\n\nZeros of a's shape and dtype."},
+     "zeros_like(a, /, dtype=None, *, stream=None)\n--\n\nZeros of a's shape and dtype."},
     {"ones_like", FN(py_ones_like), FASTKW,
-     "ones_like(a, /, dtype=None, *, stream=None) -> array\n--\n\nOnes of a's shape and dtype."},
+     "ones_like(a, /, dtype=None, *, stream=None)\n--\n\nOnes of a's shape and dtype."},
     {"full_like", FN(py_full_like), FASTKW,
-     "full_like(a, vals, dtype=None, *, stream=None) -> array\n--\n\nvals broadcast to a's shape, in a's dtype."},
+     "full_like(a, vals, dtype=None, *, stream=None)\n--\n\nvals broadcast to a's shape, in a's dtype."},
     {"arange", FN(py_arange), FASTKW,
      "arange(start, stop, step, dtype=None, *, stream=None) -> array\n"
      "arange(stop, step=None, dtype=None, *, stream=None) -> array\n\n"
      "Values from start to stop (excluded) by step. Integer arguments give int32\n"
      "(int64 when they do not fit), any float gives float32."},
     {"linspace", FN(py_linspace), FASTKW,
-     "linspace(start, stop, num=50, endpoint=True, dtype=float32, stream=None) -> array\n--\n\n"
+     "linspace(start, stop, num=50, endpoint=True, dtype=float32, stream=None)\n--\n\n"
      "num evenly spaced values from start to stop."},
     {"eye", FN(py_eye), FASTKW,
-     "eye(n, m=None, k=0, dtype=float32, *, stream=None) -> array\n--\n\n"
+     "eye(n, m=None, k=0, dtype=float32, *, stream=None)\n--\n\n"
      "An n x m array with ones on the k-th diagonal."},
     {"identity", FN(py_identity), FASTKW,
-     "identity(n, dtype=float32, *, stream=None) -> array\n--\n\nThe n x n identity matrix."},
+     "identity(n, dtype=float32, *, stream=None)\n--\n\nThe n x n identity matrix."},
     {"tri", FN(py_tri), FASTKW,
-     "tri(n, m=None, k=0, dtype=None, *, stream=None) -> array\n--\n\n"
+     "tri(n, m=None, k=0, dtype=None, *, stream=None)\n--\n\n"
      "An n x m array with ones at and below the k-th diagonal."},
     {"tril", FN(py_tril), FASTKW,
-     "tril(x, k=0, *, stream=None) -> array\n--\n\nZeros above the k-th diagonal of the last two axes."},
+     "tril(x, k=0, *, stream=None)\n--\n\nZeros above the k-th diagonal of the last two axes."},
     {"triu", FN(py_triu), FASTKW,
-     "triu(x, k=0, *, stream=None) -> array\n--\n\nZeros below the k-th diagonal of the last two axes."},
+     "triu(x, k=0, *, stream=None)\n--\n\nZeros below the k-th diagonal of the last two axes."},
     {NULL},
 };

@@ -148,35 +148,35 @@ static PyObject *py_noop(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
 
 #define MEMORY_FUNCTIONS                                                                               \
     {"get_active_memory", py_active_memory, METH_NOARGS,                                               \
-     "get_active_memory() -> int\n--\n\nBytes held by live arrays."},                                  \
+     "get_active_memory()\n--\n\nBytes held by live arrays."},                                  \
         {"get_peak_memory", py_peak_memory, METH_NOARGS,                                               \
-         "get_peak_memory() -> int\n--\n\nHighest get_active_memory() since the last reset."},          \
+         "get_peak_memory()\n--\n\nHighest get_active_memory() since the last reset."},          \
         {"reset_peak_memory", py_reset_peak_memory, METH_NOARGS,                                       \
-         "reset_peak_memory() -> None\n--\n\nSet the peak to the current active memory."},              \
+         "reset_peak_memory()\n--\n\nSet the peak to the current active memory."},              \
         {"get_cache_memory", py_cache_memory, METH_NOARGS,                                             \
-         "get_cache_memory() -> int\n--\n\nBytes in the buffer cache (always 0: mkpy frees at once)."}, \
-        {"clear_cache", FN(py_noop), METH_FASTCALL, "clear_cache() -> None\n--\n\nFree cached buffers (mkpy keeps none: buffers are freed when arrays die)."}, \
+         "get_cache_memory()\n--\n\nBytes in the buffer cache (always 0: mkpy frees at once)."}, \
+        {"clear_cache", FN(py_noop), METH_FASTCALL, "clear_cache()\n--\n\nFree cached buffers (mkpy keeps none: buffers are freed when arrays die)."}, \
         {"set_memory_limit", FN(py_set_memory_limit), METH_FASTCALL | METH_KEYWORDS,                       \
-         "set_memory_limit(limit) -> int\n--\n\nSet the memory limit; returns the previous one (not enforced)."}, \
+         "set_memory_limit(limit)\n--\n\nSet the memory limit; returns the previous one (not enforced)."}, \
         {"set_cache_limit", FN(py_set_cache_limit), METH_FASTCALL | METH_KEYWORDS,                         \
-         "set_cache_limit(limit) -> int\n--\n\nSet the buffer cache limit; returns the previous one."},       \
+         "set_cache_limit(limit)\n--\n\nSet the buffer cache limit; returns the previous one."},       \
         {"set_wired_limit", FN(py_set_wired_limit), METH_FASTCALL | METH_KEYWORDS,                         \
-         "set_wired_limit(limit) -> int\n--\n\nSet the wired memory limit; returns the previous one."}
+         "set_wired_limit(limit)\n--\n\nSet the wired memory limit; returns the previous one."}
 
 PyMethodDef mkpy_device_functions[] = {
     {"device_info", FN(py_device_info), METH_FASTCALL,
-     "device_info() -> dict\n--\n\nMLX's device keys, describing mkpy's CPU back-end."},
+     "device_info()\n--\n\nMLX's device keys, describing mkpy's CPU back-end."},
     MEMORY_FUNCTIONS,
     {"get_memory_limit", py_get_memory_limit, METH_NOARGS,
-     "get_memory_limit() -> int\n--\n\nThe memory limit (see set_memory_limit)."},
+     "get_memory_limit()\n--\n\nThe memory limit (see set_memory_limit)."},
     {NULL},
 };
 
 PyMethodDef mkpy_metal_functions[] = {
     {"is_available", py_is_available, METH_NOARGS,
-     "is_available() -> bool\n--\n\nTrue: mkpy's CPU back-end stands in for the Metal device."},
+     "is_available()\n--\n\nTrue: mkpy's CPU back-end stands in for the Metal device."},
     {"device_info", FN(py_device_info), METH_FASTCALL,
-     "device_info() -> dict\n--\n\nMLX's device keys, describing mkpy's CPU back-end."},
+     "device_info()\n--\n\nMLX's device keys, describing mkpy's CPU back-end."},
     MEMORY_FUNCTIONS,
     {NULL},
 };

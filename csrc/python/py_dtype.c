@@ -109,7 +109,7 @@ static int as_category(PyObject *o, int *is_dtype, int *value) {
     return -1;
 }
 
-PyDoc_STRVAR(issubdtype_doc, "issubdtype(arg1, arg2) -> bool\n--\n\n"
+PyDoc_STRVAR(issubdtype_doc, "issubdtype(arg1, arg2)\n--\n\n"
                              "Whether arg1 (a Dtype or DtypeCategory) is arg2 or falls under it.");
 
 static PyObject *py_issubdtype(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {

@@ -399,9 +399,9 @@ PyMethodDef mkpy_fast_functions[] = {
 
 PyMethodDef mkpy_kernel_cache_functions[] = {
     {"kernel_cache_info", py_kernel_cache_info, METH_NOARGS,
-     "kernel_cache_info() -> dict\n--\n\nKernel cache counters: memory_hits, disk_hits, compiles, entries."},
+     "kernel_cache_info()\n--\n\nKernel cache counters: memory_hits, disk_hits, compiles, entries."},
     {"clear_kernel_cache", py_clear_kernel_cache, METH_NOARGS,
-     "clear_kernel_cache() -> None\n--\n\nForget compiled kernels held in memory (the disk cache stays)."},
+     "clear_kernel_cache()\n--\n\nForget compiled kernels held in memory (the disk cache stays)."},
     {"_set_runtime_dir", py_set_runtime_dir, METH_O, NULL},
     {NULL},
 };

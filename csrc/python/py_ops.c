@@ -303,29 +303,29 @@ static PyObject *py_from_bytes(PyObject *m, PyObject *const *args, Py_ssize_t na
     return mkpy_wrap(a);
 }
 
-#define UNARY_ENTRY(name) {#name, FN(py_##name), FASTKW, #name "(a, /, *, stream=None) -> array\n--\n\nElement-wise " #name "."},
+#define UNARY_ENTRY(name) {#name, FN(py_##name), FASTKW, #name "(a, /, *, stream=None)\n--\n\nElement-wise " #name "."},
 #define BINARY_ENTRY(name)                                                                             \
-    {#name, FN(py_##name), FASTKW, #name "(a, b, /, *, stream=None) -> array\n--\n\nElement-wise " #name " with broadcasting."},
+    {#name, FN(py_##name), FASTKW, #name "(a, b, /, *, stream=None)\n--\n\nElement-wise " #name " with broadcasting."},
 
 PyMethodDef mkpy_ops_functions[] = {
     MK_UNARY_PLAIN_OPS(UNARY_ENTRY)
-    {"conj", FN(py_conjugate), FASTKW, "conj(a, /, *, stream=None) -> array\n--\n\nComplex conjugate."},
+    {"conj", FN(py_conjugate), FASTKW, "conj(a, /, *, stream=None)\n--\n\nComplex conjugate."},
     MK_BINARY_OPS(BINARY_ENTRY)
     {"where", FN(py_where), FASTKW,
-     "where(condition, x, y, /, *, stream=None) -> array\n--\n\nx where condition is true, else y."},
+     "where(condition, x, y, /, *, stream=None)\n--\n\nx where condition is true, else y."},
     {"round", FN(py_round_decimals), FASTKW,
-     "round(a, /, decimals=0, *, stream=None) -> array\n--\n\nRound half to even to the given decimals."},
+     "round(a, /, decimals=0, *, stream=None)\n--\n\nRound half to even to the given decimals."},
     {"clip", FN(py_clip), FASTKW,
-     "clip(a, /, a_min, a_max, *, stream=None) -> array\n--\n\nClip values to [a_min, a_max]."},
+     "clip(a, /, a_min, a_max, *, stream=None)\n--\n\nClip values to [a_min, a_max]."},
     {"isclose", FN(py_isclose), FASTKW,
-     "isclose(a, b, /, rtol=1e-05, atol=1e-08, *, equal_nan=False, stream=None) -> array\n--\n\n"
+     "isclose(a, b, /, rtol=1e-05, atol=1e-08, *, equal_nan=False, stream=None)\n--\n\n"
      "Element-wise |a - b| <= atol + rtol * |b|."},
     {"eval", FN(py_eval), METH_FASTCALL,
-     "eval(*args) -> None\n--\n\nEvaluate arrays, or trees (lists, tuples, dicts) of arrays."},
+     "eval(*args)\n--\n\nEvaluate arrays, or trees (lists, tuples, dicts) of arrays."},
     {"async_eval", FN(py_eval), METH_FASTCALL,
-     "async_eval(*args) -> None\n--\n\nStart evaluating arrays. mkpy evaluates them before returning."},
+     "async_eval(*args)\n--\n\nStart evaluating arrays. mkpy evaluates them before returning."},
     {"synchronize", FN(py_synchronize), METH_FASTCALL,
-     "synchronize(stream=None) -> None\n--\n\nWait for queued work (mkpy's eval is synchronous)."},
+     "synchronize(stream=None)\n--\n\nWait for queued work (mkpy's eval is synchronous)."},
     {"_from_bytes", FN(py_from_bytes), METH_FASTCALL, NULL},
     {NULL},
 };

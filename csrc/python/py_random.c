@@ -419,38 +419,38 @@ static PyObject *py_getattr(PyObject *m, PyObject *name) {
 }
 
 PyMethodDef mkpy_random_functions[] = {
-    {"seed", FN(py_seed), FASTKW, "seed(seed) -> None\n--\n\nSeed the global PRNG."},
-    {"key", FN(py_key), FASTKW, "key(seed) -> array\n--\n\nGet a PRNG key (uint32, shape (2,)) from a seed."},
+    {"seed", FN(py_seed), FASTKW, "seed(seed)\n--\n\nSeed the global PRNG."},
+    {"key", FN(py_key), FASTKW, "key(seed)\n--\n\nGet a PRNG key (uint32, shape (2,)) from a seed."},
     {"split", FN(py_split), FASTKW,
-     "split(key, num=2, stream=None) -> array\n--\n\nSplit a PRNG key into num sub keys (shape (num, 2))."},
+     "split(key, num=2, stream=None)\n--\n\nSplit a PRNG key into num sub keys (shape (num, 2))."},
     {"bits", FN(py_bits), FASTKW,
-     "bits(shape=[], width=4, key=None, stream=None) -> array\n--\n\n"
+     "bits(shape=[], width=4, key=None, stream=None)\n--\n\n"
      "Random bits as uint32 (width 4), uint16 (2) or uint8 (1)."},
     {"uniform", FN(py_uniform), FASTKW,
-     "uniform(low=0, high=1, shape=[], dtype=float32, key=None, stream=None) -> array\n--\n\n"
+     "uniform(low=0, high=1, shape=[], dtype=float32, key=None, stream=None)\n--\n\n"
      "Uniformly distributed random numbers in [low, high)."},
     {"normal", FN(py_normal), FASTKW,
-     "normal(shape=[], dtype=float32, loc=None, scale=None, key=None, stream=None) -> array\n--\n\n"
+     "normal(shape=[], dtype=float32, loc=None, scale=None, key=None, stream=None)\n--\n\n"
      "Normally distributed random numbers."},
     {"randint", FN(py_randint), FASTKW,
-     "randint(low, high, shape=[], dtype=int32, key=None, stream=None) -> array\n--\n\n"
+     "randint(low, high, shape=[], dtype=int32, key=None, stream=None)\n--\n\n"
      "Random integers from [low, high)."},
     {"bernoulli", FN(py_bernoulli), FASTKW,
-     "bernoulli(p=0.5, shape=None, key=None, stream=None) -> array\n--\n\nBernoulli random values (bool)."},
+     "bernoulli(p=0.5, shape=None, key=None, stream=None)\n--\n\nBernoulli random values (bool)."},
     {"gumbel", FN(py_gumbel), FASTKW,
-     "gumbel(shape=[], dtype=float32, key=None, stream=None) -> array\n--\n\nSamples of the standard Gumbel "
+     "gumbel(shape=[], dtype=float32, key=None, stream=None)\n--\n\nSamples of the standard Gumbel "
      "distribution."},
     {"laplace", FN(py_laplace), FASTKW,
-     "laplace(shape=[], dtype=float32, loc=0.0, scale=1.0, key=None, stream=None) -> array\n--\n\n"
+     "laplace(shape=[], dtype=float32, loc=0.0, scale=1.0, key=None, stream=None)\n--\n\n"
      "Samples of the Laplace distribution."},
     {"truncated_normal", FN(py_truncated_normal), FASTKW,
-     "truncated_normal(lower, upper, shape=None, dtype=float32, key=None, stream=None) -> array\n--\n\n"
+     "truncated_normal(lower, upper, shape=None, dtype=float32, key=None, stream=None)\n--\n\n"
      "Normal samples truncated to [lower, upper]."},
     {"categorical", FN(py_categorical), FASTKW,
-     "categorical(logits, axis=-1, shape=None, num_samples=None, key=None, stream=None) -> array\n--\n\n"
+     "categorical(logits, axis=-1, shape=None, num_samples=None, key=None, stream=None)\n--\n\n"
      "Samples of the categorical distributions given by unnormalized logits (uint32 indices)."},
     {"permutation", FN(py_permutation), FASTKW,
-     "permutation(x, axis=0, key=None, stream=None) -> array\n--\n\n"
+     "permutation(x, axis=0, key=None, stream=None)\n--\n\n"
      "A random permutation of arange(x), or x permuted along axis."},
     {"__getattr__", (PyCFunction)py_getattr, METH_O, NULL},
     {NULL},

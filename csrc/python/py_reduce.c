@@ -182,7 +182,7 @@ static PyObject *py_array_equal(PyObject *m, PyObject *const *args, Py_ssize_t n
 }
 
 #define REDUCE_DOC(name, what)                                                                         \
-    #name "(a, /, axis=None, keepdims=False, *, stream=None) -> array\n--\n\n" what                    \
+    #name "(a, /, axis=None, keepdims=False, *, stream=None)\n--\n\n" what                    \
     " over the given axes (all axes when axis is None)."
 
 PyMethodDef mkpy_reduce_functions[] = {
@@ -195,25 +195,25 @@ PyMethodDef mkpy_reduce_functions[] = {
     {"mean", FN(py_mean), FASTKW, REDUCE_DOC(mean, "Mean")},
     {"logsumexp", FN(py_logsumexp), FASTKW, REDUCE_DOC(logsumexp, "log(sum(exp(a))), computed stably,")},
     {"var", FN(py_var), FASTKW,
-     "var(a, /, axis=None, keepdims=False, ddof=0, *, stream=None) -> array\n--\n\n"
+     "var(a, /, axis=None, keepdims=False, ddof=0, *, stream=None)\n--\n\n"
      "Variance over the given axes, divided by N - ddof."},
     {"std", FN(py_std), FASTKW,
-     "std(a, /, axis=None, keepdims=False, ddof=0, *, stream=None) -> array\n--\n\n"
+     "std(a, /, axis=None, keepdims=False, ddof=0, *, stream=None)\n--\n\n"
      "Standard deviation over the given axes, with N - ddof."},
     {"argmax", FN(py_argmax), FASTKW,
-     "argmax(a, /, axis=None, keepdims=False, *, stream=None) -> array\n--\n\n"
+     "argmax(a, /, axis=None, keepdims=False, *, stream=None)\n--\n\n"
      "Index of the first maximum (uint32), of the flattened array when axis is None."},
     {"argmin", FN(py_argmin), FASTKW,
-     "argmin(a, /, axis=None, keepdims=False, *, stream=None) -> array\n--\n\n"
+     "argmin(a, /, axis=None, keepdims=False, *, stream=None)\n--\n\n"
      "Index of the first minimum (uint32), of the flattened array when axis is None."},
     {"softmax", FN(py_softmax), FASTKW,
-     "softmax(a, /, axis=None, *, precise=False, stream=None) -> array\n--\n\n"
+     "softmax(a, /, axis=None, *, precise=False, stream=None)\n--\n\n"
      "exp(a) / sum(exp(a)) over the given axes, computed stably."},
     {"allclose", FN(py_allclose), FASTKW,
-     "allclose(a, b, /, rtol=1e-05, atol=1e-08, *, equal_nan=False, stream=None) -> array\n--\n\n"
+     "allclose(a, b, /, rtol=1e-05, atol=1e-08, *, equal_nan=False, stream=None)\n--\n\n"
      "Whether every |a - b| <= atol + rtol * |b|."},
     {"array_equal", FN(py_array_equal), FASTKW,
-     "array_equal(a, b, /, equal_nan=False, *, stream=None) -> array\n--\n\n"
+     "array_equal(a, b, /, equal_nan=False, *, stream=None)\n--\n\n"
      "Whether a and b have the same shape and equal values."},
     {NULL},
 };
