@@ -42,7 +42,7 @@ static struct {
     mkk_cache_stats stats;
     char runtime_dir[4096];
     char cxx[4096];
-    char cxx_identity[512];
+    char cxx_identity[4400];
     char runtime_id[256];
     int cxx_probed;
 } jit = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -153,37 +153,63 @@ static int cxx_version_ok(const char *cxx, char *identity, size_t n) {
     return ok;
 }
 
+/* Finds an executable like the shell would: a name with a '/' as is, else
+ * along PATH. No process is started. */
+static int which(const char *name, char *out, size_t n) {
+    if (strchr(name, '/')) {
+        snprintf(out, n, "%s", name);
+        return access(out, X_OK) == 0 ? 0 : -1;
+    }
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        snprintf(out, n, "%.*s/%s", (int)len, path, name);
+        if (len && access(out, X_OK) == 0) return 0;
+        path += len + (path[len] == ':');
+    }
+    return -1;
+}
+
+/* The compiler's identity for the disk cache: its resolved path, size and
+ * modification time (an upgrade changes them), without running it. */
+static void file_identity(const char *path, char *out, size_t n) {
+    char real[4096];
+    struct stat st;
+    if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    if (stat(real, &st) == 0)
+        snprintf(out, n, "%s %lld %lld", real, (long long)st.st_size, (long long)st.st_mtime);
+    else
+        snprintf(out, n, "%s", real);
+}
+
 /* MKPY_CXX, else the newest clang++-N (N >= 15) on PATH, else clang++ >= 15. */
 static int find_compiler(void) {
     if (jit.cxx_probed) return jit.cxx[0] ? 0 : -1;
     jit.cxx_probed = 1;
     const char *env = getenv("MKPY_CXX");
     if (env && *env) {
-        snprintf(jit.cxx, sizeof jit.cxx, "%s", env);
-        char *argv[] = {jit.cxx, "--version", NULL};
-        char *out;
-        if (run_capture(argv, &out) != 0) {
-            free(out);
+        if (which(env, jit.cxx, sizeof jit.cxx) < 0) {
             jit.cxx[0] = 0;
             return -1;
         }
-        out[strcspn(out, "\n")] = 0;
-        snprintf(jit.cxx_identity, sizeof jit.cxx_identity, "%s", out);
-        free(out);
+        file_identity(jit.cxx, jit.cxx_identity, sizeof jit.cxx_identity);
         return 0;
     }
     for (int v = 25; v >= 15; v--) {
         char name[32];
         snprintf(name, sizeof name, "clang++-%d", v);
-        if (cxx_version_ok(name, jit.cxx_identity, sizeof jit.cxx_identity)) {
-            snprintf(jit.cxx, sizeof jit.cxx, "%s", name);
+        if (which(name, jit.cxx, sizeof jit.cxx) == 0) {
+            file_identity(jit.cxx, jit.cxx_identity, sizeof jit.cxx_identity);
             return 0;
         }
     }
-    if (cxx_version_ok("clang++", jit.cxx_identity, sizeof jit.cxx_identity)) {
-        snprintf(jit.cxx, sizeof jit.cxx, "clang++");
+    char identity[512];
+    if (which("clang++", jit.cxx, sizeof jit.cxx) == 0 && cxx_version_ok(jit.cxx, identity, sizeof identity)) {
+        file_identity(jit.cxx, jit.cxx_identity, sizeof jit.cxx_identity);
         return 0;
     }
+    jit.cxx[0] = 0;
     return -1;
 }
 
@@ -402,6 +428,68 @@ static void runtime_identity(char *out, size_t n) {
     snprintf(out, n, "runtime %s; flags %s", hex, FLAGS_ID);
 }
 
+/* Runs the compiler with the fixed flags. `kind` is "-shared" (a kernel) or
+ * "-xc++-header" (the precompiled header); pch, if not NULL, is included. */
+static int compile(const char *mflags, const char *pch, const char *kind, const char *out, const char *in,
+                   char **diag) {
+    char inc[4200];
+    snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
+    /* stack-clash protection probes every page of a large frame, so a huge
+     * per-thread array hits the guard page below the fiber's stack */
+    char *argv[24] = {jit.cxx, "-std=c++17", "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
+                      "-fstack-clash-protection", "-fwrapv", (char *)mflags, inc};
+    int n = 10;
+    if (pch) {
+        argv[n++] = "-include-pch";
+        argv[n++] = (char *)pch;
+    }
+    if (strcmp(kind, "-shared") == 0) {
+        argv[n++] = "-shared";
+    } else {
+        argv[n++] = "-x";
+        argv[n++] = "c++-header";
+    }
+    argv[n++] = "-o";
+    argv[n++] = (char *)out;
+    argv[n++] = (char *)in;
+    argv[n] = NULL;
+    return run_capture(argv, diag);
+}
+
+/* The precompiled runtime headers for a math mode, built once into the cache
+ * directory (named by the compiler, flags and header contents). NULL when it
+ * cannot be built: kernels then compile without it. */
+static const char *pch_for(mkk_math_mode mode, const char *mflags, const char *dir, const char *identity) {
+    static char paths[3][4400];
+    static int failed[3];
+    if (paths[mode][0]) return paths[mode];
+    if (failed[mode] || getenv("MKPY_NO_PCH")) return NULL;
+    char hex[33];
+    hash_hex(identity, mflags, hex);
+    char path[4400], header[4400], tmp[4500];
+    snprintf(path, sizeof path, "%s/pch-%s.pch", dir, hex);
+    if (access(path, R_OK) != 0) {
+        snprintf(header, sizeof header, "%s/pch-%s.h", dir, hex);
+        snprintf(tmp, sizeof tmp, "%s/pch-%s.tmp.%ld.pch", dir, hex, (long)getpid());
+        char text[13000];
+        snprintf(text, sizeof text,
+                 "#define MKPY_METAL_PCH_INSTANTIATE 1\n#include \"%s/mkpy_metal.h\"\n#include \"%s/mkpy_coop.h\"\n"
+                 "#include \"%s/mkpy_dispatch.h\"\n",
+                 jit.runtime_dir, jit.runtime_dir, jit.runtime_dir);
+        char *diag = NULL;
+        if (mkdirs(dir) < 0 || write_file(header, text) < 0 || compile(mflags, NULL, "header", tmp, header, &diag) != 0 ||
+            rename(tmp, path) != 0) {
+            free(diag);
+            unlink(tmp);
+            failed[mode] = 1;
+            return NULL;
+        }
+        free(diag);
+    }
+    snprintf(paths[mode], sizeof paths[mode], "%s", path);
+    return paths[mode];
+}
+
 static const char *math_flags(mkk_math_mode m) {
     switch (m) {
     case MKK_MATH_FAST: return "-ffast-math";
@@ -518,7 +606,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     }
     /* the disk key adds the compiler's identity, the flags and the headers */
     if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
-    char identity[1200];
+    char identity[4800];
     snprintf(identity, sizeof identity, "%s; %s", jit.cxx_identity, jit.runtime_id);
     char dkey_hex[33];
     hash_hex(key, identity, dkey_hex);
@@ -558,14 +646,15 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             free(full_key);
             goto done;
         }
-        char inc[4200];
-        snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
-        /* stack-clash protection probes every page of a large frame, so a huge
-         * per-thread array hits the guard page below the fiber's stack */
-        char *argv[] = {jit.cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-fno-exceptions", "-fno-rtti",
-                        "-fstack-clash-protection", "-fwrapv", (char *)mflags, inc, "-o", tmp_so, cpp_path, NULL};
+        const char *pch = pch_for(k->math_mode, mflags, dir, identity);
         char *diag = NULL;
-        int rc = run_capture(argv, &diag);
+        int rc = compile(mflags, pch, "-shared", tmp_so, cpp_path, &diag);
+        if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
+            /* a stale or unusable PCH: compile without it */
+            free(diag);
+            diag = NULL;
+            rc = compile(mflags, NULL, "-shared", tmp_so, cpp_path, &diag);
+        }
         jit.stats.compiles++;
         unlink(cpp_path);
         if (rc != 0) {
