@@ -12,15 +12,25 @@
 #include <stdint.h>
 #include <string.h>
 
+/* always inlined, so the AVX2+FMA clones of the kernels (simd.h) inline and
+ * vectorise them too */
+#if defined(__GNUC__)
+#define MK_MATH_INLINE static inline __attribute__((always_inline))
+#else
+#define MK_MATH_INLINE static inline
+#endif
+
 /* exp via 2^x: a degree-6 polynomial for the fraction and the exponent bits
  * for the integer part; nan stays nan, x > 88 gives inf, x < -88 gives 0. */
-static inline float mk_mlx_expf(float x) {
-    if (isnan(x)) return x;
-    if (x > 88.0f) return INFINITY;
-    if (x < -88.0f) return 0.0f;
+MK_MATH_INLINE float mk_mlx_expf(float x) {
+    /* branch-free, so loops over it vectorise: the special cases are selects */
     float y = x * 1.442695f;
-    float ipart = (float)floor((double)y + 0.5); /* MLX adds a double 0.5 */
-    float fpart = y - ipart;
+    float yc = y > 200.0f ? 200.0f : y < -200.0f ? -200.0f : y; /* keeps the int conversion defined */
+    /* MLX takes floor((double)y + 0.5): y rounded half up. In float, exactly:
+     * round half to even, then move ties up (y - r is exact) */
+    float ipart = rintf(yc);
+    ipart += (yc - ipart == 0.5f) ? 1.0f : 0.0f;
+    float fpart = yc - ipart;
     float p = 1.535336188319500e-4f;
     p = fmaf(p, fpart, 1.339887440266574e-3f);
     p = fmaf(p, fpart, 9.618437357674640e-3f);
@@ -31,11 +41,14 @@ static inline float mk_mlx_expf(float x) {
     uint32_t bits = (uint32_t)((int32_t)ipart + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return scale * p;
+    float r = scale * p;
+    r = x < -88.0f ? 0.0f : r;
+    r = x > 88.0f ? INFINITY : r;
+    return x != x ? x : r; /* nan stays nan */
 }
 
 /* erf: Abramowitz-Stegun 7.1.26 with MLX's exp; odd by a final select. */
-static inline float mk_mlx_erff(float x) {
+MK_MATH_INLINE float mk_mlx_erff(float x) {
     float t = 1.0f / fmaf(0.3275911f, fabsf(x), 1.0f);
     float r = fmaf(1.061405429f, t, -1.453152027f);
     r = fmaf(r, t, 1.421413741f);
@@ -52,7 +65,7 @@ static inline float mk_mlx_erff(float x) {
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline float mk_mlx_erfinv_poly(float a, float t) {
+MK_MATH_INLINE float mk_mlx_erfinv_poly(float a, float t) {
     float p;
     if (fabsf(t) > 6.125f) {
         p = 3.03697567e-10f;
@@ -79,6 +92,6 @@ static inline float mk_mlx_erfinv_poly(float a, float t) {
     return a * p;
 }
 
-static inline float mk_mlx_erfinvf(float a) { return mk_mlx_erfinv_poly(a, logf(fmaf(a, 0.0f - a, 1.0f))); }
+MK_MATH_INLINE float mk_mlx_erfinvf(float a) { return mk_mlx_erfinv_poly(a, logf(fmaf(a, 0.0f - a, 1.0f))); }
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "simd.h"
 #include "types.h"
 
 const char *const mk_binary_names[MK_NBINARY] = {
@@ -108,7 +109,7 @@ static inline mk_c64 logaddexp_c(mk_c64 x, mk_c64 y) {
 /* ------------------------------------------------------- kernel makers */
 
 #define BKERNEL(op, s, S, R, os, OS, EXPR)                                                             \
-    static void op##_##s(const void *a_, int64_t as, const void *b_, int64_t bs, void *o_, int64_t n) { \
+    MK_SIMD_CLONES static void op##_##s(const void *a_, int64_t as, const void *b_, int64_t bs, void *o_, int64_t n) { \
         typedef S st;                                                                                  \
         typedef R rt;                                                                                  \
         const st *a = a_, *b = b_;                                                                     \

@@ -11,6 +11,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "simd.h"
 #include "types.h"
 
 const char *const mk_unary_names[MK_NUNARY] = {
@@ -77,7 +78,7 @@ static inline mk_c64 sign_c(mk_c64 x) {
 
 /* out[i] = EXPR, x = in[i] loaded as R, out of storage type OS stored by STORE_os */
 #define UKERNEL(op, s, S, R, os, OS, EXPR)                                                             \
-    static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {                         \
+    MK_SIMD_CLONES static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {                         \
         typedef S st;                                                                                  \
         typedef R rt;                                                                                  \
         (void)sizeof(rt);                                                                              \

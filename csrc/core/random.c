@@ -30,6 +30,7 @@
 #include "mlx_math.h"
 #include "ops.h"
 #include "pool.h"
+#include "simd.h"
 #include "types.h"
 
 /* ------------------------------------------------------------- threefry */
@@ -44,16 +45,8 @@ static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 -
 #define TF_EVEN TF_MIX(13) TF_MIX(15) TF_MIX(26) TF_MIX(6)
 #define TF_ODD TF_MIX(17) TF_MIX(29) TF_MIX(16) TF_MIX(24)
 
-/* x86-64 builds also get an AVX2 clone, picked at load time. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
-#define MK_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
-/* with hardware fma, fmaf is one instruction (the same correctly rounded
- * result); plain a * b + c stays unfused (-std=c11 turns contraction off) */
-#define MK_FMA_CLONES __attribute__((target_clones("fma", "default")))
-#else
-#define MK_SIMD_CLONES
-#define MK_FMA_CLONES
-#endif
+/* hot loops get an AVX2+FMA clone (simd.h) */
+#define MK_FMA_CLONES MK_SIMD_CLONES
 #if defined(__GNUC__)
 #define MK_ALWAYS_INLINE __attribute__((always_inline))
 #else
