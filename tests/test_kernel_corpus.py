@@ -1313,3 +1313,49 @@ def test_kernels_without_cooperation_take_the_plain_path(n, tg):
     y = RNG.standard_normal(n).astype(np.float32)
     got = run1(PLAIN, [mx.array(x), mx.array(y), 2.5], n, tg)
     np.testing.assert_allclose(got, 2.5 * x + y, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------- patterns from tutorial-style kernels
+
+# Program-scope `constant` sizes in the header used as threadgroup array bounds,
+# a threadgroup array declared in a nested block, and barriers inside the
+# bounds check (threads past the end skip them and count as arrived), as in
+# "Metal Puzzles"-style MLX exercises.
+CONV1D = mx.fast.metal_kernel(
+    name="conv1d_shared", input_names=["a", "b"], output_names=["out"],
+    header="""
+    constant uint TPB = 8;
+    constant uint MAX_CONV = 4;
+    constant float SCALE[2] = {1.0f, 0.5f};
+    """,
+    source="""
+    uint i = threadgroup_position_in_grid.x * threads_per_threadgroup.x + thread_position_in_threadgroup.x;
+    uint local_i = thread_position_in_threadgroup.x;
+    uint n = a_shape[0], k = b_shape[0];
+    threadgroup float shared_a[TPB + MAX_CONV];
+    shared_a[local_i] = i < n ? a[i] : 0.0f;
+    if (local_i < MAX_CONV - 1)          // the halo after the block
+        shared_a[TPB + local_i] = i + TPB < n ? a[i + TPB] : 0.0f;
+    if (i < n) {
+        threadgroup float shared_b[MAX_CONV];
+        if (local_i < k)
+            shared_b[local_i] = b[local_i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float acc = 0;
+        for (uint j = 0; j < k; j++)
+            acc += shared_a[local_i + j] * shared_b[j];
+        out[i] = acc * SCALE[i % 2];
+    }
+    """)
+
+
+@pytest.mark.parametrize("n,k", [(6, 3), (8, 4), (21, 2), (1, 1)])
+def test_conv1d_with_program_scope_constants(n, k):
+    a = RNG.integers(-5, 6, n).astype(np.float32)
+    b = RNG.integers(-3, 4, k).astype(np.float32)
+    grid = (n + 7) // 8 * 8
+    out, = CONV1D(inputs=[mx.array(a), mx.array(b)], grid=(grid, 1, 1), threadgroup=(8, 1, 1), output_shapes=[(n,)],
+                  output_dtypes=[mx.float32])
+    pad = np.concatenate([a, np.zeros(k, np.float32)])
+    want = np.array([sum(pad[i + j] * b[j] for j in range(k)) for i in range(n)]) * np.where(np.arange(n) % 2, 0.5, 1)
+    np.testing.assert_array_equal(np.array(out), want.astype(np.float32))

@@ -6,8 +6,11 @@
  * numbers then map straight back to the user's source):
  *   - `#include <metal_...>` lines become empty lines;
  *   - `[[...]]` attributes are removed ([[kernel]], [[buffer(0)]], [[host_name("k")]], ...);
- *   - the address spaces `device`, `constant` and `thread` are removed (every
- *     buffer is ordinary memory on the CPU);
+ *   - the address spaces `device` and `thread` are removed (every buffer is
+ *     ordinary memory on the CPU); `constant` becomes `const` (constant memory
+ *     is read-only, and a program-scope `constant uint N = 4;` must stay a
+ *     constant expression, usable as an array bound), or goes where `const`
+ *     already precedes it (`const constant float* x`);
  *   - a `threadgroup` variable declared in a function body becomes
  *     `static thread_local` (the threads of one threadgroup run as fibers of
  *     one worker, so they share it, and other workers have their own), and a
@@ -47,7 +50,7 @@ static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
 /* Address-space qualifiers with no meaning on the CPU. */
 static int dropped_keyword(const char *p, size_t len) {
-    static const char *const words[] = {"device", "constant", "thread"};
+    static const char *const words[] = {"device", "thread"};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         if (strlen(words[i]) == len && memcmp(words[i], p, len) == 0) return 1;
     return 0;
@@ -117,6 +120,7 @@ char *mkk_translate(const char *src) {
     char last = ';'; /* last significant character emitted, outside preprocessor lines */
     char saved_last = 0; /* `last` before the preprocessor line being copied (0: none) */
     int in_define = 0;   /* in a #define line: a threadgroup declaration there is storage */
+    int last_was_const = 0; /* the last identifier was `const` (comments and spaces aside) */
     char tg_names[16][128];
     int tg_count = 0, tg_depth = -1;
     if (put(&o, "", 0) < 0) goto nomem;
@@ -199,10 +203,15 @@ char *mkk_translate(const char *src) {
                     tg_depth = braces;
                     if (put(&o, "static thread_local", 19) < 0) goto nomem;
                 }
+            } else if (e - p == 8 && memcmp(p, "constant", 8) == 0) {
+                if (!last_was_const && put(&o, "const", 5) < 0) goto nomem;
             } else if (!dropped_keyword(p, e - p) && put(&o, p, e - p) < 0) {
                 goto nomem;
             }
+            last_was_const = e - p == 5 && memcmp(p, "const", 5) == 0;
             p = e;
+            last = 'a';
+            continue;
         } else if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)p[1]))) {
             /* a number; a trailing h/H makes it a half literal */
             const char *e = p;
