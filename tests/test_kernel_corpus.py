@@ -1359,3 +1359,35 @@ def test_conv1d_with_program_scope_constants(n, k):
     pad = np.concatenate([a, np.zeros(k, np.float32)])
     want = np.array([sum(pad[i + j] * b[j] for j in range(k)) for i in range(n)]) * np.where(np.arange(n) % 2, 0.5, 1)
     np.testing.assert_array_equal(np.array(out), want.astype(np.float32))
+
+
+WILD = mx.fast.metal_kernel(
+    name="wild_pointer", input_names=["inp"], output_names=["out"],
+    source="""
+    threadgroup float s[64];
+    uint lid = thread_position_in_threadgroup.x;
+    s[lid] = inp[thread_position_in_grid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float v = simd_sum(s[lid]);
+    if (threadgroup_position_in_grid.x == 2 && lid == 37)
+        v += inp[thread_position_in_grid.x + (1ul << 40)];   // far outside any buffer
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[thread_position_in_grid.x] = v;
+    """)
+
+
+def test_wild_pointer_in_a_cooperative_kernel_is_an_error_and_the_workers_recover():
+    x = np.arange(64 * 8, dtype=np.float32)
+    for _ in range(2):
+        with pytest.raises(RuntimeError) as e:
+            run1(WILD, [mx.array(x)], x.size, 64)
+        assert "Kernel `wild_pointer` made an invalid memory access" in str(e.value), str(e.value)
+    # the same workers, with fibers abandoned mid-threadgroup, run the next kernels
+    for n, tg in [(5000, 128), (4096, 1024)]:
+        v = RNG.integers(-1000, 1000, n).astype(np.int32)
+        groups = (n + tg - 1) // tg
+        partial, = TREE_SUM(inputs=[mx.array(v)], template=[("T", mx.int32)], grid=(groups * tg, 1, 1),
+                            threadgroup=(tg, 1, 1), output_shapes=[(groups,)], output_dtypes=[mx.int32])
+        pad = np.zeros(groups * tg, np.int64)
+        pad[:n] = v
+        np.testing.assert_array_equal(np.array(partial), pad.reshape(groups, tg).sum(1))

@@ -236,8 +236,16 @@ static void on_fault(int sig, siginfo_t *si, void *ucv) {
 #else
     uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
 #endif
-    /* a stack pointer below a stack's lowest address also means overflow */
+    /* a stack pointer that left every stack, just below one of them, also
+     * means an overflow (fiber stacks are adjacent mappings: a stack pointer
+     * inside one stack is below the others' lowest addresses) */
+    int sp_in_a_stack = 0;
     for (int i = -1; i < guard.nwatched; i++) {
+        const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
+        uintptr_t lo = (uintptr_t)f->stack_lo;
+        if (lo && sp >= lo && sp < lo + f->stack_size) sp_in_a_stack = 1;
+    }
+    for (int i = -1; i < guard.nwatched && !sp_in_a_stack; i++) {
         const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
         uintptr_t lo = (uintptr_t)f->stack_lo;
         if (lo && sp < lo && lo - sp < (64u << 20)) guard.fault.stack_overflow = 1;
