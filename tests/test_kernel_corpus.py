@@ -12,7 +12,6 @@ SIMD-group functions, 6.9.3 quad-group functions; 6.15 atomics; 4.4.1
 SIMD-groups and quad-groups), and the grid_sample kernels are the ones of
 MLX's documentation page "Custom Metal Kernels" (docs/src/dev/custom_metal_kernels.rst).
 """
-import re
 
 import numpy as np
 import pytest
