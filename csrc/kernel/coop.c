@@ -1,20 +1,32 @@
 /* Cooperative threadgroups: every GPU thread of a threadgroup runs on its own
  * fiber of one worker, and a small scheduler switches between them.
  *
- *   - A barrier parks the thread. When every live thread is parked at the
- *     same barrier (same source file and line), all resume. Threads that
- *     returned count as arrived. Parked at different barriers: divergence,
- *     reported with both lines, never a hang.
- *   - A SIMD-group function deposits the lane's value in its SIMD-group's
- *     slots and parks; when every live lane of that SIMD-group is parked in
- *     an exchange, they resume and each computes its result from the slots.
- *     Slots alternate between two buffers so a fast lane cannot overwrite
- *     values a slow lane is still reading.
- *   - Threadgroup variables are `static thread_local` in the compiled code,
- *     so the fibers of a worker share them; their sizes are recorded to
- *     enforce Metal's 32 KiB limit.
- * Any state with no runnable thread and no release is a deadlock and becomes
- * an error naming where the threads wait. */
+ * Scheduling follows Metal's execution model: SIMD-groups make independent
+ * progress between threadgroup barriers, and the lanes of a SIMD-group meet at
+ * SIMD-group functions. So the scheduler runs one SIMD-group at a time, lane
+ * after lane, until each lane has parked or returned:
+ *
+ *   - A SIMD-group function (or simdgroup_barrier) deposits the lane's value
+ *     and parks the lane with its call site (file and line). Once no lane of
+ *     the SIMD-group is running, the lanes parked at one call site are
+ *     released together: their values are copied into the SIMD-group's result
+ *     buffer and each computes its result from it, the mask of lanes that took
+ *     part being the "active threads". Lanes that returned, lanes waiting at a
+ *     threadgroup barrier and lanes waiting at another call site are inactive,
+ *     as on a GPU where they sit outside the divergent branch. When lanes wait
+ *     at several call sites, the one earliest in the program text (header
+ *     before source, then by line) goes first: a GPU runs the body of a
+ *     divergent `if` or loop before the code after it.
+ *   - A threadgroup barrier parks the thread. When every SIMD-group has run as
+ *     far as it can and every live thread waits at the same barrier (same
+ *     file and line), all resume. Threads that returned count as arrived.
+ *     Threads waiting at different barriers are divergence: an error naming
+ *     both lines, never a hang.
+ *   - Threadgroup variables are `static thread_local` in the compiled code, so
+ *     the fibers of a worker share them; their sizes are recorded to enforce
+ *     Metal's 32 KiB limit.
+ * A thread that spins waiting for another thread (other than at barriers and
+ * SIMD-group functions) never yields: such kernels are not supported. */
 #include "coop.h"
 
 #include <stdarg.h>
@@ -24,33 +36,35 @@
 
 #define THREAD_STACK (128u << 10)
 #define MAX_SIMDGROUPS (1024 / MKPY_SIMD_WIDTH)
-#define MAX_TG_VARS 64
 
 enum { RUNNING, AT_BARRIER, AT_SIMD, DONE };
 
 typedef struct {
-    mk_fiber f;
     int state;
-    const char *file;
-    int line;
-    unsigned parity; /* exchange buffer this lane is waiting on */
+    const char *file; /* where it waits (barrier or SIMD-group function) */
+    int line, column;
 } coop_thread;
 
 typedef struct {
+    uint32_t mask; /* lanes of the last release */
+    unsigned char deposit[MKPY_SIMD_WIDTH][MKPY_SIMD_SLOT];
+    _Alignas(16) unsigned char result[MKPY_SIMD_BUFFER];
+} simd_group;
+
+typedef struct {
+    mk_fiber *fibers; /* contiguous: the fault handler walks them */
     coop_thread *threads;
-    int nthreads; /* fibers with stacks */
+    int nfibers; /* fibers with stacks */
     void *sched_sp;
-    int current;
+    unsigned current;
     /* the group being run */
     const coop_kernel *kernel;
     const mkk_launch *launch;
     uint64_t group;
     unsigned count;
-    unsigned gen[MAX_SIMDGROUPS];
-    uint32_t mask[MAX_SIMDGROUPS][2];
-    unsigned char slots[MAX_SIMDGROUPS][2][MKPY_SIMD_WIDTH * MKPY_SIMD_SLOT];
-    const void *tg_addr[MAX_TG_VARS];
-    int ntg;
+    simd_group simd[MAX_SIMDGROUPS];
+    const void **tg_addr; /* threadgroup variables met in this group */
+    int ntg, tg_cap;
     size_t tg_bytes;
     int failed;
     char error[1024];
@@ -58,7 +72,7 @@ typedef struct {
 
 static _Thread_local coop_worker *worker;
 
-static void park(coop_thread *t) { mk_fiber_switch(&t->f.sp, worker->sched_sp); }
+static void park(unsigned i) { mk_fiber_switch(&worker->fibers[i].sp, worker->sched_sp); }
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail(const char *fmt, ...) {
@@ -78,46 +92,59 @@ static void api_barrier(const char *file, int line) {
     t->state = AT_BARRIER;
     t->file = file;
     t->line = line;
-    park(t);
+    t->column = 0;
+    park(worker->current);
 }
 
-static const unsigned char *api_exchange(const void *value, size_t size, uint32_t *mask, uint32_t *lane) {
+static unsigned char *api_exchange(const void *value, size_t size, uint32_t *mask, uint32_t *lane,
+                                   const char *file, int line, int column) {
     coop_worker *w = worker;
-    unsigned idx = (unsigned)w->current;
-    unsigned sg = idx / MKPY_SIMD_WIDTH;
+    unsigned idx = w->current;
+    simd_group *sg = &w->simd[idx / MKPY_SIMD_WIDTH];
     coop_thread *t = &w->threads[idx];
-    t->parity = w->gen[sg] & 1u;
     *lane = idx % MKPY_SIMD_WIDTH;
     if (size > MKPY_SIMD_SLOT) size = MKPY_SIMD_SLOT;
-    memcpy(w->slots[sg][t->parity] + *lane * MKPY_SIMD_SLOT, value, size);
+    memcpy(sg->deposit[*lane], value, size);
     t->state = AT_SIMD;
-    park(t);
-    *mask = w->mask[sg][t->parity];
-    return w->slots[sg][t->parity];
+    t->file = file;
+    t->line = line;
+    t->column = column;
+    park(idx);
+    /* read at once, before this lane can park again: the buffer stays valid
+     * until every lane released with this one has run */
+    *mask = sg->mask;
+    return sg->result;
 }
 
 static void api_simd_barrier(const char *file, int line) {
     uint32_t mask, lane;
-    coop_thread *t = &worker->threads[worker->current];
-    t->file = file;
-    t->line = line;
-    api_exchange("", 0, &mask, &lane);
+    api_exchange("", 0, &mask, &lane, file, line, 0);
 }
 
 static void api_threadgroup_alloc(const void *addr, size_t size, const char *file, int line) {
     coop_worker *w = worker;
     for (int i = 0; i < w->ntg; i++)
         if (w->tg_addr[i] == addr) return;
-    if (w->ntg < MAX_TG_VARS) w->tg_addr[w->ntg++] = addr;
+    if (w->ntg == w->tg_cap) {
+        int cap = w->tg_cap ? 2 * w->tg_cap : 64;
+        const void **a = realloc(w->tg_addr, (size_t)cap * sizeof *a);
+        if (!a) {
+            fail("out of memory recording threadgroup variables");
+            w->threads[w->current].state = DONE;
+            park(w->current);
+        }
+        w->tg_addr = a;
+        w->tg_cap = cap;
+    }
+    w->tg_addr[w->ntg++] = addr;
     w->tg_bytes += size;
     if (w->tg_bytes > MKPY_MAX_THREADGROUP_MEMORY) {
-        fail("threadgroup memory reaches %zu bytes at %s:%d, more than the %d bytes (32 KiB) a threadgroup may "
+        fail("its threadgroup memory reaches %zu bytes at %s:%d, more than the %d bytes (32 KiB) a threadgroup may "
              "use on Apple GPUs",
              w->tg_bytes, file, line, MKPY_MAX_THREADGROUP_MEMORY);
         /* never resumed: the launch stops */
-        coop_thread *t = &w->threads[w->current];
-        t->state = DONE;
-        park(t);
+        w->threads[w->current].state = DONE;
+        park(w->current);
     }
 }
 
@@ -136,14 +163,18 @@ static void thread_main(void *arg) {
 }
 
 static int ensure_fibers(coop_worker *w, unsigned n) {
-    if ((int)n <= w->nthreads) return 0;
+    if ((int)n <= w->nfibers) return 0;
+    /* only between threadgroups: no fiber is suspended, so moving them is safe */
+    mk_fiber *f = realloc(w->fibers, n * sizeof *f);
+    if (!f) return -1;
+    w->fibers = f;
     coop_thread *t = realloc(w->threads, n * sizeof *t);
     if (!t) return -1;
     w->threads = t;
-    for (unsigned i = (unsigned)w->nthreads; i < n; i++) {
-        memset(&t[i], 0, sizeof t[i]);
-        if (mk_fiber_stack_alloc(&t[i].f, THREAD_STACK) < 0) return -1;
-        w->nthreads = (int)i + 1;
+    for (unsigned i = (unsigned)w->nfibers; i < n; i++) {
+        memset(&f[i], 0, sizeof f[i]);
+        if (mk_fiber_stack_alloc(&f[i], THREAD_STACK) < 0) return -1;
+        w->nfibers = (int)i + 1;
     }
     return 0;
 }
@@ -160,63 +191,93 @@ static unsigned group_size(const mkk_launch *L, uint64_t g) {
     return count;
 }
 
-/* Releases what can be released; returns 1 if some thread can run again. */
-static int release(coop_worker *w) {
-    int released = 0;
-    unsigned nsg = (w->count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
-    for (unsigned sg = 0; sg < nsg; sg++) {
-        unsigned lo = sg * MKPY_SIMD_WIDTH, hi = lo + MKPY_SIMD_WIDTH < w->count ? lo + MKPY_SIMD_WIDTH : w->count;
-        uint32_t waiting = 0;
-        int all = 1;
-        for (unsigned i = lo; i < hi; i++) {
-            int s = w->threads[i].state;
-            if (s == AT_SIMD)
-                waiting |= 1u << (i - lo);
-            else if (s != DONE)
-                all = 0;
-        }
-        if (all && waiting) {
-            w->mask[sg][w->gen[sg] & 1u] = waiting;
-            w->gen[sg]++;
-            for (unsigned i = lo; i < hi; i++)
-                if (w->threads[i].state == AT_SIMD) w->threads[i].state = RUNNING;
-            released = 1;
+/* Program-text order of two waiting places: the header, then the source
+ * (as in the compiled text), then by line. */
+static int file_rank(const char *f) {
+    size_t n = strlen(f);
+    if (n >= 7 && strcmp(f + n - 7, "header>") == 0) return 0;
+    if (n >= 7 && strcmp(f + n - 7, "source>") == 0) return 1;
+    return 2;
+}
+static int same_place(const coop_thread *a, const coop_thread *b) {
+    return a->line == b->line && a->column == b->column && (a->file == b->file || strcmp(a->file, b->file) == 0);
+}
+static int earlier(const coop_thread *a, const coop_thread *b) {
+    if (a->file != b->file) {
+        int ra = file_rank(a->file), rb = file_rank(b->file);
+        if (ra != rb) return ra < rb;
+        int c = strcmp(a->file, b->file);
+        if (c) return c < 0;
+    }
+    if (a->line != b->line) return a->line < b->line;
+    return a->column < b->column;
+}
+
+/* Releases the lanes of SIMD-group sg that wait at the earliest SIMD-group
+ * call site; returns 0 if none waits. Only called when no lane of the group
+ * is running. */
+static int release_simd(coop_worker *w, unsigned sg) {
+    unsigned lo = sg * MKPY_SIMD_WIDTH, hi = lo + MKPY_SIMD_WIDTH < w->count ? lo + MKPY_SIMD_WIDTH : w->count;
+    const coop_thread *first = NULL;
+    for (unsigned i = lo; i < hi; i++) {
+        const coop_thread *t = &w->threads[i];
+        if (t->state == AT_SIMD && (!first || earlier(t, first))) first = t;
+    }
+    if (!first) return 0;
+    simd_group *s = &w->simd[sg];
+    uint32_t mask = 0;
+    for (unsigned i = lo; i < hi; i++) {
+        coop_thread *t = &w->threads[i];
+        if (t->state == AT_SIMD && same_place(t, first)) {
+            mask |= 1u << (i - lo);
+            memcpy(s->result + (i - lo) * MKPY_SIMD_SLOT, s->deposit[i - lo], MKPY_SIMD_SLOT);
         }
     }
-    if (released) return 1;
-    /* a threadgroup barrier: every live thread there, at one place */
+    for (unsigned i = lo; i < hi; i++)
+        if (mask >> (i - lo) & 1u) w->threads[i].state = RUNNING;
+    s->mask = mask;
+    memset(s->result + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
+    return 1;
+}
+
+/* Runs SIMD-group sg until every lane has returned or waits at a threadgroup
+ * barrier. */
+static int run_simdgroup(coop_worker *w, unsigned sg) {
+    unsigned lo = sg * MKPY_SIMD_WIDTH, hi = lo + MKPY_SIMD_WIDTH < w->count ? lo + MKPY_SIMD_WIDTH : w->count;
+    do {
+        for (unsigned i = lo; i < hi; i++) {
+            coop_thread *t = &w->threads[i];
+            if (t->state != RUNNING) continue;
+            w->current = i;
+            mk_fiber_switch(&w->sched_sp, w->fibers[i].sp);
+            if (w->failed) return -1;
+            if (w->fibers[i].done) t->state = DONE;
+        }
+    } while (release_simd(w, sg));
+    return 0;
+}
+
+/* Releases a threadgroup barrier; returns 1 if threads resume, 0 when all
+ * threads have returned, -1 on divergence. */
+static int release_barrier(coop_worker *w) {
     const coop_thread *first = NULL;
     for (unsigned i = 0; i < w->count; i++) {
         const coop_thread *t = &w->threads[i];
         if (t->state == DONE) continue;
-        if (t->state != AT_BARRIER) return 0;
         if (!first) {
             first = t;
-        } else if (t->line != first->line || strcmp(t->file, first->file) != 0) {
+        } else if (!same_place(t, first)) {
+            const coop_thread *a = earlier(t, first) ? t : first, *b = a == t ? first : t;
             fail("threads of one threadgroup wait at different barriers (%s:%d and %s:%d); every thread must "
-                 "reach the same threadgroup_barrier",
-                 first->file, first->line, t->file, t->line);
-            return 0;
+                 "reach the same threadgroup_barrier (threads that return count as arrived)",
+                 a->file, a->line, b->file, b->line);
+            return -1;
         }
     }
     if (!first) return 0;
     for (unsigned i = 0; i < w->count; i++)
         if (w->threads[i].state == AT_BARRIER) w->threads[i].state = RUNNING;
     return 1;
-}
-
-static void describe_deadlock(coop_worker *w) {
-    const coop_thread *bar = NULL, *simd = NULL;
-    for (unsigned i = 0; i < w->count; i++) {
-        if (w->threads[i].state == AT_BARRIER && !bar) bar = &w->threads[i];
-        if (w->threads[i].state == AT_SIMD && !simd) simd = &w->threads[i];
-    }
-    if (bar && simd)
-        fail("some threads wait at the threadgroup barrier at %s:%d while lanes of their SIMD-group wait in a "
-             "SIMD-group function; the threads can never meet (divergent control flow)",
-             bar->file, bar->line);
-    else
-        fail("the threads of a threadgroup can never all reach the same synchronisation point");
 }
 
 static int run_group(coop_worker *w, uint64_t g) {
@@ -226,33 +287,19 @@ static int run_group(coop_worker *w, uint64_t g) {
         fail("cannot allocate fiber stacks for %u threads", w->count);
         return -1;
     }
-    mk_fault_watch_stacks(&w->threads[0].f, (int)w->count);
-    memset(w->gen, 0, sizeof w->gen);
+    mk_fault_watch_stacks(w->fibers, (int)w->count);
     w->ntg = 0;
     w->tg_bytes = 0;
     for (unsigned i = 0; i < w->count; i++) {
-        mk_fiber_prepare(&w->threads[i].f, thread_main, (void *)(uintptr_t)i, &w->sched_sp);
+        mk_fiber_prepare(&w->fibers[i], thread_main, (void *)(uintptr_t)i, &w->sched_sp);
         w->threads[i].state = RUNNING;
     }
+    unsigned nsg = (w->count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
     for (;;) {
-        int live = 0;
-        for (unsigned i = 0; i < w->count; i++) {
-            coop_thread *t = &w->threads[i];
-            if (t->state != RUNNING) {
-                live += t->state != DONE;
-                continue;
-            }
-            w->current = (int)i;
-            mk_fiber_switch(&w->sched_sp, t->f.sp);
-            if (w->failed) return -1;
-            if (t->f.done) t->state = DONE;
-            live += t->state != DONE;
-        }
-        if (!live) return 0;
-        if (!release(w)) {
-            if (!w->failed) describe_deadlock(w);
-            return -1;
-        }
+        for (unsigned sg = 0; sg < nsg; sg++)
+            if (run_simdgroup(w, sg) < 0) return -1;
+        int r = release_barrier(w);
+        if (r <= 0) return r;
     }
 }
 

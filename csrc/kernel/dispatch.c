@@ -44,25 +44,42 @@ static int ident_char(char c) {
     return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-/* Does `text` contain `word` as a whole identifier (or, with prefix, an
- * identifier starting with it)? */
-static int has_ident(const char *text, const char *word, int prefix) {
+/* Does `text` contain `word` as a whole identifier? */
+static int has_ident(const char *text, const char *word) {
     size_t n = strlen(word);
     for (const char *p = strstr(text, word); p; p = strstr(p + 1, word))
-        if ((p == text || !ident_char(p[-1])) && (prefix || !ident_char(p[n]))) return 1;
+        if ((p == text || !ident_char(p[-1])) && !ident_char(p[n])) return 1;
     return 0;
 }
 
-/* The one place that decides how a kernel's threads run. */
+/* The SIMD-group and quad-group functions of mkpy_coop.h, as simd_<name>
+ * and quad_<name> (simd_is_helper_thread needs no cooperation). Names, not
+ * prefixes: kernels often call their variables simd_lane or quad_id. */
+static const char *const group_functions[] = {
+    "sum", "product", "min", "max", "and", "or", "xor",
+    "prefix_inclusive_sum", "prefix_exclusive_sum", "prefix_inclusive_product", "prefix_exclusive_product",
+    "shuffle", "broadcast", "shuffle_up", "shuffle_down", "shuffle_xor", "shuffle_rotate_up",
+    "shuffle_rotate_down", "shuffle_and_fill_up", "shuffle_and_fill_down", "broadcast_first", "is_first",
+    "all", "any", "ballot", "active_threads_mask",
+};
+
+/* The one place that decides how a kernel's threads run: cooperatively when
+ * the source or header names threadgroup memory, a barrier or a SIMD-group /
+ * quad-group function. */
 static scheme pick_scheme(const mkk_kernel *k) {
     static const char *const words[] = {"threadgroup", "threadgroup_barrier", "simdgroup_barrier"};
-    static const char *const prefixes[] = {"simd_", "quad_"};
     const char *texts[2] = {k->source, k->header};
     for (int t = 0; t < 2; t++) {
+        if (!texts[t]) continue;
         for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-            if (has_ident(texts[t], words[i], 0)) return SCHEME_COOPERATIVE;
-        for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
-            if (has_ident(texts[t], prefixes[i], 1)) return SCHEME_COOPERATIVE;
+            if (has_ident(texts[t], words[i])) return SCHEME_COOPERATIVE;
+        for (size_t i = 0; i < sizeof group_functions / sizeof *group_functions; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "simd_%s", group_functions[i]);
+            if (has_ident(texts[t], name)) return SCHEME_COOPERATIVE;
+            snprintf(name, sizeof name, "quad_%s", group_functions[i]);
+            if (has_ident(texts[t], name)) return SCHEME_COOPERATIVE;
+        }
     }
     return SCHEME_PLAIN;
 }

@@ -11,8 +11,14 @@
 
 /* ------------------------------------------------------ context switch */
 
+/* Only the callee-saved integer (and, on aarch64, d8-d15) registers are
+ * switched. The floating-point control state (MXCSR and the x87 control word,
+ * FPCR) is deliberately not: every fiber of a worker runs on one OS thread
+ * under the same control state, and kernel code never changes it (Metal has no
+ * way to, and a -shared object built with -ffast-math does not link
+ * crtfastmath). Loading those registers costs more than the rest of a switch. */
 #if defined(__x86_64__)
-/* frame on a suspended stack: [x87 CW, MXCSR] r15 r14 r13 r12 rbx rbp retaddr */
+/* frame on a suspended stack: r15 r14 r13 r12 rbx rbp retaddr */
 __asm__(".text\n"
         ".globl mk_fiber_switch\n"
         ".type mk_fiber_switch,@function\n"
@@ -23,14 +29,8 @@ __asm__(".text\n"
         "    pushq %r13\n"
         "    pushq %r14\n"
         "    pushq %r15\n"
-        "    subq $16, %rsp\n"
-        "    stmxcsr 8(%rsp)\n"
-        "    fnstcw (%rsp)\n"
         "    movq %rsp, (%rdi)\n"
         "    movq %rsi, %rsp\n"
-        "    ldmxcsr 8(%rsp)\n"
-        "    fldcw (%rsp)\n"
-        "    addq $16, %rsp\n"
         "    popq %r15\n"
         "    popq %r14\n"
         "    popq %r13\n"
@@ -49,12 +49,12 @@ __asm__(".text\n"
         ".section .note.GNU-stack,\"\",@progbits\n"
         ".text\n");
 #elif defined(__aarch64__)
-/* frame: x19..x28, x29, x30, d8..d15, fpcr (176 bytes) */
+/* frame: x19..x28, x29, x30, d8..d15 (160 bytes) */
 __asm__(".text\n"
         ".globl mk_fiber_switch\n"
         ".type mk_fiber_switch,%function\n"
         "mk_fiber_switch:\n"
-        "    sub sp, sp, #176\n"
+        "    sub sp, sp, #160\n"
         "    stp x19, x20, [sp, #0]\n"
         "    stp x21, x22, [sp, #16]\n"
         "    stp x23, x24, [sp, #32]\n"
@@ -65,13 +65,9 @@ __asm__(".text\n"
         "    stp d10, d11, [sp, #112]\n"
         "    stp d12, d13, [sp, #128]\n"
         "    stp d14, d15, [sp, #144]\n"
-        "    mrs x9, fpcr\n"
-        "    str x9, [sp, #160]\n"
         "    mov x9, sp\n"
         "    str x9, [x0]\n"
         "    mov sp, x1\n"
-        "    ldr x9, [sp, #160]\n"
-        "    msr fpcr, x9\n"
         "    ldp x19, x20, [sp, #0]\n"
         "    ldp x21, x22, [sp, #16]\n"
         "    ldp x23, x24, [sp, #32]\n"
@@ -82,7 +78,7 @@ __asm__(".text\n"
         "    ldp d10, d11, [sp, #112]\n"
         "    ldp d12, d13, [sp, #128]\n"
         "    ldp d14, d15, [sp, #144]\n"
-        "    add sp, sp, #176\n"
+        "    add sp, sp, #160\n"
         "    ret\n"
         ".size mk_fiber_switch, .-mk_fiber_switch\n"
         ".globl mk_fiber_trampoline\n"
@@ -109,36 +105,28 @@ void mk_fiber_main(mk_fiber *f) {
 }
 
 void mk_fiber_prepare(mk_fiber *f, mk_fiber_fn fn, void *arg, void **return_to) {
-    uintptr_t top = ((uintptr_t)(f->stack_lo + f->stack_size)) & ~(uintptr_t)15;
+    uintptr_t top = ((uintptr_t)(f->top ? f->top : f->stack_lo + f->stack_size)) & ~(uintptr_t)15;
     f->fn = fn;
     f->arg = arg;
     f->return_to = return_to;
     f->done = 0;
 #if defined(__x86_64__)
-    uint64_t *sp = (uint64_t *)(top - 88);
-    uint32_t mxcsr;
-    uint16_t fcw;
-    __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
-    __asm__ volatile("fnstcw %0" : "=m"(fcw));
-    memset(sp, 0, 88);
-    memcpy((char *)sp, &fcw, sizeof fcw);
-    memcpy((char *)sp + 8, &mxcsr, sizeof mxcsr);
-    sp[2] = 0;                                /* r15 */
-    sp[3] = 0;                                /* r14 */
-    sp[4] = 0;                                /* r13 */
-    sp[5] = (uint64_t)(uintptr_t)f;           /* r12: the fiber */
-    sp[6] = 0;                                /* rbx */
-    sp[7] = 0;                                /* rbp */
-    sp[8] = (uint64_t)(uintptr_t)mk_fiber_trampoline;
+    /* after the 6 pops and the ret, rsp = top - 16: 16-byte aligned before
+     * the trampoline's call, as the ABI wants */
+    uint64_t *sp = (uint64_t *)(top - 72);
+    sp[0] = 0;                                /* r15 */
+    sp[1] = 0;                                /* r14 */
+    sp[2] = 0;                                /* r13 */
+    sp[3] = (uint64_t)(uintptr_t)f;           /* r12: the fiber */
+    sp[4] = 0;                                /* rbx */
+    sp[5] = 0;                                /* rbp */
+    sp[6] = (uint64_t)(uintptr_t)mk_fiber_trampoline;
     f->sp = sp;
 #else
-    uint64_t *sp = (uint64_t *)(top - 176);
-    uint64_t fpcr;
-    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-    memset(sp, 0, 176);
-    sp[0] = (uint64_t)(uintptr_t)f;                   /* x19: the fiber */
+    uint64_t *sp = (uint64_t *)(top - 160);
+    memset(sp, 0, 160);
+    sp[0] = (uint64_t)(uintptr_t)f;                    /* x19: the fiber */
     sp[11] = (uint64_t)(uintptr_t)mk_fiber_trampoline; /* x30 */
-    sp[20] = fpcr;
     f->sp = sp;
 #endif
 }
@@ -149,9 +137,12 @@ static size_t page_size(void) {
     return ps;
 }
 
+#define COLOUR_ROOM (16u << 10) /* the most a stack's start is moved down by */
+
 int mk_fiber_stack_alloc(mk_fiber *f, size_t size) {
     size_t ps = page_size();
-    size = (size + ps - 1) / ps * ps;
+    size_t usable = size;
+    size = (size + COLOUR_ROOM + ps - 1) / ps * ps;
     char *base = mmap(NULL, size + ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) return -1;
     if (mprotect(base, ps, PROT_NONE) != 0) {
@@ -160,6 +151,14 @@ int mk_fiber_stack_alloc(mk_fiber *f, size_t size) {
     }
     f->stack_lo = base + ps;
     f->stack_size = size;
+    /* cache colouring: successive stacks start 64 + 4096 * k bytes apart in
+     * their last pages' offsets (stacks are 132 KiB apart, which would put
+     * every top frame in the same L1 set and a handful of L2 sets) */
+    static _Atomic unsigned counter;
+    unsigned c = counter++;
+    size_t colour = (size_t)(c % 64u) * 64u + (size_t)(c / 64u % 4u) * 4096u;
+    _Static_assert(63 * 64 + 3 * 4096 <= COLOUR_ROOM, "colours fit the room");
+    f->top = f->stack_lo + usable + colour; /* at least `usable` bytes below it */
     return 0;
 }
 
@@ -237,8 +236,16 @@ static void on_fault(int sig, siginfo_t *si, void *ucv) {
 #else
     uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
 #endif
-    /* a stack pointer below a stack's lowest address also means overflow */
+    /* a stack pointer that left every stack, just below one of them, also
+     * means an overflow (fiber stacks are adjacent mappings: a stack pointer
+     * inside one stack is below the others' lowest addresses) */
+    int sp_in_a_stack = 0;
     for (int i = -1; i < guard.nwatched; i++) {
+        const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
+        uintptr_t lo = (uintptr_t)f->stack_lo;
+        if (lo && sp >= lo && sp < lo + f->stack_size) sp_in_a_stack = 1;
+    }
+    for (int i = -1; i < guard.nwatched && !sp_in_a_stack; i++) {
         const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
         uintptr_t lo = (uintptr_t)f->stack_lo;
         if (lo && sp < lo && lo - sp < (64u << 20)) guard.fault.stack_overflow = 1;

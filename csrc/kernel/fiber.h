@@ -4,9 +4,10 @@
  * fault inside kernel code (a stack overflow, a wild pointer) is turned into
  * an error on the worker instead of killing the process.
  *
- * The switch saves only callee-saved registers plus the floating-point
- * control words (MXCSR/x87 CW, FPCR): a few nanoseconds, where ucontext's
- * swapcontext makes a signal-mask system call every time. */
+ * The switch saves only the callee-saved registers (not the floating-point
+ * control words, which every fiber of a thread shares: see fiber.c): a few
+ * nanoseconds, where ucontext's swapcontext makes a signal-mask system call
+ * every time. */
 #ifndef MKK_FIBER_H
 #define MKK_FIBER_H
 
@@ -24,6 +25,9 @@ struct mk_fiber {
     void *sp;         /* saved stack pointer while suspended */
     char *stack_lo;   /* lowest usable address (just above the guard page) */
     size_t stack_size;
+    char *top;        /* where the stack starts: below the end by a per-stack
+                       * offset, so that the stacks' hot top frames do not all
+                       * fall into the same cache sets */
     mk_fiber_fn fn;
     void *arg;
     void **return_to; /* where the scheduler's stack pointer is kept */

@@ -6,8 +6,11 @@
  * numbers then map straight back to the user's source):
  *   - `#include <metal_...>` lines become empty lines;
  *   - `[[...]]` attributes are removed ([[kernel]], [[buffer(0)]], [[host_name("k")]], ...);
- *   - the address spaces `device`, `constant` and `thread` are removed (every
- *     buffer is ordinary memory on the CPU);
+ *   - the address spaces `device` and `thread` are removed (every buffer is
+ *     ordinary memory on the CPU); `constant` becomes `const` (constant memory
+ *     is read-only, and a program-scope `constant uint N = 4;` must stay a
+ *     constant expression, usable as an array bound), or goes where `const`
+ *     already precedes it (`const constant float* x`);
  *   - a `threadgroup` variable declared in a function body becomes
  *     `static thread_local` (the threads of one threadgroup run as fibers of
  *     one worker, so they share it, and other workers have their own), and a
@@ -49,7 +52,7 @@ static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
 /* Address-space qualifiers with no meaning on the CPU. */
 static int dropped_keyword(const char *p, size_t len) {
-    static const char *const words[] = {"device", "constant", "thread"};
+    static const char *const words[] = {"device", "thread"};
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         if (strlen(words[i]) == len && memcmp(words[i], p, len) == 0) return 1;
     return 0;
@@ -58,17 +61,37 @@ static int dropped_keyword(const char *p, size_t len) {
 /* At a `threadgroup` keyword that starts a statement: is it storage (an
  * array, scalar or struct declared there) rather than a pointer/reference
  * declaration? Fills the declared names (up to 16) and returns their count;
- * 0 for a pointer or reference declaration. */
-static int threadgroup_storage(const char *p, char names[][128]) {
-    int n = 0, depth = 0, in_init = 0, seen_bracket = 0;
+ * 0 for a pointer or reference declaration. Comments are skipped; with
+ * `line_only` (a #define body) the declaration must end on this line. */
+static int threadgroup_storage(const char *p, char names[][128], int line_only) {
+    int n = 0, depth = 0, brackets = 0, in_init = 0, seen_bracket = 0;
     const char *last_ident = NULL;
     size_t last_len = 0;
     for (; *p && *p != ';'; p++) {
         char c = *p;
-        if (c == '(' || c == '[' || c == '{' || c == '<') {
-            if (depth == 0 && c == '[') seen_bracket = 1;
+        if (c == '/' && p[1] == '/') {
+            if (line_only) return 0;
+            while (*p && *p != '\n') p++;
+            if (!*p) break;
+            continue;
+        }
+        if (c == '/' && p[1] == '*') {
+            const char *e = strstr(p + 2, "*/");
+            if (!e) break;
+            p = e + 1;
+            continue;
+        }
+        if (c == '\n' && line_only && p[-1] != '\\') return 0;
+        if (c == '[') {
+            if (depth == 0) seen_bracket = 1;
+            brackets++;
             depth++;
-        } else if (c == ')' || c == ']' || c == '}' || c == '>') {
+        } else if (c == ']') {
+            brackets--;
+            depth--;
+        } else if (c == '(' || c == '{' || (c == '<' && !brackets)) {
+            depth++;
+        } else if (c == ')' || c == '}' || (c == '>' && !brackets)) {
             depth--;
         } else if (depth == 0 && (c == '*' || c == '&') && !in_init && !seen_bracket) {
             return 0;
@@ -86,6 +109,7 @@ static int threadgroup_storage(const char *p, char names[][128]) {
             p = e - 1;
         }
     }
+    if (*p != ';') return 0; /* no end to the declaration */
     if (last_ident && n < 16) snprintf(names[n++], 128, "%.*s", (int)last_len, last_ident);
     return n;
 }
@@ -95,7 +119,10 @@ char *mkk_translate(const char *src) {
     const char *p = src;
     int line_start = 1;
     int braces = 0, parens = 0;
-    char last = ';'; /* last significant character emitted */
+    char last = ';'; /* last significant character emitted, outside preprocessor lines */
+    char saved_last = 0; /* `last` before the preprocessor line being copied (0: none) */
+    int in_define = 0;   /* in a #define line: a threadgroup declaration there is storage */
+    int last_was_const = 0; /* the last identifier was `const` (comments and spaces aside) */
     char tg_names[16][128];
     int tg_count = 0, tg_depth = -1;
     if (put(&o, "", 0) < 0) goto nomem;
@@ -106,13 +133,18 @@ char *mkk_translate(const char *src) {
             const char *q = p;
             while (*q == ' ' || *q == '\t') q++;
             if (*q == '#') {
+                /* a directive is not a statement: a declaration after it starts
+                 * a statement as if the line were not there */
+                saved_last = last;
                 const char *r = q + 1;
                 while (*r == ' ' || *r == '\t') r++;
+                in_define = strncmp(r, "define", 6) == 0 && !is_ident(r[6]);
                 if (strncmp(r, "include", 7) == 0) {
                     r += 7;
                     while (*r == ' ' || *r == '\t') r++;
                     if (strncmp(r, "<metal_", 7) == 0) {
                         while (*p && *p != '\n') p++;
+                        saved_last = 0;
                         continue;
                     }
                 }
@@ -121,6 +153,11 @@ char *mkk_translate(const char *src) {
         line_start = 0;
         if (c == '\n') {
             line_start = 1;
+            if (saved_last && !(o.n >= 1 && o.s[o.n - 1] == '\\')) { /* end of a directive (not continued) */
+                last = saved_last;
+                saved_last = 0;
+                in_define = 0;
+            }
             if (put(&o, p++, 1) < 0) goto nomem;
             continue; /* white space and comments leave `last` as it was */
         } else if (c == '/' && p[1] == '/') {
@@ -159,17 +196,24 @@ char *mkk_translate(const char *src) {
             while (is_ident(*e)) e++;
             if (e - p == 11 && memcmp(p, "threadgroup", 11) == 0) {
                 int n = 0;
-                if (braces > 0 && parens == 0 && (last == ';' || last == '{' || last == '}'))
-                    n = threadgroup_storage(e, tg_names);
+                if (in_define)
+                    n = threadgroup_storage(e, tg_names, 1);
+                else if (braces > 0 && parens == 0 && (last == ';' || last == '{' || last == '}'))
+                    n = threadgroup_storage(e, tg_names, 0);
                 if (n > 0) {
                     tg_count = n;
                     tg_depth = braces;
                     if (put(&o, "static thread_local", 19) < 0) goto nomem;
                 }
+            } else if (e - p == 8 && memcmp(p, "constant", 8) == 0) {
+                if (!last_was_const && put(&o, "const", 5) < 0) goto nomem;
             } else if (!dropped_keyword(p, e - p) && put(&o, p, e - p) < 0) {
                 goto nomem;
             }
+            last_was_const = e - p == 5 && memcmp(p, "const", 5) == 0;
             p = e;
+            last = 'a';
+            continue;
         } else if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)p[1]))) {
             /* a number; a trailing h/H makes it a half literal */
             const char *e = p;

@@ -3,13 +3,17 @@
 //
 // Barriers and SIMD-group functions call into mkpy's C runtime (through the
 // function table handed to mkpy_kernel_set_api), which runs each GPU thread
-// of a threadgroup on its own fiber and switches between them. A SIMD-group
-// function is an exchange: every active lane deposits its value, waits for
-// the others, then computes its own result from all lanes' values.
+// of a threadgroup on its own fiber and switches between them (coop.c). A
+// SIMD-group function is an exchange: every active lane deposits its value,
+// waits for the others, then computes its own result from all lanes' values.
 //
-// The call site of a barrier (file and line, which #line markers make the
-// user's own) is captured with __builtin_FILE/__builtin_LINE so divergence
-// errors can name it.
+// Every barrier and SIMD-group function captures its call site with
+// __builtin_FILE/LINE/COLUMN as default arguments (#line markers make them
+// the user's own): lanes exchange values only with lanes at the same call
+// site, and divergence errors name the barriers' lines.
+//
+// Semantics follow the Metal Shading Language Specification, 6.9.2 (SIMD-group
+// functions), 6.9.3 (quad-group functions) and 6.15 (atomics).
 #ifndef MKPY_COOP_H
 #define MKPY_COOP_H
 
@@ -22,6 +26,12 @@ namespace mkpy {
 
 inline const mkpy_coop_api *api = nullptr;
 
+// Every SIMD-group function records its call site: lanes of a SIMD-group
+// exchange values only with lanes at the same call site (see coop.c).
+#define MKPY_SITE \
+    const char *mkpy_file = __builtin_FILE(), int mkpy_line = __builtin_LINE(), int mkpy_col = __builtin_COLUMN()
+#define MKPY_AT mkpy_file, mkpy_line, mkpy_col
+
 template <class T>
 inline T slot(const unsigned char *slots, unsigned lane) {
     T v;
@@ -29,19 +39,30 @@ inline T slot(const unsigned char *slots, unsigned lane) {
     return v;
 }
 
-// Exchanges one value per lane; returns the slots, fills mask and lane.
+// Exchanges one value per lane; returns the exchange buffer (the slots first,
+// see MKPY_SIMD_BUFFER), fills mask and lane.
 template <class T>
-inline const unsigned char *exchange(const T &v, uint32_t &mask, uint32_t &lane) {
+inline unsigned char *exchange(const T &v, uint32_t &mask, uint32_t &lane, const char *file, int line, int col) {
     static_assert(sizeof(T) <= MKPY_SIMD_SLOT, "SIMD-group values are at most 32 bytes");
-    return api->simd_exchange(&v, sizeof(T), &mask, &lane);
+    // values travel by memcpy (Metal's scalars and vectors are plain data;
+    // vec has a user-written operator= for swizzles, so it is not formally
+    // trivially copyable)
+    static_assert(std::is_trivially_destructible<T>::value, "SIMD-group values must be plain data");
+    return api->simd_exchange(&v, sizeof(T), &mask, &lane, file, line, col);
 }
 
-// Reduction over the active lanes in [lo, hi) using op, in lane order.
+// Reduction over the active lanes of this lane's segment of `width` lanes,
+// in lane order. Every lane released with this one is at the same call site
+// (so runs this same reduction): the first to resume computes the segment's
+// result and leaves it in the segment's memo slot for the others.
 template <class T, class Op>
-inline T reduce(const T &v, unsigned width, Op op) {
+inline T reduce(const T &v, unsigned width, Op op, const char *file, int line, int col) {
     uint32_t mask, lane;
-    const unsigned char *s = exchange(v, mask, lane);
+    unsigned char *s = exchange(v, mask, lane, file, line, col);
     unsigned lo = lane / width * width;
+    uint32_t valid;
+    memcpy(&valid, s + MKPY_SIMD_MEMO_VALID, sizeof valid);
+    if (valid >> lo & 1u) return slot<T>(s + MKPY_SIMD_MEMO, lo);
     bool first = true;
     T acc = v;
     for (unsigned i = lo; i < lo + width; i++) {
@@ -50,14 +71,18 @@ inline T reduce(const T &v, unsigned width, Op op) {
         acc = first ? x : op(acc, x);
         first = false;
     }
+    memcpy(s + MKPY_SIMD_MEMO + lo * MKPY_SIMD_SLOT, &acc, sizeof(T));
+    valid |= 1u << lo;
+    memcpy(s + MKPY_SIMD_MEMO_VALID, &valid, sizeof valid);
     return acc;
 }
 
-// Prefix over the active lanes below (exclusive) or up to (inclusive) this one.
+// Prefix over the active lanes below (exclusive) or up to (inclusive) this
+// one, within its segment of `width` lanes.
 template <class T, class Op>
-inline T prefix(const T &v, unsigned width, bool inclusive, T identity, Op op) {
+inline T prefix(const T &v, unsigned width, bool inclusive, T identity, Op op, const char *file, int line, int col) {
     uint32_t mask, lane;
-    const unsigned char *s = exchange(v, mask, lane);
+    unsigned char *s = exchange(v, mask, lane, file, line, col);
     unsigned lo = lane / width * width;
     T acc = identity;
     for (unsigned i = lo; i < lane + (inclusive ? 1u : 0u); i++)
@@ -65,61 +90,85 @@ inline T prefix(const T &v, unsigned width, bool inclusive, T identity, Op op) {
     return acc;
 }
 
-// Value of lane `src` (within this lane's segment of `width` lanes), or this
-// lane's own value when src is outside the segment or inactive.
+// Value of the lane that pick(lane within segment, arg, width) names within
+// this lane's segment of `width` lanes. A source outside the segment leaves
+// the value unchanged (shuffle_up/down do not wrap); an inactive source is
+// undefined in Metal and gives the lane's own value here.
 template <class T>
-inline T take(const T &v, unsigned width, int (*pick)(int lane, int seg_lane, int arg, int width), int arg) {
+inline T take(const T &v, unsigned width, int (*pick)(int seg_lane, int arg, int width), int arg, const char *file,
+              int line, int col) {
     uint32_t mask, lane;
-    const unsigned char *s = exchange(v, mask, lane);
+    unsigned char *s = exchange(v, mask, lane, file, line, col);
     int lo = (int)(lane / width * width);
-    int src = pick((int)lane, (int)lane - lo, arg, (int)width);
+    int src = pick((int)lane - lo, arg, (int)width);
     if (src < 0 || src >= (int)width) return v;
     src += lo;
     return (mask >> src & 1u) ? slot<T>(s, (unsigned)src) : v;
 }
 
-inline int pick_abs(int, int, int arg, int) { return arg; }
-inline int pick_up(int, int l, int d, int) { return l - d; }
-inline int pick_down(int, int l, int d, int) { return l + d; }
-inline int pick_xor(int, int l, int m, int) { return l ^ m; }
-inline int pick_rot_up(int, int l, int d, int w) { return ((l - d) % w + w) % w; }
-inline int pick_rot_down(int, int l, int d, int w) { return (l + d) % w; }
+inline int pick_abs(int, int arg, int) { return arg; }
+inline int pick_up(int l, int d, int) { return l - d; }
+inline int pick_down(int l, int d, int) { return l + d; }
+inline int pick_xor(int l, int m, int) { return l ^ m; }
+inline int pick_rot_up(int l, int d, int w) { return ((l - d) % w + w) % w; }
+inline int pick_rot_down(int l, int d, int w) { return (l + d) % w; }
 
-// shuffle-and-fill: below delta (up) or past the end (down), take the
-// filling value of the lane `width` places away, within segments of `modulo`.
+// Shuffle-and-fill within segments of `modulo` lanes: up takes the lane
+// `delta` below, and the lanes below delta take `filling` of the upper delta
+// lanes of their segment; down takes the lane `delta` above, and the upper
+// delta lanes take `filling` of the lower delta lanes.
 template <class T>
-inline T fill(const T &data, const T &filling, int delta, int modulo, bool up) {
-    uint32_t mask, lane, m2, l2;
-    const unsigned char *sd = exchange(data, mask, lane);
-    T mine_d[MKPY_SIMD_WIDTH];
-    for (unsigned i = 0; i < MKPY_SIMD_WIDTH; i++)
-        if (mask >> i & 1u) mine_d[i] = slot<T>(sd, i);
-    const unsigned char *sf = exchange(filling, m2, l2);
-    int lo = (int)lane / modulo * modulo, l = (int)lane - lo;
-    int src;
-    bool from_fill;
-    if (up) {
-        from_fill = l < delta;
-        src = from_fill ? l + modulo - delta : l - delta;
+struct fill_pair {
+    T data, filling;
+};
+template <class T>
+inline T fill(const T &data, const T &filling, int delta, int modulo, bool up, const char *file, int line, int col) {
+    uint32_t mask, lane;
+    int lo = 0, l = 0, src = 0;
+    bool from_fill = false;
+    auto where = [&] {
+        lo = (int)lane / modulo * modulo;
+        l = (int)lane - lo;
+        if (up) {
+            from_fill = l < delta;
+            src = lo + (from_fill ? l + modulo - delta : l - delta);
+        } else {
+            from_fill = l + delta >= modulo;
+            src = lo + (from_fill ? l + delta - modulo : l + delta);
+        }
+    };
+    if constexpr (sizeof(fill_pair<T>) <= MKPY_SIMD_SLOT) {
+        unsigned char *s = exchange(fill_pair<T>{data, filling}, mask, lane, file, line, col);
+        where();
+        if (modulo <= 0 || src < 0 || src >= MKPY_SIMD_WIDTH || !(mask >> src & 1u)) return data;
+        fill_pair<T> p = slot<fill_pair<T>>(s, (unsigned)src);
+        return from_fill ? p.filling : p.data;
     } else {
-        from_fill = l + delta >= modulo;
-        src = from_fill ? l + delta - modulo : l + delta;
+        uint32_t m2, l2;
+        unsigned char *sd = exchange(data, mask, lane, file, line, col);
+        where();
+        bool ok = modulo > 0 && src >= 0 && src < MKPY_SIMD_WIDTH && (mask >> src & 1u);
+        T d = ok ? slot<T>(sd, (unsigned)src) : data;
+        unsigned char *sf = exchange(filling, m2, l2, file, line, col);
+        if (!ok) return data;
+        return from_fill ? slot<T>(sf, (unsigned)src) : d;
     }
-    src += lo;
-    if (src < 0 || src >= MKPY_SIMD_WIDTH || !(mask >> src & 1u)) return data;
-    return from_fill ? slot<T>(sf, (unsigned)src) : mine_d[src];
 }
 
-struct vote {
-    uint64_t v;
-    explicit operator uint64_t() const { return v; }
-    operator bool() const { return v != 0; }
-    bool all() const { return v == 0xffffffffull; }
-    bool any() const { return v != 0; }
-};
+inline uint32_t active_mask(const char *file, int line, int col, uint32_t &lane) {
+    uint32_t mask;
+    exchange(char(0), mask, lane, file, line, col);
+    return mask;
+}
 
-template <class T>
-struct is_int_like : std::integral_constant<bool, std::is_integral<T>::value> {};
+// Bits of the active lanes of a ballot (bit i: lane i of the SIMD-group).
+inline uint32_t ballot(bool b, const char *file, int line, int col, uint32_t &mask, uint32_t &lane) {
+    unsigned char *s = exchange(b, mask, lane, file, line, col);
+    uint32_t v = 0;
+    for (unsigned i = 0; i < MKPY_SIMD_WIDTH; i++)
+        if ((mask >> i & 1u) && slot<bool>(s, i)) v |= 1u << i;
+    return v;
+}
 
 } // namespace mkpy
 
@@ -129,6 +178,7 @@ namespace metal {
 enum class mem_flags : unsigned { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4,
                                   mem_threadgroup_imageblock = 8, mem_object_data = 16 };
 inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags((unsigned)a | (unsigned)b); }
+inline constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags((unsigned)a & (unsigned)b); }
 
 inline void threadgroup_barrier(mem_flags = mem_flags::mem_none, const char *file = __builtin_FILE(),
                                 int line = __builtin_LINE()) {
@@ -139,131 +189,135 @@ inline void simdgroup_barrier(mem_flags = mem_flags::mem_none, const char *file 
     ::mkpy::api->simd_barrier(file, line);
 }
 
-// ---------------------------------------------------- SIMD-group functions
-#define MKPY_W MKPY_SIMD_WIDTH
-template <class T> inline T simd_sum(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(a + b); }); }
-template <class T> inline T simd_product(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(a * b); }); }
-template <class T> inline T simd_min(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(min(a, b)); }); }
-template <class T> inline T simd_max(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(max(a, b)); }); }
-template <class T> inline T simd_and(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(a & b); }); }
-template <class T> inline T simd_or(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(a | b); }); }
-template <class T> inline T simd_xor(T v) { return ::mkpy::reduce(v, MKPY_W, [](T a, T b) { return T(a ^ b); }); }
-template <class T> inline T simd_prefix_inclusive_sum(T v) {
-    return ::mkpy::prefix(v, MKPY_W, true, T(0), [](T a, T b) { return T(a + b); });
-}
-template <class T> inline T simd_prefix_exclusive_sum(T v) {
-    return ::mkpy::prefix(v, MKPY_W, false, T(0), [](T a, T b) { return T(a + b); });
-}
-template <class T> inline T simd_prefix_inclusive_product(T v) {
-    return ::mkpy::prefix(v, MKPY_W, true, T(1), [](T a, T b) { return T(a * b); });
-}
-template <class T> inline T simd_prefix_exclusive_product(T v) {
-    return ::mkpy::prefix(v, MKPY_W, false, T(1), [](T a, T b) { return T(a * b); });
-}
-template <class T> inline T simd_shuffle(T v, unsigned short lane) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_abs, lane); }
-template <class T> inline T simd_broadcast(T v, unsigned short lane) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_abs, lane); }
-template <class T> inline T simd_shuffle_up(T v, unsigned short d) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_up, d); }
-template <class T> inline T simd_shuffle_down(T v, unsigned short d) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_down, d); }
-template <class T> inline T simd_shuffle_xor(T v, unsigned short m) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_xor, m); }
-template <class T> inline T simd_shuffle_rotate_up(T v, unsigned short d) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_rot_up, d); }
-template <class T> inline T simd_shuffle_rotate_down(T v, unsigned short d) { return ::mkpy::take(v, MKPY_W, ::mkpy::pick_rot_down, d); }
-template <class T> inline T simd_shuffle_and_fill_up(T data, T filling, unsigned short d, unsigned short modulo = MKPY_W) {
-    return ::mkpy::fill(data, filling, d, modulo, true);
-}
-template <class T> inline T simd_shuffle_and_fill_down(T data, T filling, unsigned short d, unsigned short modulo = MKPY_W) {
-    return ::mkpy::fill(data, filling, d, modulo, false);
-}
-template <class T> inline T simd_broadcast_first(T v) {
-    uint32_t mask, lane;
-    const unsigned char *s = ::mkpy::exchange(v, mask, lane);
-    return ::mkpy::slot<T>(s, (unsigned)__builtin_ctz(mask));
-}
-inline ::mkpy::vote simd_ballot(bool b) {
-    uint32_t mask, lane;
-    const unsigned char *s = ::mkpy::exchange(b, mask, lane);
-    uint64_t v = 0;
-    for (unsigned i = 0; i < MKPY_W; i++)
-        if ((mask >> i & 1u) && ::mkpy::slot<bool>(s, i)) v |= 1ull << i;
-    return {v};
-}
-inline ::mkpy::vote simd_active_threads_mask() {
-    uint32_t mask, lane;
-    ::mkpy::exchange(char(0), mask, lane);
-    return {mask};
-}
-inline bool simd_all(bool b) {
-    uint32_t mask, lane;
-    const unsigned char *s = ::mkpy::exchange(b, mask, lane);
-    for (unsigned i = 0; i < MKPY_W; i++)
-        if ((mask >> i & 1u) && !::mkpy::slot<bool>(s, i)) return false;
-    return true;
-}
-inline bool simd_any(bool b) {
-    uint32_t mask, lane;
-    const unsigned char *s = ::mkpy::exchange(b, mask, lane);
-    for (unsigned i = 0; i < MKPY_W; i++)
-        if ((mask >> i & 1u) && ::mkpy::slot<bool>(s, i)) return true;
-    return false;
-}
-inline bool simd_is_first() {
-    uint32_t mask, lane;
-    ::mkpy::exchange(char(0), mask, lane);
-    return lane == (uint32_t)__builtin_ctz(mask);
-}
+// ------------------------------------------------------------ votes
+// simd_vote / quad_vote as in MSL 6.9.2: an explicit conversion to vote_t,
+// bit i for lane i; all() is true when every lane of the (32-wide) group is set.
+struct simd_vote {
+    typedef uint64_t vote_t;
+    explicit constexpr simd_vote(vote_t v = 0) : v_(v) {}
+    explicit constexpr operator vote_t() const { return v_; }
+    constexpr bool all() const { return (v_ & 0xffffffffull) == 0xffffffffull; }
+    constexpr bool any() const { return (v_ & 0xffffffffull) != 0; }
 
-// ---------------------------------------------------- quad-group functions
-template <class T> inline T quad_sum(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(a + b); }); }
-template <class T> inline T quad_product(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(a * b); }); }
-template <class T> inline T quad_min(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(min(a, b)); }); }
-template <class T> inline T quad_max(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(max(a, b)); }); }
-template <class T> inline T quad_and(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(a & b); }); }
-template <class T> inline T quad_or(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(a | b); }); }
-template <class T> inline T quad_xor(T v) { return ::mkpy::reduce(v, 4, [](T a, T b) { return T(a ^ b); }); }
-template <class T> inline T quad_prefix_inclusive_sum(T v) {
-    return ::mkpy::prefix(v, 4, true, T(0), [](T a, T b) { return T(a + b); });
-}
-template <class T> inline T quad_prefix_exclusive_sum(T v) {
-    return ::mkpy::prefix(v, 4, false, T(0), [](T a, T b) { return T(a + b); });
-}
-template <class T> inline T quad_prefix_inclusive_product(T v) {
-    return ::mkpy::prefix(v, 4, true, T(1), [](T a, T b) { return T(a * b); });
-}
-template <class T> inline T quad_prefix_exclusive_product(T v) {
-    return ::mkpy::prefix(v, 4, false, T(1), [](T a, T b) { return T(a * b); });
-}
-template <class T> inline T quad_shuffle(T v, unsigned short lane) { return ::mkpy::take(v, 4, ::mkpy::pick_abs, lane); }
-template <class T> inline T quad_broadcast(T v, unsigned short lane) { return ::mkpy::take(v, 4, ::mkpy::pick_abs, lane); }
-template <class T> inline T quad_shuffle_up(T v, unsigned short d) { return ::mkpy::take(v, 4, ::mkpy::pick_up, d); }
-template <class T> inline T quad_shuffle_down(T v, unsigned short d) { return ::mkpy::take(v, 4, ::mkpy::pick_down, d); }
-template <class T> inline T quad_shuffle_xor(T v, unsigned short m) { return ::mkpy::take(v, 4, ::mkpy::pick_xor, m); }
-template <class T> inline T quad_shuffle_rotate_up(T v, unsigned short d) { return ::mkpy::take(v, 4, ::mkpy::pick_rot_up, d); }
-template <class T> inline T quad_shuffle_rotate_down(T v, unsigned short d) { return ::mkpy::take(v, 4, ::mkpy::pick_rot_down, d); }
-template <class T> inline T quad_shuffle_and_fill_up(T data, T filling, unsigned short d, unsigned short modulo = 4) {
-    return ::mkpy::fill(data, filling, d, modulo, true);
-}
-template <class T> inline T quad_shuffle_and_fill_down(T data, T filling, unsigned short d, unsigned short modulo = 4) {
-    return ::mkpy::fill(data, filling, d, modulo, false);
-}
-template <class T> inline T quad_broadcast_first(T v) {
+  private:
+    vote_t v_;
+};
+struct quad_vote {
+    typedef unsigned short vote_t;
+    explicit constexpr quad_vote(vote_t v = 0) : v_(v) {}
+    explicit constexpr operator vote_t() const { return v_; }
+    constexpr bool all() const { return (v_ & 0xfu) == 0xfu; }
+    constexpr bool any() const { return (v_ & 0xfu) != 0; }
+
+  private:
+    vote_t v_;
+};
+
+// ---------------------------------------------------- SIMD-group functions
+// Semantics: Metal Shading Language Specification, 6.9.2. Every function
+// takes part only with the active lanes of the SIMD-group.
+#define MKPY_W MKPY_SIMD_WIDTH
+#define MKPY_REDUCE(name, width, expr)                                                              \
+    template <class T> inline T name(T v, MKPY_SITE) {                                              \
+        return ::mkpy::reduce(v, width, [](T a, T b) { return T(expr); }, MKPY_AT);                   \
+    }
+#define MKPY_PREFIX(name, width, incl, ident, expr)                                                 \
+    template <class T> inline T name(T v, MKPY_SITE) {                                              \
+        return ::mkpy::prefix(v, width, incl, T(ident), [](T a, T b) { return T(expr); }, MKPY_AT);   \
+    }
+#define MKPY_TAKE(name, width, pick)                                                                \
+    template <class T> inline T name(T v, ushort arg, MKPY_SITE) {                                  \
+        return ::mkpy::take(v, width, ::mkpy::pick, arg, MKPY_AT);                                  \
+    }
+#define MKPY_GROUP_FUNCTIONS(P, width)                                                              \
+    MKPY_REDUCE(P##_sum, width, a + b)                                                              \
+    MKPY_REDUCE(P##_product, width, a * b)                                                          \
+    MKPY_REDUCE(P##_min, width, min(a, b))                                                          \
+    MKPY_REDUCE(P##_max, width, max(a, b))                                                          \
+    MKPY_REDUCE(P##_and, width, a & b)                                                              \
+    MKPY_REDUCE(P##_or, width, a | b)                                                               \
+    MKPY_REDUCE(P##_xor, width, a ^ b)                                                              \
+    MKPY_PREFIX(P##_prefix_inclusive_sum, width, true, 0, a + b)                                    \
+    MKPY_PREFIX(P##_prefix_exclusive_sum, width, false, 0, a + b)                                   \
+    MKPY_PREFIX(P##_prefix_inclusive_product, width, true, 1, a * b)                                \
+    MKPY_PREFIX(P##_prefix_exclusive_product, width, false, 1, a * b)                               \
+    MKPY_TAKE(P##_shuffle, width, pick_abs)                                                         \
+    MKPY_TAKE(P##_broadcast, width, pick_abs)                                                       \
+    MKPY_TAKE(P##_shuffle_up, width, pick_up)                                                       \
+    MKPY_TAKE(P##_shuffle_down, width, pick_down)                                                   \
+    MKPY_TAKE(P##_shuffle_xor, width, pick_xor)                                                     \
+    MKPY_TAKE(P##_shuffle_rotate_up, width, pick_rot_up)                                            \
+    MKPY_TAKE(P##_shuffle_rotate_down, width, pick_rot_down)                                        \
+    template <class T> inline T P##_shuffle_and_fill_up(T data, T filling, ushort delta, ushort modulo, MKPY_SITE) { \
+        return ::mkpy::fill(data, filling, delta, modulo, true, MKPY_AT);                           \
+    }                                                                                               \
+    template <class T> inline T P##_shuffle_and_fill_up(T data, T filling, ushort delta, MKPY_SITE) { \
+        return ::mkpy::fill(data, filling, delta, width, true, MKPY_AT);                            \
+    }                                                                                               \
+    template <class T> inline T P##_shuffle_and_fill_down(T data, T filling, ushort delta, ushort modulo, MKPY_SITE) { \
+        return ::mkpy::fill(data, filling, delta, modulo, false, MKPY_AT);                          \
+    }                                                                                               \
+    template <class T> inline T P##_shuffle_and_fill_down(T data, T filling, ushort delta, MKPY_SITE) { \
+        return ::mkpy::fill(data, filling, delta, width, false, MKPY_AT);                           \
+    }                                                                                               \
+    template <class T> inline T P##_broadcast_first(T v, MKPY_SITE) {                              \
+        uint32_t mask, lane;                                                                        \
+        unsigned char *s = ::mkpy::exchange(v, mask, lane, MKPY_AT);                          \
+        unsigned lo = lane / width * width;                                                         \
+        uint32_t seg = (mask >> lo) & (uint32_t)((1ull << width) - 1);                             \
+        return ::mkpy::slot<T>(s, lo + (unsigned)__builtin_ctz(seg));                               \
+    }                                                                                               \
+    inline bool P##_is_first(MKPY_SITE) {                                                           \
+        uint32_t lane, mask = ::mkpy::active_mask(MKPY_AT, lane);                                   \
+        unsigned lo = lane / width * width;                                                         \
+        return lane == lo + (unsigned)__builtin_ctz((mask >> lo) & (uint32_t)((1ull << width) - 1)); \
+    }                                                                                               \
+    inline bool P##_all(bool b, MKPY_SITE) {                                                        \
+        uint32_t mask, lane, v = ::mkpy::ballot(b, MKPY_AT, mask, lane);                            \
+        unsigned lo = lane / width * width;                                                         \
+        uint32_t seg = (uint32_t)((1ull << width) - 1) << lo;                                       \
+        return (v & seg) == (mask & seg);                                                           \
+    }                                                                                               \
+    inline bool P##_any(bool b, MKPY_SITE) {                                                        \
+        uint32_t mask, lane, v = ::mkpy::ballot(b, MKPY_AT, mask, lane);                            \
+        unsigned lo = lane / width * width;                                                         \
+        return (v >> lo & (uint32_t)((1ull << width) - 1)) != 0;                                    \
+    }                                                                                               \
+    inline bool P##_is_helper_thread() { return false; } /* no helper threads in compute kernels */
+
+MKPY_GROUP_FUNCTIONS(simd, MKPY_W)
+MKPY_GROUP_FUNCTIONS(quad, 4)
+
+inline simd_vote simd_ballot(bool b, MKPY_SITE) {
     uint32_t mask, lane;
-    const unsigned char *s = ::mkpy::exchange(v, mask, lane);
-    unsigned q = (mask >> (lane / 4 * 4)) & 0xfu;
-    return ::mkpy::slot<T>(s, lane / 4 * 4 + (unsigned)__builtin_ctz(q));
+    return simd_vote(::mkpy::ballot(b, MKPY_AT, mask, lane));
 }
-inline ::mkpy::vote quad_ballot(bool b) {
+inline simd_vote simd_active_threads_mask(MKPY_SITE) {
+    uint32_t lane;
+    return simd_vote(::mkpy::active_mask(MKPY_AT, lane));
+}
+// quad votes: bit k for lane k of the caller's quad
+inline quad_vote quad_ballot(bool b, MKPY_SITE) {
     uint32_t mask, lane;
-    const unsigned char *s = ::mkpy::exchange(b, mask, lane);
-    uint64_t v = 0;
-    for (unsigned i = lane / 4 * 4, k = 0; k < 4; i++, k++)
-        if ((mask >> i & 1u) && ::mkpy::slot<bool>(s, i)) v |= 1ull << k;
-    return {v};
+    uint32_t v = ::mkpy::ballot(b, MKPY_AT, mask, lane);
+    return quad_vote((unsigned short)(v >> (lane / 4 * 4) & 0xfu));
 }
-inline bool quad_all(bool b) { return (uint64_t)quad_ballot(b) == (uint64_t)quad_ballot(true); }
-inline bool quad_any(bool b) { return (uint64_t)quad_ballot(b) != 0; }
+inline quad_vote quad_active_threads_mask(MKPY_SITE) {
+    uint32_t lane, mask = ::mkpy::active_mask(MKPY_AT, lane);
+    return quad_vote((unsigned short)(mask >> (lane / 4 * 4) & 0xfu));
+}
+#undef MKPY_GROUP_FUNCTIONS
+#undef MKPY_REDUCE
+#undef MKPY_PREFIX
+#undef MKPY_TAKE
 #undef MKPY_W
 
 // ------------------------------------------------------------- atomics
+// MSL 6.15: atomic<T> objects in device or threadgroup memory, relaxed order.
+// The value arguments are not deduced (Metal's functions are per-type
+// overloads, so `atomic_store_explicit(&u, 0, ...)` on an atomic_uint works).
 enum memory_order { memory_order_relaxed, memory_order_seq_cst };
+enum thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
 
 template <class T>
 struct atomic {
@@ -273,28 +327,41 @@ using atomic_int = atomic<int>;
 using atomic_uint = atomic<unsigned int>;
 using atomic_float = atomic<float>;
 using atomic_bool = atomic<bool>;
+using atomic_ulong = atomic<unsigned long>;
+using atomic_long = atomic<long>;
+
+template <class T>
+struct mkpy_nd {
+    using type = T;
+};
+template <class T>
+using mkpy_nd_t = typename mkpy_nd<T>::type;
+
+inline void atomic_thread_fence(mem_flags, memory_order, thread_scope = thread_scope_device) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 
 template <class T> inline T atomic_load_explicit(const volatile atomic<T> *o, memory_order) {
     T v;
     __atomic_load((T *)&o->value, &v, __ATOMIC_RELAXED);
     return v;
 }
-template <class T> inline void atomic_store_explicit(volatile atomic<T> *o, T v, memory_order) {
+template <class T> inline void atomic_store_explicit(volatile atomic<T> *o, mkpy_nd_t<T> v, memory_order) {
     __atomic_store((T *)&o->value, &v, __ATOMIC_RELAXED);
 }
-template <class T> inline T atomic_exchange_explicit(volatile atomic<T> *o, T v, memory_order) {
+template <class T> inline T atomic_exchange_explicit(volatile atomic<T> *o, mkpy_nd_t<T> v, memory_order) {
     T old;
     __atomic_exchange((T *)&o->value, &v, &old, __ATOMIC_RELAXED);
     return old;
 }
 template <class T>
-inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T> *o, T *expected, T desired, memory_order,
-                                                  memory_order) {
+inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T> *o, mkpy_nd_t<T> *expected, mkpy_nd_t<T> desired,
+                                                  memory_order, memory_order) {
     return __atomic_compare_exchange((T *)&o->value, expected, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 template <class T>
-inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T> *o, T *expected, T desired, memory_order,
-                                                    memory_order) {
+inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T> *o, mkpy_nd_t<T> *expected,
+                                                    mkpy_nd_t<T> desired, memory_order, memory_order) {
     return __atomic_compare_exchange((T *)&o->value, expected, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 // read-modify-write through a compare-and-swap loop (floats, min/max)
@@ -320,6 +387,13 @@ MKPY_RMW(xor, true, a ^ b)
 MKPY_RMW(min, false, b < a ? b : a)
 MKPY_RMW(max, false, b > a ? b : a)
 #undef MKPY_RMW
+// the non-returning forms (MSL Table 6.26)
+template <class T, class U> inline void atomic_min_explicit(volatile atomic<T> *o, U u, memory_order m) {
+    atomic_fetch_min_explicit(o, u, m);
+}
+template <class T, class U> inline void atomic_max_explicit(volatile atomic<T> *o, U u, memory_order m) {
+    atomic_fetch_max_explicit(o, u, m);
+}
 
 } // namespace metal
 

@@ -31,6 +31,13 @@ struct mkpy_launch {
 /* The bytes one lane may contribute to a SIMD-group exchange (a long4). */
 #define MKPY_SIMD_SLOT 32
 #define MKPY_SIMD_WIDTH 32
+/* The exchange buffer: the values of the lanes that took part (a slot per
+ * lane), then a memo slot per lane (a result computed once for a segment of
+ * lanes, e.g. a reduction, kept at the segment's first lane), then a uint32
+ * mask of the memo slots filled since the release (the runtime clears it). */
+#define MKPY_SIMD_MEMO (MKPY_SIMD_WIDTH * MKPY_SIMD_SLOT)
+#define MKPY_SIMD_MEMO_VALID (2 * MKPY_SIMD_WIDTH * MKPY_SIMD_SLOT)
+#define MKPY_SIMD_BUFFER (2 * MKPY_SIMD_WIDTH * MKPY_SIMD_SLOT + 16)
 #define MKPY_MAX_THREADGROUP_MEMORY 32768
 
 /* The cooperative runtime, called by kernel code running on a fiber. */
@@ -38,11 +45,13 @@ struct mkpy_coop_api {
     /* threadgroup_barrier / simdgroup_barrier at a source location */
     void (*barrier)(const char *file, int line);
     void (*simd_barrier)(const char *file, int line);
-    /* Deposits `size` bytes for this lane, waits for the SIMD-group's other
-     * active lanes, and returns the SIMD-group's slots (MKPY_SIMD_SLOT bytes
-     * each, indexed by lane), the mask of lanes that took part and the
-     * caller's lane. */
-    const unsigned char *(*simd_exchange)(const void *value, size_t size, uint32_t *active_mask, uint32_t *lane);
+    /* Deposits `size` bytes for this lane at a call site (file, line,
+     * column), waits for the lanes of the SIMD-group that take part (the
+     * active lanes at that call site), and returns the exchange buffer (see
+     * MKPY_SIMD_BUFFER; valid until the caller's next exchange), the mask of
+     * lanes that took part and the caller's lane. */
+    unsigned char *(*simd_exchange)(const void *value, size_t size, uint32_t *active_mask, uint32_t *lane,
+                                    const char *file, int line, int column);
     /* Records a threadgroup variable (address, bytes) the first time each
      * thread meets it; fails the launch past MKPY_MAX_THREADGROUP_MEMORY. */
     void (*threadgroup_alloc)(const void *addr, size_t size, const char *file, int line);
