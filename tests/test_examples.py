@@ -1,0 +1,105 @@
+"""Every script in examples/ runs in its own interpreter, exits 0 and ends with a check line
+that says True (or OK).
+
+The scripts run concurrently (one per core) and share one fresh kernel cache directory, so a
+kernel that several examples use compiles once. Examples that need an op this build does not
+have yet are skipped with the op named; they run as soon as it exists. Examples that show an
+MLX behaviour mkpy does not reproduce yet are xfailed while the divergence is there.
+"""
+import concurrent.futures
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import mkpy as mx
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+TIMEOUT_S = 180
+
+# example -> the mkpy attributes it needs (dotted, relative to the mkpy module)
+NEEDS = {
+    "guide000_rmsnorm_validation.py": ["fast.rms_norm"],
+    "guide002_rmsnorm_fallback.py": ["fast.rms_norm"],
+    "guide002_robust_wrapper.py": ["fast.rms_norm"],
+    "guide004_tiled_gemm.py": ["matmul"],
+    "guide004_compile_wrapper.py": ["compile"],
+    "guide004_capture.py": ["metal.start_capture", "metal.stop_capture"],
+}
+
+
+# example -> mkpy divergence from MLX that makes it fail today (the example shows MLX's behaviour)
+FLOAT_GRID = ("mkpy accepts a float32 array as a grid/threadgroup entry (converting it like int()); "
+              "MLX 0.32 raises TypeError (nanobind takes ints or __index__: 0-d integer arrays only)")
+DIVERGES = {
+    "guide001_depthwise.py": FLOAT_GRID,
+    "guide001_grid_scalars.py": FLOAT_GRID,
+}
+
+
+def _float_grid_accepted():
+    k = mx.fast.metal_kernel(name="probe_grid", input_names=[], output_names=["out"], source="out[0] = 0;")
+    try:
+        k(inputs=[], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(mx.array(1.0), 1, 1),
+          threadgroup=(1, 1, 1))
+    except TypeError:
+        return False
+    return True
+
+
+def _missing(name):
+    out = []
+    for dotted in NEEDS.get(name, []):
+        obj = mx
+        for part in dotted.split("."):
+            obj = getattr(obj, part, None)
+        if obj is None:
+            out.append("mx." + dotted)
+    return out
+
+
+def _run(path, cache_dir):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["MKPY_CACHE_DIR"] = cache_dir
+    env["PYTHONIOENCODING"] = "utf-8"
+    try:
+        return subprocess.run([sys.executable, str(path)], cwd=str(ROOT), env=env, capture_output=True,
+                              text=True, encoding="utf-8", timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        return e
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Starts every runnable example at once (bounded by the core count); name -> future."""
+    cache_dir = tempfile.mkdtemp(prefix="mkpy-examples-cache-")
+    workers = max(2, os.cpu_count() or 2)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {p.name: pool.submit(_run, p, cache_dir) for p in EXAMPLES if not _missing(p.name)}
+        yield futures
+
+
+def test_examples_exist():
+    assert len(EXAMPLES) >= 30
+
+
+@pytest.mark.parametrize("name", [p.name for p in EXAMPLES])
+def test_example(name, results):
+    missing = _missing(name)
+    if missing:
+        pytest.skip("needs " + ", ".join(missing) + " (not in this build yet)")
+    proc = results[name].result()
+    if isinstance(proc, subprocess.TimeoutExpired):
+        pytest.fail(f"{name} ran longer than {TIMEOUT_S} s")
+    if proc.returncode != 0 and name in DIVERGES and _float_grid_accepted():
+        pytest.xfail(DIVERGES[name])
+    report = f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{name} exited with {proc.returncode}\n{report}"
+    lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, f"{name} printed nothing\n{report}"
+    assert lines[-1].endswith(("True", "OK")), f"{name}: the check line does not say True\n{report}"
