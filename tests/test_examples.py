@@ -3,8 +3,7 @@ that says True (or OK).
 
 The scripts run concurrently (one per core) and share one fresh kernel cache directory, so a
 kernel that several examples use compiles once. Examples that need an op this build does not
-have yet are skipped with the op named; they run as soon as it exists. Examples that show an
-MLX behaviour mkpy does not reproduce yet are xfailed while the divergence is there.
+have yet are skipped with the op named; they run as soon as it exists.
 """
 import concurrent.futures
 import os
@@ -30,25 +29,6 @@ NEEDS = {
     "guide004_compile_wrapper.py": ["compile"],
     "guide004_capture.py": ["metal.start_capture", "metal.stop_capture"],
 }
-
-
-# example -> mkpy divergence from MLX that makes it fail today (the example shows MLX's behaviour)
-FLOAT_GRID = ("mkpy accepts a float32 array as a grid/threadgroup entry (converting it like int()); "
-              "MLX 0.32 raises TypeError (nanobind takes ints or __index__: 0-d integer arrays only)")
-DIVERGES = {
-    "guide001_depthwise.py": FLOAT_GRID,
-    "guide001_grid_scalars.py": FLOAT_GRID,
-}
-
-
-def _float_grid_accepted():
-    k = mx.fast.metal_kernel(name="probe_grid", input_names=[], output_names=["out"], source="out[0] = 0;")
-    try:
-        k(inputs=[], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(mx.array(1.0), 1, 1),
-          threadgroup=(1, 1, 1))
-    except TypeError:
-        return False
-    return True
 
 
 def _missing(name):
@@ -96,8 +76,6 @@ def test_example(name, results):
     proc = results[name].result()
     if isinstance(proc, subprocess.TimeoutExpired):
         pytest.fail(f"{name} ran longer than {TIMEOUT_S} s")
-    if proc.returncode != 0 and name in DIVERGES and _float_grid_accepted():
-        pytest.xfail(DIVERGES[name])
     report = f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
     assert proc.returncode == 0, f"{name} exited with {proc.returncode}\n{report}"
     lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
