@@ -158,6 +158,18 @@ mk_array *mk_random_categorical(mk_array *logits, int axis, int mode, int ndim, 
 mk_array *mk_random_permutation_n(int64_t n, mk_array *key);
 mk_array *mk_random_permutation(mk_array *x, int axis, mk_array *key);
 
+/* ---- mx.fast reference ops (ops_fast.c) ---------------------------------- */
+/* weight (and bias) may be NULL; eps is a C float, as MLX's. */
+mk_array *mk_rms_norm(mk_array *x, mk_array *weight, float eps);
+mk_array *mk_layer_norm(mk_array *x, mk_array *weight, mk_array *bias, float eps);
+/* offset: an integer array (0-d or one value per batch); freqs may be NULL,
+ * and then has_base must be set (exactly one of the two, as MLX checks). */
+mk_array *mk_rope(mk_array *x, int64_t dims, bool traditional, bool has_base, float base, float scale,
+                  mk_array *offset, mk_array *freqs);
+/* causal: MLX's mask="causal" (lower-right aligned); mask and sinks may be NULL. */
+mk_array *mk_sdpa(mk_array *q, mk_array *k, mk_array *v, float scale, bool causal, mk_array *mask,
+                  mk_array *sinks, bool force_fused);
+
 /* Normalises an axis against ndim; -1 with MLX's IndexError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);
