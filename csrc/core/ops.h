@@ -123,6 +123,41 @@ void mk_copy_into(const mk_array *src, void *dst, const int64_t *dst_strides);
  * (start in [0, dim], stop in [-1, dim], step != 0), as numpy's slice.indices. */
 mk_array *mk_slice(mk_array *x, const int64_t *start, const int64_t *stop, const int64_t *step);
 
+/* ---- gathers and scatters (ops_index.c) ---------------------------------- */
+/* An indexing plan over the dims of x: each dim is sliced (start, step, len),
+ * fixed at one in-range index (MK_IDX_INT, start), or indexed by integer
+ * array `arr`. The index arrays broadcast together to a shape B. The gather
+ * has shape rest[:bpos] + B + rest[bpos:], where rest lists the sliced dims'
+ * lengths in order (numpy's placement of advanced-index dims is the caller's
+ * choice of bpos). Array indices wrap once when negative; gathers clamp what
+ * is still out of range to the axis, scatters drop those updates. */
+typedef enum { MK_IDX_SLICE, MK_IDX_INT, MK_IDX_ARRAY } mk_idx_kind;
+typedef struct {
+    int kind;            /* mk_idx_kind */
+    int arr;             /* MK_IDX_ARRAY: which index array */
+    int64_t start, step, len;
+} mk_index_dim;
+typedef enum { MK_SCATTER_NONE, MK_SCATTER_SUM, MK_SCATTER_PROD, MK_SCATTER_MAX, MK_SCATTER_MIN } mk_scatter_op;
+
+mk_array *mk_gather(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos);
+/* updates: any dtype (cast to x's), broadcastable to the gather's shape. The
+ * result has x's shape and dtype. */
+mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
+                     mk_array *updates, mk_scatter_op op);
+/* The gather's shape for a plan (B from the index shapes); ndim or -1 with
+ * the error worded for op ("gather" or "scatter"). */
+int mk_gather_shape(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
+                    const char *op, int64_t *shape);
+/* take along an axis (MLX's take with an array; has_axis false: flattened). */
+mk_array *mk_take(mk_array *x, mk_array *idx, int axis, bool has_axis);
+/* take with one Python int: MLX's slice + squeeze. */
+mk_array *mk_take_int(mk_array *x, int64_t index, int axis, bool has_axis);
+mk_array *mk_take_along_axis(mk_array *x, mk_array *idx, int axis, bool has_axis);
+mk_array *mk_put_along_axis(mk_array *x, mk_array *idx, mk_array *values, int axis, bool has_axis);
+/* x[mask] = values, as MLX's masked_scatter (mask: bool, a leading part of
+ * x's shape; values consumed in row-major order). */
+mk_array *mk_masked_scatter(mk_array *x, mk_array *mask, mk_array *values);
+
 /* ---- random (random.c) --------------------------------------------------- */
 /* Keys are uint32 arrays of shape (2,), as MLX's. */
 mk_array *mk_random_key(uint64_t seed);

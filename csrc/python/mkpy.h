@@ -140,5 +140,11 @@ mk_array *mkpy_isclose_args(const char *fname, PyObject *const *args, Py_ssize_t
 
 /* Basic and advanced indexing (py_index.c). */
 PyObject *mkpy_getitem(PyMkArray *self, PyObject *key);
+/* x[key] = value (replaces self's array, as MLX), and the x.at object
+ * (py_indexops.c). */
+int mkpy_setitem(PyMkArray *self, PyObject *key, PyObject *value);
+PyObject *mkpy_array_at(PyObject *self);
+/* Adds the ArrayAt type to the module (module.c). */
+int mkpy_indexops_init(PyObject *m);
 
 #endif

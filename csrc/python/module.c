@@ -36,6 +36,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (PyType_Ready(&PyMkArray_Type) < 0) goto error;
     if (PyModule_AddObjectRef(m, "array", (PyObject *)&PyMkArray_Type) < 0) goto error;
     if (mkpy_dtype_init(m) < 0) goto error;
+    if (mkpy_indexops_init(m) < 0) goto error;
     PyMethodDef *tables[] = {mkpy_dtype_functions,  mkpy_ops_functions,   mkpy_device_functions,
                              mkpy_reduce_functions, mkpy_shape_functions, mkpy_create_functions,
                              mkpy_linalg_functions, mkpy_sort_functions,  mkpy_indexops_functions};

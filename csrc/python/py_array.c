@@ -173,6 +173,10 @@ static PyObject *get_imag(PyMkArray *self, void *c) {
     (void)c;
     return mkpy_wrap(mk_unary(MK_UNARY_imag, self->arr));
 }
+static PyObject *get_at(PyObject *self, void *c) {
+    (void)c;
+    return mkpy_array_at(self);
+}
 
 static PyGetSetDef array_getset[] = {
     {"shape", (getter)get_shape, NULL, "The array's dimensions, as a tuple.", NULL},
@@ -184,6 +188,7 @@ static PyGetSetDef array_getset[] = {
     {"T", (getter)get_T, NULL, "The transposed array (axes reversed).", NULL},
     {"real", (getter)get_real, NULL, "The real part.", NULL},
     {"imag", (getter)get_imag, NULL, "The imaginary part.", NULL},
+    {"at", (getter)get_at, NULL, "Updates at indices that return new arrays: x.at[idx].add(y), ...", NULL},
     {NULL},
 };
 
@@ -637,9 +642,14 @@ static Py_ssize_t array_len(PyMkArray *self) {
 
 static PyObject *array_getitem(PyObject *self, PyObject *key) { return mkpy_getitem((PyMkArray *)self, key); }
 
+static int array_setitem(PyObject *self, PyObject *key, PyObject *v) {
+    return mkpy_setitem((PyMkArray *)self, key, v);
+}
+
 static PyMappingMethods array_as_mapping = {
     .mp_length = (lenfunc)array_len,
     .mp_subscript = array_getitem,
+    .mp_ass_subscript = array_setitem,
 };
 
 static PySequenceMethods array_as_sequence = {

@@ -1,0 +1,1131 @@
+/* Gathers and scatters: advanced indexing, take, take_along_axis,
+ * put_along_axis, x[idx] = v, x.at[idx].add(v) and x[mask] = v.
+ *
+ * One plan describes both directions (ops.h, mk_index_dim): each dim of x is
+ * sliced, fixed at an int, or indexed by an integer array; the arrays
+ * broadcast to B. Output (or update) row r is one combination of the sliced
+ * dims before B ("pre") and of B; each row moves a strided block made of the
+ * sliced dims after B ("post"). A walker turns a row number into the row's
+ * offset in x, in the other array and in each index array.
+ *
+ * Out-of-range array indices: MLX reads and writes out of bounds. Here a
+ * negative index wraps once (as MLX), then gathers clamp to the axis and
+ * scatters drop the update, as JAX's defaults, so nothing can crash (the
+ * MLX docs' grid_sample gathers at -1 and W and masks those taps afterwards).
+ *
+ * Scatters run in parallel without atomics. Two rows write the same elements
+ * exactly when their target offsets (the row's first element) are equal, so
+ * either each thread takes the rows whose target offset falls in its share of
+ * the output (rows applied in order, so repeated indices accumulate, and the
+ * last assignment wins), or, with few rows and long blocks, each thread takes
+ * a share of every block. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "iter.h"
+#include "ops.h"
+#include "pool.h"
+#include "types.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static inline int64_t load_index(mk_dtype t, const char *p) {
+    switch (t) {
+    case MK_UINT8: return *(const uint8_t *)p;
+    case MK_UINT16: return *(const uint16_t *)p;
+    case MK_UINT32: return *(const uint32_t *)p;
+    case MK_UINT64: {
+        uint64_t v = *(const uint64_t *)p;
+        return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+    }
+    case MK_INT8: return *(const int8_t *)p;
+    case MK_INT16: return *(const int16_t *)p;
+    case MK_INT32: return *(const int32_t *)p;
+    case MK_INT64: return *(const int64_t *)p;
+    default: return 0;
+    }
+}
+
+/* wraps a negative index once; -1 when still out of range */
+static inline int64_t norm_index(int64_t v, int64_t n) {
+    if (v < 0) v += n;
+    return v < 0 || v >= n ? -1 : v;
+}
+static inline int64_t clamp_index(int64_t v, int64_t n) {
+    if (v < 0) v += n;
+    return v < 0 ? 0 : v >= n ? n - 1 : v;
+}
+
+/* dst[i * ds] = src[i * ss] for i < n, elements of sz bytes */
+static void copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t sz) {
+    if (ds == 1 && ss == 1) {
+        memcpy(dst, src, (size_t)n * sz);
+        return;
+    }
+#define LOOP(T)                                                                                        \
+    {                                                                                                  \
+        T *d = (T *)dst;                                                                               \
+        const T *s = (const T *)src;                                                                   \
+        for (int64_t i = 0; i < n; i++) d[i * ds] = s[i * ss];                                         \
+        return;                                                                                        \
+    }
+    switch (sz) {
+    case 1: LOOP(uint8_t)
+    case 2: LOOP(uint16_t)
+    case 4: LOOP(uint32_t)
+    case 8: LOOP(uint64_t)
+    default: break;
+    }
+#undef LOOP
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds * (int64_t)sz, src + i * ss * (int64_t)sz, sz);
+}
+
+static int check_index_dtype(const char *op, const char *bool_msg, mk_array *idx) {
+    if (idx->dtype == MK_BOOL) {
+        mk_error_set(MK_ERR_VALUE, "%s", bool_msg);
+        return -1;
+    }
+    if (!mk_is_integral(idx->dtype)) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Got indices with invalid dtype. Indices must be integral.", op);
+        return -1;
+    }
+    return 0;
+}
+
+/* The output gets its input's buffer when nothing else can see it (the
+ * primitive holds the only reference, the buffer is mkpy's own, dense and
+ * not shared): x[i] = v in a loop then costs O(update), not O(x), as MLX's
+ * buffer donation. Otherwise a dense copy. */
+static int init_from(mk_array *out, mk_array *x) {
+    size_t isz = mk_dtype_size(x->dtype);
+    if (atomic_load(&x->refcnt) == 1 && x->buf && atomic_load(&x->buf->refcnt) == 1 && !x->buf->release &&
+        x->offset == 0 && (x->flags & MK_ROW_CONTIG) && x->buf->nbytes == (size_t)x->size * isz &&
+        x->ndim == out->ndim && out->dtype == x->dtype) {
+        mk_buffer_incref(x->buf);
+        if (out->buf) mk_buffer_decref(out->buf);
+        out->buf = x->buf;
+        mk_set_row_contiguous(out);
+        return 0;
+    }
+    if (mk_alloc_out(out) < 0) return -1;
+    mk_copy_into(x, mk_data(out), out->strides);
+    return 0;
+}
+
+/* ------------------------------------------------------------ the plan */
+
+typedef struct {
+    int xnd, narr, nB, bpos, op;
+    mk_index_dim dims[MK_MAX_NDIM];
+    int64_t B[MK_MAX_NDIM];
+} gs_params;
+
+/* Validates a plan and fills params and the gather shape. Returns its ndim. */
+static int make_plan(const char *op, mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
+                     gs_params *p, int64_t *shape) {
+    const char *bool_msg =
+        op[0] == 'g' ? "[Gather] Boolean indices not supported." : "[scatter] Boolean indices not supported.";
+    memset(p, 0, sizeof *p);
+    p->xnd = x->ndim;
+    p->narr = narr;
+    p->bpos = bpos;
+    if (narr > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Too many index arrays.", op);
+        return -1;
+    }
+    for (int k = 0; k < narr; k++)
+        if (check_index_dtype(op, bool_msg, idx[k]) < 0) return -1;
+    int nB = 0;
+    for (int k = 0; k < narr; k++) {
+        int64_t t[MK_MAX_NDIM];
+        nB = mk_broadcast_shapes(nB, p->B, idx[k]->ndim, idx[k]->shape, t);
+        if (nB < 0) return -1;
+        memcpy(p->B, t, nB * sizeof *t);
+    }
+    p->nB = nB;
+    int64_t rest[MK_MAX_NDIM];
+    int nrest = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        p->dims[d] = dims[d];
+        if (dims[d].kind == MK_IDX_SLICE) rest[nrest++] = dims[d].len;
+    }
+    if (bpos < 0 || bpos > nrest) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Invalid position for the indexed dims.", op);
+        return -1;
+    }
+    int nd = nrest + nB;
+    if (nd > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Arrays of more than %d dimensions are not supported.", op, MK_MAX_NDIM);
+        return -1;
+    }
+    int g = 0;
+    for (int r = 0; r < bpos; r++) shape[g++] = rest[r];
+    for (int j = 0; j < nB; j++) shape[g++] = p->B[j];
+    for (int r = bpos; r < nrest; r++) shape[g++] = rest[r];
+    return nd;
+}
+
+int mk_gather_shape(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos, const char *op,
+                    int64_t *shape) {
+    gs_params p;
+    return make_plan(op, x, dims, narr, idx, bpos, &p, shape);
+}
+
+/* ------------------------------------------------------------ the walker */
+
+typedef struct {
+    int nout; /* outer dims: pre sliced dims, then B */
+    int64_t shape[MK_MAX_NDIM];
+    int64_t ts[MK_MAX_NDIM];               /* stride in the target (x or the scatter's output) */
+    int64_t os[MK_MAX_NDIM];               /* stride in the other array (output or updates) */
+    int64_t is[MK_MAX_NDIM][MK_MAX_NDIM];  /* [array][dim] */
+    int64_t total;
+    int narr;
+    const char *idata[MK_MAX_NDIM];
+    mk_dtype itype[MK_MAX_NDIM];
+    size_t isz[MK_MAX_NDIM];
+    int64_t alen[MK_MAX_NDIM], astride[MK_MAX_NDIM]; /* per array: axis length, target stride */
+    int64_t tconst;
+    mk_iter post; /* arrays: target, other */
+} walker;
+
+typedef struct {
+    int64_t c[MK_MAX_NDIM];
+    int64_t t, o;
+    int64_t i[MK_MAX_NDIM];
+} wpos;
+
+static void walker_init(walker *w, const gs_params *p, const mk_array *tgt, const int64_t *ostrides,
+                        mk_array *const *idx) {
+    int rest[MK_MAX_NDIM], nrest = 0;
+    memset(w, 0, sizeof *w);
+    w->narr = p->narr;
+    for (int d = 0; d < p->xnd; d++) {
+        const mk_index_dim *m = &p->dims[d];
+        if (m->kind == MK_IDX_SLICE) {
+            rest[nrest++] = d;
+            w->tconst += m->start * tgt->strides[d];
+        } else if (m->kind == MK_IDX_INT) {
+            w->tconst += m->start * tgt->strides[d];
+        } else {
+            w->alen[m->arr] = tgt->shape[d];
+            w->astride[m->arr] = tgt->strides[d];
+        }
+    }
+    int n = 0;
+    for (int r = 0; r < p->bpos; r++, n++) {
+        int d = rest[r];
+        w->shape[n] = p->dims[d].len;
+        w->ts[n] = p->dims[d].step * tgt->strides[d];
+        w->os[n] = ostrides[n];
+    }
+    for (int k = 0; k < p->narr; k++) {
+        int64_t s[MK_MAX_NDIM];
+        mk_broadcast_strides(idx[k], p->nB, p->B, s);
+        for (int j = 0; j < p->nB; j++) w->is[k][p->bpos + j] = s[j];
+        w->idata[k] = mk_data(idx[k]);
+        w->itype[k] = idx[k]->dtype;
+        w->isz[k] = mk_dtype_size(idx[k]->dtype);
+    }
+    for (int j = 0; j < p->nB; j++, n++) {
+        w->shape[n] = p->B[j];
+        w->os[n] = ostrides[n];
+    }
+    w->nout = n;
+    w->total = 1;
+    for (int d = 0; d < n; d++) w->total *= w->shape[d];
+    int64_t pshape[MK_MAX_NDIM], pts[MK_MAX_NDIM], pos_[MK_MAX_NDIM];
+    int np = 0;
+    for (int r = p->bpos; r < nrest; r++, np++) {
+        int d = rest[r];
+        pshape[np] = p->dims[d].len;
+        pts[np] = p->dims[d].step * tgt->strides[d];
+        pos_[np] = ostrides[n + np];
+    }
+    const int64_t *strides[2] = {pts, pos_};
+    mk_iter_init(&w->post, np, pshape, 2, strides);
+}
+
+static void w_seek(const walker *w, int64_t o, wpos *s) {
+    memset(s, 0, sizeof *s);
+    for (int d = w->nout - 1; d >= 0; d--) {
+        int64_t c = o % w->shape[d];
+        o /= w->shape[d];
+        s->c[d] = c;
+        s->t += c * w->ts[d];
+        s->o += c * w->os[d];
+        for (int k = 0; k < w->narr; k++) s->i[k] += c * w->is[k][d];
+    }
+}
+
+static void w_next(const walker *w, wpos *s) {
+    for (int d = w->nout - 1; d >= 0; d--) {
+        s->c[d]++;
+        s->t += w->ts[d];
+        s->o += w->os[d];
+        for (int k = 0; k < w->narr; k++) s->i[k] += w->is[k][d];
+        if (s->c[d] < w->shape[d]) return;
+        s->t -= s->c[d] * w->ts[d];
+        s->o -= s->c[d] * w->os[d];
+        for (int k = 0; k < w->narr; k++) s->i[k] -= s->c[d] * w->is[k][d];
+        s->c[d] = 0;
+    }
+}
+
+/* Rows per batch of targets computed at once. */
+#define BATCH 256
+
+/* Moves s forward by n rows, n at most what is left of the innermost dim. */
+static void w_advance(const walker *w, wpos *s, int64_t n) {
+    int L = w->nout - 1;
+    if (L < 0 || n == 0) return;
+    s->c[L] += n - 1;
+    s->t += (n - 1) * w->ts[L];
+    s->o += (n - 1) * w->os[L];
+    for (int k = 0; k < w->narr; k++) s->i[k] += (n - 1) * w->is[k][L];
+    w_next(w, s);
+}
+
+/* The targets (as w_target) and other offsets of the n rows from s on, one
+ * run of the innermost dim at a time with a typed loop per index array; s
+ * moves past them. */
+static void w_fill(const walker *w, wpos *s, int64_t n, bool clamp, int64_t *tgt, int64_t *oth) {
+    int L = w->nout - 1;
+    int64_t done = 0;
+    while (done < n) {
+        int64_t run = L < 0 ? 1 : w->shape[L] - s->c[L];
+        if (run > n - done) run = n - done;
+        int64_t ts = L < 0 ? 0 : w->ts[L], os = L < 0 ? 0 : w->os[L];
+        int64_t *t = tgt + done, *o = oth + done, t0 = w->tconst + s->t;
+        for (int64_t i = 0; i < run; i++) {
+            t[i] = t0 + i * ts;
+            o[i] = s->o + i * os;
+        }
+        for (int k = 0; k < w->narr; k++) {
+            const char *p = w->idata[k] + s->i[k] * (int64_t)w->isz[k];
+            int64_t st = L < 0 ? 0 : w->is[k][L], len = w->alen[k], as = w->astride[k];
+#define RUN(T, CONV)                                                                                   \
+    {                                                                                                  \
+        const T *q = (const T *)p;                                                                     \
+        if (clamp)                                                                                     \
+            for (int64_t i = 0; i < run; i++) t[i] += clamp_index(CONV(q[i * st]), len) * as;         \
+        else                                                                                           \
+            for (int64_t i = 0; i < run; i++) {                                                        \
+                int64_t v = norm_index(CONV(q[i * st]), len);                                          \
+                t[i] = t[i] < 0 || v < 0 ? -1 : t[i] + v * as;                                         \
+            }                                                                                          \
+        break;                                                                                         \
+    }
+#define PLAIN(v) ((int64_t)(v))
+#define U64(v) ((v) > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(v))
+            switch (w->itype[k]) {
+            case MK_UINT8: RUN(uint8_t, PLAIN)
+            case MK_UINT16: RUN(uint16_t, PLAIN)
+            case MK_UINT32: RUN(uint32_t, PLAIN)
+            case MK_UINT64: RUN(uint64_t, U64)
+            case MK_INT8: RUN(int8_t, PLAIN)
+            case MK_INT16: RUN(int16_t, PLAIN)
+            case MK_INT32: RUN(int32_t, PLAIN)
+            case MK_INT64: RUN(int64_t, PLAIN)
+            default: break;
+            }
+#undef RUN
+#undef PLAIN
+#undef U64
+        }
+        w_advance(w, s, run);
+        done += run;
+    }
+}
+
+/* dst[od[i]] = src[sd[i]] for i < n, elements of sz bytes */
+static void copy_indexed(char *dst, const int64_t *od, const char *src, const int64_t *sd, int64_t n, size_t sz) {
+#define LOOP(T)                                                                                        \
+    {                                                                                                  \
+        T *d = (T *)dst;                                                                               \
+        const T *s = (const T *)src;                                                                   \
+        for (int64_t i = 0; i < n; i++) d[od[i]] = s[sd[i]];                                           \
+        return;                                                                                        \
+    }
+    switch (sz) {
+    case 1: LOOP(uint8_t)
+    case 2: LOOP(uint16_t)
+    case 4: LOOP(uint32_t)
+    case 8: LOOP(uint64_t)
+    default: break;
+    }
+#undef LOOP
+    for (int64_t i = 0; i < n; i++) memcpy(dst + od[i] * (int64_t)sz, src + sd[i] * (int64_t)sz, sz);
+}
+
+/* ------------------------------------------------------------ gather */
+
+typedef struct {
+    const walker *w;
+    const char *x;
+    char *out;
+    size_t sz;
+    /* per row, for the post iterator */
+    const char *src;
+    char *dst;
+} gather_ctx;
+
+static void gather_post_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
+    gather_ctx *c = v;
+    copy_elems(c->dst + off[1] * (int64_t)c->sz, st[1], c->src + off[0] * (int64_t)c->sz, st[0], n, c->sz);
+}
+
+static void gather_range(void *v, int64_t b, int64_t e) {
+    gather_ctx c = *(gather_ctx *)v;
+    const walker *w = c.w;
+    const mk_iter *post = &w->post;
+    int64_t sz = (int64_t)c.sz, tgt[BATCH], oth[BATCH];
+    bool single = post->total == 1;
+    wpos s;
+    w_seek(w, b, &s);
+    for (int64_t r = b; r < e; r += BATCH) {
+        int64_t n = e - r < BATCH ? e - r : BATCH;
+        w_fill(w, &s, n, true, tgt, oth);
+        if (single) {
+            copy_indexed(c.out, oth, c.x, tgt, n, c.sz);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const char *src = c.x + tgt[i] * sz;
+            char *dst = c.out + oth[i] * sz;
+            if (post->ndim == 1) {
+                copy_elems(dst, post->strides[1][0], src, post->strides[0][0], post->shape[0], c.sz);
+            } else {
+                c.src = src;
+                c.dst = dst;
+                mk_iter_range(post, 0, post->total, gather_post_rows, &c);
+            }
+        }
+    }
+}
+
+static int gather_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
+    const gs_params *p = pr->params;
+    mk_array *o = out[0], *x = in[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    if (o->size == 0) return 0;
+    walker *w = malloc(sizeof *w);
+    if (!w) {
+        mk_nomem();
+        return -1;
+    }
+    walker_init(w, p, x, o->strides, in + 1);
+    gather_ctx c = {w, mk_data(x), mk_data(o), mk_dtype_size(x->dtype), NULL, NULL};
+    int64_t npost = w->post.total > 0 ? w->post.total : 1;
+    mk_parallel_for(w->total, MK_GRAIN / npost > 0 ? MK_GRAIN / npost : 1, gather_range, &c);
+    free(w);
+    return 0;
+}
+
+static const mk_opdef gather_def = {"gather", gather_eval, NULL};
+
+mk_array *mk_gather(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos) {
+    gs_params *p = malloc(sizeof *p);
+    int64_t shape[MK_MAX_NDIM];
+    if (!p) return mk_nomem();
+    int nd = make_plan("gather", x, dims, narr, idx, bpos, p, shape);
+    if (nd < 0) goto error;
+    int64_t size = mk_shape_size(nd, shape);
+    if (size < 0) goto error;
+    for (int d = 0; d < x->ndim && size > 0; d++)
+        if (dims[d].kind == MK_IDX_ARRAY && x->shape[d] == 0) {
+            mk_error_set(MK_ERR_VALUE, "[gather] If the input is empty, either the indices must be empty or the "
+                                       "total slice size must be 0.");
+            goto error;
+        }
+    mk_array *inputs[MK_MAX_NDIM + 1];
+    inputs[0] = x;
+    for (int k = 0; k < narr; k++) inputs[k + 1] = idx[k];
+    return mk_node(&gather_def, p, x->dtype, nd, shape, narr + 1, inputs);
+error:
+    free(p);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ scatter */
+
+typedef void (*scatter_fn)(char *d, int64_t ds, const char *u, int64_t us, int64_t n);
+
+#define SK(E, s, S, R, op, EXPR)                                                                       \
+    static void sc_##op##_##s(char *d_, int64_t ds, const char *u_, int64_t us, int64_t n) {          \
+        typedef S st;                                                                                  \
+        st *d = (st *)d_;                                                                              \
+        const st *u = (const st *)u_;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            R x = MK_LOAD_##s(&d[i * ds]), y = MK_LOAD_##s(&u[i * us]);                                \
+            MK_STORE_##s(&d[i * ds], (EXPR));                                                          \
+        }                                                                                              \
+    }
+#define SROW(E, s, S, R, op, unused) [E] = sc_##op##_##s,
+/* complex order: real part, then imaginary part (MLX's) */
+#define CGT(x, y) (crealf(x) > crealf(y) || (crealf(x) == crealf(y) && cimagf(x) > cimagf(y)))
+
+/* The reductions, one expression per class of types, for a kernel maker K
+ * (x: the target's value, y: the update's). max and min are MLX's CPU
+ * scatter's: a nan in the target loses, a nan update wins. */
+#define SCATTER_OPS(K)                                                                                 \
+    MK_FLOAT_TYPES_2(K, sum, x + y) MK_COMPLEX_TYPES_2(K, sum, x + y)                                  \
+    MK_UINT_TYPES_2(K, sum, (st)((uint64_t)x + (uint64_t)y))                                           \
+    MK_SINT_TYPES_2(K, sum, (st)((uint64_t)x + (uint64_t)y)) MK_BOOL_TYPES_2(K, sum, x || y)           \
+    MK_FLOAT_TYPES_2(K, prod, x * y) MK_COMPLEX_TYPES_2(K, prod, x * y)                                \
+    MK_UINT_TYPES_2(K, prod, (st)((uint64_t)x * (uint64_t)y))                                          \
+    MK_SINT_TYPES_2(K, prod, (st)((uint64_t)x * (uint64_t)y)) MK_BOOL_TYPES_2(K, prod, x && y)         \
+    MK_FLOAT_TYPES_2(K, max, x > y ? x : y) MK_UINT_TYPES_2(K, max, x > y ? x : y)                     \
+    MK_SINT_TYPES_2(K, max, x > y ? x : y) MK_BOOL_TYPES_2(K, max, x || y)                             \
+    MK_COMPLEX_TYPES_2(K, max, CGT(x, y) ? x : y)                                                      \
+    MK_FLOAT_TYPES_2(K, min, x < y ? x : y) MK_UINT_TYPES_2(K, min, x < y ? x : y)                     \
+    MK_SINT_TYPES_2(K, min, x < y ? x : y) MK_BOOL_TYPES_2(K, min, x && y)                             \
+    MK_COMPLEX_TYPES_2(K, min, CGT(y, x) ? x : y)
+
+SCATTER_OPS(SK)
+
+/* one element per row: d[t[i]] op= u[o[i]] for the rows whose target lies
+ * in [lo, hi), in order */
+typedef void (*scatter1_fn)(char *d, const char *u, const int64_t *t, const int64_t *o, int64_t n, int64_t lo,
+                            int64_t hi);
+#define SK1(E, s, S, R, op, EXPR)                                                                      \
+    static void sc1_##op##_##s(char *d_, const char *u_, const int64_t *t, const int64_t *o, int64_t n, \
+                               int64_t lo, int64_t hi) {                                               \
+        typedef S st;                                                                                  \
+        st *d = (st *)d_;                                                                              \
+        const st *u = (const st *)u_;                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            int64_t k = t[i];                                                                          \
+            if (k < lo || k >= hi) continue;                                                           \
+            R x = MK_LOAD_##s(&d[k]), y = MK_LOAD_##s(&u[o[i]]);                                       \
+            MK_STORE_##s(&d[k], (EXPR));                                                               \
+        }                                                                                              \
+    }
+#define SROW1(E, s, S, R, op, unused) [E] = sc1_##op##_##s,
+SCATTER_OPS(SK1)
+
+/* assignment copies storage as is */
+#define SET1(T)                                                                                        \
+    static void sc1_set_##T(char *d_, const char *u_, const int64_t *t, const int64_t *o, int64_t n,    \
+                            int64_t lo, int64_t hi) {                                                  \
+        T *d = (T *)d_;                                                                                \
+        const T *u = (const T *)u_;                                                                    \
+        for (int64_t i = 0; i < n; i++)                                                                \
+            if (t[i] >= lo && t[i] < hi) d[t[i]] = u[o[i]];                                            \
+    }
+SET1(uint8_t)
+SET1(uint16_t)
+SET1(uint32_t)
+SET1(uint64_t)
+#undef SET1
+
+static scatter1_fn scatter1_fn_for(int op, mk_dtype t) {
+    static const scatter1_fn fns[5][MK_NDTYPES] = {
+        [MK_SCATTER_SUM] = {MK_ALL_TYPES_2(SROW1, sum, _)},
+        [MK_SCATTER_PROD] = {MK_ALL_TYPES_2(SROW1, prod, _)},
+        [MK_SCATTER_MAX] = {MK_ALL_TYPES_2(SROW1, max, _)},
+        [MK_SCATTER_MIN] = {MK_ALL_TYPES_2(SROW1, min, _)},
+    };
+    if (op != MK_SCATTER_NONE) return fns[op][t];
+    switch (mk_dtype_size(t)) {
+    case 1: return sc1_set_uint8_t;
+    case 2: return sc1_set_uint16_t;
+    case 4: return sc1_set_uint32_t;
+    default: return sc1_set_uint64_t;
+    }
+}
+
+static const scatter_fn scatter_fns[5][MK_NDTYPES] = {
+    [MK_SCATTER_SUM] = {MK_ALL_TYPES_2(SROW, sum, _)},
+    [MK_SCATTER_PROD] = {MK_ALL_TYPES_2(SROW, prod, _)},
+    [MK_SCATTER_MAX] = {MK_ALL_TYPES_2(SROW, max, _)},
+    [MK_SCATTER_MIN] = {MK_ALL_TYPES_2(SROW, min, _)},
+};
+
+typedef struct {
+    const walker *w;
+    char *out;
+    const char *upd;
+    size_t sz;
+    scatter_fn fn; /* NULL: assignment */
+    int64_t out_size;
+    int64_t *tgt, *oth; /* per row: target offset (-1: dropped), update offset */
+    scatter1_fn fn1;    /* rows of one element */
+    /* per row, for the post iterator */
+    char *dst;
+    const char *src;
+} scatter_ctx;
+
+static void scatter_post_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
+    scatter_ctx *c = v;
+    int64_t sz = (int64_t)c->sz;
+    if (c->fn)
+        c->fn(c->dst + off[0] * sz, st[0], c->src + off[1] * sz, st[1], n);
+    else
+        copy_elems(c->dst + off[0] * sz, st[0], c->src + off[1] * sz, st[1], n, c->sz);
+}
+
+/* applies elements [qb, qe) of a row's block */
+static void scatter_row(scatter_ctx *c, int64_t t, int64_t o, int64_t qb, int64_t qe) {
+    const mk_iter *post = &c->w->post;
+    int64_t sz = (int64_t)c->sz;
+    c->dst = c->out + t * sz;
+    c->src = c->upd + o * sz;
+    if (post->ndim == 1) {
+        int64_t ts = post->strides[0][0], us = post->strides[1][0];
+        char *d = c->dst + qb * ts * sz;
+        const char *u = c->src + qb * us * sz;
+        if (c->fn)
+            c->fn(d, ts, u, us, qe - qb);
+        else
+            copy_elems(d, ts, u, us, qe - qb, c->sz);
+    } else {
+        mk_iter_range(post, qb, qe, scatter_post_rows, c);
+    }
+}
+
+/* every row in order, elements [qb, qe) of each block */
+static void scatter_rows(scatter_ctx *c, int64_t qb, int64_t qe) {
+    const walker *w = c->w;
+    int64_t tgt[BATCH], oth[BATCH];
+    bool single = w->post.total == 1;
+    wpos s;
+    w_seek(w, 0, &s);
+    for (int64_t r = 0; r < w->total; r += BATCH) {
+        int64_t n = w->total - r < BATCH ? w->total - r : BATCH;
+        w_fill(w, &s, n, false, tgt, oth);
+        if (single) {
+            c->fn1(c->out, c->upd, tgt, oth, n, 0, c->out_size);
+            continue;
+        }
+        for (int64_t i = 0; i < n; i++)
+            if (tgt[i] >= 0) scatter_row(c, tgt[i], oth[i], qb, qe);
+    }
+}
+
+/* each thread: every row, its share of each block */
+static void scatter_by_block(void *v, int ith, int nth) {
+    scatter_ctx c = *(scatter_ctx *)v;
+    int64_t n = c.w->post.total, qb = n * ith / nth, qe = n * (ith + 1) / nth;
+    if (qb < qe) scatter_rows(&c, qb, qe);
+}
+
+static void scatter_offsets(void *v, int64_t b, int64_t e) {
+    scatter_ctx *c = v;
+    wpos s;
+    w_seek(c->w, b, &s);
+    w_fill(c->w, &s, e - b, false, c->tgt + b, c->oth + b);
+}
+
+/* each thread: the rows whose target offset falls in its share of the output */
+static void scatter_by_target(void *v, int ith, int nth) {
+    scatter_ctx c = *(scatter_ctx *)v;
+    int64_t lo = c.out_size * ith / nth, hi = c.out_size * (ith + 1) / nth, rows = c.w->total;
+    if (c.w->post.total == 1) {
+        c.fn1(c.out, c.upd, c.tgt, c.oth, rows, lo, hi);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t t = c.tgt[r];
+        if (t >= lo && t < hi) scatter_row(&c, t, c.oth[r], 0, c.w->post.total);
+    }
+}
+
+static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
+    const gs_params *p = pr->params;
+    mk_array *o = out[0], *x = in[0], *u = in[p->narr + 1];
+    if (init_from(o, x) < 0) return -1;
+    if (u->size == 0 || o->size == 0) return 0;
+    walker *w = malloc(sizeof *w);
+    if (!w) {
+        mk_nomem();
+        return -1;
+    }
+    walker_init(w, p, o, u->strides, in + 1);
+    scatter_ctx c = {w,    mk_data(o), mk_data(u), mk_dtype_size(o->dtype), NULL, o->size, NULL, NULL,
+                     NULL, NULL,       NULL};
+    if (p->op != MK_SCATTER_NONE) c.fn = scatter_fns[p->op][o->dtype];
+    c.fn1 = scatter1_fn_for(p->op, o->dtype);
+    int nth = mk_pool_threads();
+    int64_t rows = w->total, npost = w->post.total;
+    if (nth <= 1 || rows * npost < MK_GRAIN) {
+        scatter_rows(&c, 0, npost);
+    } else if (rows < 4 * nth && npost >= 4 * nth) {
+        mk_parallel(nth, scatter_by_block, &c);
+    } else {
+        c.tgt = malloc((size_t)rows * sizeof *c.tgt);
+        c.oth = malloc((size_t)rows * sizeof *c.oth);
+        if (!c.tgt || !c.oth) {
+            scatter_rows(&c, 0, npost);
+        } else {
+            mk_parallel_for(rows, MK_GRAIN, scatter_offsets, &c);
+            mk_parallel(nth, scatter_by_target, &c);
+        }
+        free(c.tgt);
+        free(c.oth);
+    }
+    free(w);
+    return 0;
+}
+
+static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL};
+
+mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
+                     mk_array *updates, mk_scatter_op op) {
+    gs_params *p = malloc(sizeof *p);
+    int64_t shape[MK_MAX_NDIM];
+    mk_array *u = NULL, *t = NULL, *r = NULL;
+    if (!p) return mk_nomem();
+    int nd = make_plan("scatter", x, dims, narr, idx, bpos, p, shape);
+    if (nd < 0) goto error;
+    p->op = op;
+    if (op != MK_SCATTER_NONE && !scatter_fns[op][x->dtype]) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] Not supported for %s.", mk_dtype_name(x->dtype));
+        goto error;
+    }
+    if (!(t = mk_as_dtype(updates, x->dtype)) || !(u = mk_broadcast_to(t, nd, shape))) goto error;
+    mk_array *inputs[MK_MAX_NDIM + 2];
+    inputs[0] = x;
+    for (int k = 0; k < narr; k++) inputs[k + 1] = idx[k];
+    inputs[narr + 1] = u;
+    r = mk_node(&scatter_def, p, x->dtype, x->ndim, x->shape, narr + 2, inputs);
+    mk_decref(t);
+    mk_decref(u);
+    return r;
+error:
+    free(p);
+    mk_xdecref(t);
+    mk_xdecref(u);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ take */
+
+mk_array *mk_take(mk_array *x, mk_array *idx, int axis, bool has_axis) {
+    mk_array *flat = NULL, *r = NULL;
+    if (!has_axis) {
+        int64_t n = -1;
+        if (!(flat = mk_reshape(x, 1, &n))) return NULL;
+        x = flat;
+        axis = 0;
+    }
+    if (axis < -x->ndim || axis >= x->ndim) {
+        mk_error_set(MK_ERR_INDEX, "[take] Received invalid axis %d for array with %d dimensions.", axis, x->ndim);
+        goto done;
+    }
+    if (axis < 0) axis += x->ndim;
+    if (x->shape[axis] == 0 && idx->size != 0) {
+        mk_error_set(MK_ERR_VALUE, "[take] Cannot do a non-empty take from an empty axis.");
+        goto done;
+    }
+    mk_index_dim dims[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) dims[d] = (mk_index_dim){MK_IDX_SLICE, 0, 0, 1, x->shape[d]};
+    dims[axis] = (mk_index_dim){MK_IDX_ARRAY, 0, 0, 0, 0};
+    r = mk_gather(x, dims, 1, &idx, axis);
+done:
+    mk_xdecref(flat);
+    return r;
+}
+
+mk_array *mk_take_int(mk_array *x, int64_t index, int axis, bool has_axis) {
+    mk_array *flat = NULL, *s = NULL, *r = NULL;
+    if (!has_axis) {
+        int64_t n = -1;
+        if (!(flat = mk_reshape(x, 1, &n))) return NULL;
+        x = flat;
+        axis = 0;
+    }
+    if (axis < -x->ndim || axis >= x->ndim) {
+        mk_error_set(MK_ERR_INDEX, "[take] Received invalid axis %d for array with %d dimensions.", axis, x->ndim);
+        goto done;
+    }
+    if (x->size == 0) {
+        mk_error_set(MK_ERR_VALUE, "[take] Cannot do a non-empty take from an array with zero elements.");
+        goto done;
+    }
+    if (axis < 0) axis += x->ndim;
+    /* MLX slices [index, index + 1) with slice's clamping, so a negative or
+     * too large index leaves an empty axis that squeeze refuses */
+    int64_t start[MK_MAX_NDIM], stop[MK_MAX_NDIM], step[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) {
+        start[d] = 0;
+        stop[d] = x->shape[d];
+        step[d] = 1;
+    }
+    if (index < 0 || index >= x->shape[axis]) {
+        mk_error_set(MK_ERR_VALUE, "[squeeze] Cannot squeeze axis %d with size 0 which is not equal to 1.", axis);
+        goto done;
+    }
+    start[axis] = index;
+    stop[axis] = index + 1;
+    if ((s = mk_slice(x, start, stop, step))) r = mk_squeeze(s, 1, &axis);
+done:
+    mk_xdecref(flat);
+    mk_xdecref(s);
+    return r;
+}
+
+/* ------------------------------------------------ take/put along an axis */
+
+/* Shapes of a and idx broadcast while ignoring `axis` (MLX's broadcast_arrays
+ * with ignore_axes): the result keeps len_axis there. */
+static int broadcast_ignoring(int nd, int axis, const int64_t *a, const int64_t *b, int64_t len_axis,
+                              int64_t *out) {
+    int64_t sa[MK_MAX_NDIM], sb[MK_MAX_NDIM], so[MK_MAX_NDIM];
+    int n = 0;
+    for (int d = 0; d < nd; d++)
+        if (d != axis) {
+            sa[n] = a[d];
+            sb[n++] = b[d];
+        }
+    if (mk_broadcast_shapes(n, sa, n, sb, so) < 0) return -1;
+    for (int d = 0, k = 0; d < nd; d++) out[d] = d == axis ? len_axis : so[k++];
+    return 0;
+}
+
+typedef struct {
+    char *out;
+    const char *x, *idx, *upd;
+    size_t sz;
+    mk_dtype itype;
+    size_t isz;
+    int64_t n_axis;               /* the target's axis length */
+    int64_t x_axis;               /* target stride along the axis */
+    int64_t i_axis, u_axis, len;  /* scatter: strides along the axis, and its length in idx */
+    scatter_fn fn;
+} axis_ctx;
+
+/* gather: arrays out, idx, x (x's axis stride zeroed) */
+static void take_axis_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
+    axis_ctx *c = v;
+    int64_t sz = (int64_t)c->sz;
+    char *o = c->out + off[0] * sz;
+    const char *ip = c->idx + off[1] * (int64_t)c->isz;
+    const char *xp = c->x + off[2] * sz;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = clamp_index(load_index(c->itype, ip + i * st[1] * (int64_t)c->isz), c->n_axis);
+        memcpy(o + i * st[0] * sz, xp + (i * st[2] + j * c->x_axis) * sz, c->sz);
+    }
+}
+
+static int take_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
+    int axis = *(const int *)pr->params;
+    mk_array *o = out[0], *x = in[0], *idx = in[1];
+    if (mk_alloc_out(o) < 0) return -1;
+    if (o->size == 0) return 0;
+    if (x->shape[axis] == 0) {
+        memset(mk_data(o), 0, (size_t)o->size * mk_dtype_size(o->dtype));
+        return 0;
+    }
+    int64_t si[MK_MAX_NDIM], sx[MK_MAX_NDIM];
+    mk_broadcast_strides(idx, o->ndim, o->shape, si);
+    for (int d = 0; d < o->ndim; d++) sx[d] = d == axis ? 0 : (x->shape[d] == 1 ? 0 : x->strides[d]);
+    axis_ctx c = {mk_data(o), mk_data(x), mk_data(idx), NULL, mk_dtype_size(x->dtype), idx->dtype,
+                  mk_dtype_size(idx->dtype), x->shape[axis], x->strides[axis], 0, 0, 0, NULL};
+    const int64_t *strides[3] = {o->strides, si, sx};
+    mk_iter it;
+    mk_iter_init(&it, o->ndim, o->shape, 3, strides);
+    mk_iter_run(&it, MK_GRAIN, take_axis_rows, &c);
+    return 0;
+}
+
+static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL};
+
+static int axis_checks(const char *op, mk_array **x, mk_array *idx, int *axis, bool has_axis, mk_array **flat) {
+    *flat = NULL;
+    if (!has_axis) {
+        int64_t n = -1;
+        if (!(*flat = mk_reshape(*x, 1, &n))) return -1;
+        *x = *flat;
+        *axis = 0;
+    }
+    int a = mk_norm_axis(op, *axis, (*x)->ndim);
+    if (a < 0) return -1;
+    if (idx->ndim != (*x)->ndim) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Indices of dimension %d does not match array of dimension %d.", op,
+                     idx->ndim, (*x)->ndim);
+        return -1;
+    }
+    *axis = a;
+    return 0;
+}
+
+mk_array *mk_take_along_axis(mk_array *x, mk_array *idx, int axis, bool has_axis) {
+    mk_array *flat, *r = NULL;
+    int64_t shape[MK_MAX_NDIM];
+    if (axis_checks("take_along_axis", &x, idx, &axis, has_axis, &flat) < 0) goto done;
+    if (!mk_is_integral(idx->dtype)) {
+        mk_error_set(MK_ERR_RUNTIME, "[GatherAxis::eval_cpu] Cannot gather with indices type.");
+        goto done;
+    }
+    if (broadcast_ignoring(x->ndim, axis, x->shape, idx->shape, idx->shape[axis], shape) < 0) goto done;
+    int *params = malloc(sizeof *params);
+    if (!params) {
+        mk_nomem();
+        goto done;
+    }
+    *params = axis;
+    mk_array *inputs[2] = {x, idx};
+    r = mk_node(&take_axis_def, params, x->dtype, x->ndim, shape, 2, inputs);
+done:
+    mk_xdecref(flat);
+    return r;
+}
+
+/* scatter: arrays out (axis dim dropped), idx, upd; each element is one line
+ * along the axis, applied in order */
+static void put_axis_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
+    axis_ctx *c = v;
+    int64_t sz = (int64_t)c->sz, isz = (int64_t)c->isz;
+    for (int64_t i = 0; i < n; i++) {
+        char *o = c->out + (off[0] + i * st[0]) * sz;
+        const char *ip = c->idx + (off[1] + i * st[1]) * isz;
+        const char *up = c->upd + (off[2] + i * st[2]) * sz;
+        for (int64_t j = 0; j < c->len; j++) {
+            int64_t k = norm_index(load_index(c->itype, ip + j * c->i_axis * isz), c->n_axis);
+            if (k < 0) continue;
+            if (c->fn)
+                c->fn(o + k * c->x_axis * sz, 1, up + j * c->u_axis * sz, 1, 1);
+            else
+                memcpy(o + k * c->x_axis * sz, up + j * c->u_axis * sz, c->sz);
+        }
+    }
+}
+
+static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
+    int axis = *(const int *)pr->params;
+    mk_array *o = out[0], *x = in[0], *idx = in[1], *upd = in[2];
+    if (init_from(o, x) < 0) return -1;
+    if (o->size == 0 || idx->size == 0) return 0;
+    /* lines: the output's shape with the axis dropped (size 1) */
+    int64_t lshape[MK_MAX_NDIM], si[MK_MAX_NDIM], su[MK_MAX_NDIM];
+    for (int d = 0; d < o->ndim; d++) lshape[d] = d == axis ? 1 : o->shape[d];
+    mk_broadcast_strides(idx, o->ndim, o->shape, si);
+    mk_broadcast_strides(upd, o->ndim, o->shape, su);
+    axis_ctx c = {mk_data(o), NULL, mk_data(idx), mk_data(upd), mk_dtype_size(o->dtype), idx->dtype,
+                  mk_dtype_size(idx->dtype), o->shape[axis], o->strides[axis], idx->strides[axis],
+                  upd->shape[axis] == 1 ? 0 : upd->strides[axis], idx->shape[axis], NULL};
+    const int64_t *strides[3] = {o->strides, si, su};
+    mk_iter it;
+    mk_iter_init(&it, o->ndim, lshape, 3, strides);
+    int64_t grain = MK_GRAIN / (c.len > 0 ? c.len : 1);
+    mk_iter_run(&it, grain > 0 ? grain : 1, put_axis_rows, &c);
+    return 0;
+}
+
+static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL};
+
+mk_array *mk_put_along_axis(mk_array *x0, mk_array *idx, mk_array *values, int axis, bool has_axis) {
+    mk_array *x = x0, *flat, *r = NULL, *upd = NULL, *t = NULL, *ib = NULL, *ub = NULL;
+    int64_t shape[MK_MAX_NDIM], s2[MK_MAX_NDIM];
+    if (axis_checks("put_along_axis", &x, idx, &axis, has_axis, &flat) < 0) goto done;
+    if (x->size == 0) {
+        mk_incref(x0);
+        r = x0;
+        goto done;
+    }
+    if (!mk_is_integral(idx->dtype)) {
+        mk_error_set(MK_ERR_RUNTIME, "[ScatterAxis::eval_cpu] Cannot scatter with indices type.");
+        goto done;
+    }
+    if (!(upd = mk_as_dtype(values, x->dtype))) goto done;
+    if (upd->ndim > idx->ndim) {
+        /* squeeze leading dims, as MLX */
+        int ax[MK_MAX_NDIM], n = upd->ndim - idx->ndim;
+        for (int i = 0; i < n; i++) ax[i] = i;
+        if (!(t = mk_squeeze(upd, n, ax))) goto done;
+        mk_decref(upd);
+        upd = t;
+        t = NULL;
+    }
+    /* indices and updates broadcast fully, then all three ignoring the axis */
+    int nd = mk_broadcast_shapes(idx->ndim, idx->shape, upd->ndim, upd->shape, s2);
+    if (nd < 0) goto done;
+    if (broadcast_ignoring(x->ndim, axis, x->shape, s2, x->shape[axis], shape) < 0) goto done;
+    int64_t ishape[MK_MAX_NDIM];
+    memcpy(ishape, shape, sizeof ishape);
+    ishape[axis] = s2[axis];
+    if (!(ib = mk_broadcast_to(idx, nd, ishape)) || !(ub = mk_broadcast_to(upd, nd, ishape))) goto done;
+    if (!(t = mk_broadcast_to(x, nd, shape))) goto done;
+    int *params = malloc(sizeof *params);
+    if (!params) {
+        mk_nomem();
+        goto done;
+    }
+    *params = axis;
+    mk_array *inputs[3] = {t, ib, ub};
+    r = mk_node(&put_axis_def, params, x->dtype, nd, shape, 3, inputs);
+    if (r && !has_axis) {
+        mk_array *rr = mk_reshape(r, x0->ndim, x0->shape);
+        mk_decref(r);
+        r = rr;
+    }
+done:
+    mk_xdecref(flat);
+    mk_xdecref(upd);
+    mk_xdecref(t);
+    mk_xdecref(ib);
+    mk_xdecref(ub);
+    return r;
+}
+
+/* ------------------------------------------------------- masked scatter */
+
+typedef struct {
+    const mk_iter *it;
+    char *out;
+    const bool *mask;
+    const char *val;
+    int64_t vstride;
+    size_t sz;
+    int64_t nchunks, chunk;
+    int64_t *counts; /* trues per chunk, then the exclusive prefix */
+} mask_ctx;
+
+typedef struct {
+    mask_ctx *m;
+    int64_t count, next;
+    int fill;
+} mask_run;
+
+static void mask_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
+    mask_run *r = v;
+    const bool *mk = r->m->mask + off[1];
+    if (!r->fill) {
+        for (int64_t i = 0; i < n; i++) r->count += mk[i * st[1]];
+        return;
+    }
+    int64_t sz = (int64_t)r->m->sz;
+    char *o = r->m->out + off[0] * sz;
+    for (int64_t i = 0; i < n; i++)
+        if (mk[i * st[1]]) memcpy(o + i * st[0] * sz, r->m->val + (r->next++) * r->m->vstride * sz, r->m->sz);
+}
+
+static void mask_count(void *v, int64_t b, int64_t e) {
+    mask_ctx *m = v;
+    for (int64_t k = b; k < e; k++) {
+        mask_run r = {m, 0, 0, 0};
+        int64_t lo = k * m->chunk, hi = lo + m->chunk < m->it->total ? lo + m->chunk : m->it->total;
+        mk_iter_range(m->it, lo, hi, mask_rows, &r);
+        m->counts[k] = r.count;
+    }
+}
+
+static void mask_fill(void *v, int64_t b, int64_t e) {
+    mask_ctx *m = v;
+    for (int64_t k = b; k < e; k++) {
+        mask_run r = {m, 0, m->counts[k], 1};
+        int64_t lo = k * m->chunk, hi = lo + m->chunk < m->it->total ? lo + m->chunk : m->it->total;
+        mk_iter_range(m->it, lo, hi, mask_rows, &r);
+    }
+}
+
+static int masked_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
+    (void)pr;
+    mk_array *o = out[0], *x = in[0], *mask = in[1], *val = in[2];
+    if (init_from(o, x) < 0) return -1;
+    if (o->size == 0) return 0;
+    const int64_t *strides[2] = {o->strides, mask->strides};
+    mk_iter it;
+    mk_iter_init(&it, o->ndim, o->shape, 2, strides);
+    mask_ctx m = {&it, mk_data(o), mk_data(mask), mk_data(val), val->ndim ? val->strides[0] : 0,
+                  mk_dtype_size(o->dtype), 0, 0, NULL};
+    m.chunk = MK_GRAIN;
+    m.nchunks = (it.total + m.chunk - 1) / m.chunk;
+    m.counts = malloc((size_t)m.nchunks * sizeof *m.counts);
+    if (!m.counts) {
+        mk_nomem();
+        return -1;
+    }
+    mk_parallel_for(m.nchunks, 1, mask_count, &m);
+    int64_t total = 0;
+    for (int64_t k = 0; k < m.nchunks; k++) {
+        int64_t c = m.counts[k];
+        m.counts[k] = total;
+        total += c;
+    }
+    if (total > val->size) {
+        free(m.counts);
+        mk_error_set(MK_ERR_RUNTIME, "[MaskedScatter::eval_cpu] Source does not have enough elements for mask.");
+        return -1;
+    }
+    mk_parallel_for(m.nchunks, 1, mask_fill, &m);
+    free(m.counts);
+    return 0;
+}
+
+static const mk_opdef masked_def = {"masked_scatter", masked_eval, NULL};
+
+mk_array *mk_masked_scatter(mk_array *x, mk_array *mask, mk_array *values) {
+    char sa[256], sb[256];
+    mk_array *em = NULL, *ev = NULL, *t = NULL, *flat = NULL, *r = NULL;
+    if (mask->dtype != MK_BOOL) {
+        mk_error_set(MK_ERR_VALUE, "[masked_scatter] The mask has to be boolean.");
+        return NULL;
+    }
+    if (mask->ndim > x->ndim) {
+        mk_error_set(MK_ERR_VALUE, "[masked_scatter] The mask cannot have more dimensions than the target.");
+        return NULL;
+    }
+    int unmasked = x->ndim - mask->ndim;
+    if (values->ndim > unmasked + 1) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[masked_scatter] Value array shape must be broadcastable with the last %d dimensions of the "
+                     "input.",
+                     unmasked);
+        return NULL;
+    }
+    if (mask->ndim && memcmp(mask->shape, x->shape, mask->ndim * sizeof *mask->shape)) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[masked_scatter] The boolean mask should have the same shape as the beginning of the indexed "
+                     "array but the mask has shape %s and the array has shape %s",
+                     mk_shape_str(mask->ndim, mask->shape, sa, sizeof sa),
+                     mk_shape_str(x->ndim, x->shape, sb, sizeof sb));
+        return NULL;
+    }
+    /* the mask over all of x's dims */
+    int64_t mshape[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) mshape[d] = d < mask->ndim ? mask->shape[d] : 1;
+    if (!(t = mk_reshape(mask, x->ndim, mshape)) || !(em = mk_broadcast_to(t, x->ndim, x->shape))) goto done;
+    mk_decref(t);
+    t = NULL;
+    /* the values as (mask.size, trailing dims...), as MLX */
+    if (!(ev = mk_as_dtype(values, x->dtype))) goto done;
+    int64_t vshape[MK_MAX_NDIM];
+    int vnd = unmasked + 1;
+    if (values->ndim < vnd) {
+        int lead = vnd - values->ndim;
+        for (int d = 0; d < vnd; d++) vshape[d] = d < lead ? 1 : values->shape[d - lead];
+        if (!(t = mk_reshape(ev, vnd, vshape))) goto done;
+        mk_decref(ev);
+        ev = t;
+        t = NULL;
+        vshape[0] = mask->size;
+        for (int d = 1; d < vnd; d++) vshape[d] = x->shape[mask->ndim + d - 1];
+        if (!(t = mk_broadcast_to(ev, vnd, vshape))) goto done;
+        mk_decref(ev);
+        ev = t;
+        t = NULL;
+    } else {
+        bool same = true;
+        for (int d = 1; d < vnd; d++) same &= values->shape[d] == x->shape[mask->ndim + d - 1];
+        if (!same) {
+            vshape[0] = values->shape[0];
+            for (int d = 1; d < vnd; d++) vshape[d] = x->shape[mask->ndim + d - 1];
+            if (!(t = mk_broadcast_to(ev, vnd, vshape))) goto done;
+            mk_decref(ev);
+            ev = t;
+            t = NULL;
+        }
+    }
+    int64_t n = -1;
+    if (!(flat = mk_reshape(ev, 1, &n))) goto done;
+    mk_array *inputs[3] = {x, em, flat};
+    r = mk_node(&masked_def, NULL, x->dtype, x->ndim, x->shape, 3, inputs);
+done:
+    mk_xdecref(em);
+    mk_xdecref(ev);
+    mk_xdecref(t);
+    mk_xdecref(flat);
+    return r;
+}
