@@ -5,6 +5,11 @@ Use it as ``import mkpy as mx``. Everything is implemented in the C extension
 """
 import os as _os
 
+# OpenBLAS's threads spin for 2^28 cycles after each product before they
+# sleep, competing with mkpy's own pool for the cores; 2^20 keeps them out of
+# its way (read when libopenblas loads, on the import below).
+_os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
+
 from . import _core
 from ._core import *  # noqa: F401,F403
 from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401

@@ -205,6 +205,19 @@ mk_array *mk_rope(mk_array *x, int64_t dims, bool traditional, bool has_base, fl
 mk_array *mk_sdpa(mk_array *q, mk_array *k, mk_array *v, float scale, bool causal, mk_array *mask,
                   mk_array *sinks, bool force_fused);
 
+/* ---- linear algebra (ops_linalg.c) ------------------------------------- */
+/* a @ b as MLX's matmul: 1-D operands gain a unit dim that the result drops,
+ * leading (batch) dims broadcast, inputs are promoted to an inexact dtype. */
+mk_array *mk_matmul(mk_array *a, mk_array *b);
+/* beta * c + alpha * (a @ b); alpha and beta are float32, as MLX's. */
+mk_array *mk_addmm(mk_array *c, mk_array *a, mk_array *b, float alpha, float beta);
+mk_array *mk_inner(mk_array *a, mk_array *b);
+mk_array *mk_outer(mk_array *a, mk_array *b);
+/* Sums the last `axis` dims of a against the first `axis` dims of b. */
+mk_array *mk_tensordot_n(mk_array *a, mk_array *b, int axis);
+/* Sums a's axes_a against b's axes_b (negative axes allowed). */
+mk_array *mk_tensordot(mk_array *a, mk_array *b, int na, const int *axes_a, int nb, const int *axes_b);
+
 /* Normalises an axis against ndim; -1 with MLX's IndexError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);

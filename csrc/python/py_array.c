@@ -474,12 +474,13 @@ static PyObject *nb_ipow(PyObject *a, PyObject *b, PyObject *mod) {
 }
 
 /* a @ b: arrays only, as MLX's __matmul__ (no reflected form). */
-static PyObject *call_matmul(PyObject *a, PyObject *b) {
+static PyObject *call_matmul(PyObject *a, PyObject *b, const char *name) {
     if (!PyMkArray_Check(a)) Py_RETURN_NOTIMPLEMENTED;
     if (!PyMkArray_Check(b)) {
-        PyErr_Format(PyExc_TypeError, "__matmul__(): incompatible function arguments: other must be an array, not %s.",
-                     Py_TYPE(b)->tp_name);
-        return NULL;
+        PyObject *args[2] = {a, b};
+        char sig[96];
+        snprintf(sig, sizeof sig, "    1. %s(self, other: mkpy.array) -> mkpy.array", name);
+        return mkpy_bad_call(name, sig, args, 2, NULL);
     }
     PyObject *fn = PyObject_GetAttrString(mkpy_module, "matmul");
     if (!fn) return NULL;
@@ -488,10 +489,10 @@ static PyObject *call_matmul(PyObject *a, PyObject *b) {
     return r;
 }
 
-static PyObject *nb_matmul(PyObject *a, PyObject *b) { return call_matmul(a, b); }
+static PyObject *nb_matmul(PyObject *a, PyObject *b) { return call_matmul(a, b, "__matmul__"); }
 
 static PyObject *nb_imatmul(PyObject *a, PyObject *b) {
-    PyObject *r = call_matmul(a, b);
+    PyObject *r = call_matmul(a, b, "__imatmul__");
     if (!r || r == Py_NotImplemented) return r;
     mk_array *arr = MKARR(r);
     mk_incref(arr);
