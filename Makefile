@@ -1,6 +1,7 @@
 # mkpy: `make run` and `make test` set everything up on a fresh Debian/Ubuntu machine.
 PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?= -q
+BENCH_ARGS ?=
 
 .PHONY: deps build run test bench clean
 
@@ -15,6 +16,13 @@ run: build
 
 test: build
 	PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) tests
+
+# Benchmarks (by hand, never part of `make test`): one table of same-run ratios,
+# benchmarks/results.json and, with matplotlib, benchmarks/results.png.
+# BENCH_ARGS="--quick" or "--only ops,launch" narrows the run.
+bench: build
+	@sh scripts/install-bench-deps.sh
+	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build mkpy/*.so mkpy/__pycache__ tests/__pycache__ *.egg-info

@@ -1,0 +1,108 @@
+"""Kernel launch path: a cached 1-thread kernel (call + eval), the cold compile
+of a small kernel in a fresh MKPY_CACHE_DIR, and a disk-cache hit in a fresh
+process (timed inside the child around its first eval). PoCL does the same
+steps as reference: a 1-work-item enqueue + finish, a program build + first
+launch with an empty and with a filled POCL_CACHE_DIR.
+Run alone: PYTHONPATH=. python3 benchmarks/bench_launch.py
+"""
+import os
+import shutil
+import tempfile
+import uuid
+
+import numpy as np
+
+import mkpy as mx
+
+from common import Target, compare, fmt_time, progress, row, run_child, time_ratio
+from pocl import find_device, open_pocl
+
+SECTION = "launch"
+
+CACHED = Target("<= 20 us", value_max=20e-6)
+DISK_HIT = Target("<= 10 ms", value_max=10e-3)
+COLD = Target("<= 300 ms", value_max=0.3)
+
+TINY_SRC = "out[0] = inp[0] + 1.0f;"
+
+
+def _best_child(runs, args, env_for_run):
+    """Best of `runs` fresh processes; `args` is a list or a function of the run index."""
+    best = None
+    for i in range(runs):
+        res = run_child("child.py", args(i) if callable(args) else args, env=env_for_run(i))
+        if best is None or res["seconds"] < best["seconds"]:
+            best = res
+    return best
+
+
+def run(opts):
+    rows = []
+    pocl, why = open_pocl()
+
+    # ------------------------------------------------ cached 1-thread kernel
+    progress("launch: cached 1-thread kernel")
+    k = mx.fast.metal_kernel(name="bench_tiny", input_names=["inp"], output_names=["out"], source=TINY_SRC)
+    inp = mx.array([1.0])
+    mx.eval(inp)
+
+    def mk_call():
+        out, = k(inputs=[inp], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
+                 output_dtypes=[mx.float32])
+        mx.eval(out)
+        return out
+    ok = float(np.array(mk_call())[0]) == 2.0
+    contenders = {"mkpy": mk_call}
+    if pocl:
+        bi, bo = pocl.buffer(np.array([1.0], np.float32)), pocl.buffer(nbytes=4)
+        contenders["pocl"] = pocl.launcher("tiny", (1,), (1,), bi, bo)
+        contenders["pocl"]()
+        ok = ok and float(pocl.read(bo, 1)[0]) == 2.0
+    best = compare(contenders, min_reps=5, max_reps=15, budget_s=2.0)
+    t = best["mkpy"]
+    rows.append(row(SECTION, "cached 1-thread kernel call+eval", value=t, value_text=fmt_time(t),
+                    ref_name="PoCL enqueue+finish", ref_value=best.get("pocl"),
+                    ref_text=fmt_time(best.get("pocl")) if pocl else "n/a",
+                    ratio=time_ratio(t, best.get("pocl")), target=CACHED, check=ok,
+                    note="" if pocl else why))
+
+    # ------------------------------------------------ cold compile, disk hit
+    runs = 2 if opts.quick else 3
+    tmp = tempfile.mkdtemp(prefix="mkpy-bench-cache-")
+    try:
+        progress("launch: cold compiles in fresh cache dirs (%d processes)" % runs)
+        dirs = [os.path.join(tmp, "cold%d" % i) for i in range(runs)]
+        cold = _best_child(runs, ["kernel-first-eval", "bench_small"], lambda i: {"MKPY_CACHE_DIR": dirs[i]})
+        progress("launch: new kernels with the precompiled header in place")
+        warm_pch = _best_child(runs, lambda i: ["kernel-first-eval", "bench_small_%s" % uuid.uuid4().hex[:8]],
+                               lambda i: {"MKPY_CACHE_DIR": dirs[0]})
+        # same kernel again: a disk hit
+        progress("launch: disk-cache hits in fresh processes")
+        hit = _best_child(runs + 2, ["kernel-first-eval", "bench_small"], lambda i: {"MKPY_CACHE_DIR": dirs[0]})
+
+        p_cold = p_hit = None
+        pocl_ok = find_device()[0] is not None
+        if pocl_ok:
+            progress("launch: PoCL builds in fresh processes")
+            pdirs = [os.path.join(tmp, "pocl%d" % i) for i in range(runs)]
+            p_cold = _best_child(runs, ["pocl-first-run"], lambda i: {"POCL_CACHE_DIR": pdirs[i]})
+            p_hit = _best_child(runs + 2, ["pocl-first-run"], lambda i: {"POCL_CACHE_DIR": pdirs[0]})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def child_row(name, res, ref, target, expect):
+        ok = res[expect] == 1
+        rows.append(row(SECTION, name, value=res["seconds"], value_text=fmt_time(res["seconds"]),
+                        ref_name="PoCL build+1st run", ref_value=ref["seconds"] if ref else None,
+                        ref_text=fmt_time(ref["seconds"]) if ref else "n/a",
+                        ratio=time_ratio(res["seconds"], ref["seconds"]) if ref else None, target=target,
+                        check=ok, note="" if ok else "expected one %s" % expect.rstrip("s")))
+    child_row("cold compile, fresh cache dir", cold, p_cold, COLD, "compiles")
+    child_row("new kernel, PCH already built", warm_pch, p_cold, None, "compiles")
+    child_row("disk-cache hit, new process", hit, p_hit, DISK_HIT, "disk_hits")
+    return rows
+
+
+if __name__ == "__main__":
+    import run_all
+    run_all.main(["--only", SECTION])

@@ -1,0 +1,152 @@
+"""Measurements that need a fresh process. Prints one JSON line.
+
+  child.py kernel-first-eval NAME   time around the first eval of a small kernel
+                                    (MKPY_CACHE_DIR is set by the parent)
+  child.py pocl-first-run           PoCL: build a small program + first launch
+                                    (POCL_CACHE_DIR is set by the parent)
+  child.py chain-mkpy|chain-numpy [V]  peak resident memory of a 100-op chain; V
+                                    varies the warm-up, which shifts the heap layout
+"""
+import json
+import os
+import resource
+import sys
+import time
+
+N_CHAIN = 4_000_000
+SMALL_KERNEL = """
+    uint i = thread_position_in_grid.x;
+    out[i] = metal::exp(inp[i]) * 0.5f + 1.0f;
+"""
+SMALL_CL = """
+__kernel void small(__global const float* restrict in, __global float* restrict out) {
+    uint i = get_global_id(0);
+    out[i] = exp(in[i]) * 0.5f + 1.0f;
+}
+"""
+
+
+def kernel_first_eval(name):
+    import mkpy as mx
+    x = mx.arange(256, dtype=mx.float32)
+    mx.eval(x)
+    k = mx.fast.metal_kernel(name=name, input_names=["inp"], output_names=["out"], source=SMALL_KERNEL)
+    before = mx.metal.kernel_cache_info()
+    out, = k(inputs=[x], grid=(256, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(256,)],
+             output_dtypes=[mx.float32])
+    t0 = time.perf_counter()
+    mx.eval(out)
+    t = time.perf_counter() - t0
+    after = mx.metal.kernel_cache_info()
+    return {"seconds": t, "compiles": after["compiles"] - before["compiles"],
+            "disk_hits": after["disk_hits"] - before["disk_hits"]}
+
+
+def pocl_first_run():
+    import numpy as np
+    import pyopencl as cl
+    dev = None
+    for p in cl.get_platforms():
+        if "portable computing language" in p.name.lower():
+            dev = p.get_devices()[0]
+    ctx = cl.Context(devices=[dev])
+    q = cl.CommandQueue(ctx)
+    mf = cl.mem_flags
+    x = np.arange(256, dtype=np.float32)
+    bi = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    bo = cl.Buffer(ctx, mf.WRITE_ONLY, size=x.nbytes)
+    t0 = time.perf_counter()
+    prg = cl.Program(ctx, SMALL_CL).build()
+    knl = cl.Kernel(prg, "small")
+    knl.set_args(bi, bo)
+    cl.enqueue_nd_range_kernel(q, knl, (256,), (64,))
+    q.finish()
+    return {"seconds": time.perf_counter() - t0}
+
+
+def _rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _maxrss_kib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
+def _mallinfo():
+    """glibc's heap state (bytes): where freed memory stays resident."""
+    import ctypes
+    fields = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+
+    class MI(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in fields]
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MI
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return None
+    return {"heap": m.arena, "mmapped": m.hblkhd, "in_use": m.uordblks, "free_in_heap": m.fordblks}
+
+
+def chain(lib, variant=0):
+    if lib == "mkpy":
+        import mkpy as mx
+        ops = [lambda y: y * 1.0001, lambda y: y + 0.5, mx.tanh, lambda y: y - 0.25]
+        # warm the pool, the allocator and the op paths on a small array
+        s = mx.arange(1000, dtype=mx.float32)
+        for i in range(100 + variant):
+            s = ops[i % 4](s)
+        mx.eval(s)
+        x = mx.random.uniform(shape=(N_CHAIN,))
+        mx.eval(x)
+    else:
+        import numpy as np
+        ops = [lambda y: y * np.float32(1.0001), lambda y: y + np.float32(0.5), np.tanh,
+               lambda y: y - np.float32(0.25)]
+        s = np.arange(1000, dtype=np.float32)
+        for i in range(100 + variant):
+            s = ops[i % 4](s)
+        x = np.random.default_rng(0).random(N_CHAIN, dtype=np.float32)
+    base = _maxrss_kib()
+    base_now = _rss_kib()
+    y = x
+    for i in range(100):
+        y = ops[i % 4](y)
+    if lib == "mkpy":
+        mx.eval(y)
+    peak = _maxrss_kib()
+    res = {"baseline_kib": base, "rss_at_baseline_kib": base_now, "peak_kib": peak,
+           "extra_kib": peak - base, "array_kib": N_CHAIN * 4 // 1024}
+    res["malloc_after"] = _mallinfo()
+    if lib == "mkpy":
+        res["mkpy_peak_bytes"] = mx.metal.get_peak_memory()
+    return res
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "kernel-first-eval":
+        res = kernel_first_eval(sys.argv[2])
+    elif mode == "pocl-first-run":
+        res = pocl_first_run()
+    elif mode in ("chain-mkpy", "chain-numpy"):
+        if not os.environ.get("MKPY_BENCH_CLEAN_RSS"):
+            # A process made by fork + exec inherits its parent's RSS high-water mark
+            # as ru_maxrss (Linux keeps the old mm's hiwater across exec), and the
+            # benchmark parent is large. This process is still small: measure in a
+            # child of it.
+            import subprocess
+            env = dict(os.environ, MKPY_BENCH_CLEAN_RSS="1")
+            p = subprocess.run([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env, stdout=subprocess.PIPE,
+                               check=True, text=True)
+            sys.stdout.write(p.stdout)
+            return
+        res = chain(mode.split("-")[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    else:
+        raise SystemExit("unknown mode " + mode)
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
