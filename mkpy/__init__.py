@@ -14,6 +14,7 @@ from . import _core
 from ._core import *  # noqa: F401,F403
 from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
 from . import random, fast, metal  # noqa: F401
+from ._compile import compile, disable_compile, enable_compile  # noqa: F401,A001
 from ._device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
     default_stream, new_stream, stream, is_available, device_count,

@@ -279,3 +279,20 @@ def test_star_import_keeps_builtins():
     ns = {}
     exec("from mkpy import *", ns)
     assert "bool" not in ns and "float32" in ns and "array" in ns
+
+
+def test_compile_gives_the_functions_outputs():
+    def f(x, y):
+        return mx.exp(x) * y + 1
+
+    x, y = mx.array([0.0, 1.0, 2.0]), mx.array(2.0)
+    assert mx.compile(f)(x, y).tolist() == f(x, y).tolist()
+
+    @mx.compile
+    def g(x):
+        return x * 2
+
+    assert g(x).tolist() == [0.0, 2.0, 4.0]
+    assert mx.compile(shapeless=True)(g)(x).tolist() == [0.0, 2.0, 4.0]
+    mx.disable_compile()
+    mx.enable_compile()

@@ -1,6 +1,7 @@
 #include "array.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 #include "pool.h"
@@ -22,13 +23,22 @@ int64_t mk_memory_peak(void) { return atomic_load(&mem_peak); }
 void mk_memory_reset_peak(void) { atomic_store(&mem_peak, atomic_load(&mem_active)); }
 
 #define MK_ALIGN 64
+/* Buffers from this size on are mapped directly and unmapped when freed, so
+ * memory goes back to the system at once (glibc's heap would keep freed
+ * large blocks resident and raise its mmap threshold after the first free). */
+#define MK_MMAP_MIN (1u << 20)
 
 mk_buffer *mk_buffer_alloc(size_t nbytes) {
     mk_buffer *b = malloc(sizeof *b);
     if (!b) return mk_nomem();
     size_t alloc = (nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
     if (alloc == 0) alloc = MK_ALIGN;
-    b->data = aligned_alloc(MK_ALIGN, alloc);
+    if (alloc >= MK_MMAP_MIN) {
+        void *p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        b->data = p == MAP_FAILED ? NULL : p;
+    } else {
+        b->data = aligned_alloc(MK_ALIGN, alloc);
+    }
     if (!b->data) {
         free(b);
         return mk_nomem();
@@ -49,7 +59,11 @@ void mk_buffer_decref(mk_buffer *b) {
         b->release(b);
     } else {
         mem_add(-(int64_t)b->nbytes);
-        free(b->data);
+        size_t alloc = (b->nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
+        if (alloc >= MK_MMAP_MIN)
+            munmap(b->data, alloc);
+        else
+            free(b->data);
     }
     free(b);
 }
