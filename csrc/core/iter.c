@@ -94,3 +94,27 @@ void mk_broadcast_strides(const mk_array *a, int out_ndim, const int64_t *out_sh
             strides[d] = a->strides[ad];
     }
 }
+
+/* dst[i * ds] = src[i * ss] for i < n, elements of sz bytes. */
+void mk_copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t sz) {
+    if (ds == 1 && ss == 1) {
+        memcpy(dst, src, (size_t)n * sz);
+        return;
+    }
+#define LOOP(T)                                                                                        \
+    {                                                                                                  \
+        T *d = (T *)dst;                                                                               \
+        const T *s = (const T *)src;                                                                   \
+        for (int64_t i = 0; i < n; i++) d[i * ds] = s[i * ss];                                         \
+        return;                                                                                        \
+    }
+    switch (sz) {
+    case 1: LOOP(uint8_t)
+    case 2: LOOP(uint16_t)
+    case 4: LOOP(uint32_t)
+    case 8: LOOP(uint64_t)
+    default: break;
+    }
+#undef LOOP
+    for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds * (int64_t)sz, src + i * ss * (int64_t)sz, sz);
+}

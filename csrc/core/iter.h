@@ -35,6 +35,9 @@ void mk_iter_run(const mk_iter *it, int64_t grain, mk_row_fn fn, void *ctx);
  * missing leading dims and size-1 dims get stride 0). */
 void mk_broadcast_strides(const mk_array *a, int out_ndim, const int64_t *out_shape, int64_t *strides);
 
+/* dst[i * ds] = src[i * ss] for i < n, elements of sz bytes (strides in elements). */
+void mk_copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t sz);
+
 /* Default number of elements below which an op runs on one thread. */
 #define MK_GRAIN 32768
 

@@ -56,29 +56,6 @@ static inline int64_t clamp_index(int64_t v, int64_t n) {
     return v < 0 ? 0 : v >= n ? n - 1 : v;
 }
 
-/* dst[i * ds] = src[i * ss] for i < n, elements of sz bytes */
-static void copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t sz) {
-    if (ds == 1 && ss == 1) {
-        memcpy(dst, src, (size_t)n * sz);
-        return;
-    }
-#define LOOP(T)                                                                                        \
-    {                                                                                                  \
-        T *d = (T *)dst;                                                                               \
-        const T *s = (const T *)src;                                                                   \
-        for (int64_t i = 0; i < n; i++) d[i * ds] = s[i * ss];                                         \
-        return;                                                                                        \
-    }
-    switch (sz) {
-    case 1: LOOP(uint8_t)
-    case 2: LOOP(uint16_t)
-    case 4: LOOP(uint32_t)
-    case 8: LOOP(uint64_t)
-    default: break;
-    }
-#undef LOOP
-    for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds * (int64_t)sz, src + i * ss * (int64_t)sz, sz);
-}
 
 static int check_index_dtype(const char *op, const char *bool_msg, mk_array *idx) {
     if (idx->dtype == MK_BOOL) {
@@ -372,7 +349,7 @@ typedef struct {
 
 static void gather_post_rows(void *v, const int64_t *off, const int64_t *st, int64_t n) {
     gather_ctx *c = v;
-    copy_elems(c->dst + off[1] * (int64_t)c->sz, st[1], c->src + off[0] * (int64_t)c->sz, st[0], n, c->sz);
+    mk_copy_elems(c->dst + off[1] * (int64_t)c->sz, st[1], c->src + off[0] * (int64_t)c->sz, st[0], n, c->sz);
 }
 
 static void gather_range(void *v, int64_t b, int64_t e) {
@@ -394,7 +371,7 @@ static void gather_range(void *v, int64_t b, int64_t e) {
             const char *src = c.x + tgt[i] * sz;
             char *dst = c.out + oth[i] * sz;
             if (post->ndim == 1) {
-                copy_elems(dst, post->strides[1][0], src, post->strides[0][0], post->shape[0], c.sz);
+                mk_copy_elems(dst, post->strides[1][0], src, post->strides[0][0], post->shape[0], c.sz);
             } else {
                 c.src = src;
                 c.dst = dst;
@@ -562,7 +539,7 @@ static void scatter_post_rows(void *v, const int64_t *off, const int64_t *st, in
     if (c->fn)
         c->fn(c->dst + off[0] * sz, st[0], c->src + off[1] * sz, st[1], n);
     else
-        copy_elems(c->dst + off[0] * sz, st[0], c->src + off[1] * sz, st[1], n, c->sz);
+        mk_copy_elems(c->dst + off[0] * sz, st[0], c->src + off[1] * sz, st[1], n, c->sz);
 }
 
 /* applies elements [qb, qe) of a row's block */
@@ -578,7 +555,7 @@ static void scatter_row(scatter_ctx *c, int64_t t, int64_t o, int64_t qb, int64_
         if (c->fn)
             c->fn(d, ts, u, us, qe - qb);
         else
-            copy_elems(d, ts, u, us, qe - qb, c->sz);
+            mk_copy_elems(d, ts, u, us, qe - qb, c->sz);
     } else {
         mk_iter_range(post, qb, qe, scatter_post_rows, c);
     }

@@ -13,29 +13,6 @@
 
 /* ------------------------------------------------------------ strided copy */
 
-/* dst[i * ds] = src[i * ss] for i < n, elements of sz bytes. */
-static void copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t sz) {
-    if (ds == 1 && ss == 1) {
-        memcpy(dst, src, (size_t)n * sz);
-        return;
-    }
-#define LOOP(T)                                                                                        \
-    {                                                                                                  \
-        T *d = (T *)dst;                                                                               \
-        const T *s = (const T *)src;                                                                   \
-        for (int64_t i = 0; i < n; i++) d[i * ds] = s[i * ss];                                         \
-        return;                                                                                        \
-    }
-    switch (sz) {
-    case 1: LOOP(uint8_t)
-    case 2: LOOP(uint16_t)
-    case 4: LOOP(uint32_t)
-    case 8: LOOP(uint64_t)
-    default: break;
-    }
-#undef LOOP
-    for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds * (int64_t)sz, src + i * ss * (int64_t)sz, sz);
-}
 
 /* dst[i] = *value for i < n. */
 static void fill_elems(char *dst, const char *value, int64_t n, size_t sz) {
@@ -65,7 +42,7 @@ typedef struct {
 
 static void copy_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
     const copy_ctx *u = c;
-    copy_elems(u->dst + off[0] * (int64_t)u->sz, st[0], u->src + off[1] * (int64_t)u->sz, st[1], n, u->sz);
+    mk_copy_elems(u->dst + off[0] * (int64_t)u->sz, st[0], u->src + off[1] * (int64_t)u->sz, st[1], n, u->sz);
 }
 
 /* A transpose-like copy (the two innermost dims are unit-stride in dst and
@@ -114,7 +91,7 @@ static void copy_tiles(void *c, int64_t begin, int64_t end) {
             case 8: LOOP(uint64_t)
             default:
                 for (int64_t r = r0; r < r1; r++)
-                    copy_elems(dst + (r * dr + c0 * dc) * (int64_t)sz, dc, src + (r * sr + c0 * sc) * (int64_t)sz,
+                    mk_copy_elems(dst + (r * dr + c0 * dc) * (int64_t)sz, dc, src + (r * sr + c0 * sc) * (int64_t)sz,
                                sc, c1 - c0, sz);
                 break;
             }
@@ -481,7 +458,7 @@ static void pad_rows(void *c, int64_t begin, int64_t end) {
             if (run->in_start < 0)
                 fill_elems(d, u->cval, run->len, sz);
             else
-                copy_elems(d, 1, src + (off + run->in_start * xs) * (int64_t)sz, run->in_step * xs, run->len, sz);
+                mk_copy_elems(d, 1, src + (off + run->in_start * xs) * (int64_t)sz, run->in_step * xs, run->len, sz);
         }
     }
 }
