@@ -217,6 +217,17 @@ mk_array *mk_outer(mk_array *a, mk_array *b);
 mk_array *mk_tensordot_n(mk_array *a, mk_array *b, int axis);
 /* Sums a's axes_a against b's axes_b (negative axes allowed). */
 mk_array *mk_tensordot(mk_array *a, mk_array *b, int na, const int *axes_a, int nb, const int *axes_b);
+/* ---- sorting and scans (ops_sort.c) ------------------------------------ */
+/* has_axis false: the flattened array (messages then name axis 0). */
+mk_array *mk_sort(mk_array *x, int axis, bool has_axis);
+mk_array *mk_argsort(mk_array *x, int axis, bool has_axis); /* uint32 */
+mk_array *mk_partition(mk_array *x, int kth, int axis, bool has_axis);
+mk_array *mk_argpartition(mk_array *x, int kth, int axis, bool has_axis);
+mk_array *mk_topk(mk_array *x, int k, int axis, bool has_axis);
+typedef enum { MK_SCAN_SUM, MK_SCAN_PROD, MK_SCAN_MAX, MK_SCAN_MIN, MK_SCAN_LOGADDEXP } mk_scan_op;
+/* cumsum (bool gives int32), cumprod, cummax, cummin, logcumsumexp (integers
+ * and bool become float32 first). */
+mk_array *mk_scan(mk_scan_op op, mk_array *x, int axis, bool has_axis, bool reverse, bool inclusive);
 
 /* Normalises an axis against ndim; -1 with MLX's IndexError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */

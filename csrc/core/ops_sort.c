@@ -1,0 +1,890 @@
+/* Sorting and scans: sort, argsort, partition, argpartition, topk, and the
+ * cumulative ops cumsum, cumprod, cummax, cummin, logcumsumexp.
+ *
+ * Sorting works row by row (a row: the elements along the axis, for one
+ * index of the other dims). Each row is gathered from the input's strides
+ * into a contiguous buffer of the dtype's compute type, sorted there and
+ * scattered to the output, so any input layout works without a copy. Rows
+ * are shared over the pool; a single long row (a flattened sort) is sorted
+ * in chunks in parallel and the chunks are merged pairwise in parallel.
+ *
+ * Orders are MLX's: sort and argsort are stable with nan last (argsort's ties
+ * keep index order), so any stable sort with MLX's comparator gives MLX's
+ * result; a stable merge sort is used. partition and argpartition place
+ * the other elements in whatever order std::nth_element leaves them, so the
+ * selection here is libstdc++'s introselect, step for step (median-of-three
+ * pivot, unguarded partition, heap select past the depth limit, final
+ * insertion sort): the same comparisons on the same data give MLX's output.
+ * topk is MLX's: partition at -k, then the last k elements (a view); k equal
+ * to the axis size returns the input.
+ *
+ * Scans follow MLX's CPU kernels: the running value lives in the output
+ * dtype (float16 sums round at every step and stall at 2048, as MLX's do),
+ * bool sums give int32, exclusive scans start from the op's identity.
+ * cummax/cummin of floats give nan when either operand is nan, and for
+ * float16/bfloat16 that "nan" is 0 (MLX 0.32 returns numeric_limits<T>::
+ * quiet_NaN(), which is 0 for its half types); complex max/min are plain
+ * lexicographic selects. logcumsumexp is MLX's LogAddExp with its float32
+ * exp, rounding half types after each step. Non-row-contiguous inputs are
+ * copied first; outputs are row-contiguous. Independent lines (outer index,
+ * block of inner lanes) run in parallel. */
+#include <complex.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iter.h"
+#include "mlx_math.h"
+#include "ops.h"
+#include "pool.h"
+#include "types.h"
+
+/* ============================================================ comparisons */
+
+#define CNAN(x) (isnan(crealf(x)) || isnan(cimagf(x)))
+#define CLT(a, b) (crealf(a) < crealf(b) || (crealf(a) == crealf(b) && cimagf(a) < cimagf(b)))
+#define CEQ(a, b) (crealf(a) == crealf(b) && cimagf(a) == cimagf(b))
+
+/* MLX's nan_aware_less: nan is larger than everything, nans are equal. */
+#define LT_INT(a, b) ((a) < (b))
+#define LT_FLT(a, b) (!isnan(a) && (isnan(b) || (a) < (b)))
+#define LT_CPX(a, b) (!CNAN(a) && (CNAN(b) || CLT(a, b)))
+/* argpartition's comparator on values v1, v2 at indices a, b (MLX's:
+ * floats put nan last, complex values compare without a nan rule). */
+#define ALT_INT(v1, v2, a, b) ((v1) < (v2) || ((v1) == (v2) && (a) < (b)))
+#define ALT_FLT(v1, v2, a, b) (!isnan(v1) && (isnan(v2) || ALT_INT(v1, v2, a, b)))
+#define ALT_CPX(v1, v2, a, b) (CLT(v1, v2) || (CEQ(v1, v2) && (a) < (b)))
+#define ALT_CPXN(v1, v2, a, b) (!CNAN(v1) && (CNAN(v2) || ALT_CPX(v1, v2, a, b)))
+
+#define LT_b8 LT_INT
+#define LT_u8 LT_INT
+#define LT_u16 LT_INT
+#define LT_u32 LT_INT
+#define LT_u64 LT_INT
+#define LT_i8 LT_INT
+#define LT_i16 LT_INT
+#define LT_i32 LT_INT
+#define LT_i64 LT_INT
+#define LT_f16 LT_FLT
+#define LT_f32 LT_FLT
+#define LT_f64 LT_FLT
+#define LT_bf16 LT_FLT
+#define LT_c64 LT_CPX
+/* nan tests (0 for exact types) and the plain less used once nans are
+ * moved out of the way */
+#define NAN_INT(x) ((void)(x), 0)
+#define NAN_b8 NAN_INT
+#define NAN_u8 NAN_INT
+#define NAN_u16 NAN_INT
+#define NAN_u32 NAN_INT
+#define NAN_u64 NAN_INT
+#define NAN_i8 NAN_INT
+#define NAN_i16 NAN_INT
+#define NAN_i32 NAN_INT
+#define NAN_i64 NAN_INT
+#define NAN_f16 isnan
+#define NAN_f32 isnan
+#define NAN_f64 isnan
+#define NAN_bf16 isnan
+#define NAN_c64 CNAN
+#define PLT_b8 LT_INT
+#define PLT_u8 LT_INT
+#define PLT_u16 LT_INT
+#define PLT_u32 LT_INT
+#define PLT_u64 LT_INT
+#define PLT_i8 LT_INT
+#define PLT_i16 LT_INT
+#define PLT_i32 LT_INT
+#define PLT_i64 LT_INT
+#define PLT_f16 LT_INT
+#define PLT_f32 LT_INT
+#define PLT_f64 LT_INT
+#define PLT_bf16 LT_INT
+#define PLT_c64 CLT
+#define ALT_b8 ALT_INT
+#define ALT_u8 ALT_INT
+#define ALT_u16 ALT_INT
+#define ALT_u32 ALT_INT
+#define ALT_u64 ALT_INT
+#define ALT_i8 ALT_INT
+#define ALT_i16 ALT_INT
+#define ALT_i32 ALT_INT
+#define ALT_i64 ALT_INT
+#define ALT_f16 ALT_FLT
+#define ALT_f32 ALT_FLT
+#define ALT_f64 ALT_FLT
+#define ALT_bf16 ALT_FLT
+#define ALT_c64 ALT_CPXN
+
+/* ============================================================ stable merge sort */
+
+#define MSORT_RUN 32
+
+/* name(a, tmp, n): sorts a[0..n) stably by LT applied to (x)F; tmp holds n.
+ * name##_par: the same for one long row, chunks and merges on the pool. */
+#define DEFINE_MSORT(name, E, LT, F)                                                                    \
+    static void name##_merge(const E *a, int64_t na, const E *b, int64_t nb, E *o) {                   \
+        int64_t i = 0, j = 0, k = 0;                                                                   \
+        while (i < na && j < nb) o[k++] = LT((b[j])F, (a[i])F) ? b[j++] : a[i++];                      \
+        while (i < na) o[k++] = a[i++];                                                                \
+        while (j < nb) o[k++] = b[j++];                                                                \
+    }                                                                                                  \
+    static void name(E *a, E *tmp, int64_t n) {                                                        \
+        for (int64_t s = 0; s < n; s += MSORT_RUN) {                                                   \
+            int64_t e = s + MSORT_RUN < n ? s + MSORT_RUN : n;                                         \
+            for (int64_t i = s + 1; i < e; i++) {                                                      \
+                E v = a[i];                                                                            \
+                int64_t j = i;                                                                         \
+                while (j > s && LT((v)F, (a[j - 1]) F)) {                                              \
+                    a[j] = a[j - 1];                                                                   \
+                    j--;                                                                               \
+                }                                                                                      \
+                a[j] = v;                                                                              \
+            }                                                                                          \
+        }                                                                                              \
+        E *src = a, *dst = tmp;                                                                        \
+        for (int64_t w = MSORT_RUN; w < n; w *= 2) {                                                   \
+            for (int64_t s = 0; s < n; s += 2 * w) {                                                   \
+                int64_t m = s + w < n ? s + w : n, e = s + 2 * w < n ? s + 2 * w : n;                  \
+                name##_merge(src + s, m - s, src + m, e - m, dst + s);                                 \
+            }                                                                                          \
+            E *t = src;                                                                                \
+            src = dst;                                                                                 \
+            dst = t;                                                                                   \
+        }                                                                                              \
+        if (src != a) memcpy(a, src, (size_t)n * sizeof(E));                                           \
+    }                                                                                                  \
+    static void name##_chunks(void *c, int64_t b, int64_t e) {                                         \
+        psort_ctx *P = c;                                                                              \
+        for (int64_t k = b; k < e; k++) {                                                              \
+            int64_t s = k * P->w, m = s + P->w < P->n ? P->w : P->n - s;                               \
+            name((E *)P->src + s, (E *)P->dst + s, m);                                                 \
+        }                                                                                              \
+    }                                                                                                  \
+    static void name##_pairs(void *c, int64_t b, int64_t e) {                                          \
+        psort_ctx *P = c;                                                                              \
+        const E *src = P->src;                                                                         \
+        E *dst = P->dst;                                                                               \
+        for (int64_t k = b; k < e; k++) {                                                              \
+            int64_t s = k * 2 * P->w;                                                                  \
+            int64_t m = s + P->w < P->n ? s + P->w : P->n, en = s + 2 * P->w < P->n ? s + 2 * P->w : P->n; \
+            name##_merge(src + s, m - s, src + m, en - m, dst + s);                                    \
+        }                                                                                              \
+    }                                                                                                  \
+    static void name##_par(E *a, E *tmp, int64_t n) {                                                  \
+        if (n < 2) return;                                                                             \
+        int64_t nth = mk_pool_threads(), w = (n + nth - 1) / nth;                                      \
+        psort_ctx P = {a, tmp, n, w};                                                                  \
+        mk_parallel_for((n + w - 1) / w, 1, name##_chunks, &P);                                        \
+        for (; P.w < n; P.w *= 2) {                                                                    \
+            mk_parallel_for((n + 2 * P.w - 1) / (2 * P.w), 1, name##_pairs, &P);                       \
+            void *t = P.src;                                                                           \
+            P.src = P.dst;                                                                             \
+            P.dst = t;                                                                                 \
+        }                                                                                              \
+        if (P.src != (void *)a) memcpy(a, P.src, (size_t)n * sizeof(E));                               \
+    }
+
+typedef struct {
+    void *src, *dst;
+    int64_t n, w;
+} psort_ctx;
+
+/* ============================================================ libstdc++ introselect */
+
+/* Comparator forms: on values (partition) or on indices into vals
+ * (argpartition). */
+#define VCMP(LT, ALT, x, y) LT(x, y)
+#define ICMP(LT, ALT, x, y) ALT(vals[x], vals[y], x, y)
+
+static inline int floor_log2(int64_t n) {
+    int k = 0;
+    while (n > 1) {
+        n >>= 1;
+        k++;
+    }
+    return k;
+}
+
+/* name(a, n, nth, vals): std::nth_element(a, a + nth, a + n, comp) as
+ * libstdc++ runs it. */
+#define DEFINE_SELECT(name, E, VT, MODE, LT, ALT)                                                       \
+    static void name##_adjust(E *a, int64_t hole, int64_t len, E v, const VT *vals) {                  \
+        (void)vals;                                                                                    \
+        int64_t top = hole, child = hole;                                                              \
+        while (child < (len - 1) / 2) {                                                                \
+            child = 2 * (child + 1);                                                                   \
+            if (MODE(LT, ALT, a[child], a[child - 1])) child--;                                        \
+            a[hole] = a[child];                                                                        \
+            hole = child;                                                                              \
+        }                                                                                              \
+        if ((len & 1) == 0 && child == (len - 2) / 2) {                                                \
+            child = 2 * (child + 1);                                                                   \
+            a[hole] = a[child - 1];                                                                    \
+            hole = child - 1;                                                                          \
+        }                                                                                              \
+        int64_t parent = (hole - 1) / 2;                                                               \
+        while (hole > top && MODE(LT, ALT, a[parent], v)) {                                            \
+            a[hole] = a[parent];                                                                       \
+            hole = parent;                                                                             \
+            parent = (hole - 1) / 2;                                                                   \
+        }                                                                                              \
+        a[hole] = v;                                                                                   \
+    }                                                                                                  \
+    static void name(E *a, int64_t n, int64_t nth, const VT *vals) {                                   \
+        (void)vals;                                                                                    \
+        if (n == 0 || nth == n) return;                                                                \
+        int64_t first = 0, last = n;                                                                   \
+        int depth = 2 * floor_log2(n);                                                                 \
+        while (last - first > 3) {                                                                     \
+            if (depth == 0) {                                                                          \
+                /* heap select over [first, nth + 1), then swap first and nth */                       \
+                E *h = a + first;                                                                      \
+                int64_t len = nth + 1 - first, end = last - first;                                     \
+                if (len >= 2)                                                                          \
+                    for (int64_t p = (len - 2) / 2;; p--) {                                            \
+                        name##_adjust(h, p, len, h[p], vals);                                          \
+                        if (p == 0) break;                                                             \
+                    }                                                                                  \
+                for (int64_t i = len; i < end; i++)                                                    \
+                    if (MODE(LT, ALT, h[i], h[0])) {                                                   \
+                        E v = h[i];                                                                    \
+                        h[i] = h[0];                                                                   \
+                        name##_adjust(h, 0, len, v, vals);                                             \
+                    }                                                                                  \
+                E t = a[first];                                                                        \
+                a[first] = a[nth];                                                                     \
+                a[nth] = t;                                                                            \
+                return;                                                                                \
+            }                                                                                          \
+            depth--;                                                                                   \
+            /* median of a[first + 1], a[mid], a[last - 1] moved to a[first] */                        \
+            int64_t x = first + 1, y = first + (last - first) / 2, z = last - 1, m;                    \
+            if (MODE(LT, ALT, a[x], a[y])) {                                                           \
+                if (MODE(LT, ALT, a[y], a[z]))                                                         \
+                    m = y;                                                                             \
+                else if (MODE(LT, ALT, a[x], a[z]))                                                    \
+                    m = z;                                                                             \
+                else                                                                                   \
+                    m = x;                                                                             \
+            } else if (MODE(LT, ALT, a[x], a[z]))                                                      \
+                m = x;                                                                                 \
+            else if (MODE(LT, ALT, a[y], a[z]))                                                        \
+                m = z;                                                                                 \
+            else                                                                                       \
+                m = y;                                                                                 \
+            E t = a[first];                                                                            \
+            a[first] = a[m];                                                                           \
+            a[m] = t;                                                                                  \
+            /* unguarded partition of [first + 1, last) around a[first] */                             \
+            int64_t lo = first + 1, hi = last;                                                         \
+            for (;;) {                                                                                 \
+                while (MODE(LT, ALT, a[lo], a[first])) lo++;                                           \
+                hi--;                                                                                  \
+                while (MODE(LT, ALT, a[first], a[hi])) hi--;                                           \
+                if (!(lo < hi)) break;                                                                 \
+                t = a[lo];                                                                             \
+                a[lo] = a[hi];                                                                         \
+                a[hi] = t;                                                                             \
+                lo++;                                                                                  \
+            }                                                                                          \
+            if (lo <= nth)                                                                             \
+                first = lo;                                                                            \
+            else                                                                                       \
+                last = lo;                                                                             \
+        }                                                                                              \
+        /* insertion sort of [first, last) */                                                          \
+        for (int64_t i = first + 1; i < last; i++) {                                                   \
+            E v = a[i];                                                                                \
+            if (MODE(LT, ALT, v, a[first])) {                                                          \
+                memmove(a + first + 1, a + first, (size_t)(i - first) * sizeof(E));                    \
+                a[first] = v;                                                                          \
+            } else {                                                                                   \
+                int64_t j = i;                                                                         \
+                while (MODE(LT, ALT, v, a[j - 1])) {                                                   \
+                    a[j] = a[j - 1];                                                                   \
+                    j--;                                                                               \
+                }                                                                                      \
+                a[j] = v;                                                                              \
+            }                                                                                          \
+        }                                                                                              \
+    }
+
+/* ============================================================ sort rows */
+
+enum { SK_SORT, SK_ARGSORT, SK_PART, SK_ARGPART };
+
+typedef struct {
+    int kind;
+    const char *in;
+    char *out;
+    int64_t n, in_st, out_st, kth;
+    int rnd; /* the other dims */
+    int64_t rshape[MK_MAX_NDIM], rin[MK_MAX_NDIM], rout[MK_MAX_NDIM];
+    bool par; /* one long row: sort it on the pool */
+    atomic_int failed;
+} sort_job;
+
+static void row_offsets(const sort_job *J, int64_t r, int64_t *io, int64_t *oo) {
+    int64_t a = 0, b = 0;
+    for (int d = J->rnd - 1; d >= 0; d--) {
+        int64_t i = r % J->rshape[d];
+        r /= J->rshape[d];
+        a += i * J->rin[d];
+        b += i * J->rout[d];
+    }
+    *io = a;
+    *oo = b;
+}
+
+#define ALIGN16(x) (((x) + 15) & ~(size_t)15)
+
+#define SORT_ROWS(E_, s, S, R, u1, u2)                                                                  \
+    typedef struct {                                                                                   \
+        R k;                                                                                           \
+        uint32_t i;                                                                                    \
+    } pair_##s;                                                                                        \
+    DEFINE_MSORT(msort_##s, R, PLT_##s, )                                                              \
+    DEFINE_MSORT(msortp_##s, pair_##s, PLT_##s, .k)                                                    \
+    /* moves nans (all equal, larger than everything) to the end, keeping \
+     * their order; returns the number of others */                       \
+    static int64_t nan_last_##s(R *v, R *tmp, int64_t n) {                                             \
+        int64_t i0 = 0;                                                                                \
+        while (i0 < n && !NAN_##s(v[i0])) i0++;                                                     \
+        if (i0 == n) return n;                                                                         \
+        int64_t m = i0, k = 0;                                                                         \
+        for (int64_t i = i0; i < n; i++) {                                                              \
+            if (NAN_##s(v[i]))                                                                         \
+                tmp[k++] = v[i];                                                                       \
+            else                                                                                       \
+                v[m++] = v[i];                                                                         \
+        }                                                                                              \
+        if (k) memcpy(v + m, tmp, (size_t)k * sizeof(R));                                              \
+        return m;                                                                                      \
+    }                                                                                                  \
+    static int64_t nan_lastp_##s(pair_##s *v, pair_##s *tmp, int64_t n) {                              \
+        int64_t i0 = 0;                                                                                \
+        while (i0 < n && !NAN_##s(v[i0].k)) i0++;                                                     \
+        if (i0 == n) return n;                                                                         \
+        int64_t m = i0, k = 0;                                                                         \
+        for (int64_t i = i0; i < n; i++) {                                                              \
+            if (NAN_##s(v[i].k))                                                                       \
+                tmp[k++] = v[i];                                                                       \
+            else                                                                                       \
+                v[m++] = v[i];                                                                         \
+        }                                                                                              \
+        if (k) memcpy(v + m, tmp, (size_t)k * sizeof(pair_##s));                                       \
+        return m;                                                                                      \
+    }                                                                                                  \
+    DEFINE_SELECT(select_##s, R, R, VCMP, LT_##s, ALT_##s)                                             \
+    DEFINE_SELECT(aselect_##s, uint32_t, R, ICMP, LT_##s, ALT_##s)                                     \
+    static void rows_##s(sort_job *J, int64_t r0, int64_t r1) {                                        \
+        const int64_t n = J->n, is = J->in_st, os = J->out_st;                                         \
+        size_t need = J->kind == SK_ARGSORT ? 2 * (size_t)n * sizeof(pair_##s)                          \
+                                            : ALIGN16((size_t)n * 4) + 2 * (size_t)n * sizeof(R);      \
+        char *scratch = malloc(need ? need : 1);                                                       \
+        if (!scratch) {                                                                                \
+            atomic_store(&J->failed, 1);                                                               \
+            return;                                                                                    \
+        }                                                                                              \
+        uint32_t *ix = (uint32_t *)scratch;                                                            \
+        R *v = (R *)(scratch + ALIGN16((size_t)n * 4));                                                \
+        pair_##s *pr = (pair_##s *)scratch;                                                            \
+        for (int64_t r = r0; r < r1; r++) {                                                            \
+            int64_t io, oo;                                                                            \
+            row_offsets(J, r, &io, &oo);                                                               \
+            const S *src = (const S *)J->in + io;                                                      \
+            if (J->kind == SK_ARGSORT) {                                                               \
+                for (int64_t i = 0; i < n; i++) {                                                      \
+                    pr[i].k = MK_LOAD_##s(&src[i * is]);                                               \
+                    pr[i].i = (uint32_t)i;                                                             \
+                }                                                                                      \
+                int64_t m = nan_lastp_##s(pr, pr + n, n);                                              \
+                if (J->par)                                                                            \
+                    msortp_##s##_par(pr, pr + n, m);                                                   \
+                else                                                                                   \
+                    msortp_##s(pr, pr + n, m);                                                         \
+                uint32_t *dst = (uint32_t *)J->out + oo;                                               \
+                for (int64_t i = 0; i < n; i++) dst[i * os] = pr[i].i;                                 \
+                continue;                                                                              \
+            }                                                                                          \
+            for (int64_t i = 0; i < n; i++) v[i] = MK_LOAD_##s(&src[i * is]);                          \
+            if (J->kind == SK_ARGPART) {                                                               \
+                for (int64_t i = 0; i < n; i++) ix[i] = (uint32_t)i;                                   \
+                aselect_##s(ix, n, J->kth, v);                                                         \
+                uint32_t *dst = (uint32_t *)J->out + oo;                                               \
+                for (int64_t i = 0; i < n; i++) dst[i * os] = ix[i];                                   \
+                continue;                                                                              \
+            }                                                                                          \
+            if (J->kind == SK_PART)                                                                    \
+                select_##s(v, n, J->kth, NULL);                                                        \
+            else {                                                                                     \
+                int64_t m = nan_last_##s(v, v + n, n);                                                 \
+                if (J->par)                                                                            \
+                    msort_##s##_par(v, v + n, m);                                                      \
+                else                                                                                   \
+                    msort_##s(v, v + n, m);                                                            \
+            }                                                                                          \
+            S *dst = (S *)J->out + oo;                                                                 \
+            for (int64_t i = 0; i < n; i++) MK_STORE_##s(&dst[i * os], v[i]);                          \
+        }                                                                                              \
+        free(scratch);                                                                                 \
+    }
+
+MK_ALL_TYPES_2(SORT_ROWS, _, _)
+
+typedef void (*rows_fn)(sort_job *, int64_t, int64_t);
+#define ROWS_ENTRY(E, s, S, R, u1, u2) [E] = rows_##s,
+static const rows_fn rows_table[MK_NDTYPES] = {MK_ALL_TYPES_2(ROWS_ENTRY, _, _)};
+
+typedef struct {
+    sort_job *J;
+    rows_fn fn;
+} rows_ctx;
+
+static void rows_range(void *c, int64_t b, int64_t e) {
+    rows_ctx *rc = c;
+    rc->fn(rc->J, b, e);
+}
+
+typedef struct {
+    int kind;
+    int axis;
+    int64_t kth; /* normalised */
+} sort_params;
+
+#define PAR_MIN_ROW 65536
+
+static int sort_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const sort_params *sp = p->params;
+    mk_array *x = in[0], *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    if (x->size == 0) return 0;
+    int ax = sp->axis;
+    sort_job J;
+    memset(&J, 0, sizeof J);
+    J.kind = sp->kind;
+    J.in = (const char *)mk_data(x);
+    J.out = (char *)mk_data(o);
+    J.n = x->shape[ax];
+    J.in_st = x->strides[ax];
+    J.out_st = o->strides[ax];
+    J.kth = sp->kth;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == ax) continue;
+        J.rshape[J.rnd] = x->shape[d];
+        J.rin[J.rnd] = x->strides[d];
+        J.rout[J.rnd] = o->strides[d];
+        J.rnd++;
+    }
+    atomic_init(&J.failed, 0);
+    int64_t nrows = x->size / J.n;
+    rows_ctx rc = {&J, rows_table[x->dtype]};
+    bool sorting = J.kind == SK_SORT || J.kind == SK_ARGSORT;
+    if (sorting && J.n >= PAR_MIN_ROW && nrows < mk_pool_threads()) {
+        J.par = true;
+        rc.fn(&J, 0, nrows);
+    } else {
+        int64_t grain = MK_GRAIN / (J.n * 8);
+        mk_parallel_for(nrows, grain > 0 ? grain : 1, rows_range, &rc);
+    }
+    if (atomic_load(&J.failed)) {
+        mk_nomem();
+        return -1;
+    }
+    return 0;
+}
+
+static const mk_opdef sort_def = {"sort", sort_eval, NULL};
+
+/* ------------------------------------------------------------ constructors */
+
+static mk_array *flatten_all(mk_array *x) {
+    int64_t n = x->size;
+    return mk_reshape(x, 1, &n);
+}
+
+/* axis: as given (for messages); x: already flattened when the caller had
+ * no axis. */
+static mk_array *sort_node(int kind, const char *name, mk_array *x, int axis, int64_t kth) {
+    int ax = mk_norm_axis(name, axis, x->ndim);
+    if (ax < 0) return NULL;
+    int64_t k = 0;
+    if (kind == SK_PART || kind == SK_ARGPART) {
+        k = kth < 0 ? kth + x->shape[ax] : kth;
+        if (k < 0 || k >= x->shape[ax]) {
+            char buf[512];
+            mk_error_set(MK_ERR_VALUE, "[%s] Received invalid kth %lld%salong axis %d for array with shape: %s", name,
+                         (long long)kth, kind == SK_PART ? "" : " ", axis, mk_shape_str(x->ndim, x->shape, buf, sizeof buf));
+            return NULL;
+        }
+    }
+    sort_params *sp = malloc(sizeof *sp);
+    if (!sp) return mk_nomem();
+    sp->kind = kind;
+    sp->axis = ax;
+    sp->kth = k;
+    mk_dtype t = kind == SK_ARGSORT || kind == SK_ARGPART ? MK_UINT32 : x->dtype;
+    return mk_node(&sort_def, sp, t, x->ndim, x->shape, 1, &x);
+}
+
+static mk_array *sort_common(int kind, const char *name, mk_array *x, int axis, bool has_axis, int64_t kth) {
+    if (has_axis) return sort_node(kind, name, x, axis, kth);
+    mk_array *f = flatten_all(x);
+    if (!f) return NULL;
+    mk_array *r = sort_node(kind, name, f, 0, kth);
+    mk_decref(f);
+    return r;
+}
+
+mk_array *mk_sort(mk_array *x, int axis, bool has_axis) { return sort_common(SK_SORT, "sort", x, axis, has_axis, 0); }
+
+mk_array *mk_argsort(mk_array *x, int axis, bool has_axis) {
+    return sort_common(SK_ARGSORT, "argsort", x, axis, has_axis, 0);
+}
+
+mk_array *mk_partition(mk_array *x, int kth, int axis, bool has_axis) {
+    return sort_common(SK_PART, "partition", x, axis, has_axis, kth);
+}
+
+mk_array *mk_argpartition(mk_array *x, int kth, int axis, bool has_axis) {
+    return sort_common(SK_ARGPART, "argpartition", x, axis, has_axis, kth);
+}
+
+static mk_array *topk_axis(mk_array *x, int k, int axis) {
+    int ax = mk_norm_axis("topk", axis, x->ndim);
+    if (ax < 0) return NULL;
+    int64_t n = x->shape[ax];
+    if (k < 0 || k > n) {
+        char buf[512];
+        mk_error_set(MK_ERR_VALUE, "[topk] Received invalid k=%d along axis %d for array with shape: %s", k, axis,
+                     mk_shape_str(x->ndim, x->shape, buf, sizeof buf));
+        return NULL;
+    }
+    if (k == n) {
+        mk_incref(x);
+        return x;
+    }
+    mk_array *part = sort_node(SK_PART, "partition", x, ax, -(int64_t)k);
+    if (!part) return NULL;
+    int64_t start[MK_MAX_NDIM], stop[MK_MAX_NDIM], step[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) {
+        start[d] = d == ax ? n - k : 0;
+        stop[d] = x->shape[d];
+        step[d] = 1;
+    }
+    mk_array *r = mk_slice(part, start, stop, step);
+    mk_decref(part);
+    return r;
+}
+
+mk_array *mk_topk(mk_array *x, int k, int axis, bool has_axis) {
+    if (has_axis) return topk_axis(x, k, axis);
+    mk_array *f = flatten_all(x);
+    if (!f) return NULL;
+    mk_array *r = topk_axis(f, k, 0);
+    mk_decref(f);
+    return r;
+}
+
+/* ============================================================ scans */
+
+/* out[j] = OP(out[j - 1], x[j or j - 1]) along a line of `lanes`
+ * neighbouring inner positions; the previous value is read back from the
+ * output, so it has the output dtype's precision, as MLX's. */
+typedef void (*scan_fn)(const void *in, void *out, int64_t n, int64_t inner, int64_t lanes, bool rev, bool incl);
+
+#define SCAN_KERNEL(name, is, IS, IR, os, OS, OR, OPX, INIT)                                            \
+    static void name(const void *in_, void *out_, int64_t n, int64_t inner, int64_t lanes, bool rev,   \
+                     bool incl) {                                                                      \
+        const IS *x = in_;                                                                             \
+        OS *o = out_;                                                                                  \
+        int64_t step = rev ? -inner : inner;                                                           \
+        int64_t oo = rev ? (n - 1) * inner : 0, xo = oo;                                               \
+        if (lanes == 1) {                                                                              \
+            /* one line: the running value stays in a register, rounded as \
+             * a store to the output dtype would round it */                \
+            OR acc = incl ? (OR)MK_LOAD_##is(&x[xo]) : RT_##os(INIT(os));                              \
+            MK_STORE_##os(&o[oo], acc);                                                                \
+            if (incl) xo += step;                                                                      \
+            for (int64_t j = 1; j < n; j++) {                                                          \
+                IR v = MK_LOAD_##is(&x[xo]);                                                           \
+                acc = RT_##os(OPX(acc, v, os));                                                        \
+                oo += step;                                                                            \
+                xo += step;                                                                            \
+                MK_STORE_##os(&o[oo], acc);                                                            \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
+        for (int64_t i = 0; i < lanes; i++) {                                                          \
+            if (incl)                                                                                  \
+                MK_STORE_##os(&o[oo + i], (OR)MK_LOAD_##is(&x[xo + i]));                               \
+            else                                                                                       \
+                MK_STORE_##os(&o[oo + i], INIT(os));                                                   \
+        }                                                                                              \
+        if (incl) xo += step;                                                                          \
+        for (int64_t j = 1; j < n; j++) {                                                              \
+            const OS *prev = o + oo;                                                                   \
+            const IS *xv = x + xo;                                                                     \
+            OS *cur = o + oo + step;                                                                   \
+            for (int64_t i = 0; i < lanes; i++) {                                                      \
+                OR acc = MK_LOAD_##os(&prev[i]);                                                       \
+                IR v = MK_LOAD_##is(&xv[i]);                                                           \
+                MK_STORE_##os(&cur[i], OPX(acc, v, os));                                               \
+            }                                                                                          \
+            oo += step;                                                                                \
+            xo += step;                                                                                \
+        }                                                                                              \
+    }
+
+/* a value as the output dtype stores it, in its compute type */
+#define RT_b8(v) ((bool)(v))
+#define RT_u8(v) ((uint8_t)(v))
+#define RT_u16(v) ((uint16_t)(v))
+#define RT_u32(v) ((uint32_t)(v))
+#define RT_u64(v) ((uint64_t)(v))
+#define RT_i8(v) ((int8_t)(v))
+#define RT_i16(v) ((int16_t)(v))
+#define RT_i32(v) ((int32_t)(v))
+#define RT_i64(v) ((int64_t)(v))
+#define RT_f16(v) mk_f16_to_f32(mk_f32_to_f16((float)(v)))
+#define RT_f32(v) ((float)(v))
+#define RT_f64(v) ((double)(v))
+#define RT_bf16(v) mk_bf16_to_f32(mk_f32_to_bf16((float)(v)))
+#define RT_c64(v) ((mk_c64)(v))
+
+/* MLX returns numeric_limits<T>::quiet_NaN() when cummax/cummin meet a
+ * nan; for its float16/bfloat16 types that is 0. */
+#define QNAN_f16 0.0f
+#define QNAN_bf16 0.0f
+#define QNAN_f32 NAN
+#define QNAN_f64 ((double)NAN)
+#define TMIN_u8 0
+#define TMIN_u16 0
+#define TMIN_u32 0
+#define TMIN_u64 0
+#define TMIN_i8 INT8_MIN
+#define TMIN_i16 INT16_MIN
+#define TMIN_i32 INT32_MIN
+#define TMIN_i64 INT64_MIN
+#define TMAX_u8 UINT8_MAX
+#define TMAX_u16 UINT16_MAX
+#define TMAX_u32 UINT32_MAX
+#define TMAX_u64 UINT64_MAX
+#define TMAX_i8 INT8_MAX
+#define TMAX_i16 INT16_MAX
+#define TMAX_i32 INT32_MAX
+#define TMAX_i64 INT64_MAX
+
+/* the step OP(acc, v) per op and class; integers wrap in uint64 */
+/* a nan running value keeps its payload, as x86 keeps the first operand's */
+#define sum_FL(a, v, s) (isnan(a) ? (a) : (a) + (v))
+#define sum_IN(a, v, s) ((uint64_t)(a) + (uint64_t)(v))
+#define sum_CX(a, v, s) ((a) + (v))
+#define prod_FL(a, v, s) (isnan(a) ? (a) : (a) * (v))
+#define prod_IN(a, v, s) ((uint64_t)(a) * (uint64_t)(v))
+#define prod_BO(a, v, s) ((a) && (v))
+#define prod_CX(a, v, s) ((a) * (v))
+#define max_FL(a, v, s) (isnan(a) || isnan(v) ? QNAN_##s : (v) < (a) ? (a) : (v))
+#define max_IN(a, v, s) ((v) < (a) ? (a) : (v))
+#define max_BO(a, v, s) ((a) || (v))
+#define max_CX(a, v, s) (CLT(v, a) ? (a) : (v))
+#define min_FL(a, v, s) (isnan(a) || isnan(v) ? QNAN_##s : (v) < (a) ? (v) : (a))
+#define min_IN(a, v, s) ((v) < (a) ? (v) : (a))
+#define min_BO(a, v, s) ((a) && (v))
+#define min_CX(a, v, s) (CLT(v, a) ? (v) : (a))
+#define lae_FL(a, v, s) lae_##s(a, v)
+#define lae_CX(a, v, s) lae_c64(a, v)
+
+/* identities of the exclusive scans */
+#define INIT_sum_FL(s) 0
+#define INIT_sum_IN(s) 0
+#define INIT_sum_CX(s) 0
+#define INIT_prod_FL(s) 1
+#define INIT_prod_IN(s) 1
+#define INIT_prod_BO(s) true
+#define INIT_prod_CX(s) 1
+#define INIT_max_FL(s) (-INFINITY)
+#define INIT_max_IN(s) TMIN_##s
+#define INIT_max_BO(s) false
+#define INIT_max_CX(s) CMPLXF(-INFINITY, -INFINITY)
+#define INIT_min_FL(s) INFINITY
+#define INIT_min_IN(s) TMAX_##s
+#define INIT_min_BO(s) true
+#define INIT_min_CX(s) CMPLXF(INFINITY, INFINITY)
+#define INIT_lae_FL(s) (-INFINITY)
+#define INIT_lae_CX(s) CMPLXF(-INFINITY, 0.0f)
+
+/* MLX's LogAddExp: the nan-propagating max plus log1p(exp(min - max)), the
+ * max itself when min is -inf or max is inf; exp is MLX's float32 one. */
+#define FMAXP(x, y) (isnan(y) ? (y) : isnan(x) ? (x) : (x) > (y) ? (x) : (y))
+#define FMINP(x, y) (isnan(y) ? (y) : isnan(x) ? (x) : (x) < (y) ? (x) : (y))
+static inline float lae_f32(float a, float b) {
+    float hi = FMAXP(a, b), lo = FMINP(a, b);
+    if (lo == -INFINITY || hi == INFINITY) return hi;
+    return hi + log1pf(mk_mlx_expf(lo - hi));
+}
+static inline double lae_f64(double a, double b) {
+    double hi = FMAXP(a, b), lo = FMINP(a, b);
+    if (lo == -INFINITY || hi == INFINITY) return hi;
+    return hi + log1p((double)mk_mlx_expf((float)(lo - hi)));
+}
+/* half types: every intermediate is rounded to the type */
+static inline float r16(float x) { return mk_f16_to_f32(mk_f32_to_f16(x)); }
+static inline float rbf(float x) { return mk_bf16_to_f32(mk_f32_to_bf16(x)); }
+#define LAE_HALF(name, RND)                                                                            \
+    static inline float name(float a, float b) {                                                       \
+        float hi = FMAXP(a, b), lo = FMINP(a, b);                                                      \
+        if (lo == -INFINITY || hi == INFINITY) return hi;                                              \
+        return hi + RND(log1pf(RND(mk_mlx_expf(RND(lo - hi)))));                                       \
+    }
+LAE_HALF(lae_f16, r16)
+LAE_HALF(lae_bf16, rbf)
+/* complex: MLX's maximum/minimum (nan first, then lexicographic), complex
+ * exp, and its complex log1p (atan2 for the angle; 0.5 * log1p(x(2 + x) +
+ * y^2) near 0, log(hypot(x + 1, y)) otherwise). */
+static inline mk_c64 log1p_c64(mk_c64 z) {
+    float x = crealf(z), y = cimagf(z);
+    float zabs = cabsf(z), theta = atan2f(y, x + 1);
+    if (zabs < 0.5f) {
+        float r = x * (2 + x) + y * y;
+        if (r == 0) return CMPLXF(x, theta);
+        return CMPLXF(0.5f * log1pf(r), theta);
+    }
+    return CMPLXF(logf(hypotf(x + 1, y)), theta);
+}
+static inline mk_c64 lae_c64(mk_c64 a, mk_c64 b) {
+    mk_c64 hi = CNAN(b) ? b : CNAN(a) ? a : CLT(b, a) ? a : b;
+    mk_c64 lo = CNAN(b) ? b : CNAN(a) ? a : CLT(a, b) ? a : b;
+    if (CEQ(lo, CMPLXF(-INFINITY, 0.0f)) || CEQ(hi, CMPLXF(INFINITY, 0.0f))) return hi;
+    return hi + log1p_c64(cexpf(lo - hi));
+}
+
+#define SCAN_SAME(E, s, S, R, op, CLS) SCAN_KERNEL(scan_##op##_##s, s, S, R, s, S, R, op##_##CLS, INIT_##op##_##CLS)
+#define SCAN_OP_FIC(op)                                                                                \
+    MK_FLOAT_TYPES_2(SCAN_SAME, op, FL)                                                                 \
+    MK_UINT_TYPES_2(SCAN_SAME, op, IN) MK_SINT_TYPES_2(SCAN_SAME, op, IN) MK_COMPLEX_TYPES_2(SCAN_SAME, op, CX)
+
+SCAN_OP_FIC(sum)
+SCAN_OP_FIC(prod)
+SCAN_OP_FIC(max)
+SCAN_OP_FIC(min)
+MK_FLOAT_TYPES_2(SCAN_SAME, lae, FL)
+MK_COMPLEX_TYPES_2(SCAN_SAME, lae, CX)
+/* bool: sums count into int32; the others stay bool */
+SCAN_KERNEL(scan_sum_b8, b8, bool, bool, i32, int32_t, int32_t, sum_IN, INIT_sum_IN)
+MK_BOOL_TYPES_2(SCAN_SAME, prod, BO)
+MK_BOOL_TYPES_2(SCAN_SAME, max, BO)
+MK_BOOL_TYPES_2(SCAN_SAME, min, BO)
+
+#define SENTRY(E, s, S, R, op, u) [E] = scan_##op##_##s,
+#define SROW_ALL(op) {MK_ALL_TYPES_2(SENTRY, op, _)}
+static const scan_fn scan_table[5][MK_NDTYPES] = {
+    [MK_SCAN_SUM] = SROW_ALL(sum),
+    [MK_SCAN_PROD] = SROW_ALL(prod),
+    [MK_SCAN_MAX] = SROW_ALL(max),
+    [MK_SCAN_MIN] = SROW_ALL(min),
+    [MK_SCAN_LOGADDEXP] = {MK_FLOAT_TYPES_2(SENTRY, lae, _) MK_COMPLEX_TYPES_2(SENTRY, lae, _)},
+};
+
+typedef struct {
+    mk_scan_op op;
+    int axis;
+    bool reverse, inclusive;
+} scan_params;
+
+#define SCAN_LANES 256
+
+typedef struct {
+    scan_fn fn;
+    const char *in;
+    char *out;
+    size_t isz, osz;
+    int64_t n, inner, nblk;
+    bool rev, incl;
+} scan_job;
+
+static void scan_range(void *c, int64_t b, int64_t e) {
+    const scan_job *J = c;
+    for (int64_t k = b; k < e; k++) {
+        int64_t ob = k / J->nblk, i0 = (k % J->nblk) * SCAN_LANES;
+        int64_t lanes = J->inner - i0 < SCAN_LANES ? J->inner - i0 : SCAN_LANES;
+        int64_t off = ob * J->n * J->inner + i0;
+        J->fn(J->in + off * (int64_t)J->isz, J->out + off * (int64_t)J->osz, J->n, J->inner, lanes, J->rev, J->incl);
+    }
+}
+
+static int scan_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const scan_params *sp = p->params;
+    mk_array *x = in[0], *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    if (x->size == 0) return 0;
+    size_t isz = mk_dtype_size(x->dtype);
+    const void *src = mk_data(x);
+    void *tmp = NULL;
+    if (!(x->flags & MK_ROW_CONTIG)) {
+        tmp = malloc((size_t)x->size * isz);
+        if (!tmp) {
+            mk_nomem();
+            return -1;
+        }
+        int64_t st[MK_MAX_NDIM], acc = 1;
+        for (int d = x->ndim - 1; d >= 0; d--) {
+            st[d] = acc;
+            acc *= x->shape[d];
+        }
+        mk_copy_into(x, tmp, st);
+        src = tmp;
+    }
+    int ax = sp->axis;
+    int64_t inner = 1;
+    for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
+    int64_t n = x->shape[ax], outer = x->size / (n * inner);
+    scan_job J = {scan_table[sp->op][x->dtype], src, mk_data(o), isz, mk_dtype_size(o->dtype), n, inner,
+                  (inner + SCAN_LANES - 1) / SCAN_LANES, sp->reverse, sp->inclusive};
+    int64_t lanes = inner < SCAN_LANES ? inner : SCAN_LANES;
+    int64_t grain = MK_GRAIN / (n * lanes);
+    mk_parallel_for(outer * J.nblk, grain > 0 ? grain : 1, scan_range, &J);
+    free(tmp);
+    return 0;
+}
+
+static const mk_opdef scan_def = {"scan", scan_eval, NULL};
+
+static const char *const scan_names[5] = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"};
+
+static mk_array *scan_axis(mk_scan_op op, mk_array *x, int axis, bool reverse, bool inclusive) {
+    int ax = mk_norm_axis(scan_names[op], axis, x->ndim);
+    if (ax < 0) return NULL;
+    mk_array *src = x;
+    if (op == MK_SCAN_LOGADDEXP && !mk_is_inexact(x->dtype)) {
+        src = mk_astype(x, MK_FLOAT32);
+        if (!src) return NULL;
+    } else {
+        mk_incref(src);
+    }
+    mk_dtype t = op == MK_SCAN_SUM && src->dtype == MK_BOOL ? MK_INT32 : src->dtype;
+    mk_array *r = NULL;
+    scan_params *sp = malloc(sizeof *sp);
+    if (!sp) {
+        mk_nomem();
+    } else {
+        sp->op = op;
+        sp->axis = ax;
+        sp->reverse = reverse;
+        sp->inclusive = inclusive;
+        r = mk_node(&scan_def, sp, t, src->ndim, src->shape, 1, &src);
+    }
+    mk_decref(src);
+    return r;
+}
+
+mk_array *mk_scan(mk_scan_op op, mk_array *x, int axis, bool has_axis, bool reverse, bool inclusive) {
+    if (has_axis) return scan_axis(op, x, axis, reverse, inclusive);
+    mk_array *f = flatten_all(x);
+    if (!f) return NULL;
+    mk_array *r = scan_axis(op, f, 0, reverse, inclusive);
+    mk_decref(f);
+    return r;
+}
