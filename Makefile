@@ -10,6 +10,8 @@ deps:
 
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
+	@PYTHONPATH=. $(PYTHON) -c "import mkpy; print(mkpy.metal.precompile_runtime())" \
+	  || echo "note: no precompiled kernel runtime header; kernels still compile, more slowly"
 
 run: build
 	PYTHONPATH=. $(PYTHON) examples/quickstart.py
@@ -25,4 +27,4 @@ bench: build
 	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf build mkpy/*.so mkpy/__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build mkpy/*.so mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info

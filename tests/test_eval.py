@@ -155,13 +155,50 @@ def test_memory_counters():
     assert mx.get_peak_memory() == peak  # the peak stays until reset
     mx.reset_peak_memory()
     assert mx.get_peak_memory() == base
-    assert mx.get_cache_memory() == 0
+    # the freed buffers wait in the buffer cache, as in MLX
+    assert mx.get_cache_memory() >= 8 * MB
     assert mx.clear_cache() is None
+    assert mx.get_cache_memory() == 0
     # mkpy.metal has the same counters
     assert mx.metal.get_active_memory() == mx.get_active_memory()
     assert mx.metal.get_peak_memory() == mx.get_peak_memory()
     mx.metal.reset_peak_memory()
     assert mx.metal.get_cache_memory() == 0
+
+
+def test_buffer_cache_reuse_and_limit():
+    gc.collect()
+    mx.clear_cache()
+    a = mx.arange(1 << 20, dtype=mx.float32)  # 4 MiB
+    mx.eval(a)
+    del a
+    assert mx.get_cache_memory() == 4 * MB
+    # a buffer of about the same size comes from the cache, with correct contents
+    b = mx.arange(1 << 20, dtype=mx.float32)
+    mx.eval(b)
+    assert mx.get_cache_memory() == 0
+    assert np.array_equal(np.array(b), np.arange(1 << 20, dtype=np.float32))
+    # a much smaller one does not take it
+    del b
+    c = mx.zeros((1 << 18,), mx.float32)  # 1 MiB
+    mx.eval(c)
+    assert mx.get_cache_memory() == 4 * MB
+    assert not np.array(c).any()
+    # the limit trims the cache and bounds what it keeps
+    old = mx.set_cache_limit(2 * MB)
+    try:
+        assert mx.get_cache_memory() == 0
+        d = mx.ones((1 << 20,), mx.float32)
+        mx.eval(d)
+        del d
+        assert mx.get_cache_memory() == 0  # 4 MiB is above the limit: unmapped
+        del c
+        assert mx.get_cache_memory() == 1 * MB
+        assert mx.set_cache_limit(0) == 2 * MB
+        assert mx.get_cache_memory() == 0
+    finally:
+        mx.set_cache_limit(old)
+    assert mx.set_cache_limit(old) == old
 
 
 def test_views_share_memory():

@@ -69,3 +69,22 @@ def test_memory_cache_hits_within_a_process():
     after = mx.metal.kernel_cache_info()
     assert after["memory_hits"] - before["memory_hits"] == 3
     assert after["compiles"] == before["compiles"] and after["disk_hits"] == before["disk_hits"]
+
+
+def test_translated_cpp_is_kept_beside_the_object(tmp_path):
+    p = run(tmp_path, 11)
+    finish(p)
+    cpps = [f for f in os.listdir(tmp_path) if f.endswith(".cpp")]
+    assert len(cpps) == 1
+    text = open(os.path.join(tmp_path, cpps[0])).read()
+    assert '#line 1 "<kernel cached source>"' in text and "a[thread_position_in_grid.x] * 11" in text
+    assert os.path.exists(os.path.join(tmp_path, cpps[0][:-4] + ".so"))
+
+
+def test_precompile_runtime_is_idempotent():
+    msg = mx.metal.precompile_runtime()
+    assert "precompiled runtime header(s) built in" in msg
+    again = mx.metal.precompile_runtime()
+    assert again.startswith("0 precompiled runtime header(s)")
+    pch_dir = os.path.join(ROOT, "mkpy", "include", "pch")
+    assert len([f for f in os.listdir(pch_dir) if f.endswith(".pch")]) >= 3

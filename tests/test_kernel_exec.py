@@ -235,3 +235,66 @@ def test_math_modes(mode):
                                np.exp(np.array([0, 1, 2, -1, 3, 0.5], np.float32)), rtol=1e-5)
     if mode == "safe":
         assert vals[0] == 0.0 and np.isnan(vals[3])
+
+
+SPECIAL = [float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 88.5, 88.8, -87.5, -100.0, -104.0, 1e-30, -1e-30]
+
+
+@pytest.mark.parametrize("mode", ["safe", "relaxed"])
+def test_vectorised_exp_keeps_ieee_special_values(mode):
+    """A long barrier-free exp kernel runs as a vectorised loop (libmvec on x86-64); in the safe and
+    relaxed modes it keeps Inf, NaN, overflow, underflow to subnormals and zero, lane by lane."""
+    k = mx.fast.metal_kernel(name="vexp", input_names=["a"], output_names=["o"],
+                             source="uint i = thread_position_in_grid.x;\no[i] = metal::exp(a[i]);",
+                             compile_options={"math_mode": mode})
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 20, 4099).astype(np.float32)
+    a[::len(SPECIAL) + 5][:len(SPECIAL)] = SPECIAL[:len(a[::len(SPECIAL) + 5])]
+    a[7:7 + len(SPECIAL)] = SPECIAL  # specials next to ordinary lanes in one vector
+    o, = k(inputs=[mx.array(a)], output_shapes=[a.shape], output_dtypes=[mx.float32], grid=(a.size, 1, 1),
+           threadgroup=(256, 1, 1))
+    got = np.array(o)
+    with np.errstate(over="ignore"):
+        ref = np.exp(a.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(ref))
+    assert np.array_equal(np.isinf(got), np.isinf(ref)) and np.array_equal(got[np.isinf(ref)], ref[np.isinf(ref)])
+    fin = np.isfinite(ref) & (ref > np.finfo(np.float32).tiny)
+    ulps = np.abs(got[fin].view(np.int32).astype(np.int64) - ref[fin].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 2
+    sub = np.isfinite(ref) & (ref <= np.finfo(np.float32).tiny)
+    np.testing.assert_allclose(got[sub], ref[sub], rtol=0, atol=2e-45)  # subnormals, not flushed
+
+
+def test_relaxed_mode_honours_inf_and_nan():
+    k = mx.fast.metal_kernel(name="relaxed_checks", input_names=["a"], output_names=["o"], source="""
+        uint i = thread_position_in_grid.x;
+        float x = a[i];
+        o[i] = (isnan(x) ? 1.0f : 0.0f) + (isinf(x) ? 2.0f : 0.0f) + x * 0.0f;
+    """, compile_options={"math_mode": "relaxed"})
+    a = mx.array([1.0, float("nan"), float("inf"), -float("inf")])
+    o, = k(inputs=[a], output_shapes=[(4,)], output_dtypes=[mx.float32], grid=(4, 1, 1), threadgroup=(4, 1, 1))
+    got = o.tolist()
+    assert got[0] == 1.0 - 1.0 and np.isnan(got[1]) and np.isnan(got[2]) and np.isnan(got[3])
+
+
+def test_kernel_needing_the_cxx_library_links_it():
+    """The runtime links no C++ library; a kernel whose own header needs one (a function-local
+    static with a constructor uses __cxa_guard_*) is linked again with it."""
+    k = mx.fast.metal_kernel(name="needs_libstdcxx", input_names=["a"], output_names=["o"], header="""
+        struct Table { float v[4]; Table() { for (int j = 0; j < 4; j++) v[j] = float(j * j); } };
+        float lookup(uint j, float s) { static Table t; t.v[0] = s; return t.v[j % 4]; }
+    """, source="uint i = thread_position_in_grid.x;\no[i] = lookup(i, a[0]);")
+    o, = k(inputs=[mx.array([0.0])], output_shapes=[(8,)], output_dtypes=[mx.float32], grid=(8, 1, 1),
+           threadgroup=(8, 1, 1))
+    assert o.tolist() == [0.0, 1.0, 4.0, 9.0] * 2
+
+
+def test_fast_math_kernel_leaves_the_process_fp_environment_alone():
+    """Loading a kernel built with -ffast-math must not switch on flush-to-zero for the process."""
+    k = mx.fast.metal_kernel(name="fast_env", input_names=["a"], output_names=["o"], source="o[0] = a[0] * 2.0f;",
+                             compile_options={"math_mode": "fast"})
+    o, = k(inputs=[mx.array([1.5])], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
+           threadgroup=(1, 1, 1))
+    assert o.item() == 3.0
+    assert np.float32(1e-40) * np.float32(1.0) != 0  # subnormals survive in NumPy
+    assert (mx.array([1e-40]) * 1.0).item() != 0  # and in mkpy

@@ -1,5 +1,7 @@
 #include "array.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <string.h>
@@ -23,10 +25,104 @@ int64_t mk_memory_peak(void) { return atomic_load(&mem_peak); }
 void mk_memory_reset_peak(void) { atomic_store(&mem_peak, atomic_load(&mem_active)); }
 
 #define MK_ALIGN 64
-/* Buffers from this size on are mapped directly and unmapped when freed, so
- * memory goes back to the system at once (glibc's heap would keep freed
- * large blocks resident and raise its mmap threshold after the first free). */
+/* Buffers from this size on are mapped directly, so that memory goes back to
+ * the system when they leave the cache (glibc's heap would keep freed large
+ * blocks resident and raise its mmap threshold after the first free). */
 #define MK_MMAP_MIN (1u << 20)
+#define MK_PAGE 4096
+
+/* ------------------------------------------------------- buffer cache */
+
+/* Freed mapped blocks, most recently freed first. A request takes the first
+ * block whose size is at least the request and at most 1/8 above it (MLX's
+ * allocator also reuses near sizes). The default limit is MLX's: the memory
+ * limit, set by the binding; until then, no limit below the system's. */
+typedef struct cached_block {
+    void *data;
+    size_t size;
+    struct cached_block *next;
+} cached_block;
+
+static struct {
+    pthread_mutex_t mu;
+    cached_block *head;
+    int64_t bytes, limit;
+} cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, INT64_MAX};
+
+static void *cache_take(size_t size, size_t *got) {
+    void *p = NULL;
+    pthread_mutex_lock(&cache.mu);
+    for (cached_block **l = &cache.head; *l; l = &(*l)->next) {
+        cached_block *c = *l;
+        if (c->size >= size && c->size - size <= size / 8) {
+            *l = c->next;
+            cache.bytes -= (int64_t)c->size;
+            p = c->data;
+            *got = c->size;
+            free(c);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cache.mu);
+    return p;
+}
+
+/* Unmaps the oldest blocks until the cache holds at most `target` bytes.
+ * Called with the lock held. */
+static void cache_trim_locked(int64_t target) {
+    while (cache.bytes > target && cache.head) {
+        cached_block **l = &cache.head;
+        while ((*l)->next) l = &(*l)->next;
+        cached_block *c = *l;
+        *l = NULL;
+        cache.bytes -= (int64_t)c->size;
+        munmap(c->data, c->size);
+        free(c);
+    }
+}
+
+static void cache_put(void *data, size_t size) {
+    cached_block *c = malloc(sizeof *c);
+    pthread_mutex_lock(&cache.mu);
+    if (c && (int64_t)size <= cache.limit) {
+        cache_trim_locked(cache.limit - (int64_t)size);
+        c->data = data;
+        c->size = size;
+        c->next = cache.head;
+        cache.head = c;
+        cache.bytes += (int64_t)size;
+        c = NULL;
+        data = NULL;
+    }
+    pthread_mutex_unlock(&cache.mu);
+    free(c);
+    if (data) munmap(data, size);
+}
+
+int64_t mk_cache_memory(void) {
+    pthread_mutex_lock(&cache.mu);
+    int64_t n = cache.bytes;
+    pthread_mutex_unlock(&cache.mu);
+    return n;
+}
+
+int64_t mk_cache_set_limit(int64_t limit) {
+    if (limit < 0) limit = 0;
+    pthread_mutex_lock(&cache.mu);
+    int64_t old = cache.limit;
+    cache.limit = limit;
+    cache_trim_locked(limit);
+    pthread_mutex_unlock(&cache.mu);
+    return old;
+}
+
+void mk_cache_clear(void) {
+    pthread_mutex_lock(&cache.mu);
+    cache_trim_locked(0);
+    pthread_mutex_unlock(&cache.mu);
+}
+
+/* ------------------------------------------------------------ buffers */
 
 mk_buffer *mk_buffer_alloc(size_t nbytes) {
     mk_buffer *b = malloc(sizeof *b);
@@ -34,8 +130,19 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
     size_t alloc = (nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
     if (alloc == 0) alloc = MK_ALIGN;
     if (alloc >= MK_MMAP_MIN) {
-        void *p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        b->data = p == MAP_FAILED ? NULL : p;
+        alloc = (alloc + MK_PAGE - 1) / MK_PAGE * MK_PAGE;
+        size_t got = alloc;
+        b->data = cache_take(alloc, &got);
+        if (!b->data) {
+            void *p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED && mk_cache_memory() > 0) {
+                /* the cache may hold what the system lacks */
+                mk_cache_clear();
+                p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            }
+            b->data = p == MAP_FAILED ? NULL : p;
+        }
+        alloc = got;
     } else {
         b->data = aligned_alloc(MK_ALIGN, alloc);
     }
@@ -45,6 +152,7 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
     }
     atomic_init(&b->refcnt, 1);
     b->nbytes = nbytes;
+    b->capacity = alloc;
     b->release = NULL;
     b->owner = NULL;
     mem_add((int64_t)nbytes);
@@ -59,9 +167,8 @@ void mk_buffer_decref(mk_buffer *b) {
         b->release(b);
     } else {
         mem_add(-(int64_t)b->nbytes);
-        size_t alloc = (b->nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
-        if (alloc >= MK_MMAP_MIN)
-            munmap(b->data, alloc);
+        if (b->capacity >= MK_MMAP_MIN)
+            cache_put(b->data, b->capacity);
         else
             free(b->data);
     }

@@ -29,6 +29,7 @@
 typedef struct mk_buffer {
     atomic_long refcnt;
     size_t nbytes;
+    size_t capacity; /* bytes mapped, for buffers from the cache's size range */
     void *data;
     /* When set, the memory belongs to someone else and release() frees it. */
     void (*release)(struct mk_buffer *);
@@ -97,6 +98,13 @@ void mk_buffer_decref(mk_buffer *b);
 int64_t mk_memory_active(void);
 int64_t mk_memory_peak(void);
 void mk_memory_reset_peak(void);
+/* The buffer cache (as MLX's allocator): large buffers freed by arrays are
+ * kept, up to the cache limit, and reused by later allocations of about the
+ * same size, which saves the page faults of fresh memory. */
+int64_t mk_cache_memory(void);
+/* Sets the limit in bytes (trimming the cache to it); returns the old one. */
+int64_t mk_cache_set_limit(int64_t limit);
+void mk_cache_clear(void);
 
 /* --- arrays --- */
 static inline void mk_incref(mk_array *a) { atomic_fetch_add_explicit(&a->refcnt, 1, memory_order_relaxed); }

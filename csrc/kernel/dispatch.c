@@ -38,7 +38,7 @@ static void free_params(void *p) {
 
 /* ------------------------------------------------------------- scheme */
 
-typedef enum { SCHEME_PLAIN, SCHEME_COOPERATIVE } scheme;
+typedef enum { SCHEME_PLAIN = 1, SCHEME_COOPERATIVE } scheme;
 
 static int ident_char(char c) {
     return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
@@ -66,7 +66,7 @@ static const char *const group_functions[] = {
 /* The one place that decides how a kernel's threads run: cooperatively when
  * the source or header names threadgroup memory, a barrier or a SIMD-group /
  * quad-group function. */
-static scheme pick_scheme(const mkk_kernel *k) {
+static scheme scan_scheme(const mkk_kernel *k) {
     static const char *const words[] = {"threadgroup", "threadgroup_barrier", "simdgroup_barrier"};
     const char *texts[2] = {k->source, k->header};
     for (int t = 0; t < 2; t++) {
@@ -82,6 +82,13 @@ static scheme pick_scheme(const mkk_kernel *k) {
         }
     }
     return SCHEME_PLAIN;
+}
+
+/* The scheme depends only on the kernel's source and header: picked once. */
+static scheme pick_scheme(mkk_kernel *k) {
+    int s = atomic_load_explicit(&k->scheme, memory_order_relaxed);
+    if (!s) atomic_store_explicit(&k->scheme, s = (int)scan_scheme(k), memory_order_relaxed);
+    return (scheme)s;
 }
 
 /* ------------------------------------------------------------ running */

@@ -1,8 +1,8 @@
 /* The JIT: generated Metal source -> C++ -> shared object -> entry point.
  *
- * Two caches. In memory: the full C++ text plus compile flags is the key
- * (compared in full, so kernels that share a name but not a source never
- * collide). On disk, under MKPY_CACHE_DIR or ~/.cache/mkpy: a file named by a
+ * Two caches. In memory: the generated Metal source plus the math flags is
+ * the key (compared in full, so kernels that share a name but not a source
+ * never collide; a hit skips the translation). On disk, under MKPY_CACHE_DIR or ~/.cache/mkpy: a file named by a
  * hash of the C++ text, the compiler's identity and the flags, written to a
  * unique temporary name and renamed into place, so concurrent processes
  * compiling the same kernel are safe; a `.key` file beside it holds the full
@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fenv.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -43,7 +44,7 @@ static struct {
     char runtime_dir[4096];
     char cxx[4096];
     char cxx_identity[4400];
-    char runtime_id[256];
+    char runtime_id[512];
     int cxx_probed;
 } jit = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -73,6 +74,13 @@ void mkk_cache_clear_memory(void) {
     }
     jit.stats.entries = 0;
     pthread_mutex_unlock(&jit.mu);
+}
+
+/* 64-bit FNV-1a, for the in-memory buckets. */
+static uint64_t hash64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
+    return h ^ (h >> 32);
 }
 
 /* 128-bit hash as two independent 64-bit FNV-1a variants, hex encoded. */
@@ -223,7 +231,7 @@ static const char *cache_dir(char *buf, size_t n) {
 }
 
 static int mkdirs(const char *path) {
-    char tmp[4096];
+    char tmp[4400];
     snprintf(tmp, sizeof tmp, "%s", path);
     for (char *p = tmp + 1; *p; p++)
         if (*p == '/') {
@@ -407,11 +415,60 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     return b.s;
 }
 
-/* The fixed compile flags, as passed in mkk_jit (part of the cache key: keep the two in step). */
-#define FLAGS_ID "-std=c++17 -O2 -fPIC -shared -fno-exceptions -fno-rtti -fstack-clash-protection -fwrapv"
+/* The fixed compile flags (part of the cache key through FLAGS_ID: keep the
+ * two in step).
+ *  - stack-clash protection probes every page of a large frame, so a huge
+ *    per-thread array hits the guard page below a fiber's stack;
+ *  - -fno-math-errno in every math mode: Metal's math never sets errno, and
+ *    errno is what keeps clang from vectorising calls like expf;
+ *  - kernels are built for this CPU (-march=native), and on x86-64 glibc the
+ *    vectorised loops call libmvec's vector exp/log/sin/cos/pow, which keep
+ *    IEEE special values (the CPU's features are part of the disk key);
+ *  - no C++ standard library is linked (-nostdlib++: the runtime header needs
+ *    none, and it halves the link); a kernel whose own code needs it is
+ *    linked again with it (see mkk_jit). */
+#if defined(__x86_64__)
+#define TARGET_FLAGS "-march=native"
+#if defined(__GLIBC__)
+#define VECLIB_FLAGS "-fveclib=libmvec"
+#else
+#define VECLIB_FLAGS ""
+#endif
+#elif defined(__aarch64__)
+#define TARGET_FLAGS "-mcpu=native"
+#define VECLIB_FLAGS ""
+#else
+#define TARGET_FLAGS ""
+#define VECLIB_FLAGS ""
+#endif
+static const char *const base_flags[] = {"-std=c++17", "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
+                                         "-fstack-clash-protection", "-fwrapv", "-fno-math-errno"};
+#define NBASE_FLAGS (sizeof base_flags / sizeof *base_flags)
+#define FLAGS_ID                                                                                                   \
+    "-std=c++17 -O2 -fPIC -fno-exceptions -fno-rtti -fstack-clash-protection -fwrapv -fno-math-errno " TARGET_FLAGS \
+    " " VECLIB_FLAGS " -shared -nostdlib++"
+
+/* The CPU's identity for the disk key (kernels are built with -march=native):
+ * the model and feature lines of /proc/cpuinfo's first processor. */
+static void host_identity(char *out, size_t n) {
+    static const char *const keys[] = {"model name", "flags", "CPU implementer", "CPU part", "Features"};
+    char line[8192];
+    sbuf all = {0};
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '\n') break; /* end of the first processor */
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+            if (strncmp(line, keys[i], strlen(keys[i])) == 0) sb(&all, line);
+    }
+    if (f) fclose(f);
+    char hex[33];
+    hash_hex(all.s ? all.s : "unknown", TARGET_FLAGS, hex);
+    free(all.s);
+    snprintf(out, n, "cpu %s", hex);
+}
 
 /* A hash of the runtime headers' contents, so that a changed header never
- * reuses kernels compiled against the old one. */
+ * reuses kernels compiled against the old one, plus the flags and the CPU. */
 static void runtime_identity(char *out, size_t n) {
     static const char *const files[] = {"mkpy_metal.h", "mkpy_coop.h", "mkpy_dispatch.h", "mkpy_launch.h"};
     sbuf all = {0};
@@ -422,32 +479,42 @@ static void runtime_identity(char *out, size_t n) {
         sb(&all, text ? text : "(missing)");
         free(text);
     }
-    char hex[33];
+    char hex[33], host[64];
     hash_hex(all.s ? all.s : "", "", hex);
     free(all.s);
-    snprintf(out, n, "runtime %s; flags %s", hex, FLAGS_ID);
+    host_identity(host, sizeof host);
+    snprintf(out, n, "runtime %s; flags %s; %s", hex, FLAGS_ID, host);
 }
 
-/* Runs the compiler with the fixed flags. `kind` is "-shared" (a kernel) or
- * "-xc++-header" (the precompiled header); pch, if not NULL, is included. */
-static int compile(const char *mflags, const char *pch, const char *kind, const char *out, const char *in,
+typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH } build_kind;
+
+/* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
+static int compile(const char *mflags, const char *pch, build_kind kind, const char *out, const char *in,
                    char **diag) {
     char inc[4200];
     snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
-    /* stack-clash protection probes every page of a large frame, so a huge
-     * per-thread array hits the guard page below the fiber's stack */
-    char *argv[24] = {jit.cxx, "-std=c++17", "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
-                      "-fstack-clash-protection", "-fwrapv", (char *)mflags, inc};
-    int n = 10;
+    char *argv[40];
+    size_t n = 0;
+    argv[n++] = jit.cxx;
+    /* the math mode's flags first (split at spaces): -fno-fast-math would
+     * turn math errno back on after the base flags */
+    char mbuf[512];
+    snprintf(mbuf, sizeof mbuf, "%s", mflags);
+    for (char *tok = strtok(mbuf, " "); tok && n < 20; tok = strtok(NULL, " ")) argv[n++] = tok;
+    for (size_t i = 0; i < NBASE_FLAGS; i++) argv[n++] = (char *)base_flags[i];
+    if (*TARGET_FLAGS) argv[n++] = TARGET_FLAGS;
+    if (*VECLIB_FLAGS) argv[n++] = VECLIB_FLAGS;
+    argv[n++] = inc;
     if (pch) {
         argv[n++] = "-include-pch";
         argv[n++] = (char *)pch;
     }
-    if (strcmp(kind, "-shared") == 0) {
-        argv[n++] = "-shared";
-    } else {
+    if (kind == BUILD_PCH) {
         argv[n++] = "-x";
         argv[n++] = "c++-header";
+    } else {
+        argv[n++] = "-shared";
+        if (kind == BUILD_KERNEL) argv[n++] = "-nostdlib++";
     }
     argv[n++] = "-o";
     argv[n++] = (char *)out;
@@ -456,44 +523,66 @@ static int compile(const char *mflags, const char *pch, const char *kind, const 
     return run_capture(argv, diag);
 }
 
-/* The precompiled runtime headers for a math mode, built once into the cache
- * directory (named by the compiler, flags and header contents). NULL when it
- * cannot be built: kernels then compile without it. */
+/* Builds the precompiled runtime headers for a math mode at `path`. */
+static int build_pch(const char *mflags, const char *path) {
+    /* the header stays beside the PCH: clang checks it when using the PCH */
+    char header[4500], tmp[4500], text[13000];
+    snprintf(header, sizeof header, "%.*s.h", (int)(strlen(path) - 4), path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(text, sizeof text,
+             "#define MKPY_METAL_PCH_INSTANTIATE 1\n#include \"%s/mkpy_metal.h\"\n#include \"%s/mkpy_coop.h\"\n"
+             "#include \"%s/mkpy_dispatch.h\"\n",
+             jit.runtime_dir, jit.runtime_dir, jit.runtime_dir);
+    char tmp_header[4600];
+    snprintf(tmp_header, sizeof tmp_header, "%s.h", tmp);
+    char *diag = NULL;
+    int ok = write_file(tmp_header, text) == 0 && rename(tmp_header, header) == 0 &&
+             compile(mflags, NULL, BUILD_PCH, tmp, header, &diag) == 0 && rename(tmp, path) == 0;
+    free(diag);
+    unlink(tmp_header);
+    unlink(tmp);
+    return ok ? 0 : -1;
+}
+
+/* The PCH's file name for a math mode: a hash of the compiler, the headers,
+ * the flags, the CPU and the mode's flags. */
+static void pch_name(const char *mflags, const char *identity, char *out, size_t n) {
+    char hex[33];
+    hash_hex(identity, mflags, hex);
+    snprintf(out, n, "pch-%s.pch", hex);
+}
+
+/* The precompiled runtime headers for a math mode: the one `make build` made
+ * beside the headers (mkk_prepare), else one built once into the cache
+ * directory. NULL when it cannot be built: kernels then compile without it. */
 static const char *pch_for(mkk_math_mode mode, const char *mflags, const char *dir, const char *identity) {
-    static char paths[3][4400];
+    static char paths[3][4600];
     static int failed[3];
     if (paths[mode][0]) return paths[mode];
     if (failed[mode] || getenv("MKPY_NO_PCH")) return NULL;
-    char hex[33];
-    hash_hex(identity, mflags, hex);
-    char path[4400], header[4400], tmp[4500];
-    snprintf(path, sizeof path, "%s/pch-%s.pch", dir, hex);
+    char name[64], path[4600];
+    pch_name(mflags, identity, name, sizeof name);
+    snprintf(path, sizeof path, "%s/pch/%s", jit.runtime_dir, name);
     if (access(path, R_OK) != 0) {
-        snprintf(header, sizeof header, "%s/pch-%s.h", dir, hex);
-        snprintf(tmp, sizeof tmp, "%s/pch-%s.tmp.%ld.pch", dir, hex, (long)getpid());
-        char text[13000];
-        snprintf(text, sizeof text,
-                 "#define MKPY_METAL_PCH_INSTANTIATE 1\n#include \"%s/mkpy_metal.h\"\n#include \"%s/mkpy_coop.h\"\n"
-                 "#include \"%s/mkpy_dispatch.h\"\n",
-                 jit.runtime_dir, jit.runtime_dir, jit.runtime_dir);
-        char *diag = NULL;
-        if (mkdirs(dir) < 0 || write_file(header, text) < 0 || compile(mflags, NULL, "header", tmp, header, &diag) != 0 ||
-            rename(tmp, path) != 0) {
-            free(diag);
-            unlink(tmp);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (access(path, R_OK) != 0 && (mkdirs(dir) < 0 || build_pch(mflags, path) < 0)) {
             failed[mode] = 1;
             return NULL;
         }
-        free(diag);
     }
     snprintf(paths[mode], sizeof paths[mode], "%s", path);
     return paths[mode];
 }
 
+/* Metal's math modes: safe keeps every IEEE rule; relaxed allows
+ * reassociation, reciprocals, contraction into FMA and ignoring the sign of
+ * zero, but honours infinities and NaN; fast also assumes finite values
+ * (-ffast-math defines __FAST_MATH__, as Metal's fast mode does). */
 static const char *math_flags(mkk_math_mode m) {
     switch (m) {
     case MKK_MATH_FAST: return "-ffast-math";
-    case MKK_MATH_RELAXED: return "-fno-math-errno";
+    case MKK_MATH_RELAXED:
+        return "-fno-signed-zeros -freciprocal-math -fassociative-math -fno-trapping-math -ffp-contract=fast";
     default: return "-fno-fast-math";
     }
 }
@@ -543,7 +632,13 @@ static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *k
 
 static mkk_compiled load_entry(const char *so_path, char *err, size_t errn) {
     mkk_compiled c = {0};
+    /* A kernel linked with -ffast-math carries crtfastmath.o, whose
+     * constructor turns on flush-to-zero in the loading thread: keep the
+     * process's floating-point environment as it was. */
+    fenv_t env;
+    fegetenv(&env);
     void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    fesetenv(&env);
     if (!h) {
         snprintf(err, errn, "%s", dlerror());
         return c;
@@ -561,23 +656,59 @@ static mkk_compiled load_entry(const char *so_path, char *err, size_t errn) {
     return c;
 }
 
+int mkk_prepare(char *msg, size_t n) {
+    int rc = 0, built = 0;
+    pthread_mutex_lock(&jit.mu);
+    if (find_compiler() < 0) {
+        snprintf(msg, n, "no clang++ >= 15 found (set MKPY_CXX): kernels cannot be compiled");
+        rc = -1;
+        goto done;
+    }
+    if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
+    char identity[5400], dir[4300];
+    snprintf(identity, sizeof identity, "%s; %s", jit.cxx_identity, jit.runtime_id);
+    snprintf(dir, sizeof dir, "%s/pch", jit.runtime_dir);
+    if (mkdirs(dir) < 0) {
+        snprintf(msg, n, "cannot create %s: %s", dir, strerror(errno));
+        rc = -1;
+        goto done;
+    }
+    for (int m = MKK_MATH_SAFE; m <= MKK_MATH_FAST; m++) {
+        char name[64], path[4400];
+        pch_name(math_flags((mkk_math_mode)m), identity, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (access(path, R_OK) == 0) continue;
+        if (build_pch(math_flags((mkk_math_mode)m), path) < 0) {
+            snprintf(msg, n, "cannot build %s with %s", path, jit.cxx);
+            rc = -1;
+            goto done;
+        }
+        built++;
+    }
+    snprintf(msg, n, "%d precompiled runtime header(s) built in %s with %s", built, dir, jit.cxx);
+done:
+    pthread_mutex_unlock(&jit.mu);
+    return rc;
+}
+
 mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                      const char *kernel_name) {
     mkk_compiled fn = {0};
-    char *program = build_program(k, c, inputs, generated, kernel_name);
-    if (!program) return fn;
+    char *program = NULL;
     const char *mflags = math_flags(k->math_mode);
-    size_t klen = strlen(program) + strlen(mflags) + 2;
-    char *key = malloc(klen);
+    /* In memory the generated Metal source is the key: it fixes the program
+     * (kernel name, header, source, argument types, template values,
+     * attributes), so a hit skips the translation. */
+    size_t mlen = strlen(mflags), glen = strlen(generated);
+    char *key = malloc(mlen + glen + 2);
     if (!key) {
-        free(program);
         mk_nomem();
         return fn;
     }
-    snprintf(key, klen, "%s\n%s", mflags, program);
-    char hex[33];
-    hash_hex(key, "", hex);
-    unsigned bucket = (unsigned)strtoul(hex + 30, NULL, 16) % NBUCKETS;
+    memcpy(key, mflags, mlen);
+    key[mlen] = '\n';
+    memcpy(key + mlen + 1, generated, glen + 1);
+    unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);
 
     pthread_mutex_lock(&jit.mu);
     for (entry *e = jit.buckets[bucket]; e; e = e->next)
@@ -587,6 +718,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             break;
         }
     if (fn.entry) goto done;
+    if (!(program = build_program(k, c, inputs, generated, kernel_name))) goto done;
 
     if (find_compiler() < 0) {
         mk_error_set(MK_ERR_RUNTIME,
@@ -606,21 +738,29 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     }
     /* the disk key adds the compiler's identity, the flags and the headers */
     if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
-    char identity[4800];
+    char identity[5400];
     snprintf(identity, sizeof identity, "%s; %s", jit.cxx_identity, jit.runtime_id);
+    char *pkey = malloc(mlen + strlen(program) + 2);
+    if (!pkey) {
+        mk_nomem();
+        goto done;
+    }
+    sprintf(pkey, "%s\n%s", mflags, program);
     char dkey_hex[33];
-    hash_hex(key, identity, dkey_hex);
+    hash_hex(pkey, identity, dkey_hex);
     char dir[4096], so_path[4400], key_path[4400];
     cache_dir(dir, sizeof dir);
     snprintf(so_path, sizeof so_path, "%s/%s.so", dir, dkey_hex);
     snprintf(key_path, sizeof key_path, "%s/%s.key", dir, dkey_hex);
     char err[1024] = "";
-    char *full_key = malloc(strlen(key) + strlen(identity) + 2);
+    char *full_key = malloc(strlen(pkey) + strlen(identity) + 2);
     if (!full_key) {
+        free(pkey);
         mk_nomem();
         goto done;
     }
-    sprintf(full_key, "%s\n%s", identity, key);
+    sprintf(full_key, "%s\n%s", identity, pkey);
+    free(pkey);
 
     char *stored = read_file(key_path);
     if (stored && strcmp(stored, full_key) == 0 && access(so_path, R_OK) == 0) {
@@ -648,15 +788,30 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         }
         const char *pch = pch_for(k->math_mode, mflags, dir, identity);
         char *diag = NULL;
-        int rc = compile(mflags, pch, "-shared", tmp_so, cpp_path, &diag);
+        int rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
         if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
             /* a stale or unusable PCH: compile without it */
             free(diag);
             diag = NULL;
-            rc = compile(mflags, NULL, "-shared", tmp_so, cpp_path, &diag);
+            pch = NULL;
+            rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
         }
         jit.stats.compiles++;
-        unlink(cpp_path);
+        if (rc == 0) {
+            fn = load_entry(tmp_so, err, sizeof err);
+            if (!fn.entry && strstr(err, "undefined symbol")) {
+                /* the kernel's own code needs the C++ library (a static
+                 * local with a constructor, say): link it this time */
+                free(diag);
+                diag = NULL;
+                rc = compile(mflags, pch, BUILD_KERNEL_WITH_LIBSTDCXX, tmp_so, cpp_path, &diag);
+                if (rc == 0) fn = load_entry(tmp_so, err, sizeof err);
+            }
+        }
+        /* the translated C++ stays beside the object, for users to read */
+        char kept_cpp[4400];
+        snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, dkey_hex);
+        if (rc != 0 || rename(cpp_path, kept_cpp) != 0) unlink(cpp_path);
         if (rc != 0) {
             if (rc < 0 && !diag)
                 mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot run the kernel compiler %s: %s", jit.cxx,
@@ -669,16 +824,16 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             goto done;
         }
         free(diag);
-        /* publish: the key first, then the object (readers check both) */
-        if (write_file(tmp_key, full_key) == 0) rename(tmp_key, key_path);
-        if (rename(tmp_so, so_path) < 0) {
-            /* another process may hold the name; load our private copy */
-            fn = load_entry(tmp_so, err, sizeof err);
+        if (fn.entry) {
+            /* publish: the key first, then the object (readers check both);
+             * the loaded object stays mapped whatever its name becomes */
+            if (write_file(tmp_key, full_key) == 0) rename(tmp_key, key_path);
+            unlink(tmp_key);
+            if (rename(tmp_so, so_path) < 0) unlink(tmp_so);
         } else {
-            fn = load_entry(so_path, err, sizeof err);
+            unlink(tmp_so);
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
         }
-        unlink(tmp_key);
-        if (!fn.entry) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
     }
     free(full_key);
     if (fn.entry) {

@@ -41,6 +41,7 @@ typedef struct {
     mkk_math_mode math_mode;
     bool (*shape_info)[3]; /* per input: _shape, _strides, _ndim used in source */
     bool attr_used[MKK_NATTRS];
+    atomic_int scheme; /* dispatch.c's execution scheme, 0 until first picked */
 } mkk_kernel;
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
@@ -106,6 +107,10 @@ typedef struct {
 void mkk_cache_info(mkk_cache_stats *s);
 void mkk_cache_clear_memory(void);
 void mkk_set_runtime_dir(const char *dir);
+/* Builds the precompiled runtime headers of the three math modes into
+ * <runtime dir>/pch (make build calls it), so that the first kernel of a
+ * process compiles as fast as later ones. Returns 0 or -1, with a message. */
+int mkk_prepare(char *msg, size_t n);
 const char *mkk_runtime_dir(void);
 
 /* The lazy node for one call: fills outs[noutputs] with new references.

@@ -96,13 +96,14 @@ static PyObject *py_reset_peak_memory(PyObject *m, PyObject *unused) {
 static PyObject *py_cache_memory(PyObject *m, PyObject *unused) {
     (void)m;
     (void)unused;
-    return PyLong_FromLong(0); /* mkpy frees buffers at once; there is no cache */
+    return PyLong_FromLongLong(mk_cache_memory());
 }
 
-/* Memory, cache and wired limits: recorded and returned as MLX does (each
- * setter returns the previous value). mkpy frees buffers at once and does
- * not cap allocations, so they change nothing else. */
-static int64_t memory_limit = -1, cache_limit = -1, wired_limit = 0;
+/* Memory, cache and wired limits, returned as MLX does (each setter returns
+ * the previous value). The cache limit bounds the core's buffer cache (MLX's
+ * default: the memory limit); the memory and wired limits are recorded only:
+ * mkpy does not cap allocations. */
+static int64_t memory_limit = -1, wired_limit = 0;
 
 /* MLX: 1.5 x the recommended working set (3/4 of memory) */
 static int64_t default_memory_limit(void) { return physical_memory() / 4 * 3 * 3 / 2; }
@@ -125,7 +126,20 @@ static PyObject *py_set_memory_limit(PyObject *m, PyObject *const *args, Py_ssiz
 
 static PyObject *py_set_cache_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
-    return set_limit("set_cache_limit", &cache_limit, default_memory_limit(), args, nargs, kw);
+    static const char *const names[] = {"limit", NULL};
+    PyObject *a[1];
+    int64_t v;
+    if (mkpy_parse("set_cache_limit", args, nargs, kw, names, 1, a) < 0 || mkpy_parse_int(a[0], &v) < 0) return NULL;
+    int64_t old = mk_cache_set_limit(v);
+    return PyLong_FromLongLong(old == INT64_MAX ? default_memory_limit() : old);
+}
+
+static PyObject *py_clear_cache(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    (void)m;
+    (void)args;
+    (void)nargs;
+    mk_cache_clear();
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_set_wired_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
@@ -139,13 +153,6 @@ static PyObject *py_get_memory_limit(PyObject *m, PyObject *unused) {
     return PyLong_FromLongLong(memory_limit < 0 ? default_memory_limit() : memory_limit);
 }
 
-static PyObject *py_noop(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    (void)m;
-    (void)args;
-    (void)nargs;
-    Py_RETURN_NONE;
-}
-
 #define MEMORY_FUNCTIONS                                                                               \
     {"get_active_memory", py_active_memory, METH_NOARGS,                                               \
      "get_active_memory()\n--\n\nBytes held by live arrays."},                                  \
@@ -154,8 +161,8 @@ static PyObject *py_noop(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
         {"reset_peak_memory", py_reset_peak_memory, METH_NOARGS,                                       \
          "reset_peak_memory()\n--\n\nSet the peak to the current active memory."},              \
         {"get_cache_memory", py_cache_memory, METH_NOARGS,                                             \
-         "get_cache_memory()\n--\n\nBytes in the buffer cache (always 0: mkpy frees at once)."}, \
-        {"clear_cache", FN(py_noop), METH_FASTCALL, "clear_cache()\n--\n\nFree cached buffers (mkpy keeps none: buffers are freed when arrays die)."}, \
+         "get_cache_memory()\n--\n\nBytes in the buffer cache: freed large buffers kept for reuse."}, \
+        {"clear_cache", FN(py_clear_cache), METH_FASTCALL, "clear_cache()\n--\n\nFree the buffers held in the buffer cache."}, \
         {"set_memory_limit", FN(py_set_memory_limit), METH_FASTCALL | METH_KEYWORDS,                       \
          "set_memory_limit(limit)\n--\n\nSet the memory limit; returns the previous one (not enforced)."}, \
         {"set_cache_limit", FN(py_set_cache_limit), METH_FASTCALL | METH_KEYWORDS,                         \

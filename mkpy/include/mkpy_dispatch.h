@@ -69,17 +69,44 @@ inline void thread_attrs(const mkpy_launch *L, unsigned index, mkpy_thread_attrs
 }
 
 // Runs fn(attrs) for every thread of the launch's threadgroups, one group at
-// a time, threads in thread_index_in_threadgroup order.
+// a time, threads in thread_index_in_threadgroup order. The attributes of a
+// group are set once; each thread then takes a fresh copy in which only its
+// position changes, and the innermost loop walks one row of the group by
+// position in the grid, a counter that cannot wrap (it stays below the row's
+// end). So no division runs per thread, and clang can vectorise the loop
+// across threads when the kernel body allows it.
 template <typename F>
 inline void run_threadgroups(const mkpy_launch *L, F &&fn) {
-    mkpy_thread_attrs t;
-    launch_attrs(L, t);
+    mkpy_thread_attrs g_attrs;
+    launch_attrs(L, g_attrs);
     for (uint64_t g = L->group_begin; g < L->group_end; g++) {
-        const unsigned count = group_attrs(L, g, t);
-        for (unsigned i = 0; i < count; i++) {
-            thread_attrs(L, i, t);
-            fn(t);
-        }
+        group_attrs(L, g, g_attrs);
+        const unsigned ax = g_attrs.threads_per_threadgroup[0], ay = g_attrs.threads_per_threadgroup[1],
+                       az = g_attrs.threads_per_threadgroup[2];
+        const unsigned ox = g_attrs.threadgroup_position_in_grid[0] * L->tg[0],
+                       oy = g_attrs.threadgroup_position_in_grid[1] * L->tg[1],
+                       oz = g_attrs.threadgroup_position_in_grid[2] * L->tg[2];
+        unsigned row = 0; // thread_index_in_threadgroup of the row's first thread
+        for (unsigned z = 0; z < az; z++)
+            for (unsigned y = 0; y < ay; y++, row += ax) {
+                const unsigned end = ox + ax;
+                for (unsigned px = ox; px < end; px++) {
+                    mkpy_thread_attrs t = g_attrs;
+                    const unsigned index = row + (px - ox);
+                    t.thread_position_in_threadgroup[0] = px - ox;
+                    t.thread_position_in_threadgroup[1] = y;
+                    t.thread_position_in_threadgroup[2] = z;
+                    t.thread_position_in_grid[0] = px;
+                    t.thread_position_in_grid[1] = oy + y;
+                    t.thread_position_in_grid[2] = oz + z;
+                    t.thread_index_in_threadgroup = index;
+                    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
+                    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
+                    t.quadgroup_index_in_threadgroup = index / 4;
+                    t.thread_index_in_quadgroup = index % 4;
+                    fn(t);
+                }
+            }
     }
 }
 
