@@ -30,6 +30,7 @@ void mk_memory_reset_peak(void) { atomic_store(&mem_peak, atomic_load(&mem_activ
  * blocks resident and raise its mmap threshold after the first free). */
 #define MK_MMAP_MIN (1u << 20)
 #define MK_PAGE 4096
+#define MK_HUGE_MIN (4u << 20)
 
 /* ------------------------------------------------------- buffer cache */
 
@@ -141,6 +142,11 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
                 p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             }
             b->data = p == MAP_FAILED ? NULL : p;
+#ifdef MADV_HUGEPAGE
+            /* transparent huge pages where the system offers them on request:
+             * 512x fewer page faults and TLB misses when streaming large arrays */
+            if (b->data && alloc >= MK_HUGE_MIN) madvise(b->data, alloc, MADV_HUGEPAGE);
+#endif
         }
         alloc = got;
     } else {

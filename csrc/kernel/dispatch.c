@@ -282,8 +282,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
     int nth = mk_pool_threads();
     uint64_t threads_per_group = (uint64_t)r.base.tg[0] * r.base.tg[1] * r.base.tg[2];
-    /* about 8 chunks per worker, each of at least ~4096 threads of work */
-    uint64_t chunk = r.total / ((uint64_t)nth * 8);
+    /* about 32 chunks per worker (a worker that finishes early finds work;
+     * the last chunk keeps the others waiting only briefly), each of at least
+     * ~4096 threads of work */
+    uint64_t chunk = r.total / ((uint64_t)nth * 32);
     uint64_t min_groups = (4096 + threads_per_group - 1) / threads_per_group;
     if (chunk < min_groups) chunk = min_groups;
     if (chunk < 1) chunk = 1;

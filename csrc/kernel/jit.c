@@ -498,12 +498,12 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     argv[n++] = jit.cxx;
     /* the math mode's flags first (split at spaces): -fno-fast-math would
      * turn math errno back on after the base flags */
-    char mbuf[512];
+    char mbuf[512], tbuf[256];
     snprintf(mbuf, sizeof mbuf, "%s", mflags);
-    for (char *tok = strtok(mbuf, " "); tok && n < 20; tok = strtok(NULL, " ")) argv[n++] = tok;
+    for (char *tok = strtok(mbuf, " "); tok && n < 16; tok = strtok(NULL, " ")) argv[n++] = tok;
     for (size_t i = 0; i < NBASE_FLAGS; i++) argv[n++] = (char *)base_flags[i];
-    if (*TARGET_FLAGS) argv[n++] = TARGET_FLAGS;
-    if (*VECLIB_FLAGS) argv[n++] = VECLIB_FLAGS;
+    snprintf(tbuf, sizeof tbuf, "%s %s", TARGET_FLAGS, VECLIB_FLAGS);
+    for (char *tok = strtok(tbuf, " "); tok && n < 30; tok = strtok(NULL, " ")) argv[n++] = tok;
     argv[n++] = inc;
     if (pch) {
         argv[n++] = "-include-pch";
