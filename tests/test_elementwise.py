@@ -784,6 +784,60 @@ def test_large_inputs_use_the_pool():
     assert_close(t.T - 1, np.arange(400 * 500, dtype=np.float32).reshape(400, 500).T - 1, mx.float32)
 
 
+
+# ------------------------------------------------------------------- tanh
+# float32 tanh is mkpy's own branch-free polynomial/exp (MLX's CPU back end
+# calls std::tanh): within 1 ulp of the correctly rounded result over every
+# float32 (checked exhaustively when it was written), 2 ulp of glibc's tanhf.
+
+def _ulp_distance(a, b):
+    """ulps between float32 arrays (sign-magnitude bits mapped to a line)."""
+    ia = a.view(np.int32).astype(np.int64)
+    ib = b.view(np.int32).astype(np.int64)
+    ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
+    ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
+    return np.abs(ia - ib)
+
+
+def test_tanh_float32_accuracy_dense_sample():
+    # every 1021st positive float32 bit pattern (subnormals to inf), and their negatives
+    bits = np.arange(0, 0x7F800000, 1021, dtype=np.uint32)
+    x = bits.view(np.float32)
+    x = np.concatenate([x, -x])
+    got = np.array(mx.tanh(mx.array(x)))
+    want = np.tanh(x.astype(np.float64)).astype(np.float32)
+    d = _ulp_distance(got, want)
+    assert d.max() <= 1, (x[d.argmax()], got[d.argmax()], want[d.argmax()])
+    # odd, bit for bit
+    n = len(x) // 2
+    np.testing.assert_array_equal(got[:n].view(np.uint32) ^ np.uint32(0x80000000), got[n:].view(np.uint32))
+    # around the switch from the polynomial to exp, and where tanh rounds to 1
+    for lo, hi in [(0.79, 0.81), (8.9, 9.1)]:
+        x = np.linspace(lo, hi, 200_001, dtype=np.float32)
+        got = np.array(mx.tanh(mx.array(x)))
+        assert _ulp_distance(got, np.tanh(x.astype(np.float64)).astype(np.float32)).max() <= 1
+
+
+def test_tanh_special_values():
+    tiny = np.float32(1e-30)
+    sub = np.float32(1e-45)
+    x = np.array([0.0, -0.0, inf, -inf, nan, tiny, -tiny, sub, -sub, 20.0, -20.0, 88.0, 100.0, -1e30, 3e38],
+                 np.float32)
+    got = np.array(mx.tanh(mx.array(x)))
+    want = np.array([0.0, -0.0, 1, -1, nan, tiny, -tiny, sub, -sub, 1, -1, 1, 1, -1, 1], np.float32)
+    np.testing.assert_array_equal(got, want)
+    assert np.signbit(got[1]) and not np.signbit(got[0])
+    # float16 and bfloat16 go through float32
+    for t in (mx.float16, mx.bfloat16):
+        g = to_np(mx.tanh(mx.array(x, t)))
+        np.testing.assert_array_equal(np.signbit(g[:2]), [False, True])
+        assert np.isnan(g[4]) and list(g[2:4]) == [1, -1]
+    a = np.linspace(-6, 6, 4001, dtype=np.float32)
+    assert_close(mx.tanh(mx.array(a, mx.float16)), np.tanh(a.astype(np.float16).astype(np.float32)), mx.float16)
+    # non-contiguous input
+    b = np.linspace(-3, 3, 3000, dtype=np.float32).reshape(60, 50)
+    assert_close(mx.tanh(mx.array(b)[::2, ::-3].T), np.tanh(b[::2, ::-3].T), mx.float32)
+
 # -------------------------------------------------------- where, clip, isclose
 
 def test_where():

@@ -2,6 +2,9 @@
 softmax, argmax, argmin, allclose, array_equal) against NumPy, with dtypes,
 edge cases and error messages checked against values obtained from MLX 0.32."""
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -673,3 +676,97 @@ def test_long_chain():
     for _ in range(100000):
         x = x + 1
     assert x.item() == 100001.0
+
+
+# ------------------------------------------ vectorised softmax rows, column sums
+
+def test_softmax_float32_bits_match_mlx():
+    # MLX's CPU softmax and logsumexp use its own exp: with it, short rows are MLX's bits
+    x = np.arange(26, dtype=np.float32).reshape(2, 13) * np.float32(0.37) - np.float32(4.1)
+    want = [0x3b710b61, 0x3bae7bf4, 0x3bfc9b59, 0x3c36da95, 0x3c845ca7, 0x3cbf9ff9, 0x3d0ab605, 0x3d48d117,
+            0x3d915d5c, 0x3dd2730e, 0x3e185666, 0x3e5c8b57, 0x3e9fa510, 0x3b710b5f, 0x3bae7bf7, 0x3bfc9b5d,
+            0x3c36da94, 0x3c845ca6, 0x3cbf9ff8, 0x3d0ab606, 0x3d48d116, 0x3d915d5b, 0x3dd27314, 0x3e185667,
+            0x3e5c8b55, 0x3e9fa50f]
+    assert npv(mx.softmax(mx.array(x), axis=-1)).view(np.uint32).ravel().tolist() == want
+    assert npv(mx.logsumexp(mx.array(x), axis=-1)).view(np.uint32).tolist() == [0x3fc0b015, 0x40ca178a]
+
+
+@pytest.mark.parametrize("n", [7, 8, 1023, 1024, 1025, 3000, 70001])
+def test_softmax_rows_nan_inf_and_strides(n):
+    rng = np.random.default_rng(n)
+    a = (rng.standard_normal((6, n)) * 5).astype(np.float32)
+    a[1, n // 3] = NAN          # a nan inside the lanes
+    a[2, n - 1] = NAN           # in the tail
+    a[3, n // 2] = INF          # softmax gives nan, logsumexp inf
+    a[4, :] = -INF              # all -inf: nan, logsumexp -inf
+    a[5, 0] = -INF
+    got = npv(mx.softmax(mx.array(a), axis=-1))
+    lse = npv(mx.logsumexp(mx.array(a), axis=-1))
+    assert np.isnan(got[1:5]).all()
+    assert np.isnan(lse[1:3]).all() and lse[3] == INF and lse[4] == -INF
+    for r in (0, 5):
+        np.testing.assert_allclose(got[r], np_softmax(a[r].astype(np.float64), -1), rtol=2e-6, atol=1e-12)
+        m = a[r].astype(np.float64).max()
+        np.testing.assert_allclose(lse[r], m + np.log(np.exp(a[r].astype(np.float64) - m).sum()), rtol=2e-6)
+    # strided rows give the same bits as their contiguous copies
+    b = (rng.standard_normal((4, 2 * n)) * 3).astype(np.float32)
+    b[1, 2 * (n // 2)] = NAN
+    x = mx.array(b)
+    for view, ref in [(x[:, ::2], b[:, ::2]), (x[::-1, 1::2], b[::-1, 1::2])]:
+        for f in (lambda v: mx.softmax(v, axis=-1), lambda v: mx.logsumexp(v, axis=-1)):
+            np.testing.assert_array_equal(npv(f(view)).view(np.uint32), npv(f(mx.array(ref.copy()))).view(np.uint32))
+    # the last axis of a transposed array, and precise float16 rows
+    t = mx.array(b[:, :n].T.copy()).T
+    np.testing.assert_allclose(npv(mx.softmax(t, axis=-1))[0], np_softmax(b[0, :n].astype(np.float64), -1),
+                               rtol=2e-6, atol=1e-12)
+    h = npv(mx.softmax(mx.array(a[:1], mx.float16), axis=-1, precise=True).astype(mx.float32))
+    np.testing.assert_allclose(h[0], np_softmax(a[0].astype(np.float16).astype(np.float64), -1), rtol=2e-3,
+                               atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(2000, 300), (129, 5000), (300, 7), (3, 4100)])
+def test_column_sums_accuracy_and_specials(shape):
+    rng = np.random.default_rng(shape[0])
+    a = rng.standard_normal(shape).astype(np.float32)
+    want = a.astype(np.float64).sum(axis=0)
+    scale = np.abs(a).astype(np.float64).sum(axis=0)
+    # float lanes over blocks of rows, then double: as the row mode
+    got = npv(mx.sum(mx.array(a), axis=0)).astype(np.float64)
+    assert (np.abs(got - want) <= 1e-6 * scale + 1e-30).all()
+    np.testing.assert_allclose(npv(mx.mean(mx.array(a), axis=0)), want / shape[0], rtol=1e-5, atol=1e-6)
+    # nan and inf propagate through the float blocks
+    b = a.copy()
+    b[shape[0] // 2, 0] = NAN
+    b[0, 1 % shape[1]] = INF
+    b[-1, 2 % shape[1]] = -INF
+    s = npv(mx.sum(mx.array(b), axis=0))
+    np.testing.assert_array_equal(np.isnan(s), np.isnan(b.astype(np.float64).sum(axis=0)))
+    np.testing.assert_array_equal(np.isinf(s), np.isinf(b.astype(np.float64).sum(axis=0)))
+    for op, nop in [("max", np.max), ("min", np.min)]:
+        np.testing.assert_array_equal(npv(getattr(mx, op)(mx.array(b), axis=0)), nop(b, axis=0))
+    np.testing.assert_allclose(npv(mx.prod(mx.array(a[:20] * 0.5 + 1), axis=0)), np.prod(a[:20] * 0.5 + 1, axis=0),
+                               rtol=1e-5)
+    # non-contiguous: every other row and a column step; a transposed array reduced over axis 1
+    x = mx.array(a)
+    v = npv(mx.sum(x[::2, ::3], axis=0)).astype(np.float64)
+    assert (np.abs(v - a[::2, ::3].astype(np.float64).sum(axis=0)) <= 1e-6 * scale[::3] + 1e-30).all()
+    v = npv(mx.sum(x.T, axis=1)).astype(np.float64)
+    assert (np.abs(v - want) <= 1e-6 * scale + 1e-30).all()
+    # float16 columns go through the same blocks
+    h = npv(mx.sum(mx.array(a[:, :64], mx.float16), axis=0)).astype(np.float64)
+    np.testing.assert_allclose(h, a[:, :64].astype(np.float16).astype(np.float64).sum(axis=0), rtol=2e-3,
+                               atol=2e-3 * scale[:64].max())
+
+
+def test_column_sums_do_not_depend_on_thread_count():
+    code = ("import mkpy as mx, numpy as np\n"
+            "a = np.random.default_rng(7).standard_normal((3001, 300)).astype(np.float32)\n"
+            "print(np.array(mx.sum(mx.array(a), axis=0)).tobytes().hex())\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outs = set()
+    for t in ("1", "2", "3"):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": root, "MKPY_NUM_THREADS": t})
+        assert r.returncode == 0, r.stderr
+        outs.add(r.stdout)
+    assert len(outs) == 1

@@ -18,24 +18,31 @@
  * Kernels are generated per (op, dtype) from one step expression. float16,
  * bfloat16 and float32 sums run in float lanes over blocks of BLOCK elements
  * and add each block into a double, which keeps 1e6-element sums within a
- * few ulps; integers accumulate in 32- or 64-bit unsigned arithmetic
+ * few ulps; in col mode, blocks of COLB rows are summed into a float row
+ * (vectorised) and then into the double accumulators, the blocks being
+ * aligned in the reduced range so that results do not depend on the thread
+ * count. Integers accumulate in 32- or 64-bit unsigned arithmetic
  * (wrapping as MLX's int32/int64 accumulators do).
  *
  * softmax and logsumexp over the last axis are fused row kernels (MLX's
- * Softmax and LogSumExp primitives); other axes compose max, exp, sum as
+ * Softmax and LogSumExp primitives) using MLX's own exp (mk_mlx_expf), so
+ * short float32 rows give MLX's bits; other axes compose max, exp, sum as
  * MLX does, so dtypes and quirks follow it. */
 #include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
 
 #include "iter.h"
+#include "mlx_math.h"
 #include "ops.h"
 #include "pool.h"
+#include "simd.h"
 #include "types.h"
 
 #define LANES 8
 #define BLOCK 1024 /* elements summed in float lanes before going to double */
 #define CHUNK 4096 /* outputs per block in col mode */
+#define COLB 128   /* col mode, float sums: rows summed in float before going to double */
 
 /* ============================================================ kernels */
 
@@ -145,7 +152,8 @@ typedef struct {
         A *acc = acc_;                                                                                 \
         for (int64_t i = 0; i < n; i++) acc[i] = (A)(INIT_##op(s));                                    \
     }                                                                                                  \
-    static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc_) {       \
+    MK_SIMD_CLONES static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos,      \
+                                              void *acc_) {                                            \
         const S *x = x_;                                                                               \
         A total = *(A *)acc_;                                                                          \
         (void)pos;                                                                                     \
@@ -179,10 +187,32 @@ typedef struct {
         }                                                                                              \
         *(A *)acc_ = total;                                                                            \
     }                                                                                                  \
-    static void col_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t rs, int64_t nr,          \
-                               int64_t pos, void *acc_) {                                              \
+    MK_SIMD_CLONES static void col_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t rs,      \
+                                              int64_t nr, int64_t pos, void *acc_) {                   \
         A *acc = acc_;                                                                                 \
         (void)pos;                                                                                     \
+        if (sizeof(L) != sizeof(A) && st == 1 && n <= CHUNK) {                                         \
+            /* float lanes, double accumulators: COLB rows at a time into a float \
+             * row (vectorised), then into the doubles, as the row mode does; the    \
+             * split over threads keeps blocks whole (reduce_item) */               \
+            L blk[CHUNK];                                                                              \
+            for (int64_t r0 = 0, r1; r0 < nr; r0 = r1) {                                               \
+                /* blocks at multiples of COLB in the whole reduced range */                          \
+                r1 = r0 + COLB - (pos + r0) % COLB;                                                    \
+                if (r1 > nr) r1 = nr;                                                                  \
+                const S *x = (const S *)x_ + r0 * rs;                                                  \
+                for (int64_t i = 0; i < n; i++) blk[i] = (L)MK_LOAD_##s(&x[i]);                        \
+                for (int64_t r = r0 + 1; r < r1; r++) {                                                \
+                    x = (const S *)x_ + r * rs;                                                        \
+                    for (int64_t i = 0; i < n; i++) {                                                  \
+                        L v = (L)MK_LOAD_##s(&x[i]);                                                   \
+                        blk[i] = STEP_##op(s, blk[i], v);                                              \
+                    }                                                                                  \
+                }                                                                                      \
+                for (int64_t i = 0; i < n; i++) acc[i] = STEP_##op(s, acc[i], (A)blk[i]);             \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
         for (int64_t r = 0; r < nr; r++) {                                                             \
             const S *x = (const S *)x_ + r * rs;                                                       \
             if (st == 1) {                                                                             \
@@ -465,6 +495,10 @@ static void reduce_item(const rplan *pl, int64_t item, void *acc) {
     const rkern *k = pl->k;
     int64_t b = item / pl->P, p = item % pl->P, o, j0, blen;
     int64_t r0 = pl->R * p / pl->P, r1 = pl->R * (p + 1) / pl->P;
+    if (pl->col) { /* parts of whole COLB blocks: sums do not depend on the thread count */
+        r0 -= r0 % COLB;
+        if (p < pl->P - 1) r1 -= r1 % COLB;
+    }
     block_span(pl, b, &o, &j0, &blen);
     const char *base = pl->x + (kept_offset(pl, o) + j0 * pl->kst) * (int64_t)pl->isz;
     k->init(acc, blen);
@@ -827,46 +861,139 @@ typedef struct {
     bool same; /* A is the storage type */
 } lastax_kern;
 
+/* exp in the accumulator type: MLX's own float32 exp (its CPU softmax and
+ * logsumexp use it), libm's in double */
+static inline double exp_d(double x) { return exp(x); }
+#define ACC_EXP(x) _Generic((x), float: mk_mlx_expf, double: exp_d)(x)
+
+/* The kernels' loops are written once with the element index as a macro
+ * argument and instantiated for stride 1 (vectorised) and any stride. */
+#define BY_STRIDE(st, LOOP, s, A)                                                                      \
+    do {                                                                                               \
+        if ((st) == 1) {                                                                               \
+            LOOP(IDX1, s, A);                                                                          \
+        } else {                                                                                       \
+            LOOP(IDXS, s, A);                                                                          \
+        }                                                                                              \
+    } while (0)
+#define IDX1(i) (i)
+#define IDXS(i) ((i) * st)
+
+/* The row's max in LANES lanes of plain comparisons (vectorised), with one
+ * nan test per BLOCK: a block holding a nan or an inf is scanned again in
+ * order with max_nan_*, so a nan anywhere gives nan. The exponentials are
+ * summed in lanes per BLOCK, then in double. */
+/* GCC does not vectorise a float max written as a select (it may not turn
+ * one into maxps without -ffinite-math-only), so the contiguous float32
+ * case spells it with GNU C vectors: lanes of v > m ? v : m, and a lane
+ * sum of v - v that is nan once a nan or an inf was seen. Returns 0 when the
+ * block needs the in-order scan. */
+typedef float mk_v8f __attribute__((vector_size(32)));
+typedef int32_t mk_v8i __attribute__((vector_size(32)));
+MK_MATH_INLINE int lmax_block_f32(const float *x, int64_t n, float *m) {
+    mk_v8f lane = {*m, *m, *m, *m, *m, *m, *m, *m}, chk = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mk_v8f v;
+        memcpy(&v, x + i, sizeof v);
+        mk_v8i gt = v > lane;
+        lane = (mk_v8f)(((mk_v8i)v & gt) | ((mk_v8i)lane & ~gt));
+        chk += v - v;
+    }
+    float c = 0, r = *m;
+    for (int k = 0; k < 8; k++) {
+        c += chk[k];
+        r = lane[k] > r ? lane[k] : r;
+    }
+    for (; i < n; i++) {
+        c += x[i] - x[i];
+        r = x[i] > r ? x[i] : r;
+    }
+    if (c != c) return 0;
+    *m = r;
+    return 1;
+}
+
+#define LMAX_LANES(I, s, A)                                                                                  \
+    for (; i + LANES <= e; i += LANES)                                                                 \
+        for (int k = 0; k < LANES; k++) {                                                              \
+            A v = (A)MK_LOAD_##s(&x[I(i + k)]);                                                        \
+            lane[k] = v > lane[k] ? v : lane[k];                                                       \
+            chk[k] += v - v; /* nan once a nan or an inf was seen */                                   \
+        }
+#define LEXP_BLOCK(I, s, A)                                                                            \
+    for (int64_t j = 0; j < len; j++) d[j] = ACC_EXP((A)MK_LOAD_##s(&xb[I(j)]) - m);
+#define LSCALE(I, s, A)                                                                                      \
+    for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], ACC_EXP((A)MK_LOAD_##s(&x[I(i)]) - m) * inv);
+
 #define LASTAX_KERNELS(s, S, A, MAXF, SAME)                                                            \
-    static double lmax_##s(const void *x_, int64_t st, int64_t n) {                                    \
+    MK_SIMD_CLONES_512 static double lmax_##s(const void *x_, int64_t st, int64_t n) {                     \
         const S *x = x_;                                                                               \
         A m = -INFINITY;                                                                               \
-        for (int64_t i = 0; i < n; i++) m = MAXF(m, (A)MK_LOAD_##s(&x[i * st]));                       \
+        for (int64_t b = 0; b < n; b += BLOCK) {                                                       \
+            int64_t e = n - b < BLOCK ? n : b + BLOCK, i = b;                                          \
+            const A mb = m; /* the max before this block */                                            \
+            bool clean;                                                                                \
+            if (sizeof(S) == 4 && sizeof(A) == 4 && st == 1) { /* float32 */                          \
+                float mf = (float)m;                                                                   \
+                clean = lmax_block_f32((const float *)(const void *)(x + b), e - b, &mf);             \
+                if (clean) m = (A)mf;                                                                  \
+            } else {                                                                                   \
+                A lane[LANES], chk[LANES] = {0}, c = 0;                                                \
+                for (int k = 0; k < LANES; k++) lane[k] = m;                                           \
+                BY_STRIDE(st, LMAX_LANES, s, A);                                                       \
+                for (int k = 0; k < LANES; k++) {                                                      \
+                    c += chk[k];                                                                       \
+                    m = lane[k] > m ? lane[k] : m;                                                     \
+                }                                                                                      \
+                for (; i < e; i++) {                                                                   \
+                    A v = (A)MK_LOAD_##s(&x[i * st]);                                                  \
+                    c += v - v;                                                                        \
+                    m = v > m ? v : m;                                                                 \
+                }                                                                                      \
+                clean = c == c;                                                                        \
+            }                                                                                          \
+            if (!clean) { /* a nan or an inf: the block in order, from the max before it */            \
+                A m0 = mb;                                                                             \
+                for (i = b; i < e; i++) m0 = MAXF(m0, (A)MK_LOAD_##s(&x[i * st]));                     \
+                if (m0 != m0) return m0;                                                               \
+                m = m0;                                                                                \
+            }                                                                                          \
+        }                                                                                              \
         return m;                                                                                      \
     }                                                                                                  \
-    static double lexpsum_##s(const void *x_, int64_t st, int64_t n, double md, void *out_) {          \
+    MK_SIMD_CLONES_512 static double lexpsum_##s(const void *x_, int64_t st, int64_t n, double md, void *out_) { \
         const S *x = x_;                                                                               \
         S *out = out_;                                                                                 \
         const A m = (A)md;                                                                             \
         double total = 0;                                                                              \
+        A tmp[BLOCK];                                                                                  \
         for (int64_t b = 0; b < n; b += BLOCK) {                                                       \
-            int64_t e = n - b < BLOCK ? n : b + BLOCK, i = b;                                          \
+            int64_t len = n - b < BLOCK ? n - b : BLOCK;                                               \
+            /* the exponentials (a plain loop, which vectorises), into the                             \
+             * output when it has the accumulator's type */                                           \
+            A *d = SAME && out ? (A *)(void *)(out + b) : tmp;                                         \
+            const S *xb = x + b * st;                                                                  \
+            BY_STRIDE(st, LEXP_BLOCK, s, A);                                                           \
             A lane[LANES] = {0}, t = 0;                                                                \
-            if (SAME && out) {                                                                         \
-                for (; i < e; i++) {                                                                   \
-                    A v = exp((A)MK_LOAD_##s(&x[i * st]) - m);                                         \
-                    MK_STORE_##s(&out[i], v);                                                          \
-                    t += v;                                                                            \
-                }                                                                                      \
-            } else {                                                                                   \
-                for (; i + LANES <= e; i += LANES)                                                     \
-                    for (int k = 0; k < LANES; k++) lane[k] += exp((A)MK_LOAD_##s(&x[(i + k) * st]) - m); \
-                for (int k = 0; k < LANES; k++) t += lane[k];                                          \
-                for (; i < e; i++) t += exp((A)MK_LOAD_##s(&x[i * st]) - m);                           \
-            }                                                                                          \
+            int64_t i = 0;                                                                             \
+            for (; i + LANES <= len; i += LANES)                                                       \
+                for (int k = 0; k < LANES; k++) lane[k] += d[i + k];                                   \
+            for (int k = 0; k < LANES; k++) t += lane[k];                                              \
+            for (; i < len; i++) t += d[i];                                                            \
             total += t;                                                                                \
         }                                                                                              \
         return total;                                                                                  \
     }                                                                                                  \
-    static void lscale_##s(const void *x_, int64_t st, int64_t n, double md, double invd, void *out_,  \
-                           bool stored) {                                                              \
+    MK_SIMD_CLONES_512 static void lscale_##s(const void *x_, int64_t st, int64_t n, double md, double invd, \
+                                          void *out_, bool stored) {                                   \
         const S *x = x_;                                                                               \
         S *out = out_;                                                                                 \
         const A m = (A)md, inv = (A)invd;                                                              \
         if (stored)                                                                                    \
             for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], (A)MK_LOAD_##s(&out[i]) * inv);      \
         else                                                                                           \
-            for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], exp((A)MK_LOAD_##s(&x[i * st]) - m) * inv); \
+            BY_STRIDE(st, LSCALE, s, A);                                                                     \
     }                                                                                                  \
     static void llse_##s(double md, double sum, void *out) {                                           \
         const A m = (A)md;                                                                             \

@@ -44,6 +44,10 @@ static inline double exp_d(double x) { return exp(x); }
 static inline double erf_d(double x) { return erf(x); }
 #define MLX_EXP(x) _Generic((x), float: mk_mlx_expf, double: exp_d)(x)
 #define MLX_ERF(x) _Generic((x), float: mk_mlx_erff, double: erf_d)(x)
+/* float32 tanh (float16/bfloat16 compute in float) is the vectorisable
+ * mk_tanhf, within 1 ulp of the correctly rounded result */
+static inline double tanh_d(double x) { return tanh(x); }
+#define TANH(x) _Generic((x), float: mk_tanhf, double: tanh_d)(x)
 
 static inline double erfinv_d(double y) {
     if (y <= -1.0) return y == -1.0 ? -INFINITY : NAN;
@@ -77,8 +81,9 @@ static inline mk_c64 sign_c(mk_c64 x) {
 /* ------------------------------------------------------- kernel makers */
 
 /* out[i] = EXPR, x = in[i] loaded as R, out of storage type OS stored by STORE_os */
-#define UKERNEL(op, s, S, R, os, OS, EXPR)                                                             \
-    MK_SIMD_CLONES static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {                         \
+#define UKERNEL(op, s, S, R, os, OS, EXPR) UKERNEL_A(MK_SIMD_CLONES, op, s, S, R, os, OS, EXPR)
+#define UKERNEL_A(ATTR, op, s, S, R, os, OS, EXPR)                                                     \
+    ATTR static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {                    \
         typedef S st;                                                                                  \
         typedef R rt;                                                                                  \
         (void)sizeof(rt);                                                                              \
@@ -99,12 +104,15 @@ static inline mk_c64 sign_c(mk_c64 x) {
 
 /* Same-type kernels for each class; EXPR may use S (storage) and R. */
 #define K_SAME(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, s, S, EXPR)
+/* compute-bound float kernels also get an AVX-512 clone (simd.h) */
+#define K_SAME_512(E, s, S, R, op, EXPR) UKERNEL_A(MK_SIMD_CLONES_512, op, s, S, R, s, S, EXPR)
 #define K_BOOL_OUT(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, b8, bool, EXPR)
 #define K_F32_OUT(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, f32, float, EXPR)
 #define ENTRY(E, s, S, R, op, unused) [E] = op##_##s,
 
 /* An op over floats (F) and optionally complex (C), integers (I) and bool (B). */
 #define OP_F(op, F) MK_FLOAT_TYPES_2(K_SAME, op, F)
+#define OP_F512(op, F) MK_FLOAT_TYPES_2(K_SAME_512, op, F)
 #define OP_C(op, C) MK_COMPLEX_TYPES_2(K_SAME, op, C)
 #define OP_I(op, I) OP_U(op, I) OP_S(op, I)
 #define OP_U(op, I) MK_UINT_TYPES_2(K_SAME, op, I)
@@ -120,7 +128,8 @@ static inline mk_c64 sign_c(mk_c64 x) {
 MATH_FC(sqrt, sqrt(x), csqrtf(x))
 MATH_FC(rsqrt, 1 / sqrt(x), 1 / csqrtf(x))
 MATH_FC(reciprocal, 1 / x, 1 / x)
-MATH_FC(exp, MLX_EXP(x), cexpf(x))
+OP_F512(exp, MLX_EXP(x))
+OP_C(exp, cexpf(x))
 MATH_FC(log, log(x), clogf(x))
 MATH_FC(log1p, log1p(x), clogf(1 + x))
 MATH_FC(log2, log2(x), clogf(x) / (float)M_LN2)
@@ -133,13 +142,14 @@ MATH_FC(arccos, acos(x), cacosf(x))
 MATH_FC(arctan, atan(x), catanf(x))
 MATH_FC(sinh, sinh(x), csinhf(x))
 MATH_FC(cosh, cosh(x), ccoshf(x))
-MATH_FC(tanh, tanh(x), ctanhf(x))
+OP_F512(tanh, TANH(x))
+OP_C(tanh, ctanhf(x))
 MATH_FC(arcsinh, asinh(x), casinhf(x))
 MATH_FC(arccosh, acosh(x), cacoshf(x))
 MATH_FC(arctanh, atanh(x), catanhf(x))
 OP_F(expm1, expm1(x))
-OP_F(sigmoid, 1 / (1 + MLX_EXP(-x)))
-OP_F(erf, MLX_ERF(x))
+OP_F512(sigmoid, 1 / (1 + MLX_EXP(-x)))
+OP_F512(erf, MLX_ERF(x))
 OP_F(erfinv, ERFINV(x))
 OP_F(degrees, x * SCONST(180.0 / PI_D))
 OP_F(radians, x * SCONST(PI_D / 180.0))
