@@ -2,8 +2,10 @@
 import glob
 import os
 import sysconfig
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 sources = sorted(
     glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/python/*.c")
@@ -29,4 +31,33 @@ ext = Extension(
     libraries=["openblas", "m", "pthread"],
 )
 
-setup(ext_modules=[ext])
+HEADERS = glob.glob("csrc/**/*.h", recursive=True)
+
+
+def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
+                      extra_preargs=None, extra_postargs=None, depends=None):
+    """CCompiler.compile on every core, skipping objects newer than their source and every
+    header (the kernels with several CPU clones take a minute each)."""
+    macros, objects, extra_postargs, pp_opts, build = self._setup_compile(
+        output_dir, macros, include_dirs, sources, depends, extra_postargs)
+    cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
+    newest_header = max((os.path.getmtime(h) for h in HEADERS), default=0)
+
+    def one(obj):
+        src, ext_ = build[obj]
+        if os.path.exists(obj) and os.path.getmtime(obj) > max(os.path.getmtime(src), newest_header):
+            return
+        self._compile(obj, src, ext_, cc_args, extra_postargs, pp_opts)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(one, objects))
+    return objects
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        self.compiler.compile = _parallel_compile.__get__(self.compiler)
+        super().build_extensions()
+
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
