@@ -10,6 +10,7 @@ once (mk_eval runs without the GIL), against NumPy.
 import os
 import shutil
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -98,3 +99,28 @@ def test_jobs_from_several_python_threads():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+DETERMINISM = """
+import numpy as np, mkpy as mx
+rng = np.random.default_rng(0)
+x = mx.array(rng.standard_normal(1_000_003).astype(np.float32) * 100 + 3)
+y = mx.array(rng.standard_normal((3, 300_001)).astype(np.float32))
+z = mx.array(rng.standard_normal((5000, 37)).astype(np.float32))
+res = [mx.sum(x), mx.mean(x), mx.var(x), mx.sum(x[::3]), mx.sum(y, axis=1), mx.sum(z, axis=0),
+       mx.mean(z, axis=0), mx.logsumexp(y, axis=-1), mx.softmax(y, axis=-1), mx.prod(y[:, :50], axis=1)]
+print(";".join(np.array(r).tobytes().hex() for r in res))
+"""
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    """Reductions split their work by the problem's size only, so float sums group their terms
+    the same way with any MKPY_NUM_THREADS."""
+    outs = set()
+    for threads in (1, 2, 3):
+        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_NUM_THREADS=str(threads))
+        proc = subprocess.run([sys.executable, "-c", DETERMINISM], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        outs.add(proc.stdout)
+    assert len(outs) == 1

@@ -43,6 +43,8 @@
 #define BLOCK 1024 /* elements summed in float lanes before going to double */
 #define CHUNK 4096 /* outputs per block in col mode */
 #define COLB 128   /* col mode, float sums: rows summed in float before going to double */
+#define MAX_PARTS 64 /* most parts one reduction is split into */
+#define SPLIT_ROWS_BELOW 16 /* softmax/logsumexp: fewer rows than this are split into parts */
 
 /* ============================================================ kernels */
 
@@ -608,9 +610,12 @@ static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool k
 
     int64_t nblocks = pl.col ? O / pl.K * pl.nchunk : O;
     int64_t work = O * (pl.R > 0 ? pl.R : 1);
+    /* The split into parts depends on the problem only, never on the thread
+     * count, so results are the same with any MKPY_NUM_THREADS (float sums
+     * group their terms by part). */
     int64_t want = work / MK_GRAIN;
     int threads = mk_pool_threads();
-    if (want > threads) want = threads;
+    if (want > MAX_PARTS) want = MAX_PARTS;
     if (want < 1) want = 1;
     pl.P = 1;
     if (nblocks < want) {
@@ -618,7 +623,8 @@ static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool k
         if (pl.P > pl.R) pl.P = pl.R > 0 ? pl.R : 1;
     }
     pl.items = nblocks * pl.P;
-    int nth = (int)(want < pl.items ? want : pl.items);
+    int64_t par = want < threads ? want : threads;
+    int nth = (int)(par < pl.items ? par : pl.items);
     pl.scratch = malloc((size_t)nth * pl.bmax * k->asz);
     if (pl.P > 1) pl.partials = malloc((size_t)pl.items * pl.bmax * k->asz);
     if (!pl.scratch || (pl.P > 1 && !pl.partials)) {
@@ -1133,16 +1139,16 @@ static int lastax_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     memcpy(l.shape, x->shape, l.nd * sizeof *l.shape);
     memcpy(l.strides, x->strides, l.nd * sizeof *l.strides);
     int64_t rows = x->size / l.n;
-    int threads = mk_pool_threads();
+    /* whether and how rows are split depends on the shape only, never on the
+     * thread count, so results are the same with any MKPY_NUM_THREADS */
     int64_t want = l.n / MK_GRAIN;
-    if (want > threads) want = threads;
     if (want > 256) want = 256;
-    if (rows >= threads || want < 2 || l.kind == LA_SOFTMAX_LOW) {
+    if (rows >= SPLIT_ROWS_BELOW || want < 2 || l.kind == LA_SOFTMAX_LOW) {
         int64_t grain = MK_GRAIN / l.n;
         mk_parallel_for(rows, grain < 1 ? 1 : grain, lastax_rows, &l);
         return 0;
     }
-    /* few long rows: split each over the threads */
+    /* few long rows: split each into parts, claimed by the threads */
     l.nparts = (int)want;
     int64_t per_row = l.kind == LA_LSE ? 1 : l.n;
     for (int64_t r = 0; r < rows; r++) {
@@ -1153,17 +1159,17 @@ static int lastax_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         }
         l.row = l.x + off * (int64_t)l.isz;
         l.orow = l.out + r * per_row * (int64_t)l.osz;
-        mk_parallel(l.nparts, part_max, &l);
+        mk_parallel_slices(l.nparts, part_max, &l);
         l.m = -INFINITY;
         for (int t = 0; t < l.nparts; t++) l.m = max_nan_d(l.m, l.part[t]);
-        mk_parallel(l.nparts, part_expsum, &l);
+        mk_parallel_slices(l.nparts, part_expsum, &l);
         double sum = 0;
         for (int t = 0; t < l.nparts; t++) sum += l.part[t];
         if (l.kind == LA_LSE) {
             l.k->store_lse(l.m, sum, l.orow);
         } else {
             l.inv = 1.0 / sum;
-            mk_parallel(l.nparts, part_scale, &l);
+            mk_parallel_slices(l.nparts, part_scale, &l);
         }
     }
     return 0;

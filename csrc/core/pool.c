@@ -196,6 +196,10 @@ void mk_parallel(int nth, mk_job_fn fn, void *ctx) {
     run_job(nth, nth, fn, ctx);
 }
 
+void mk_parallel_slices(int nslices, mk_job_fn fn, void *ctx) {
+    if (nslices >= 1) run_job(nslices, nslices, fn, ctx);
+}
+
 typedef struct {
     int64_t n, nchunks;
     mk_range_fn fn;

@@ -1,6 +1,8 @@
 /* A small persistent thread pool (ggml style): a job is a function called as
- * fn(ctx, ith, nth) on nth threads at once, the caller being thread 0.
- * Calls from inside a job run inline on the calling thread. */
+ * fn(ctx, ith, nth) for every slice ith in [0, nth). Slices are claimed by
+ * whichever thread is free, the caller included (pool.c), so one thread may
+ * run several slices one after another. Calls from inside a job run inline on
+ * the calling thread. */
 #ifndef MK_POOL_H
 #define MK_POOL_H
 
@@ -11,8 +13,11 @@ typedef void (*mk_range_fn)(void *ctx, int64_t begin, int64_t end);
 
 /* Threads the pool uses (MKPY_NUM_THREADS, else the online cores). */
 int mk_pool_threads(void);
-/* Runs fn on min(nth, pool threads) threads and waits for all of them. */
+/* Runs min(nth, pool threads) slices and waits for all of them. */
 void mk_parallel(int nth, mk_job_fn fn, void *ctx);
+/* Runs exactly nslices slices, whatever the thread count: for splits that
+ * must not depend on MKPY_NUM_THREADS (float sums group terms by slice). */
+void mk_parallel_slices(int nslices, mk_job_fn fn, void *ctx);
 /* Splits [0, n) into contiguous chunks of at least `grain` items and runs
  * fn(ctx, begin, end) on each, in parallel when there is enough work. */
 void mk_parallel_for(int64_t n, int64_t grain, mk_range_fn fn, void *ctx);
