@@ -350,7 +350,7 @@ static PyMethodDef array_methods[] = {
     {"__complex__", (PyCFunction)m_complex, METH_NOARGS, NULL},
     {"__format__", (PyCFunction)m_format, METH_O, NULL},
     {"__array__", (PyCFunction)(void (*)(void))m_array, FASTKW,
-     "__array__(dtype=None, copy=None) -> numpy.ndarray\n--\n\nA NumPy array sharing the memory."},
+     "__array__(dtype=None, copy=None)\n--\n\nA NumPy array sharing the memory."},
     {"__array_namespace__", (PyCFunction)(void (*)(void))m_array_namespace, FASTKW,
      "__array_namespace__(api_version=None)\n--\n\nThe mkpy module."},
     {"__deepcopy__", (PyCFunction)m_deepcopy, METH_O, NULL},
