@@ -298,3 +298,32 @@ def test_fast_math_kernel_leaves_the_process_fp_environment_alone():
     assert o.item() == 3.0
     assert np.float32(1e-40) * np.float32(1.0) != 0  # subnormals survive in NumPy
     assert (mx.array([1e-40]) * 1.0).item() != 0  # and in mkpy
+
+
+def test_loads_just_outside_a_large_buffer_read_zeros_and_stores_fault():
+    """Kernels often load a neighbour outside the buffer and mask the value afterwards (MLX's
+    grid_sample example does); that is harmless on Metal, so here such loads read zeros. A store
+    outside a buffer is an error naming the kernel."""
+    n = 1 << 20  # 4 MiB: a mapped buffer
+    peek = mx.fast.metal_kernel(name="peek_outside", input_names=["a"], output_names=["o"], source="""
+        uint i = thread_position_in_grid.x;
+        int n = int(a_shape[0]);
+        float before = a[int(i) - 4096];        // up to 16 KiB before the first element
+        float after = a[i + 4096];              // up to 16 KiB after the last
+        o[i] = (int(i) >= 4096 ? before : 0.0f) + (int(i) + 4096 < n ? after : 0.0f);
+    """)
+    a = np.arange(n, dtype=np.float32) % 1000
+    for _ in range(3):  # fresh and cached buffers alike
+        o, = peek(inputs=[mx.array(a)], output_shapes=[(n,)], output_dtypes=[mx.float32], grid=(n, 1, 1),
+                  threadgroup=(256, 1, 1))
+        want = np.zeros(n, np.float32)
+        want[4096:] += a[:-4096]
+        want[:-4096] += a[4096:]
+        np.testing.assert_array_equal(np.array(o), want)
+    poke = mx.fast.metal_kernel(name="poke_outside", input_names=["a"], output_names=["o"], source="""
+        uint i = thread_position_in_grid.x;
+        o[i + 8192] = a[i];
+    """)
+    with pytest.raises(RuntimeError, match="Kernel `poke_outside` made an invalid memory access"):
+        poke(inputs=[mx.array(a)], output_shapes=[(n,)], output_dtypes=[mx.float32], grid=(n, 1, 1),
+             threadgroup=(256, 1, 1))[0].tolist()

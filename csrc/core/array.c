@@ -32,6 +32,34 @@ void mk_memory_reset_peak(void) { atomic_store(&mem_peak, atomic_load(&mem_activ
 #define MK_PAGE 4096
 #define MK_HUGE_MIN (4u << 20)
 
+/* ------------------------------------------------------- mapped buffers */
+
+/* A mapped buffer sits between two read-only regions of zero pages. GPU
+ * kernels often load a little outside their buffers and discard the value
+ * (MLX's own grid_sample example reads the row before the first and after the
+ * last, then masks); on Metal such loads are harmless, so here they read
+ * zeros instead of faulting. Writes there still fault, and become the
+ * "invalid memory access" error. The regions cost address space only: read
+ * faults map the kernel's shared zero page. */
+#define MK_GUARD (2u << 20)
+
+static void *map_buffer(size_t size) {
+    char *p = mmap(NULL, size + 2 * (size_t)MK_GUARD, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (mprotect(p + MK_GUARD, size, PROT_READ | PROT_WRITE) != 0) {
+        munmap(p, size + 2 * (size_t)MK_GUARD);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    /* transparent huge pages where the system offers them on request: 512x
+     * fewer page faults and TLB misses when streaming large arrays */
+    if (size >= MK_HUGE_MIN) madvise(p + MK_GUARD, size, MADV_HUGEPAGE);
+#endif
+    return p + MK_GUARD;
+}
+
+static void unmap_buffer(void *data, size_t size) { munmap((char *)data - MK_GUARD, size + 2 * (size_t)MK_GUARD); }
+
 /* ------------------------------------------------------- buffer cache */
 
 /* Freed mapped blocks, most recently freed first. A request takes the first
@@ -77,7 +105,7 @@ static void cache_trim_locked(int64_t target) {
         cached_block *c = *l;
         *l = NULL;
         cache.bytes -= (int64_t)c->size;
-        munmap(c->data, c->size);
+        unmap_buffer(c->data, c->size);
         free(c);
     }
 }
@@ -97,7 +125,7 @@ static void cache_put(void *data, size_t size) {
     }
     pthread_mutex_unlock(&cache.mu);
     free(c);
-    if (data) munmap(data, size);
+    if (data) unmap_buffer(data, size);
 }
 
 int64_t mk_cache_memory(void) {
@@ -135,18 +163,12 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
         size_t got = alloc;
         b->data = cache_take(alloc, &got);
         if (!b->data) {
-            void *p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (p == MAP_FAILED && mk_cache_memory() > 0) {
+            b->data = map_buffer(alloc);
+            if (!b->data && mk_cache_memory() > 0) {
                 /* the cache may hold what the system lacks */
                 mk_cache_clear();
-                p = mmap(NULL, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                b->data = map_buffer(alloc);
             }
-            b->data = p == MAP_FAILED ? NULL : p;
-#ifdef MADV_HUGEPAGE
-            /* transparent huge pages where the system offers them on request:
-             * 512x fewer page faults and TLB misses when streaming large arrays */
-            if (b->data && alloc >= MK_HUGE_MIN) madvise(b->data, alloc, MADV_HUGEPAGE);
-#endif
         }
         alloc = got;
     } else {
