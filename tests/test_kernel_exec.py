@@ -1,4 +1,7 @@
 """Kernels run with Metal's dispatchThreads semantics and give NumPy's numbers."""
+import os
+import platform
+
 import numpy as np
 import pytest
 
@@ -327,3 +330,20 @@ def test_loads_just_outside_a_large_buffer_read_zeros_and_stores_fault():
     with pytest.raises(RuntimeError, match="Kernel `poke_outside` made an invalid memory access"):
         poke(inputs=[mx.array(a)], output_shapes=[(n,)], output_dtypes=[mx.float32], grid=(n, 1, 1),
              threadgroup=(256, 1, 1))[0].tolist()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not os.path.exists("/usr/lib/x86_64-linux-gnu/libmvec.so.1"),
+                    reason="libmvec's vector math is used on x86-64 glibc only")
+def test_barrier_free_exp_kernel_is_vectorised_across_threads():
+    """The plain loop vectorises across GPU threads: the object calls glibc's vector expf."""
+    k = mx.fast.metal_kernel(name="vectorised_probe", input_names=["a"], output_names=["o"],
+                             source="uint i = thread_position_in_grid.x;\no[i] = metal::exp(a[i]);")
+    a = mx.array(np.linspace(-5, 5, 1000, dtype=np.float32))
+    o, = k(inputs=[a], output_shapes=[(1000,)], output_dtypes=[mx.float32], grid=(1000, 1, 1),
+           threadgroup=(256, 1, 1))
+    np.testing.assert_allclose(np.array(o), np.exp(np.array(a)), rtol=3e-7)
+    cache = os.environ["MKPY_CACHE_DIR"]
+    cpps = [f for f in os.listdir(cache) if f.endswith(".cpp") and "vectorised_probe" in open(os.path.join(cache, f)).read()]
+    assert len(cpps) == 1
+    obj = open(os.path.join(cache, cpps[0][:-4] + ".so"), "rb").read()
+    assert b"_ZGV" in obj and b"v_expf" in obj  # e.g. _ZGVdN8v_expf, the 8-wide AVX2 expf
