@@ -191,7 +191,7 @@ class array:
         """See mkpy.argmax."""
     def argmin(self, axis: Optional[int] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.argmin."""
-    def astype(self, dtype: Dtype, /, *, stream: StreamOrDevice = None) -> array:
+    def astype(self, dtype: Dtype, stream: StreamOrDevice = None) -> array:
         """The array converted to dtype."""
     def conj(self, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.conj."""

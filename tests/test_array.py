@@ -661,3 +661,23 @@ def test_copy_is_independent_of_inplace_ops():
     c = copy.deepcopy(a)
     a += 1
     assert a.tolist() == [2, 3] and b.tolist() == [1, 2] and c.tolist() == [1, 2]
+
+
+def test_method_signatures_have_self():
+    # the C docstrings' signature lines start with $self, so inspect shows self as MLX's do
+    import inspect
+    want = {
+        "item": "(self, /)", "tolist": "(self, /)", "astype": "(self, /, dtype, stream=None)",
+        "reshape": "(self, /, *shape, stream=None)", "transpose": "(self, /, *axes, stream=None)",
+        "__array__": "(self, /, dtype=None, copy=None)", "__array_namespace__": "(self, /, api_version=None)",
+    }
+    for name, sig in want.items():
+        assert str(inspect.signature(getattr(mx.array, name))) == sig, name
+    at = type(mx.array([1, 2]).at[0])
+    for name in ("add", "subtract", "multiply", "divide", "maximum", "minimum"):
+        assert str(inspect.signature(getattr(at, name))) == "(self, /, value)", name
+    # as MLX: astype's stream may be positional, dtype a keyword; at[].add(value=...)
+    x = mx.array([1, 2])
+    assert x.astype(mx.int8, None).dtype == mx.int8
+    assert x.astype(dtype=mx.int16, stream=None).dtype == mx.int16
+    assert x.at[0].add(value=1).tolist() == [2, 2]
