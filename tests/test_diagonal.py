@@ -119,6 +119,7 @@ def test_diagonal_errors():
 def test_diagonal_bad_calls():
     a = mx.arange(12).reshape(3, 4)
     raises(TypeError, bad_call("diagonal", DIAGONAL_SIG, "list"), mx.diagonal, [[1, 2], [3, 4]])
+    raises(TypeError, bad_call("diagonal", DIAGONAL_SIG, "ndarray"), mx.diagonal, np.zeros((2, 2)))
     raises(TypeError, bad_call("diagonal", DIAGONAL_SIG, "mkpy.array, float"), mx.diagonal, a, 1.5)
     raises(TypeError, bad_call("diagonal", DIAGONAL_SIG, "mkpy.array, int"), mx.diagonal, a, 2**31)
     raises(TypeError, bad_call("diagonal", DIAGONAL_SIG, "mkpy.array, kwargs = { foo: int }"),
@@ -185,6 +186,8 @@ def test_diag_errors():
            mx.zeros((2, 3, 4)), 1)
     raises(TypeError, bad_call("diag", DIAG_SIG, "list"), mx.diag, [1, 2])
     raises(TypeError, bad_call("diag", DIAG_SIG, "int"), mx.diag, 3)
+    raises(TypeError, bad_call("diag", DIAG_SIG, "ndarray"), mx.diag, np.arange(4))
+    raises(TypeError, bad_call("diag", DIAG_SIG, "ndarray, int64"), mx.diag, np.zeros(3), np.int64(1))
     raises(TypeError, bad_call("diag", DIAG_SIG, "mkpy.array, int, int"), mx.diag, a, 1, 2)
     raises(TypeError, bad_call("diag", DIAG_SIG, "mkpy.array, int, NoneType"), mx.diag, a, 0, None)
     raises(TypeError, bad_call("diag", DIAG_SIG, "mkpy.array, float"), mx.diag, a, 1.5)
