@@ -23,15 +23,17 @@ multiarch = sysconfig.get_config_var("MULTIARCH")
 if multiarch and os.path.isdir(f"/usr/include/{multiarch}/openblas-pthread"):
     include_dirs.append(f"/usr/include/{multiarch}/openblas-pthread")
 
+HEADERS = glob.glob("csrc/**/*.h", recursive=True)
+
 ext = Extension(
     "mkpy._core",
     sources=sources,
+    depends=HEADERS,  # else a change to a header alone leaves the extension "up-to-date"
     include_dirs=include_dirs,
     extra_compile_args=cflags,
     libraries=["openblas", "m", "pthread"],
 )
 
-HEADERS = glob.glob("csrc/**/*.h", recursive=True)
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,

@@ -191,7 +191,7 @@ class array:
         """See mkpy.argmax."""
     def argmin(self, axis: Optional[int] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.argmin."""
-    def astype(self, dtype: Dtype, /, *, stream: StreamOrDevice = None) -> array:
+    def astype(self, dtype: Dtype, stream: StreamOrDevice = None) -> array:
         """The array converted to dtype."""
     def conj(self, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.conj."""
@@ -205,10 +205,10 @@ class array:
         """See mkpy.cumprod."""
     def cumsum(self, axis: Optional[int] = None, *, reverse: bool = False, inclusive: bool = True, dtype: Optional[Dtype] = None, stream: StreamOrDevice = None) -> array:
         """See mkpy.cumsum."""
-    def diag(self, *args: Any, **kwargs: Any) -> Any:
-        """See mkpy.diag (mkpy.diag does not exist yet)."""
-    def diagonal(self, *args: Any, **kwargs: Any) -> Any:
-        """See mkpy.diagonal (mkpy.diagonal does not exist yet)."""
+    def diag(self, k: int = 0, *, stream: StreamOrDevice = None) -> array:
+        """See mkpy.diag."""
+    def diagonal(self, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: StreamOrDevice = None) -> array:
+        """See mkpy.diagonal."""
     def exp(self, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.exp."""
     def flatten(self, start_axis: int = 0, end_axis: int = -1, *, stream: StreamOrDevice = None) -> array:
@@ -444,6 +444,12 @@ def device_count(device_type: DeviceType) -> int:
 
 def device_info() -> dict[str, Union[str, int]]:
     """MLX's device keys, describing mkpy's CPU back-end."""
+
+def diag(a: array, /, k: int = 0, *, stream: StreamOrDevice = None) -> array:
+    """Extract a diagonal or construct a diagonal matrix: a 1-D a becomes a square matrix with a on diagonal k; a 2-D a gives its k-th diagonal."""
+
+def diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: StreamOrDevice = None) -> array:
+    """Return specified diagonals: the 2-D sub-arrays over axis1 and axis2 lose those axes and their diagonal at offset becomes the last axis (a view of a)."""
 
 def disable_compile() -> None:
     """Globally disable compilation (mkpy never fuses, so this changes nothing observable)."""

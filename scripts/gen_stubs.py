@@ -112,6 +112,7 @@ PARAM_BY_FUNC = {
     ":unflatten": {"shape": "Sequence[int]"},
     ":tensordot": {"axes": "Union[int, Sequence[Sequence[int]]]"},
     ":take": {"indices": "Union[int, array]"},
+    ":diagonal": {"offset": "int"},
     ":Device": {"type": "Union[DeviceType, int]", "index": "int"},
     ":Stream": {"index": "int", "device": "Device"},
     "random:*": {"shape": "Sequence[int]", "key": A, "loc": SA, "scale": SA},

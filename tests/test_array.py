@@ -661,3 +661,57 @@ def test_copy_is_independent_of_inplace_ops():
     c = copy.deepcopy(a)
     a += 1
     assert a.tolist() == [2, 3] and b.tolist() == [1, 2] and c.tolist() == [1, 2]
+
+
+def test_method_signatures_have_self():
+    # the C docstrings' signature lines start with $self, so inspect shows self as MLX's do
+    import inspect
+    want = {
+        "item": "(self, /)", "tolist": "(self, /)", "astype": "(self, /, dtype, stream=None)",
+        "reshape": "(self, /, *shape, stream=None)", "transpose": "(self, /, *axes, stream=None)",
+        "__array__": "(self, /, dtype=None, copy=None)", "__array_namespace__": "(self, /, api_version=None)",
+    }
+    for name, sig in want.items():
+        assert str(inspect.signature(getattr(mx.array, name))) == sig, name
+    at = type(mx.array([1, 2]).at[0])
+    for name in ("add", "subtract", "multiply", "divide", "maximum", "minimum"):
+        assert str(inspect.signature(getattr(at, name))) == "(self, /, value)", name
+    # as MLX: astype's stream may be positional, dtype a keyword; at[].add(value=...)
+    x = mx.array([1, 2])
+    assert x.astype(mx.int8, None).dtype == mx.int8
+    assert x.astype(dtype=mx.int16, stream=None).dtype == mx.int16
+    assert x.at[0].add(value=1).tolist() == [2, 2]
+
+
+def test_bad_call_type_names():
+    # "Invoked with types:" names types as nanobind does (MLX 0.32.4): static
+    # types by __name__ (ndarray, float32, Decimal), Python classes with
+    # their module; mkpy's own types stand for mlx.core's
+    import collections
+    import decimal
+    import fractions
+
+    class Foo:
+        pass
+
+    a = mx.array([1.0])
+    cases = [(np.zeros(3), "ndarray"), (np.float32(1), "float32"), (np.int64(2), "int64"), (Foo(), "__main__.Foo"
+             if Foo.__module__ == "__main__" else Foo.__module__ + ".Foo"), (decimal.Decimal(1), "Decimal"),
+             (fractions.Fraction(1), "fractions.Fraction"), (collections.OrderedDict(), "OrderedDict"),
+             (mx.float32, "mkpy.Dtype"), (mx.floating, "mkpy.DtypeCategory"), (b"x", "bytes"),
+             (np.dtype("f4"), "dtype[float32]"), (range(3), "range"), (1.5, "float"), (None, "NoneType"),
+             ([1], "list"), (mx.cpu, "mkpy.DeviceType")]
+    head = ("sort(): incompatible function arguments. The following argument types are supported:\n"
+            "    1. sort(a: array, /, axis: None | int = -1, *, stream: StreamOrDevice = None) -> array\n\n"
+            "Invoked with types: ")
+    for v, name in cases:
+        with pytest.raises(TypeError) as e:
+            mx.sort(v)
+        assert str(e.value) == head + name
+        if name in ("int64", "NoneType"):
+            continue  # accepted as axes
+        with pytest.raises(TypeError) as e:
+            mx.sort(a, axis=v)
+        assert str(e.value) == head + "mkpy.array, kwargs = { axis: " + name + " }"
+    with pytest.raises(ValueError, match=r"^Cannot perform addition on an mkpy.array and mkpy.Dtype$"):
+        a + mx.float32

@@ -433,7 +433,8 @@ def test_binary_vs_numpy(op, t):
         expect = rounded(expect, out_t)
     got = getattr(mx, op)(a, b)
     assert got.dtype == out_t
-    assert_close(got, expect, t)
+    # MLX's float64 logaddexp takes its exp in float (tests/test_mlx_math.py has its bits)
+    assert_close(got, expect, mx.float32 if op == "logaddexp" and t == mx.float64 else t)
 
 
 def test_integer_arithmetic_wraps():

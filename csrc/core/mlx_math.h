@@ -1,4 +1,4 @@
-/* MLX's own float32 approximations of exp, erf and erfinv (its CPU back
+/* MLX's own float32 approximations of exp, sin, cos, erf and erfinv (its CPU back
  * end's SIMD math), written out so results match MLX to the bit, and
  * mkpy's own vectorisable float32 tanh. MLX
  * computes these in float32 for every floating dtype (float16, bfloat16 and
@@ -84,6 +84,73 @@ MK_MATH_INLINE float mk_tanhf(float x) {
     /* the sign of x also makes tanh(-0) = -0 */
     float r = copysignf(a < 0.8f ? small : big, x);
     return x != x ? x : r;
+}
+
+/* sin and cos, MLX's (Cephes by way of its CPU SIMD math; MLX computes
+ * float16, bfloat16 and float64 through it in float too): the argument is
+ * reduced modulo pi/4 in three fma steps and one of two polynomials picked.
+ * mk_mlx_sincos_core takes a = |x| as a float and neg = (x < 0) in x's own
+ * type (so -1e-320 as a double gives sin = -0, as MLX's); it is branch-free
+ * so loops over it vectorise, and exact for |x| <= MK_MLX_SINCOS_MAX. MLX's
+ * results beyond that (and for inf and nan) are libm's sinf and cosf, which
+ * mk_mlx_sincos_big gives; mk_mlx_sinf / mk_mlx_cosf choose. sine is a
+ * constant at every call (the functions are always inlined). */
+#define MK_MLX_SINCOS_MAX 8388608.0f /* 2^23 */
+MK_MATH_INLINE float mk_mlx_sincos_core(float a, int neg, int sine) {
+    a = a <= MK_MLX_SINCOS_MAX ? a : 0.0f; /* nan, inf, huge: lanes the caller replaces */
+    float y = a * 1.27323954473516f;
+    uint32_t e = (uint32_t)(int32_t)y; /* y < 2^24: through int32 so it vectorises */
+    e = (e + 1) & ~1u;
+    y = (float)(int32_t)e;
+    float x = fmaf(y, -0.78515625f, a);
+    x = fmaf(y, -2.4187564849853515625e-4f, x);
+    x = fmaf(y, -3.77489497744594108e-8f, x);
+    float z = x * x;
+    float y1 = fmaf(z, 2.443315711809948e-5f, -1.388731625493765e-3f);
+    float y2 = fmaf(z, -1.9515295891e-4f, 8.3321608736e-3f);
+    y1 = fmaf(y1, z, 4.166664568298827e-2f);
+    y2 = fmaf(y2, z, -1.6666654611e-1f);
+    y1 = y1 * z;
+    y2 = y2 * z;
+    y1 = y1 * z;
+    y2 = fmaf(x, y2, x);
+    y1 = fmaf(z, -0.5f, y1);
+    y1 = y1 + 1.0f;
+    /* MLX: sin = select(neg ^ (e & 4), -ys, ys), cos = select((e - 2) & 4, yc, -yc),
+     * written as a flip of the sign bit (integer masks vectorise; bool ones may not) */
+    uint32_t poly = e & 2, flip, bits;
+    float r;
+    if (sine) {
+        r = poly ? y1 : y2;
+        flip = ((neg ? 4u : 0u) ^ (e & 4)) << 29;
+    } else {
+        r = poly ? y2 : y1;
+        flip = (((e - 2) & 4) ^ 4u) << 29;
+    }
+    memcpy(&bits, &r, sizeof bits);
+    bits ^= flip;
+    memcpy(&r, &bits, sizeof r);
+    return r;
+}
+
+/* MLX's result where |x| > 2^23, inf or nan (a nan loses its sign and is
+ * quieted, as MLX's takes |x| first) */
+static inline float mk_mlx_sincos_big(float x, int sine) {
+    if (x != x) { /* in bits: GCC may fold cosf(fabsf(x)) to cosf(x) */
+        uint32_t u;
+        memcpy(&u, &x, sizeof u);
+        u = (u & 0x7fffffffu) | 0x00400000u;
+        memcpy(&x, &u, sizeof x);
+        return x;
+    }
+    return sine ? sinf(x) : cosf(x);
+}
+
+MK_MATH_INLINE float mk_mlx_sinf(float x) {
+    return fabsf(x) <= MK_MLX_SINCOS_MAX ? mk_mlx_sincos_core(fabsf(x), x < 0, 1) : mk_mlx_sincos_big(x, 1);
+}
+MK_MATH_INLINE float mk_mlx_cosf(float x) {
+    return fabsf(x) <= MK_MLX_SINCOS_MAX ? mk_mlx_sincos_core(fabsf(x), 0, 0) : mk_mlx_sincos_big(x, 0);
 }
 
 /* erf: Abramowitz-Stegun 7.1.26 with MLX's exp; odd by a final select. */

@@ -102,6 +102,11 @@ mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes);
 mk_array *mk_squeeze(mk_array *x, int naxes, const int *axes); /* naxes < 0: all size-1 */
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis);
 mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape);
+/* The diagonals at offset between axis1 and axis2 (a view; the diagonal is the
+ * last dim of the result), and MLX's diag: 1-D -> matrix with x on diagonal k,
+ * 2-D -> its k-th diagonal (ops_view.c). */
+mk_array *mk_diagonal(mk_array *x, int64_t offset, int axis1, int axis2);
+mk_array *mk_diag(mk_array *x, int64_t k);
 mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis);
 mk_array *mk_stack(int n, mk_array *const *xs, int axis);
 /* Splits at the given indices (nidx index positions along axis): nidx + 1 parts into outs.

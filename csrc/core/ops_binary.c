@@ -10,6 +10,7 @@
 #include <tgmath.h>
 
 #include "iter.h"
+#include "mlx_math.h"
 #include "ops.h"
 #include "simd.h"
 #include "types.h"
@@ -83,19 +84,28 @@ static inline double frem_d(double x, double y) {
 #define CLT(x, y) CGT(y, x)
 #define CLE(x, y) CGE(y, x)
 #define CNAN(x) (isnan(crealf(x)) || isnan(cimagf(x)))
-/* MLX's: the nan-propagating max plus log1p(exp(min - max)); an infinite
- * bound gives the max */
-static inline float logaddexp_f(float x, float y) {
-    float hi = FMAXP(x, y), lo = FMINP(x, y);
-    if (lo == -INFINITY || hi == INFINITY) return hi;
-    return hi + log1pf(expf(lo - hi));
-}
+/* MLX's CPU logaddexp: max + log1p(exp(min - max)) with an infinite bound
+ * giving the max; max and min are MLX's maximum/minimum (a nan in y wins,
+ * then one in x). exp is MLX's float approximation (mk_mlx_expf, through
+ * float for float64 too), log1p is libm's. float16 and bfloat16 work in
+ * their own type, as MLX's: min - max, exp and log1p each round to it (R),
+ * the final sum rounds when stored. */
+#define LAE_MAX(x, y) (isnan(y) ? (y) : isnan(x) ? (x) : (x) > (y) ? (x) : (y))
+#define LAE_MIN(x, y) (isnan(y) ? (y) : isnan(x) ? (x) : (x) < (y) ? (x) : (y))
+static inline float rnd_id(float v) { return v; }
+static inline float rnd_f16(float v) { return mk_f16_to_f32(mk_f32_to_f16(v)); }
+static inline float rnd_bf16(float v) { return mk_bf16_to_f32(mk_f32_to_bf16(v)); }
+#define LAE_R(v) _Generic((st){0}, mk_f16: rnd_f16, mk_bf16: rnd_bf16, default: rnd_id)(v)
 static inline double logaddexp_d(double x, double y) {
-    double hi = FMAXP(x, y), lo = FMINP(x, y);
+    double hi = LAE_MAX(x, y), lo = LAE_MIN(x, y);
     if (lo == -INFINITY || hi == INFINITY) return hi;
-    return hi + log1p(exp(lo - hi));
+    return hi + log1p((double)mk_mlx_expf((float)(lo - hi)));
 }
-#define LOGADDEXP(x, y) _Generic((x), float: logaddexp_f, double: logaddexp_d)(x, y)
+#define LOGADDEXP_F(x, y, R)                                                                           \
+    (LAE_MIN(x, y) == -INFINITY || LAE_MAX(x, y) == INFINITY                                           \
+         ? LAE_MAX(x, y)                                                                               \
+         : LAE_MAX(x, y) + R(log1pf(R(mk_mlx_expf(R(LAE_MIN(x, y) - LAE_MAX(x, y)))))))
+#define LOGADDEXP(x, y) _Generic((x), float: LOGADDEXP_F(x, y, LAE_R), double: logaddexp_d(x, y))
 /* MLX's complex logaddexp: max + log1p(exp(min - max)), with max and min
  * as the complex maximum and minimum ops */
 static inline mk_c64 logaddexp_c(mk_c64 x, mk_c64 y) {

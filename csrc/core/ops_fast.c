@@ -139,41 +139,6 @@ static mk_cast_fn cast_fn(mk_dtype from, mk_dtype to) {
     return mk_cast_table[from][to];
 }
 
-/* MLX's float32 sin and cos (Cephes, its CPU SIMD math): arguments beyond
- * 2^23 go to libm, as MLX sends them. */
-static inline float mlx_sincosf(float in, int sine) {
-    if (!(fabsf(in) <= 8388608.0f)) return isnan(in) ? in : sine ? sinf(in) : cosf(in);
-    int sign_sin = in < 0;
-    float x = fabsf(in);
-    float y = x * 1.27323954473516f;
-    uint32_t e = (uint32_t)y;
-    e = (e + 1) & ~1u;
-    y = (float)e;
-    int poly = (e & 2) != 0;
-    x = fmaf(y, -0.78515625f, x);
-    x = fmaf(y, -2.4187564849853515625e-4f, x);
-    x = fmaf(y, -3.77489497744594108e-8f, x);
-    sign_sin ^= (e & 4) != 0;
-    int sign_cos = ((e - 2) & 4) != 0;
-    float z = x * x;
-    float y1 = fmaf(z, 2.443315711809948e-5f, -1.388731625493765e-3f);
-    float y2 = fmaf(z, -1.9515295891e-4f, 8.3321608736e-3f);
-    y1 = fmaf(y1, z, 4.166664568298827e-2f);
-    y2 = fmaf(y2, z, -1.6666654611e-1f);
-    y1 = y1 * z;
-    y2 = y2 * z;
-    y1 = y1 * z;
-    y2 = fmaf(x, y2, x);
-    y1 = fmaf(z, -0.5f, y1);
-    y1 = y1 + 1.0f;
-    if (sine) {
-        float ys = poly ? y1 : y2;
-        return sign_sin ? -ys : ys;
-    }
-    float yc = poly ? y2 : y1;
-    return sign_cos ? yc : -yc;
-}
-
 /* ============================================================== norms */
 
 /* MLX's fallbacks:
@@ -481,8 +446,8 @@ FAST_CLONES static void rope_angles(const rope_ctx *c, int64_t ob, int64_t t, fl
     float pos = ((float)t + c->off[ob]) * c->p->scale;
     for (int64_t i = 0; i < c->half; i++) {
         float th = pos * c->inv[i];
-        cs[i] = rnd_h(dt, mlx_sincosf(th, 0));
-        sn[i] = rnd_h(dt, mlx_sincosf(th, 1));
+        cs[i] = rnd_h(dt, mk_mlx_cosf(th));
+        sn[i] = rnd_h(dt, mk_mlx_sinf(th));
     }
 }
 

@@ -134,8 +134,36 @@ MATH_FC(log, log(x), clogf(x))
 MATH_FC(log1p, log1p(x), clogf(1 + x))
 MATH_FC(log2, log2(x), clogf(x) / (float)M_LN2)
 MATH_FC(log10, log10(x), clogf(x) / (float)M_LN10)
-MATH_FC(sin, sin(x), csinf(x))
-MATH_FC(cos, cos(x), ccosf(x))
+/* sin and cos: MLX's approximation (mlx_math.h) for every float dtype, in
+ * float. The vectorised loop computes it for every element and notes any
+ * beyond its range (|x| > 2^23, inf, nan); a second pass, only then, gives
+ * those libm's value, as MLX's. The output is never the input's buffer. */
+#define SINCOS_BODY(s, R, SINE, IDX)                                                                   \
+    for (int64_t i = 0; i < n; i++) {                                                                  \
+        R x = MK_LOAD_##s(&in[IDX]);                                                                   \
+        R ax = fabs(x);                                                                                \
+        big |= !(ax <= MK_MLX_SINCOS_MAX);                                                             \
+        MK_STORE_##s(&out[i], (R)mk_mlx_sincos_core((float)ax, x < 0, SINE));                          \
+    }
+#define K_SINCOS(E, s, S, R, op, SINE)                                                                 \
+    MK_SIMD_CLONES_512 static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {     \
+        const S *in = in_;                                                                             \
+        S *out = out_;                                                                                 \
+        int big = 0;                                                                                   \
+        if (is == 1) {                                                                                 \
+            SINCOS_BODY(s, R, SINE, i)                                                                 \
+        } else {                                                                                       \
+            SINCOS_BODY(s, R, SINE, i * is)                                                            \
+        }                                                                                              \
+        for (int64_t i = 0; big && i < n; i++) {                                                       \
+            R x = MK_LOAD_##s(&in[i * is]);                                                            \
+            if (!(fabs(x) <= MK_MLX_SINCOS_MAX)) MK_STORE_##s(&out[i], (R)mk_mlx_sincos_big((float)x, SINE)); \
+        }                                                                                              \
+    }
+MK_FLOAT_TYPES_2(K_SINCOS, sin, 1)
+MK_FLOAT_TYPES_2(K_SINCOS, cos, 0)
+OP_C(sin, csinf(x))
+OP_C(cos, ccosf(x))
 MATH_FC(tan, tan(x), ctanf(x))
 MATH_FC(arcsin, asin(x), casinf(x))
 MATH_FC(arccos, acos(x), cacosf(x))

@@ -414,3 +414,90 @@ mk_array *mk_slice(mk_array *x, const int64_t *start, const int64_t *stop, const
     }
     return view_node(x, v, x->ndim, shape);
 }
+
+/* ---------------------------------------------------------------- diagonal */
+
+/* The diagonal as a view: the other dims keep their strides; the diagonal,
+ * last, steps along both axes at once. */
+typedef struct {
+    int ax1, ax2;
+    int64_t off1, off2;
+} diagonal_params;
+
+static int diagonal_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const diagonal_params *d = p->params;
+    const mk_array *x = in[0];
+    mk_array *o = out[0];
+    int64_t strides[MK_MAX_NDIM], off = x->offset;
+    int n = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != d->ax1 && i != d->ax2) strides[n++] = x->strides[i];
+    strides[n] = x->strides[d->ax1] + x->strides[d->ax2];
+    if (o->size > 0) off += d->off1 * x->strides[d->ax1] + d->off2 * x->strides[d->ax2];
+    mk_set_view(o, x, off, strides);
+    return 0;
+}
+
+static const mk_opdef diagonal_def = {"diagonal", diagonal_eval, NULL};
+
+mk_array *mk_diagonal(mk_array *x, int64_t offset, int axis1, int axis2) {
+    int nd = x->ndim;
+    if (nd < 2) {
+        mk_error_set(MK_ERR_VALUE, "[diagonal] Array must have at least two dimensions, but got %d dimensions.", nd);
+        return NULL;
+    }
+    int a1 = axis1 < 0 ? axis1 + nd : axis1, a2 = axis2 < 0 ? axis2 + nd : axis2;
+    if (a1 < 0 || a1 >= nd) {
+        mk_error_set(MK_ERR_INDEX, "[diagonal] Invalid axis1 %d for array with %d dimensions.", axis1, nd);
+        return NULL;
+    }
+    if (a2 < 0 || a2 >= nd) {
+        mk_error_set(MK_ERR_INDEX, "[diagonal] Invalid axis2 %d for array with %d dimensions.", axis2, nd);
+        return NULL;
+    }
+    if (a1 == a2) {
+        mk_error_set(MK_ERR_VALUE, "[diagonal] axis1 and axis2 cannot be the same axis");
+        return NULL;
+    }
+    diagonal_params *d = malloc(sizeof *d);
+    if (!d) return mk_nomem();
+    d->ax1 = a1;
+    d->ax2 = a2;
+    d->off1 = offset < 0 ? -offset : 0;
+    d->off2 = offset > 0 ? offset : 0;
+    int64_t shape[MK_MAX_NDIM], n1 = x->shape[a1] - d->off1, n2 = x->shape[a2] - d->off2;
+    int n = 0;
+    for (int i = 0; i < nd; i++)
+        if (i != a1 && i != a2) shape[n++] = x->shape[i];
+    shape[n] = n1 < n2 ? n1 : n2;
+    if (shape[n] < 0) shape[n] = 0;
+    return mk_node(&diagonal_def, d, x->dtype, nd - 1, shape, 1, &x);
+}
+
+/* diag of a 1-D array: an n x n matrix of zeros with x on diagonal k. */
+static int diag_matrix_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    int64_t k = *(const int64_t *)p->params;
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    size_t sz = mk_dtype_size(o->dtype);
+    memset(mk_data(o), 0, (size_t)o->size * sz);
+    int64_t n = o->shape[0], first = k >= 0 ? k : -k * n, step = n + 1;
+    mk_copy_into(in[0], (char *)mk_data(o) + first * (int64_t)sz, &step);
+    return 0;
+}
+
+static const mk_opdef diag_matrix_def = {"diag", diag_matrix_eval, NULL};
+
+mk_array *mk_diag(mk_array *x, int64_t k) {
+    if (x->ndim == 2) return mk_diagonal(x, k, 0, 1);
+    if (x->ndim != 1) {
+        mk_error_set(MK_ERR_VALUE, "[diag] array must be 1-D or 2-D, got array with %d dimensions.", x->ndim);
+        return NULL;
+    }
+    int64_t n = x->shape[0] + (k < 0 ? -k : k), shape[2] = {n, n};
+    if (mk_shape_size(2, shape) < 0) return NULL;
+    int64_t *p = malloc(sizeof *p);
+    if (!p) return mk_nomem();
+    *p = k;
+    return mk_node(&diag_matrix_def, p, x->dtype, 2, shape, 1, &x);
+}

@@ -204,7 +204,7 @@ static PyObject *m_tolist(PyMkArray *self, PyObject *unused) {
 }
 
 static PyObject *m_astype(PyMkArray *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"dtype", "*stream", NULL};
+    static const char *const names[] = {"dtype", "stream", NULL};
     PyObject *a[2];
     mk_dtype t;
     if (mkpy_parse("astype", args, nargs, kwnames, names, 1, a) < 0 || mkpy_parse_dtype(a[0], &t) < 0) return NULL;
@@ -342,23 +342,23 @@ FORWARDED(DEFINE_FORWARD)
 #define FORWARD_ENTRY(name) {#name, (PyCFunction)(void (*)(void))fw_##name, FASTKW, "See mkpy." #name "."},
 
 static PyMethodDef array_methods[] = {
-    {"item", (PyCFunction)m_item, METH_NOARGS, "item()\n--\n\nThe single element as a Python scalar."},
-    {"tolist", (PyCFunction)m_tolist, METH_NOARGS, "tolist()\n--\n\nThe array as nested Python lists."},
+    {"item", (PyCFunction)m_item, METH_NOARGS, "item($self)\n--\n\nThe single element as a Python scalar."},
+    {"tolist", (PyCFunction)m_tolist, METH_NOARGS, "tolist($self)\n--\n\nThe array as nested Python lists."},
     {"astype", (PyCFunction)(void (*)(void))m_astype, FASTKW,
-     "astype(dtype, /, *, stream=None)\n--\n\nThe array converted to dtype."},
+     "astype($self, dtype, stream=None)\n--\n\nThe array converted to dtype."},
     {"__copy__", (PyCFunction)m_copy, METH_NOARGS, NULL},
     {"__complex__", (PyCFunction)m_complex, METH_NOARGS, NULL},
     {"__format__", (PyCFunction)m_format, METH_O, NULL},
     {"__array__", (PyCFunction)(void (*)(void))m_array, FASTKW,
-     "__array__(dtype=None, copy=None)\n--\n\nA NumPy array sharing the memory."},
+     "__array__($self, dtype=None, copy=None)\n--\n\nA NumPy array sharing the memory."},
     {"__array_namespace__", (PyCFunction)(void (*)(void))m_array_namespace, FASTKW,
-     "__array_namespace__(api_version=None)\n--\n\nThe mkpy module."},
+     "__array_namespace__($self, api_version=None)\n--\n\nThe mkpy module."},
     {"__deepcopy__", (PyCFunction)m_deepcopy, METH_O, NULL},
     {"__reduce__", (PyCFunction)m_reduce, METH_NOARGS, NULL},
     {"reshape", (PyCFunction)(void (*)(void))m_reshape, FASTKW,
-     "reshape(*shape, stream=None)\n--\n\nSee mkpy.reshape."},
+     "reshape($self, *shape, stream=None)\n--\n\nSee mkpy.reshape."},
     {"transpose", (PyCFunction)(void (*)(void))m_transpose, FASTKW,
-     "transpose(*axes, stream=None)\n--\n\nSee mkpy.transpose."},
+     "transpose($self, *axes, stream=None)\n--\n\nSee mkpy.transpose."},
     FORWARDED(FORWARD_ENTRY){NULL},
 };
 

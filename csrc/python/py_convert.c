@@ -78,12 +78,22 @@ int mkpy_is_scalar(PyObject *o) {
 PyObject *mkpy_type_name(PyObject *o) {
     PyTypeObject *tp = Py_TYPE(o);
     if (tp->tp_flags & Py_TPFLAGS_HEAPTYPE) {
-        /* module and __name__ (not the qualified name), as nanobind prints */
+        /* module and __name__ (not the qualified name), as nanobind prints;
+         * mkpy's Python classes (mkpy._device.Device) as mkpy.Device */
         PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
-        PyObject *r = mod ? PyUnicode_FromFormat("%S.%s", mod, tp->tp_name) : NULL;
+        PyObject *r = NULL;
+        const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+        if (m && !strncmp(m, "mkpy._", 6))
+            r = PyUnicode_FromFormat("mkpy.%s", tp->tp_name);
+        else if (mod)
+            r = PyUnicode_FromFormat("%S.%s", mod, tp->tp_name);
         Py_XDECREF(mod);
         return r;
     }
+    /* static types print their __name__ (ndarray, float32, Decimal), except
+     * mkpy's own (mkpy.array, mkpy.Dtype), which stand for MLX's nanobind
+     * classes printed with their module (mlx.core.array) */
+    if (!strncmp(tp->tp_name, "mkpy.", 5)) return PyUnicode_FromString(tp->tp_name);
     const char *dot = strrchr(tp->tp_name, '.');
     return PyUnicode_FromString(dot ? dot + 1 : tp->tp_name);
 }

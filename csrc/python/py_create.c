@@ -24,16 +24,22 @@ static int opt_dtype(PyObject *o, mk_dtype dflt, mk_dtype *out) {
  * the call was made with. */
 PyObject *mkpy_bad_call(const char *fname, const char *sigs, PyObject *const *args, Py_ssize_t nargs,
                           PyObject *kwnames) {
-    PyObject *types = PyUnicode_FromString("");
+    /* type names as nanobind prints them (mkpy_type_name): ndarray, float32, __main__.Foo */
+    PyObject *types = PyUnicode_FromString(""), *name;
     for (Py_ssize_t i = 0; types && i < nargs; i++) {
-        PyObject *t = PyUnicode_FromFormat("%U%s%s", types, i ? ", " : "", Py_TYPE(args[i])->tp_name);
+        PyObject *t = (name = mkpy_type_name(args[i])) ? PyUnicode_FromFormat("%U%s%U", types, i ? ", " : "", name)
+                                                         : NULL;
+        Py_XDECREF(name);
         Py_SETREF(types, t);
     }
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; types && k < nkw; k++) {
-        PyObject *t = PyUnicode_FromFormat("%U%s%s%U: %s%s", types, (nargs || k) ? ", " : "", k ? "" : "kwargs = { ",
-                                           PyTuple_GET_ITEM(kwnames, k), Py_TYPE(args[nargs + k])->tp_name,
-                                           k == nkw - 1 ? " }" : "");
+        PyObject *t = (name = mkpy_type_name(args[nargs + k]))
+                          ? PyUnicode_FromFormat("%U%s%s%U: %U%s", types, (nargs || k) ? ", " : "",
+                                                 k ? "" : "kwargs = { ", PyTuple_GET_ITEM(kwnames, k), name,
+                                                 k == nkw - 1 ? " }" : "")
+                          : NULL;
+        Py_XDECREF(name);
         Py_SETREF(types, t);
     }
     if (!types) return NULL;

@@ -437,12 +437,12 @@ AT_METHOD(minimum, AT_MINIMUM)
 
 static PyMethodDef at_methods[] = {
     {"add", FN(at_add), FASTKW,
-     "add(value)\n--\n\nThe array with value added at the indices (repeated indices accumulate)."},
-    {"subtract", FN(at_subtract), FASTKW, "subtract(value)\n--\n\nThe array with value subtracted at the indices."},
-    {"multiply", FN(at_multiply), FASTKW, "multiply(value)\n--\n\nThe array multiplied by value at the indices."},
-    {"divide", FN(at_divide), FASTKW, "divide(value)\n--\n\nThe array divided by value at the indices."},
-    {"maximum", FN(at_maximum), FASTKW, "maximum(value)\n--\n\nThe maximum of the array and value at the indices."},
-    {"minimum", FN(at_minimum), FASTKW, "minimum(value)\n--\n\nThe minimum of the array and value at the indices."},
+     "add($self, value)\n--\n\nThe array with value added at the indices (repeated indices accumulate)."},
+    {"subtract", FN(at_subtract), FASTKW, "subtract($self, value)\n--\n\nThe array with value subtracted at the indices."},
+    {"multiply", FN(at_multiply), FASTKW, "multiply($self, value)\n--\n\nThe array multiplied by value at the indices."},
+    {"divide", FN(at_divide), FASTKW, "divide($self, value)\n--\n\nThe array divided by value at the indices."},
+    {"maximum", FN(at_maximum), FASTKW, "maximum($self, value)\n--\n\nThe maximum of the array and value at the indices."},
+    {"minimum", FN(at_minimum), FASTKW, "minimum($self, value)\n--\n\nThe minimum of the array and value at the indices."},
     {NULL},
 };
 

@@ -361,6 +361,67 @@ done:
     return r ? mkpy_wrap(r) : NULL;
 }
 
+/* ------------------------------------------------------- diagonal, diag */
+
+/* MLX binds these with `a: array` and nanobind's int casters: a list, a
+ * scalar or a NumPy array as `a`, a float or an int beyond int32 as an
+ * offset or axis, a missing argument or an unknown keyword all raise the
+ * "incompatible function arguments" TypeError. */
+#define DIAGONAL_SIG                                                                                   \
+    "    1. diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: StreamOrDevice = " \
+    "None) -> array"
+#define DIAG_SIG "    1. diag(a: array, /, k: int = 0, *, stream: StreamOrDevice = None) -> array"
+
+/* An int that fits int32 (ints, bools, __index__ objects such as NumPy
+ * integers); absent: dflt. Returns 0, or -1 with no exception set. */
+static int int32_arg(PyObject *o, int dflt, int *out) {
+    if (!o) {
+        *out = dflt;
+        return 0;
+    }
+    if (PyFloat_Check(o) || !PyIndex_Check(o)) return -1;
+    PyObject *i = PyNumber_Index(o);
+    if (!i) {
+        PyErr_Clear();
+        return -1;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    Py_DECREF(i);
+    if (overflow || (v == -1 && PyErr_Occurred()) || v < INT_MIN || v > INT_MAX) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static PyObject *py_diagonal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"a", "offset", "axis1", "axis2", "stream", NULL};
+    PyObject *a[5];
+    int offset, axis1, axis2;
+    (void)m;
+    if (mkpy_parse("diagonal", args, nargs, kwnames, names, 1, a) < 0 || !PyMkArray_Check(a[0]) ||
+        int32_arg(a[1], 0, &offset) < 0 || int32_arg(a[2], 0, &axis1) < 0 || int32_arg(a[3], 1, &axis2) < 0) {
+        PyErr_Clear();
+        return mkpy_bad_call("diagonal", DIAGONAL_SIG, args, nargs, kwnames);
+    }
+    return mkpy_wrap(mk_diagonal(MKARR(a[0]), offset, axis1, axis2));
+}
+
+static PyObject *py_diag(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"a", "k", "*stream", NULL};
+    PyObject *a[3];
+    int k;
+    (void)m;
+    if (nargs < 1 || mkpy_parse("diag", args, nargs, kwnames, names, 1, a) < 0 || !PyMkArray_Check(a[0]) ||
+        int32_arg(a[1], 0, &k) < 0) {
+        PyErr_Clear();
+        return mkpy_bad_call("diag", DIAG_SIG, args, nargs, kwnames);
+    }
+    return mkpy_wrap(mk_diag(MKARR(a[0]), k));
+}
+
 static PyObject *py_broadcast_to(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "shape", "*stream", NULL};
     PARSE("broadcast_to", 2);
@@ -897,6 +958,14 @@ PyMethodDef mkpy_shape_functions[] = {
      "Flatten an array; the axes from start_axis to end_axis (inclusive) become one."},
     {"unflatten", FN(py_unflatten), FASTKW,
      "unflatten(a, /, axis, shape, *, stream=None)\n--\n\nUnflatten an axis of an array to a shape."},
+    {"diagonal", FN(py_diagonal), FASTKW,
+     "diagonal(a, offset=0, axis1=0, axis2=1, stream=None)\n--\n\n"
+     "Return specified diagonals: the 2-D sub-arrays over axis1 and axis2 lose those axes and\n"
+     "their diagonal at offset becomes the last axis (a view of a)."},
+    {"diag", FN(py_diag), FASTKW,
+     "diag(a, /, k=0, *, stream=None)\n--\n\n"
+     "Extract a diagonal or construct a diagonal matrix: a 1-D a becomes a square matrix with a\n"
+     "on diagonal k; a 2-D a gives its k-th diagonal."},
     {"broadcast_to", FN(py_broadcast_to), FASTKW,
      "broadcast_to(a, /, shape, *, stream=None)\n--\n\nBroadcast an array to the given shape."},
     {"broadcast_arrays", FN(py_broadcast_arrays), FASTKW,
