@@ -246,7 +246,9 @@ def test_unary_vs_numpy(op, t):
         expect = rounded(expect, out_t) if out_t in (mx.float16, mx.bfloat16) else expect
     got = getattr(mx, op)(x)
     assert got.dtype == out_t
-    assert_close(got, expect, out_t if out_t != mx.bool_ else t, atol=1e-6 if t == mx.float64 else None)
+    # MLX computes float64 exp/erf/erfinv/sigmoid around its float exp (tests/test_mlx_math.py)
+    check_t = mx.float32 if t == mx.float64 and op in ("exp", "erf", "erfinv", "sigmoid") else out_t
+    assert_close(got, expect, check_t if out_t != mx.bool_ else t, atol=1e-6 if t == mx.float64 else None)
 
 
 @pytest.mark.parametrize("t", DTYPES, ids=ABBR)
@@ -273,7 +275,9 @@ def test_erfinv(t):
     vals = [-0.999, -0.9, -0.5, -0.1, 0.0, 0.1, 0.5, 0.9, 0.999]
     y = mx.erfinv(mx.array(vals, t))
     back = erf(to_np(y).astype(np.float64))
-    np.testing.assert_allclose(back, rounded(vals, t), rtol=tol(t) * 4, atol=tol(t) * 4)
+    # MLX's float64 erfinv is its float approximation
+    t_tol = tol(mx.float32) if t == mx.float64 else tol(t)
+    np.testing.assert_allclose(back, rounded(vals, t), rtol=t_tol * 4, atol=t_tol * 4)
     r = mx.erfinv(mx.array([-1.0, 1.0, 2.0, -1.5], t)).tolist()
     assert r[0] == -inf and r[1] == inf and math.isnan(r[2]) and math.isnan(r[3])
     # integers go through float32

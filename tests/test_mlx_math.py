@@ -156,3 +156,22 @@ def test_logaddexp_bits():
     ad = mx.array(a[:14].astype(np.float64), dtype=mx.float64)
     bd = mx.array(b[:14].astype(np.float64), dtype=mx.float64)
     assert bits(mx.logaddexp(ad, bd), np.uint64) == h(LAE_F64)
+
+
+# sigmoid (float32, float64), exp and erf (float64: MLX computes them in float), baked from MLX 0.32.4
+S32_IN = [0x0, 0x80000000, 0x3f800000, 0xbf800000, 0x3dcccccd, 0xc0533333, 0x41a00000, 0xc1a00000, 0x42b10000, 0xc2b10000, 0x42c80000, 0xc2d00000, 0xda24260, 0x40b00000, 0xbf400000, 0x7f800000, 0xff800000]
+S32 = [0x3f000000, 0x3f000000, 0x3f3b26a8, 0x3e89b2b1, 0x3f06650a, 0x3d11b31a, 0x3f800000, 0x310da432, 0x3f800000, 0x0, 0x3f800000, 0x0, 0x3f000000, 0x3f7ef542, 0x3ea442b1, 0x3f800000, 0x0]
+S64_IN = [0x0, 0x8000000000000000, 0x3ff000001ad7f29b, 0xbff000001ad7f29b, 0x3fb99999caf31dd0, 0xc00a66668c4ab6a8, 0x40340000218def42, 0xc0340000218def42, 0x40562000251e9d7a, 0xc0562000251e9d7a, 0x4059000029f16b12, 0xc05a00002b9eea3c, 0x39b4484c22073a87, 0x4016000024e8ed95, 0xbfe800002843ebe8, 0x7ff0000000000000, 0xfff0000000000000]
+S64 = [0x3fe0000000000000, 0x3fe0000000000000, 0x3fe764d4fbe31fb1, 0x3fd136560839c09e, 0x3fe0cca12cdef5e0, 0x3fa23662e89c2595, 0x3feffffffee4b7b4, 0x3e21b484c0e42ef0, 0x3ff0000000000000, 0x0, 0x3ff0000000000000, 0x0, 0x3fe0000000000000, 0x3fefdea84e9c15d1, 0x3fd48856072db97a, 0x3ff0000000000000, 0x0]
+E64 = [0x3ff0000000000000, 0x3ff0000000000000, 0x4005bf0aa0000000, 0x3fd78b5620000000, 0x3ff1aec7c0000000, 0x3fa2e25980000000, 0x41bceb0b20000000, 0x3e21b484c0000000, 0x7ff0000000000000, 0x0, 0x7ff0000000000000, 0x0, 0x3ff0000000000000, 0x406e962560000000, 0x3fde3b40e0000000, 0x7ff0000000000000, 0x0]
+ERF64 = [0x8000000000000000, 0x8000000000000000, 0x3feaf767a0000000, 0xbfeaf767a0000000, 0x3fbcca5fa0000000, 0xbfeffff9a0000000, 0x3ff0000000000000, 0xbff0000000000000, 0x3ff0000000000000, 0xbff0000000000000, 0x3ff0000000000000, 0xbff0000000000000, 0x0, 0x3ff0000000000000, 0xbfe6c1c960000000, 0x3ff0000000000000, 0xbff0000000000000]
+
+
+def test_sigmoid_exp_erf_bits():
+    x32 = np.array(S32_IN, np.uint32).view(np.float32)
+    got = np.array(mx.sigmoid(mx.array(x32))).view(np.uint32)
+    assert [hex(v) for v in got] == [hex(v) for v in S32]
+    x64 = np.array(S64_IN, np.uint64).view(np.float64)
+    for f, want in [(mx.sigmoid, S64), (mx.exp, E64), (mx.erf, ERF64)]:
+        got = np.array(f(mx.array(x64, dtype=mx.float64))).view(np.uint64)
+        assert [hex(v) for v in got] == [hex(v) for v in want], f.__name__

@@ -38,24 +38,35 @@ typedef struct {
 
 /* ------------------------------------------------------------ helpers */
 
-/* float32 exp, erf and erfinv are MLX's own approximations (mlx_math.h), so
- * results are bit for bit MLX's; float64 uses libm, refined in double. */
-static inline double exp_d(double x) { return exp(x); }
-static inline double erf_d(double x) { return erf(x); }
+/* exp, erf and erfinv are MLX's own float approximations (mlx_math.h), bit
+ * for bit MLX's. MLX computes them in float for float64 too (its float64
+ * results have float precision), and so does mkpy. */
+static inline double exp_d(double x) { return (double)mk_mlx_expf((float)x); }
+static inline double erf_d(double x) { return (double)mk_mlx_erff((float)x); }
 #define MLX_EXP(x) _Generic((x), float: mk_mlx_expf, double: exp_d)(x)
 #define MLX_ERF(x) _Generic((x), float: mk_mlx_erff, double: erf_d)(x)
+/* MLX's sigmoid: y = 1 / (1 + exp(|x|)), then y for x < 0 and 1 - y
+ * otherwise; float16/bfloat16 round the exp to their type first (MLX's exp
+ * returns the array's type). */
+static inline float sig_f(float e, float x) {
+    float y = 1.0f / (1.0f + e);
+    return x < 0 ? y : 1.0f - y;
+}
+static inline double sig_d(double e, double x) {
+    double y = 1.0 / (1.0 + e);
+    return x < 0 ? y : 1.0 - y;
+}
+#define SIGMOID_OF(e, x) _Generic((x), float: sig_f, double: sig_d)(e, x)
+#define ABS_R(x) ((x) < 0 ? -(x) : (x))
+#define ROUND_ST(v)                                                                                    \
+    _Generic((st){0}, mk_f16: mk_f16_to_f32(mk_f32_to_f16((float)(v))),                                 \
+             mk_bf16: mk_bf16_to_f32(mk_f32_to_bf16((float)(v))), default: (v))
 /* float32 tanh (float16/bfloat16 compute in float) is the vectorisable
  * mk_tanhf, within 1 ulp of the correctly rounded result */
 static inline double tanh_d(double x) { return tanh(x); }
 #define TANH(x) _Generic((x), float: mk_tanhf, double: tanh_d)(x)
 
-static inline double erfinv_d(double y) {
-    if (y <= -1.0) return y == -1.0 ? -INFINITY : NAN;
-    if (y >= 1.0) return y == 1.0 ? INFINITY : NAN;
-    double x = mk_mlx_erfinvf((float)y);
-    for (int i = 0; i < 2; i++) x -= (erf(x) - y) / (1.1283791670955126 * exp(-x * x));
-    return x;
-}
+static inline double erfinv_d(double y) { return (double)mk_mlx_erfinvf((float)y); }
 
 #define ERFINV(x) _Generic((x), float: mk_mlx_erfinvf, double: erfinv_d)(x)
 /* MLX's (x > 0) - (x < 0): nan and -0 give 0 */
@@ -176,7 +187,7 @@ MATH_FC(arcsinh, asinh(x), casinhf(x))
 MATH_FC(arccosh, acosh(x), cacoshf(x))
 MATH_FC(arctanh, atanh(x), catanhf(x))
 OP_F(expm1, expm1(x))
-OP_F512(sigmoid, 1 / (1 + MLX_EXP(-x)))
+OP_F512(sigmoid, SIGMOID_OF(ROUND_ST(MLX_EXP(ABS_R(x))), x))
 OP_F512(erf, MLX_ERF(x))
 OP_F(erfinv, ERFINV(x))
 OP_F(degrees, x * SCONST(180.0 / PI_D))
