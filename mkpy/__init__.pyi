@@ -267,6 +267,8 @@ class array:
         """See mkpy.transpose."""
     def var(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.var."""
+    def view(self, dtype: Dtype, stream: StreamOrDevice = None) -> array:
+        """See mkpy.view."""
 
 bfloat16: Dtype
 bool_: Dtype
@@ -788,6 +790,9 @@ def unstack(x: array, /, *, axis: int = 0, stream: StreamOrDevice = None) -> tup
 
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Variance over the given axes, divided by N - ddof."""
+
+def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
+    """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""
 
 def where(condition: Union[scalar, array], x: Union[scalar, array], y: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """x where condition is true, else y."""

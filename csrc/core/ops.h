@@ -107,6 +107,9 @@ mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape);
  * 2-D -> its k-th diagonal (ops_view.c). */
 mk_array *mk_diagonal(mk_array *x, int64_t offset, int axis1, int axis2);
 mk_array *mk_diag(mk_array *x, int64_t k);
+/* The bytes of x read as another dtype (MLX's view): the last axis scales by
+ * the ratio of the item sizes. */
+mk_array *mk_view_dtype(mk_array *x, mk_dtype dtype);
 mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis);
 mk_array *mk_stack(int n, mk_array *const *xs, int axis);
 /* Splits at the given indices (nidx index positions along axis): nidx + 1 parts into outs.

@@ -501,3 +501,60 @@ mk_array *mk_diag(mk_array *x, int64_t k) {
     *p = k;
     return mk_node(&diag_matrix_def, p, x->dtype, 2, shape, 1, &x);
 }
+
+/* ------------------------------------------------------------ dtype view */
+
+/* view(x, dtype): the bytes of each row of the last axis, read as another
+ * dtype. A row-contiguous input whose byte offset suits the new type is
+ * shared; anything else is first copied to row-major order (MLX's view, too,
+ * only promises the bytes, not shared storage). */
+static int dtype_view_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    (void)p;
+    const mk_array *x = in[0];
+    mk_array *o = out[0];
+    size_t isz = mk_dtype_size(x->dtype), osz = mk_dtype_size(o->dtype);
+    int64_t strides[MK_MAX_NDIM], s = 1;
+    for (int i = o->ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= o->shape[i];
+    }
+    if (x->size > 0 && (x->flags & MK_ROW_CONTIG) && (x->offset * (int64_t)isz) % (int64_t)osz == 0) {
+        mk_set_view(o, x, x->offset * (int64_t)isz / (int64_t)osz, strides);
+        return 0;
+    }
+    if (mk_alloc_out(o) < 0) return -1;
+    int64_t dense[MK_MAX_NDIM];
+    s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        dense[i] = s;
+        s *= x->shape[i];
+    }
+    mk_copy_into(x, mk_data(o), dense);
+    return 0;
+}
+
+static const mk_opdef dtype_view_def = {"view", dtype_view_eval, NULL};
+
+mk_array *mk_view_dtype(mk_array *x, mk_dtype dtype) {
+    size_t isz = mk_dtype_size(x->dtype), osz = mk_dtype_size(dtype);
+    if (dtype == x->dtype) {
+        mk_incref(x);
+        return x;
+    }
+    int64_t shape[MK_MAX_NDIM];
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    if (isz != osz) {
+        if (x->ndim == 0) {
+            mk_error_set(MK_ERR_VALUE, "[view] Changing the type of a scalar is only allowed for types with the same size.");
+            return NULL;
+        }
+        int64_t bytes = shape[x->ndim - 1] * (int64_t)isz;
+        if (osz > isz && bytes % (int64_t)osz != 0) {
+            mk_error_set(MK_ERR_VALUE, "[view] When viewing as a larger dtype, the size in bytes of the last axis must be "
+                                       "a multiple of the requested type size.");
+            return NULL;
+        }
+        shape[x->ndim - 1] = bytes / (int64_t)osz;
+    }
+    return mk_node(&dtype_view_def, NULL, dtype, x->ndim, shape, 1, &x);
+}

@@ -330,7 +330,7 @@ static PyObject *m_transpose(PyObject *self, PyObject *const *args, Py_ssize_t n
     X(sum) X(mean) X(max) X(min) X(prod) X(all) X(any) X(argmax) X(argmin) X(var) X(std)               \
     X(logsumexp) X(swapaxes) X(moveaxis) X(squeeze) X(flatten) X(split) X(abs) X(exp) X(log)         \
     X(log2) X(log10) X(log1p) X(sqrt) X(rsqrt) X(square) X(reciprocal) X(sin) X(cos) X(round)         \
-    X(conj) X(cumsum) X(cumprod) X(cummax) X(cummin) X(logcumsumexp) X(diag) X(diagonal)
+    X(conj) X(cumsum) X(cumprod) X(cummax) X(cummin) X(logcumsumexp) X(diag) X(diagonal) X(view)
 
 #define DEFINE_FORWARD(name)                                                                           \
     static PyObject *fw_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) { \

@@ -422,6 +422,25 @@ static PyObject *py_diag(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(mk_diag(MKARR(a[0]), k));
 }
 
+#define VIEW_SIG "    1. view(a: scalar | array, dtype: Dtype, stream: StreamOrDevice = None) -> array"
+
+static PyObject *py_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"a", "dtype", "stream", NULL};
+    PyObject *a[3];
+    mk_dtype dt;
+    (void)m;
+    if (mkpy_parse("view", args, nargs, kwnames, names, 2, a) < 0 || PyList_Check(a[0]) || PyTuple_Check(a[0]) ||
+        mkpy_parse_dtype(a[1], &dt) < 0) {
+        PyErr_Clear();
+        return mkpy_bad_call("view", VIEW_SIG, args, nargs, kwnames);
+    }
+    mk_array *x = mkpy_to_array_arg(a[0], -1);
+    if (!x) return NULL;
+    mk_array *r = mk_view_dtype(x, dt);
+    mk_decref(x);
+    return mkpy_wrap(r);
+}
+
 static PyObject *py_broadcast_to(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "shape", "*stream", NULL};
     PARSE("broadcast_to", 2);
@@ -966,6 +985,11 @@ PyMethodDef mkpy_shape_functions[] = {
      "diag(a, /, k=0, *, stream=None)\n--\n\n"
      "Extract a diagonal or construct a diagonal matrix: a 1-D a becomes a square matrix with a\n"
      "on diagonal k; a 2-D a gives its k-th diagonal."},
+    {"view", FN(py_view), FASTKW,
+     "view(a, dtype, stream=None)\n--\n\n"
+     "View the array as a different type: the bytes of each row of the last axis, read as dtype\n"
+     "(the last axis grows or shrinks by the ratio of the item sizes). Storage may or may not be\n"
+     "shared: only the bytes are guaranteed, as in MLX."},
     {"broadcast_to", FN(py_broadcast_to), FASTKW,
      "broadcast_to(a, /, shape, *, stream=None)\n--\n\nBroadcast an array to the given shape."},
     {"broadcast_arrays", FN(py_broadcast_arrays), FASTKW,
