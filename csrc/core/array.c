@@ -331,12 +331,16 @@ void mk_update_flags(mk_array *a) {
     a->flags = f;
 }
 
-void mk_set_row_contiguous(mk_array *a) {
+void mk_row_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
-    for (int i = a->ndim - 1; i >= 0; i--) {
-        a->strides[i] = s;
-        s *= a->shape[i];
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= shape[i];
     }
+}
+
+void mk_set_row_contiguous(mk_array *a) {
+    mk_row_strides(a->ndim, a->shape, a->strides);
     a->offset = 0;
     a->flags = MK_ROW_CONTIG | MK_CONTIG;
     if (a->ndim <= 1 || a->size <= 1) a->flags |= MK_COL_CONTIG;

@@ -124,6 +124,8 @@ mk_array *mk_scalar(mk_dtype dtype, const void *value);
 mk_array *mk_scalar_f64(mk_dtype dtype, double v); /* converted to dtype */
 mk_array *mk_scalar_i64(mk_dtype dtype, int64_t v);
 
+/* Row-major strides (in elements) for a dense array of this shape. */
+void mk_row_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* Sets row-major strides and flags for a dense array at offset 0. */
 void mk_set_row_contiguous(mk_array *a);
 /* Recomputes flags from shape and strides. */

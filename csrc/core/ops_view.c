@@ -106,6 +106,16 @@ static bool nocopy_strides(const mk_array *x, int ndim, const int64_t *shape, in
     return true;
 }
 
+/* Copies x's elements in row-major order into o's new dense storage (o has
+ * as many bytes as x: reshape, dtype view). */
+static int copy_dense(const mk_array *x, mk_array *o) {
+    if (mk_alloc_out(o) < 0) return -1;
+    int64_t dense[MK_MAX_NDIM];
+    mk_row_strides(x->ndim, x->shape, dense);
+    mk_copy_into(x, mk_data(o), dense);
+    return 0;
+}
+
 static int reshape_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     (void)p;
     const mk_array *x = in[0];
@@ -120,15 +130,7 @@ static int reshape_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         mk_set_view(o, x, x->offset, strides);
         return 0;
     }
-    /* copy x in row-major order into o's dense storage */
-    if (mk_alloc_out(o) < 0) return -1;
-    int64_t dense[MK_MAX_NDIM], s = 1;
-    for (int i = x->ndim - 1; i >= 0; i--) {
-        dense[i] = s;
-        s *= x->shape[i];
-    }
-    mk_copy_into(x, mk_data(o), dense);
-    return 0;
+    return copy_dense(x, o);
 }
 
 static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL};
@@ -513,24 +515,13 @@ static int dtype_view_eval(mk_prim *p, mk_array *const *in, mk_array *const *out
     const mk_array *x = in[0];
     mk_array *o = out[0];
     size_t isz = mk_dtype_size(x->dtype), osz = mk_dtype_size(o->dtype);
-    int64_t strides[MK_MAX_NDIM], s = 1;
-    for (int i = o->ndim - 1; i >= 0; i--) {
-        strides[i] = s;
-        s *= o->shape[i];
-    }
     if (x->size > 0 && (x->flags & MK_ROW_CONTIG) && (x->offset * (int64_t)isz) % (int64_t)osz == 0) {
+        int64_t strides[MK_MAX_NDIM];
+        mk_row_strides(o->ndim, o->shape, strides);
         mk_set_view(o, x, x->offset * (int64_t)isz / (int64_t)osz, strides);
         return 0;
     }
-    if (mk_alloc_out(o) < 0) return -1;
-    int64_t dense[MK_MAX_NDIM];
-    s = 1;
-    for (int i = x->ndim - 1; i >= 0; i--) {
-        dense[i] = s;
-        s *= x->shape[i];
-    }
-    mk_copy_into(x, mk_data(o), dense);
-    return 0;
+    return copy_dense(x, o);
 }
 
 static const mk_opdef dtype_view_def = {"view", dtype_view_eval, NULL};

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/iter.h"
+#include "core/ops.h"
 #include "core/pool.h"
 #include "core/types.h"
 #include "coop.h"
@@ -147,39 +148,11 @@ static void run_groups(void *c, int ith, int nth) {
 
 /* A dense row-major copy of x (for ensure_row_contiguous). */
 static mk_buffer *dense_copy(const mk_array *x) {
-    size_t isz = mk_dtype_size(x->dtype);
-    mk_buffer *b = mk_buffer_alloc((size_t)x->size * isz);
+    mk_buffer *b = mk_buffer_alloc((size_t)x->size * mk_dtype_size(x->dtype));
     if (!b) return NULL;
-    int64_t dst_strides[MK_MAX_NDIM], s = 1;
-    for (int i = x->ndim - 1; i >= 0; i--) {
-        dst_strides[i] = s;
-        s *= x->shape[i];
-    }
-    const int64_t *strides[2] = {dst_strides, x->strides};
-    mk_iter it;
-    mk_iter_init(&it, x->ndim, x->shape, 2, strides);
-    mk_cast_fn fn = mk_cast_table[x->dtype][x->dtype];
-    /* serial: kernel inputs are copied once per call */
-    struct {
-        const char *src;
-        char *dst;
-        size_t isz;
-    } c = {mk_data(x), b->data, isz};
-    int64_t idx[MK_MAX_NDIM] = {0};
-    int64_t inner = it.shape[it.ndim - 1], rows = inner ? it.total / inner : 0;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t so = 0, d = 0;
-        for (int k = 0; k < it.ndim - 1; k++) {
-            so += idx[k] * it.strides[1][k];
-            d += idx[k] * it.strides[0][k];
-        }
-        fn(c.src + so * (int64_t)isz, it.strides[1][it.ndim - 1], c.dst + d * (int64_t)isz, it.strides[0][it.ndim - 1],
-           inner);
-        for (int k = it.ndim - 2; k >= 0; k--) {
-            if (++idx[k] < it.shape[k]) break;
-            idx[k] = 0;
-        }
-    }
+    int64_t dense[MK_MAX_NDIM];
+    mk_row_strides(x->ndim, x->shape, dense);
+    mk_copy_into(x, b->data, dense);
     return b;
 }
 
@@ -248,11 +221,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         if (k->ensure_row_contiguous && !(x->flags & MK_ROW_CONTIG)) {
             if (!(copies[i] = dense_copy(x))) goto done;
             args[a++] = copies[i]->data;
-            int64_t s = 1;
-            for (int d = x->ndim - 1; d >= 0; d--) {
-                st[d] = s;
-                s *= x->shape[d];
-            }
+            mk_row_strides(x->ndim, x->shape, st);
         } else {
             args[a++] = mk_data(x);
             for (int d = 0; d < x->ndim; d++) st[d] = x->strides[d];

@@ -486,6 +486,14 @@ static void runtime_identity(char *out, size_t n) {
     snprintf(out, n, "runtime %s; flags %s; %s", hex, FLAGS_ID, host);
 }
 
+/* What the disk cache and the PCH names depend on: the compiler, then the
+ * runtime headers, flags and CPU (computed once). Call with jit.mu held,
+ * after find_compiler. */
+static void full_identity(char *out, size_t n) {
+    if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
+    snprintf(out, n, "%s; %s", jit.cxx_identity, jit.runtime_id);
+}
+
 typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH } build_kind;
 
 /* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
@@ -664,9 +672,8 @@ int mkk_prepare(char *msg, size_t n) {
         rc = -1;
         goto done;
     }
-    if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
     char identity[5400], dir[4300];
-    snprintf(identity, sizeof identity, "%s; %s", jit.cxx_identity, jit.runtime_id);
+    full_identity(identity, sizeof identity);
     snprintf(dir, sizeof dir, "%s/pch", jit.runtime_dir);
     if (mkdirs(dir) < 0) {
         snprintf(msg, n, "cannot create %s: %s", dir, strerror(errno));
@@ -737,9 +744,8 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         goto done;
     }
     /* the disk key adds the compiler's identity, the flags and the headers */
-    if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
     char identity[5400];
-    snprintf(identity, sizeof identity, "%s; %s", jit.cxx_identity, jit.runtime_id);
+    full_identity(identity, sizeof identity);
     char *pkey = malloc(mlen + strlen(program) + 2);
     if (!pkey) {
         mk_nomem();
