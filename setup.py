@@ -33,7 +33,23 @@ ext = Extension(
     extra_compile_args=cflags,
     libraries=["openblas", "m", "pthread"],
 )
-
+# The lockstep engine's compiler pass (csrc/kernel/ir/cbs_ir.c) is a separate
+# shared object linked with LLVM 15's C API (Debian's llvm-15-dev), loaded only
+# when the first cooperative kernel compiles. Without LLVM 15 it is left out and
+# cooperative kernels run on fibers.
+LLVM_DIR = os.environ.get("MKPY_LLVM_DIR", "/usr/lib/llvm-15")
+ext_modules = [ext]
+if os.path.isfile(os.path.join(LLVM_DIR, "include", "llvm-c", "Core.h")):
+    ext_modules.append(Extension(
+        "mkpy._cbs_ir",
+        sources=["csrc/kernel/ir/cbs_ir.c"],
+        depends=HEADERS + ["mkpy/include/mkpy_launch.h"],
+        include_dirs=[os.path.join(LLVM_DIR, "include")],
+        extra_compile_args=cflags,
+        library_dirs=[os.path.join(LLVM_DIR, "lib")],
+        runtime_library_dirs=[os.path.join(LLVM_DIR, "lib")],
+        libraries=["LLVM-15"],
+    ))
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
@@ -62,4 +78,4 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
+setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExt})

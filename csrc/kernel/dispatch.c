@@ -20,6 +20,7 @@
 #include "core/ops.h"
 #include "core/pool.h"
 #include "core/types.h"
+#include "cbs.h"
 #include "coop.h"
 #include "kernel.h"
 
@@ -39,7 +40,9 @@ static void free_params(void *p) {
 
 /* ------------------------------------------------------------- scheme */
 
-typedef enum { SCHEME_PLAIN = 1, SCHEME_COOPERATIVE } scheme;
+/* SCHEME_LOCKSTEP is chosen at run time for a cooperative kernel that the
+ * region-splitting pass compiled (fn.cbs_run), unless MKPY_ENGINE=fibers. */
+typedef enum { SCHEME_PLAIN = 1, SCHEME_COOPERATIVE, SCHEME_LOCKSTEP } scheme;
 
 static int ident_char(char c) {
     return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
@@ -92,6 +95,26 @@ static scheme pick_scheme(mkk_kernel *k) {
     return (scheme)s;
 }
 
+bool mkk_is_cooperative(mkk_kernel *k) { return pick_scheme(k) == SCHEME_COOPERATIVE; }
+
+/* The engine for a cooperative kernel: the lockstep engine when the kernel
+ * was compiled for it, fibers otherwise or when MKPY_ENGINE=fibers. */
+static scheme pick_engine(mkk_kernel *k, const mkk_compiled *fn) {
+    scheme s = pick_scheme(k);
+    if (s != SCHEME_COOPERATIVE || !fn->cbs_run) return s;
+    const char *e = getenv("MKPY_ENGINE");
+    if (e && strcmp(e, "fibers") == 0) return SCHEME_COOPERATIVE;
+    return SCHEME_LOCKSTEP;
+}
+
+const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn) {
+    switch (pick_engine(k, fn)) {
+    case SCHEME_PLAIN: return "plain";
+    case SCHEME_LOCKSTEP: return "lockstep";
+    default: return "fibers";
+    }
+}
+
 /* ------------------------------------------------------------ running */
 
 typedef struct {
@@ -117,6 +140,7 @@ static void run_chunks(void *arg) {
     run_ctx *r = j->r;
     mkk_launch L = r->base;
     coop_kernel ck = {r->fn.thread, r->args};
+    mkk_cbs_kernel cbk = {r->fn.cbs_run, r->fn.cbs_info, r->args};
     while (!atomic_load(&r->failed)) {
         uint64_t begin = atomic_fetch_add(&r->next, r->chunk);
         if (begin >= r->total) break;
@@ -124,6 +148,11 @@ static void run_chunks(void *arg) {
         L.group_end = begin + r->chunk < r->total ? begin + r->chunk : r->total;
         if (r->how == SCHEME_PLAIN) {
             r->fn.entry(r->args, &L);
+        } else if (r->how == SCHEME_LOCKSTEP) {
+            if (mkk_cbs_run(&cbk, &L, j->error, sizeof j->error) < 0) {
+                j->failed = 1;
+                break;
+            }
         } else if (mkk_coop_run(&ck, &L, j->error, sizeof j->error) < 0) {
             j->failed = 1;
             break;
@@ -239,7 +268,16 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     run_ctx r;
     memset(&r, 0, sizeof r);
     r.fn = fn;
-    r.how = pick_scheme(k);
+    r.how = pick_engine(k, &fn);
+    if (r.how == SCHEME_LOCKSTEP) {
+        mkk_cbs_kernel cbk = {fn.cbs_run, fn.cbs_info, args};
+        char why[1024];
+        if (mkk_cbs_check(&cbk, why, sizeof why) < 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: %s. Kernel called at %s", k->name, why,
+                         c->call_site ? c->call_site : "?");
+            goto done;
+        }
+    }
     r.args = args;
     r.total = 1;
     for (int d = 0; d < 3; d++) {
@@ -269,15 +307,15 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             mk_error_set(MK_ERR_RUNTIME,
                          "[metal_kernel] Kernel `%s` overflowed a thread's stack (mkpy gives each GPU thread %s). "
                          "Large per-thread arrays belong in device or threadgroup memory. Kernel called at %s",
-                         k->name, r.how == SCHEME_PLAIN ? "8 MiB" : "128 KiB", site);
+                         k->name, r.how == SCHEME_COOPERATIVE ? "128 KiB" : "8 MiB", site);
         else if (r.fault.happened)
             mk_error_set(MK_ERR_RUNTIME,
                          "[metal_kernel] Kernel `%s` made an invalid memory access at address %#lx (an index out "
                          "of a buffer's range?). Kernel called at %s",
                          k->name, (unsigned long)r.fault.addr, site);
         else
-            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: %s. Kernel called at %s", k->name, r.error,
-                         site);
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` (%s engine): %s. Kernel called at %s", k->name,
+                         mkk_engine_name(k, &fn), r.error, site);
         goto done;
     }
     rc = 0;

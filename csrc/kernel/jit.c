@@ -22,7 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include "coop.h"
+#include "ir/cbs_ir.h"
 #include "kernel.h"
 
 extern char **environ;
@@ -410,6 +413,14 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
            "    mkpy::thread_attrs(L, i, t);\n    ");
     sb(&b, call.s);
     sb(&b, "}\n");
+    /* the same thread for the region-splitting engine (cbs.c): the IR pass
+     * gives `resume` and `ctx` their meaning */
+    sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, uint64_t g, "
+           "unsigned i, uint32_t resume, void *ctx) {\n");
+    sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
+           "    mkpy::thread_attrs(L, i, t);\n    ");
+    sb(&b, call.s);
+    sb(&b, "    return MKPY_CBS_DONE;\n}\n");
     free(call.s);
     if (!b.s) mk_nomem();
     return b.s;
@@ -494,7 +505,8 @@ static void full_identity(char *out, size_t n) {
     snprintf(out, n, "%s; %s", jit.cxx_identity, jit.runtime_id);
 }
 
-typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH } build_kind;
+typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH, BUILD_BITCODE, BUILD_LINK,
+               BUILD_LINK_WITH_LIBSTDCXX } build_kind;
 
 /* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
 static int compile(const char *mflags, const char *pch, build_kind kind, const char *out, const char *in,
@@ -513,16 +525,25 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     snprintf(tbuf, sizeof tbuf, "%s %s", TARGET_FLAGS, VECLIB_FLAGS);
     for (char *tok = strtok(tbuf, " "); tok && n < 30; tok = strtok(NULL, " ")) argv[n++] = tok;
     argv[n++] = inc;
-    if (pch) {
+    if (pch && kind != BUILD_LINK && kind != BUILD_LINK_WITH_LIBSTDCXX) {
         argv[n++] = "-include-pch";
         argv[n++] = (char *)pch;
     }
     if (kind == BUILD_PCH) {
         argv[n++] = "-x";
         argv[n++] = "c++-header";
+    } else if (kind == BUILD_BITCODE) {
+        /* unoptimised (but optimisable) IR: clang's own passes would
+         * duplicate inline functions that contain a barrier before the
+         * region-splitting pass sees them (it inlines everything first, so
+         * the barrier calls' noduplicate then protects them) */
+        argv[n++] = "-emit-llvm";
+        argv[n++] = "-c";
+        argv[n++] = "-Xclang";
+        argv[n++] = "-disable-llvm-passes";
     } else {
         argv[n++] = "-shared";
-        if (kind == BUILD_KERNEL) argv[n++] = "-nostdlib++";
+        if (kind == BUILD_KERNEL || kind == BUILD_LINK) argv[n++] = "-nostdlib++";
     }
     argv[n++] = "-o";
     argv[n++] = (char *)out;
@@ -661,6 +682,9 @@ static mkk_compiled load_entry(const char *so_path, char *err, size_t errn) {
         return c;
     }
     set_api(&mkk_coop_api);
+    c.cbs_run = (mkk_cbs_run_fn)(uintptr_t)dlsym(h, MKPY_CBS_RUN_SYMBOL);
+    c.cbs_info = (const struct mkpy_cbs_info *)dlsym(h, MKPY_CBS_INFO_SYMBOL);
+    if (!c.cbs_info) c.cbs_run = NULL;
     return c;
 }
 
@@ -696,6 +720,79 @@ int mkk_prepare(char *msg, size_t n) {
 done:
     pthread_mutex_unlock(&jit.mu);
     return rc;
+}
+
+/* ------------------------------------------------ the lockstep engine */
+
+/* Part of the disk key of cooperative kernels: bump it when the pass changes
+ * what it emits. */
+#define CBS_ENGINE_ID "engine=lockstep-1"
+
+static mkk_cbs_build_fn cbs_pass_fn;
+static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
+
+static void cbs_pass_load(void) {
+    char dir[4300];
+    snprintf(dir, sizeof dir, "%s/..", jit.runtime_dir);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "_cbs_ir.", 8) != 0 || n < 4 || strcmp(e->d_name + n - 3, ".so") != 0) continue;
+        char path[4600];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (h) cbs_pass_fn = (mkk_cbs_build_fn)(uintptr_t)dlsym(h, MKK_CBS_BUILD_SYMBOL);
+        break;
+    }
+    closedir(d);
+}
+
+/* The region-splitting pass lives in its own object (mkpy/_cbs_ir*.so,
+ * linked with LLVM), loaded on the first cooperative kernel so that
+ * `import mkpy` never loads LLVM. NULL when it is not there (mkpy built
+ * without LLVM 15) or MKPY_ENGINE=fibers: kernels then run on fibers. */
+static mkk_cbs_build_fn cbs_pass(void) {
+    const char *e = getenv("MKPY_ENGINE");
+    if (e && strcmp(e, "fibers") == 0) return NULL;
+    pthread_once(&cbs_pass_once, cbs_pass_load);
+    return cbs_pass_fn;
+}
+
+/* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
+ * -> pass -> object at obj_path. Returns 0; the compiler's failure (diag
+ * set: the kernel is wrong); or CBS_DECLINED when the pass cannot take the
+ * kernel (it is then built for fibers). */
+#define CBS_DECLINED (-1000)
+static int cbs_object(const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
+                      char *obj_path, size_t n, char **diag) {
+    char bc_path[4500];
+    snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
+    int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
+    if (rc != 0 && *pch && *diag && strstr(*diag, "precompiled header")) {
+        free(*diag);
+        *diag = NULL;
+        *pch = NULL;
+        rc = compile(mflags, NULL, BUILD_BITCODE, bc_path, cpp_path, diag);
+    }
+    if (rc != 0) {
+        unlink(bc_path);
+        return rc;
+    }
+    free(*diag);
+    *diag = NULL;
+    snprintf(obj_path, n, "%s.o", tmp_base);
+    char why[1024];
+    rc = cbs_pass()(bc_path, obj_path, why, sizeof why);
+    unlink(bc_path);
+    if (rc != 0) {
+        unlink(obj_path);
+        obj_path[0] = 0;
+        if (getenv("MKPY_CBS_TRACE")) fprintf(stderr, "mkpy: lockstep engine declined: %s\n", why);
+        return CBS_DECLINED;
+    }
+    return 0;
 }
 
 mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
@@ -746,12 +843,14 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     /* the disk key adds the compiler's identity, the flags and the headers */
     char identity[5400];
     full_identity(identity, sizeof identity);
-    char *pkey = malloc(mlen + strlen(program) + 2);
+    char *pkey = malloc(mlen + strlen(program) + 64);
     if (!pkey) {
         mk_nomem();
         goto done;
     }
-    sprintf(pkey, "%s\n%s", mflags, program);
+    /* the disk key names the engine a cooperative kernel is built for */
+    const int cooperative = mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
+    sprintf(pkey, "%s%s\n%s", mflags, cooperative ? " " CBS_ENGINE_ID : "", program);
     char dkey_hex[33];
     hash_hex(pkey, identity, dkey_hex);
     char dir[4096], so_path[4400], key_path[4400];
@@ -794,13 +893,29 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         }
         const char *pch = pch_for(k->math_mode, mflags, dir, identity);
         char *diag = NULL;
-        int rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
-        if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
-            /* a stale or unusable PCH: compile without it */
-            free(diag);
-            diag = NULL;
-            pch = NULL;
-            rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+        /* a cooperative kernel goes through the region-splitting pass when
+         * it can (cbs_object), else it is built for fibers as any other */
+        char obj_path[4500] = "";
+        int rc = cooperative ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag)
+                             : CBS_DECLINED;
+        build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
+        const char *link_in = obj_path;
+        if (rc == CBS_DECLINED) {
+            link = BUILD_KERNEL;
+            link_cxx = BUILD_KERNEL_WITH_LIBSTDCXX;
+            link_in = cpp_path;
+        } else if (rc == 0) {
+            rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
+        }
+        if (rc == CBS_DECLINED) {
+            rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+            if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
+                /* a stale or unusable PCH: compile without it */
+                free(diag);
+                diag = NULL;
+                pch = NULL;
+                rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+            }
         }
         jit.stats.compiles++;
         if (rc == 0) {
@@ -810,10 +925,11 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
                  * local with a constructor, say): link it this time */
                 free(diag);
                 diag = NULL;
-                rc = compile(mflags, pch, BUILD_KERNEL_WITH_LIBSTDCXX, tmp_so, cpp_path, &diag);
+                rc = compile(mflags, link == BUILD_LINK ? NULL : pch, link_cxx, tmp_so, link_in, &diag);
                 if (rc == 0) fn = load_entry(tmp_so, err, sizeof err);
             }
         }
+        if (obj_path[0]) unlink(obj_path);
         /* the translated C++ stays beside the object, for users to read */
         char kept_cpp[4400];
         snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, dkey_hex);

@@ -89,10 +89,22 @@ char *mkk_translate(const char *msl);
 typedef struct mkpy_launch mkk_launch;
 typedef void (*mkk_entry_fn)(void *const *args, const mkk_launch *launch);
 typedef void (*mkk_thread_fn)(void *const *args, const mkk_launch *launch, uint64_t group, unsigned index);
+typedef void (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_launch *launch, uint64_t group,
+                               struct mkpy_cbs_ctx *ctx, uint32_t *next, unsigned count);
 typedef struct {
     mkk_entry_fn entry;   /* whole threadgroups, thread after thread */
-    mkk_thread_fn thread; /* one thread, for the cooperative scheme */
+    mkk_thread_fn thread; /* one thread, for the cooperative scheme on fibers */
+    /* the lockstep engine (cbs.c), when the region-splitting pass took the
+     * kernel; NULL otherwise */
+    mkk_cbs_run_fn cbs_run;
+    const struct mkpy_cbs_info *cbs_info;
 } mkk_compiled;
+
+/* Is the kernel cooperative (threadgroup memory, barriers, SIMD-group
+ * functions)? Decided once from its source (dispatch.c). */
+bool mkk_is_cooperative(mkk_kernel *k);
+/* "plain", "lockstep" or "fibers": the engine that runs the kernel. */
+const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn);
 
 /* Compiles (or finds in the caches) the kernel for this generated source.
  * On failure (entry NULL) sets a RuntimeError naming the kernel with mapped

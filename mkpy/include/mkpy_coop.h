@@ -26,6 +26,32 @@ namespace mkpy {
 
 inline const mkpy_coop_api *api = nullptr;
 
+} // namespace mkpy
+
+// The four points where kernel code meets the cooperative runtime. They are
+// named, never-inlined functions so that mkpy's region-splitting engine
+// (csrc/kernel/cbs.c) finds them in the kernel's LLVM IR and turns each call
+// into a resume point; the fiber engine just calls through them.
+extern "C" {
+__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_barrier(const char *file, int line, int col) {
+    mkpy::api->barrier(file, line);
+}
+__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_simd_barrier(const char *file, int line, int col) {
+    mkpy::api->simd_barrier(file, line);
+}
+__attribute__((noinline, weak, noduplicate, nomerge)) unsigned char *mkpy_sync_exchange(const void *value, size_t size,
+                                                                  uint32_t *mask, uint32_t *lane,
+                                                                  const char *file, int line, int col) {
+    return mkpy::api->simd_exchange(value, size, mask, lane, file, line, col);
+}
+__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_threadgroup_alloc(const void *addr, size_t size,
+                                                                 const char *file, int line) {
+    mkpy::api->threadgroup_alloc(addr, size, file, line);
+}
+}
+
+namespace mkpy {
+
 // Every SIMD-group function records its call site: lanes of a SIMD-group
 // exchange values only with lanes at the same call site (see coop.c).
 #define MKPY_SITE \
@@ -48,7 +74,7 @@ inline unsigned char *exchange(const T &v, uint32_t &mask, uint32_t &lane, const
     // vec has a user-written operator= for swizzles, so it is not formally
     // trivially copyable)
     static_assert(std::is_trivially_destructible<T>::value, "SIMD-group values must be plain data");
-    return api->simd_exchange(&v, sizeof(T), &mask, &lane, file, line, col);
+    return mkpy_sync_exchange(&v, sizeof(T), &mask, &lane, file, line, col);
 }
 
 // Reduction over the active lanes of this lane's segment of `width` lanes,
@@ -181,12 +207,12 @@ inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flag
 inline constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags((unsigned)a & (unsigned)b); }
 
 inline void threadgroup_barrier(mem_flags = mem_flags::mem_none, const char *file = __builtin_FILE(),
-                                int line = __builtin_LINE()) {
-    ::mkpy::api->barrier(file, line);
+                                int line = __builtin_LINE(), int col = __builtin_COLUMN()) {
+    mkpy_sync_barrier(file, line, col);
 }
 inline void simdgroup_barrier(mem_flags = mem_flags::mem_none, const char *file = __builtin_FILE(),
-                              int line = __builtin_LINE()) {
-    ::mkpy::api->simd_barrier(file, line);
+                              int line = __builtin_LINE(), int col = __builtin_COLUMN()) {
+    mkpy_sync_simd_barrier(file, line, col);
 }
 
 // ------------------------------------------------------------ votes
@@ -401,7 +427,7 @@ namespace mkpy {
 // Threadgroup variables: the translator adds a call after each declaration.
 inline void threadgroup_alloc(const void *addr, size_t size, const char *file = __builtin_FILE(),
                               int line = __builtin_LINE()) {
-    api->threadgroup_alloc(addr, size, file, line);
+    mkpy_sync_threadgroup_alloc(addr, size, file, line);
 }
 } // namespace mkpy
 

@@ -57,6 +57,41 @@ struct mkpy_coop_api {
     void (*threadgroup_alloc)(const void *addr, size_t size, const char *file, int line);
 };
 
+/* The region-splitting engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c).
+ * A cooperative kernel compiled through LLVM IR also exports
+ *   mkpy_kernel_cbs_run(site, args, launch, group, ctx, next, count)
+ *       runs, for every thread i < count of threadgroup `group` with
+ *       next[i] == site, the thread from that resume point to its next one,
+ *       and stores that one in next[i] (MKPY_CBS_DONE once it returned);
+ *   mkpy_kernel_cbs_info, a struct mkpy_cbs_info describing the sites.
+ * Values a thread keeps across a resume point live in ctx->frame, one array
+ * per value with a slot per thread (MKPY_CBS_MAX_THREADS of them). */
+#define MKPY_CBS_DONE 0xffffffffu
+#define MKPY_CBS_MAX_THREADS 1024
+enum { MKPY_CBS_START, MKPY_CBS_BARRIER, MKPY_CBS_SIMD_BARRIER, MKPY_CBS_EXCHANGE, MKPY_CBS_STEP };
+struct mkpy_cbs_site {
+    uint32_t kind;  /* MKPY_CBS_* */
+    uint32_t order; /* release priority: lower first (thread-frontier order) */
+    int32_t line, col;
+    const char *file;
+};
+struct mkpy_cbs_info {
+    uint32_t nsites;      /* sites[0] is the start */
+    uint32_t frame_bytes; /* per thread */
+    uint64_t tg_bytes;    /* threadgroup memory the kernel declares */
+    int32_t tg_line;      /* the declaration that goes past the limit, if any */
+    const char *tg_file;
+    const struct mkpy_cbs_site *sites;
+};
+struct mkpy_cbs_ctx {
+    unsigned char *frame;   /* values kept across resume points */
+    unsigned char *deposit; /* MKPY_SIMD_SLOT bytes per thread: its exchange value */
+    unsigned char *simd;    /* MKPY_SIMD_BUFFER bytes per SIMD-group: the released exchange */
+    uint32_t *masks;        /* per SIMD-group: the lanes of the last release */
+};
+#define MKPY_CBS_RUN_SYMBOL "mkpy_kernel_cbs_run"
+#define MKPY_CBS_INFO_SYMBOL "mkpy_kernel_cbs_info"
+
 /* The symbols every compiled kernel exports. */
 #define MKPY_ENTRY_SYMBOL "mkpy_kernel_entry"
 #define MKPY_THREAD_SYMBOL "mkpy_kernel_thread"

@@ -1,0 +1,175 @@
+/* The lockstep engine's runtime: runs a threadgroup of a kernel compiled by
+ * the region-splitting pass (ir/cbs_ir.c) without a stack per thread.
+ *
+ * Every thread of the group has a resume point, next[i] (a site number; 0 is
+ * the start, MKPY_CBS_DONE once it returned). The compiled
+ * mkpy_kernel_cbs_run(site, ...) runs every thread waiting at `site` up to
+ * its next site. The scheduler repeats:
+ *   - among the sites where threads wait, other than threadgroup barriers,
+ *     release the one of lowest order (the compiler's thread-frontier rank),
+ *     with all its threads, of every SIMD-group: so SIMD-groups advance
+ *     together and a divergent branch or loop runs before the code after it;
+ *   - an exchange site (a SIMD-group or quad-group function) first gathers
+ *     the values the released lanes deposited into their SIMD-group's
+ *     buffer, with the mask of those lanes (Metal's active lanes);
+ *   - once every live thread waits at a threadgroup barrier, they must all
+ *     wait at the same one (same site: the same place in the code, not just
+ *     the same line), which is then released; else the launch fails with a
+ *     divergence error naming both barriers.
+ * Threadgroup memory (`static thread_local` in the compiled code) is the
+ * worker thread's, as with fibers; its size is checked once per launch. */
+#include "cbs.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SIMDGROUPS (MKPY_CBS_MAX_THREADS / MKPY_SIMD_WIDTH)
+
+typedef struct {
+    unsigned char *frame;
+    size_t frame_cap;
+    unsigned char *deposit; /* MKPY_SIMD_SLOT per thread */
+    unsigned char *simd;    /* MKPY_SIMD_BUFFER per SIMD-group */
+    uint32_t masks[MAX_SIMDGROUPS];
+    uint32_t next[MKPY_CBS_MAX_THREADS];
+} cbs_worker;
+
+/* Per thread (pool workers and Python threads alike), freed when the thread
+ * exits. */
+static pthread_key_t worker_key;
+static pthread_once_t worker_once = PTHREAD_ONCE_INIT;
+
+static void worker_free(void *p) {
+    cbs_worker *w = p;
+    if (!w) return;
+    free(w->frame);
+    free(w->deposit);
+    free(w->simd);
+    free(w);
+}
+
+static void make_key(void) { pthread_key_create(&worker_key, worker_free); }
+
+static cbs_worker *get_worker(size_t frame_bytes) {
+    pthread_once(&worker_once, make_key);
+    cbs_worker *w = pthread_getspecific(worker_key);
+    if (!w) {
+        w = calloc(1, sizeof *w);
+        if (!w) return NULL;
+        w->deposit = aligned_alloc(64, (size_t)MKPY_CBS_MAX_THREADS * MKPY_SIMD_SLOT);
+        w->simd = aligned_alloc(64, (size_t)MAX_SIMDGROUPS * MKPY_SIMD_BUFFER);
+        if (!w->deposit || !w->simd) {
+            worker_free(w);
+            return NULL;
+        }
+        pthread_setspecific(worker_key, w);
+    }
+    size_t need = frame_bytes * MKPY_CBS_MAX_THREADS;
+    if (need > w->frame_cap) {
+        free(w->frame);
+        w->frame_cap = 0;
+        w->frame = aligned_alloc(64, (need + 63) / 64 * 64);
+        if (!w->frame) return NULL;
+        w->frame_cap = need;
+    }
+    return w;
+}
+
+/* Threads in threadgroup g (the last groups may be partial). */
+static unsigned group_count(const mkk_launch *L, uint64_t g) {
+    const uint64_t nx = L->ngroups[0], ny = L->ngroups[1];
+    const uint64_t b[3] = {g % nx, (g / nx) % ny, g / (nx * ny)};
+    unsigned count = 1;
+    for (int d = 0; d < 3; d++) {
+        uint64_t a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
+        count *= (unsigned)a;
+    }
+    return count;
+}
+
+int mkk_cbs_check(const mkk_cbs_kernel *k, char *error, size_t errn) {
+    const struct mkpy_cbs_info *info = k->info;
+    if (info->tg_bytes > MKPY_MAX_THREADGROUP_MEMORY) {
+        snprintf(error, errn,
+                 "its threadgroup memory reaches %llu bytes at %s:%d, more than the %d bytes (32 KiB) a threadgroup "
+                 "may use on Apple GPUs",
+                 (unsigned long long)info->tg_bytes, info->tg_file ? info->tg_file : "?", info->tg_line,
+                 MKPY_MAX_THREADGROUP_MEMORY);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx *ctx, const mkk_launch *L,
+                     uint64_t g, char *error, size_t errn) {
+    const struct mkpy_cbs_info *info = k->info;
+    const struct mkpy_cbs_site *sites = info->sites;
+    const unsigned count = group_count(L, g);
+    uint32_t *next = w->next;
+    memset(next, 0, count * sizeof *next);
+    k->run(0, k->args, L, g, ctx, next, count);
+    for (;;) {
+        uint32_t best = MKPY_CBS_DONE, barrier = MKPY_CBS_DONE, other = MKPY_CBS_DONE;
+        for (unsigned i = 0; i < count; i++) {
+            uint32_t s = next[i];
+            if (s == MKPY_CBS_DONE) continue;
+            if (sites[s].kind == MKPY_CBS_BARRIER) {
+                if (barrier == MKPY_CBS_DONE)
+                    barrier = s;
+                else if (s != barrier)
+                    other = s;
+            } else if (best == MKPY_CBS_DONE || sites[s].order < sites[best].order ||
+                       (sites[s].order == sites[best].order && s < best)) {
+                best = s;
+            }
+        }
+        if (best != MKPY_CBS_DONE) {
+            if (sites[best].kind == MKPY_CBS_EXCHANGE || sites[best].kind == MKPY_CBS_SIMD_BARRIER) {
+                /* per SIMD-group: the released lanes and their values */
+                for (unsigned sg = 0; sg * MKPY_SIMD_WIDTH < count; sg++) {
+                    uint32_t mask = 0;
+                    unsigned char *buf = w->simd + (size_t)sg * MKPY_SIMD_BUFFER;
+                    for (unsigned l = 0; l < MKPY_SIMD_WIDTH && sg * MKPY_SIMD_WIDTH + l < count; l++) {
+                        unsigned i = sg * MKPY_SIMD_WIDTH + l;
+                        if (next[i] != best) continue;
+                        mask |= 1u << l;
+                        memcpy(buf + l * MKPY_SIMD_SLOT, w->deposit + (size_t)i * MKPY_SIMD_SLOT, MKPY_SIMD_SLOT);
+                    }
+                    if (!mask) continue;
+                    w->masks[sg] = mask;
+                    memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
+                }
+            }
+            k->run(best, k->args, L, g, ctx, next, count);
+            continue;
+        }
+        if (barrier == MKPY_CBS_DONE) return 0; /* every thread returned */
+        if (other != MKPY_CBS_DONE) {
+            const struct mkpy_cbs_site *a = &sites[barrier], *b = &sites[other];
+            if (b->order < a->order) {
+                const struct mkpy_cbs_site *t = a;
+                a = b;
+                b = t;
+            }
+            snprintf(error, errn,
+                     "threads of one threadgroup wait at different barriers (%s:%d:%d and %s:%d:%d); every thread "
+                     "must reach the same threadgroup_barrier (threads that return count as arrived)",
+                     a->file ? a->file : "?", a->line, a->col, b->file ? b->file : "?", b->line, b->col);
+            return -1;
+        }
+        k->run(barrier, k->args, L, g, ctx, next, count);
+    }
+}
+
+int mkk_cbs_run(const mkk_cbs_kernel *k, const mkk_launch *L, char *error, size_t errn) {
+    cbs_worker *w = get_worker(k->info->frame_bytes);
+    if (!w) {
+        snprintf(error, errn, "out of memory for the threads' state (%u bytes per thread)", k->info->frame_bytes);
+        return -1;
+    }
+    struct mkpy_cbs_ctx ctx = {w->frame, w->deposit, w->simd, w->masks};
+    for (uint64_t g = L->group_begin; g < L->group_end; g++)
+        if (run_group(k, w, &ctx, L, g, error, errn) < 0) return -1;
+    return 0;
+}

@@ -1,0 +1,1167 @@
+/* The region-splitting engine's compiler pass, on LLVM IR through LLVM's C API.
+ *
+ * Input: the bitcode of one kernel's C++ (jit.c builds it with -emit-llvm).
+ * It defines mkpy_kernel_cbs_thread(args, launch, group, index, resume, ctx),
+ * which runs GPU thread `index` of a threadgroup from start to end and calls
+ * the runtime at four named points (mkpy_coop.h): mkpy_sync_barrier,
+ * mkpy_sync_simd_barrier, mkpy_sync_exchange (every SIMD-group and
+ * quad-group function) and mkpy_sync_threadgroup_alloc.
+ *
+ * Output: an object file with the same code plus
+ *   mkpy_kernel_cbs_run(site, args, launch, group, ctx, next, count), and
+ *   mkpy_kernel_cbs_info (mkpy_launch.h),
+ * which run a threadgroup without a stack per thread: continuation-based
+ * synchronisation (Karrenberg & Hack, CC 2012), the scheme of PoCL's and
+ * AdaptiveCpp's CPU back ends.
+ *
+ * The steps, on the thread function F:
+ *   1. everything F calls is inlined (a runtime point left in a called
+ *      function, by recursion say, makes the kernel fall back to fibers);
+ *   2. each runtime point becomes a resume point ("site"): its block is
+ *      split after it. Threadgroup allocations are dropped and their sizes
+ *      summed into the info (the 32 KiB check happens before launch);
+ *   3. lockstep: where two memory operations of one region (the code a
+ *      thread can run from one site to the next) may touch the same memory,
+ *      one of them a write, a "step" site is put between them. A region then
+ *      gives the same memory effects whatever the order of its threads, and
+ *      the runtime releases sites in thread-frontier order (below): the
+ *      result is that of SIMD-groups running in lockstep (docs/kernels.md);
+ *   4. values a thread needs across a site are demoted to its slot in the
+ *      context frame (ctx->frame), and so is every alloca;
+ *   5. F gets a dispatch on `resume` at its entry, and each site returns its
+ *      number (MKPY_CBS_DONE at the end);
+ *   6. mkpy_kernel_cbs_run holds, per site, a loop over the threads of the
+ *      group with F inlined at that site: the "work-item loop" that LLVM's
+ *      loop vectoriser can turn into SIMD code across threads.
+ *
+ * Release order ("thread frontiers", Diamos et al., MICRO 2011): blocks are
+ * ranked in a topological order of the CFG without back edges, where every
+ * block of a loop comes before the loop's exits; the runtime always releases
+ * the waiting site of lowest rank. So the body of a divergent branch or loop
+ * runs before the code after it, as with a GPU's reconvergence. */
+#include <llvm-c/Analysis.h>
+#include <llvm-c/BitReader.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../mkpy/include/mkpy_launch.h"
+#include "cbs_ir.h"
+
+#define MAX_SITES 4096
+#define MAX_STEPS 512
+
+typedef struct {
+    LLVMContextRef cx;
+    LLVMModuleRef m;
+    LLVMBuilderRef b;
+    LLVMTargetDataRef td;
+    LLVMValueRef f;        /* the thread function being transformed */
+    LLVMValueRef entry;    /* our new entry block's terminator's block (E') */
+    LLVMBasicBlockRef eb;  /* E' */
+    LLVMTypeRef i8, i32, i64, ptr, voidt;
+    LLVMValueRef fn_barrier, fn_simd_barrier, fn_exchange, fn_tg_alloc, fn_step;
+    /* CFG snapshot */
+    int nblocks;
+    LLVMBasicBlockRef *blocks;
+    int *nsucc, **succ;
+    int *rank; /* thread-frontier rank per block index */
+    char *why;
+    size_t whyn;
+} pass;
+
+static int fail(pass *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->why, p->whyn, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *name_of(LLVMValueRef v) {
+    size_t n;
+    return LLVMGetValueName2(v, &n);
+}
+
+static LLVMValueRef callee(LLVMValueRef inst) {
+    if (!LLVMIsACallInst(inst)) return NULL;
+    return LLVMGetCalledValue(inst);
+}
+
+static int is_sync_fn(pass *p, LLVMValueRef fn) {
+    return fn && (fn == p->fn_barrier || fn == p->fn_simd_barrier || fn == p->fn_exchange || fn == p->fn_step);
+}
+
+static int sync_kind(pass *p, LLVMValueRef inst) {
+    LLVMValueRef fn = callee(inst);
+    if (!fn) return 0;
+    if (fn == p->fn_barrier) return MKPY_CBS_BARRIER;
+    if (fn == p->fn_simd_barrier) return MKPY_CBS_SIMD_BARRIER;
+    if (fn == p->fn_exchange) return MKPY_CBS_EXCHANGE;
+    if (fn == p->fn_step) return MKPY_CBS_STEP;
+    return 0;
+}
+
+/* ------------------------------------------------------------ inlining */
+
+/* Does fn (a definition) reach a runtime point through calls? */
+static int reaches_sync(pass *p, LLVMValueRef fn, LLVMValueRef *seen, int *nseen) {
+    for (int i = 0; i < *nseen; i++)
+        if (seen[i] == fn) return 0;
+    if (*nseen >= 4096) return 1;
+    seen[(*nseen)++] = fn;
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            if (LLVMIsACallInst(in) || LLVMIsAInvokeInst(in)) {
+                LLVMValueRef c = LLVMGetCalledValue(in);
+                if (!LLVMIsAFunction(c)) {
+                    /* an indirect call: could reach anything */
+                    if (!LLVMIsAInlineAsm(c)) return 1;
+                    continue;
+                }
+                if (is_sync_fn(p, c)) return 1;
+                if (!LLVMIsDeclaration(c) && reaches_sync(p, c, seen, nseen)) return 1;
+            }
+        }
+    return 0;
+}
+
+static int inline_all(pass *p) {
+    unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+    unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
+    unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
+    for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
+        if (LLVMIsDeclaration(fn) || fn == p->f || is_sync_fn(p, fn) || fn == p->fn_tg_alloc) continue;
+        const char *n = name_of(fn);
+        if (strncmp(n, "mkpy_kernel_", 12) == 0) continue;
+        LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
+        LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
+        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
+    }
+    LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
+    LLVMErrorRef e = LLVMRunPasses(
+        p->m, "always-inline,function(sroa,early-cse,simplifycfg,instcombine,sroa,gvn,simplifycfg)", NULL, o);
+    LLVMDisposePassBuilderOptions(o);
+    if (e) {
+        char *msg = LLVMGetErrorMessage(e);
+        fail(p, "inlining failed: %s", msg);
+        LLVMDisposeErrorMessage(msg);
+        return -1;
+    }
+    /* whatever F still calls must not reach a runtime point */
+    LLVMValueRef *seen = malloc(4096 * sizeof *seen);
+    if (!seen) return fail(p, "out of memory");
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            if (LLVMIsAInvokeInst(in)) {
+                free(seen);
+                return fail(p, "the kernel uses exceptions");
+            }
+            if (!LLVMIsACallInst(in)) continue;
+            LLVMValueRef c = LLVMGetCalledValue(in);
+            if (LLVMIsAFunction(c) && (is_sync_fn(p, c) || c == p->fn_tg_alloc || LLVMIsDeclaration(c))) continue;
+            if (LLVMIsAInlineAsm(c)) continue;
+            int nseen = 0;
+            if (!LLVMIsAFunction(c) || reaches_sync(p, c, seen, &nseen)) {
+                free(seen);
+                return fail(p, "a barrier or SIMD-group function is reached through a call that cannot be "
+                               "inlined (recursion or a function pointer)");
+            }
+        }
+    free(seen);
+    return 0;
+}
+
+/* ------------------------------------------------------------ CFG */
+
+static void cfg_free(pass *p) {
+    for (int i = 0; i < p->nblocks; i++) free(p->succ[i]);
+    free(p->blocks);
+    free(p->nsucc);
+    free(p->succ);
+    free(p->rank);
+    p->blocks = NULL;
+    p->nsucc = NULL;
+    p->succ = NULL;
+    p->rank = NULL;
+    p->nblocks = 0;
+}
+
+static int block_index(pass *p, LLVMBasicBlockRef bb) {
+    for (int i = 0; i < p->nblocks; i++)
+        if (p->blocks[i] == bb) return i;
+    return -1;
+}
+
+/* Snapshot of F's blocks (layout order; 0 is the entry), successors, and
+ * the thread-frontier rank of every block. */
+static int cfg_build(pass *p) {
+    cfg_free(p);
+    int n = (int)LLVMCountBasicBlocks(p->f);
+    p->nblocks = n;
+    p->blocks = calloc((size_t)n, sizeof *p->blocks);
+    p->nsucc = calloc((size_t)n, sizeof *p->nsucc);
+    p->succ = calloc((size_t)n, sizeof *p->succ);
+    p->rank = calloc((size_t)n, sizeof *p->rank);
+    if (!p->blocks || !p->nsucc || !p->succ || !p->rank) return fail(p, "out of memory");
+    LLVMGetBasicBlocks(p->f, p->blocks);
+    for (int i = 0; i < n; i++) {
+        LLVMValueRef t = LLVMGetBasicBlockTerminator(p->blocks[i]);
+        if (!t) return fail(p, "a block without terminator");
+        int ns = (int)LLVMGetNumSuccessors(t);
+        p->succ[i] = calloc((size_t)ns + 1, sizeof(int));
+        if (!p->succ[i]) return fail(p, "out of memory");
+        for (int s = 0; s < ns; s++) {
+            int j = block_index(p, LLVMGetSuccessor(t, (unsigned)s));
+            if (j < 0) return fail(p, "a successor outside the function");
+            p->succ[i][p->nsucc[i]++] = j;
+        }
+    }
+
+    /* DFS from the entry: back edges (to a block on the stack) */
+    int *state = calloc((size_t)n, sizeof(int)), *stack = malloc(sizeof(int) * (size_t)n),
+        *pos = calloc((size_t)n, sizeof(int));
+    char *back = calloc((size_t)n * (size_t)n, 1); /* back[i*n+j]: i->j is a back edge */
+    char *inloop = calloc((size_t)n * (size_t)n, 1);
+    int *indeg = calloc((size_t)n, sizeof(int));
+    char *edge = calloc((size_t)n * (size_t)n, 1);
+    int rc = 0;
+    if (!state || !stack || !pos || !back || !inloop || !indeg || !edge) {
+        rc = fail(p, "out of memory");
+        goto out;
+    }
+    int sp = 0;
+    stack[sp++] = 0;
+    state[0] = 1;
+    while (sp) {
+        int u = stack[sp - 1];
+        if (pos[u] < p->nsucc[u]) {
+            int v = p->succ[u][pos[u]++];
+            if (state[v] == 1)
+                back[u * n + v] = 1;
+            else if (state[v] == 0) {
+                state[v] = 1;
+                stack[sp++] = v;
+            }
+        } else {
+            state[u] = 2;
+            sp--;
+        }
+    }
+    /* natural loop of each back edge u->h: blocks reaching u without h */
+    for (int u = 0; u < n; u++)
+        for (int h = 0; h < n; h++) {
+            if (!back[u * n + h]) continue;
+            char *in = inloop + (size_t)h * n; /* union per header */
+            in[h] = 1;
+            int top = 0;
+            if (!in[u]) {
+                in[u] = 1;
+                stack[top++] = u;
+            }
+            while (top) {
+                int x = stack[--top];
+                for (int y = 0; y < n; y++) /* predecessors of x */
+                    for (int s = 0; s < p->nsucc[y]; s++)
+                        if (p->succ[y][s] == x && !in[y] && state[y]) {
+                            in[y] = 1;
+                            stack[top++] = y;
+                        }
+            }
+        }
+    /* the ranking DAG: forward edges, plus loop block -> loop exit */
+    for (int u = 0; u < n; u++)
+        for (int s = 0; s < p->nsucc[u]; s++) {
+            int v = p->succ[u][s];
+            if (!back[u * n + v]) edge[u * n + v] = 1;
+        }
+    for (int h = 0; h < n; h++) {
+        char *in = inloop + (size_t)h * n;
+        if (!in[h]) continue;
+        for (int x = 0; x < n; x++) {
+            if (!in[x]) continue;
+            for (int s = 0; s < p->nsucc[x]; s++) {
+                int e = p->succ[x][s];
+                if (in[e]) continue;
+                for (int y = 0; y < n; y++)
+                    if (in[y] && y != h) edge[y * n + e] = 1;
+                edge[h * n + e] = 1;
+            }
+        }
+    }
+    for (int u = 0; u < n; u++)
+        for (int v = 0; v < n; v++) indeg[v] += edge[u * n + v];
+    /* Kahn's algorithm, lowest layout index first among the ready blocks */
+    for (int i = 0; i < n; i++) p->rank[i] = -1;
+    for (int r = 0; r < n; r++) {
+        int pick = -1;
+        for (int v = 0; v < n; v++)
+            if (p->rank[v] < 0 && indeg[v] == 0) {
+                pick = v;
+                break;
+            }
+        if (pick < 0) {
+            rc = fail(p, "the control flow is irreducible");
+            goto out;
+        }
+        p->rank[pick] = r;
+        for (int v = 0; v < n; v++)
+            if (edge[pick * n + v]) indeg[v]--;
+    }
+out:
+    free(state);
+    free(stack);
+    free(pos);
+    free(back);
+    free(inloop);
+    free(indeg);
+    free(edge);
+    return rc;
+}
+
+/* ------------------------------------------------------------ splitting */
+
+/* Splits the block of `inst` so that `inst` is the last instruction before
+ * an unconditional branch: the head (phis ... inst) moves to a new block
+ * placed before, and the predecessors are retargeted to it. Returns the head. */
+static LLVMBasicBlockRef split_after(pass *p, LLVMValueRef inst) {
+    LLVMBasicBlockRef bb = LLVMGetInstructionParent(inst);
+    LLVMBasicBlockRef head = LLVMInsertBasicBlockInContext(p->cx, bb, "cbs.site");
+    /* retarget every edge into bb (it is never the entry: E' is) */
+    for (LLVMBasicBlockRef x = LLVMGetFirstBasicBlock(p->f); x; x = LLVMGetNextBasicBlock(x)) {
+        LLVMValueRef t = LLVMGetBasicBlockTerminator(x);
+        if (!t || x == head) continue;
+        unsigned ns = LLVMGetNumSuccessors(t);
+        for (unsigned s = 0; s < ns; s++)
+            if (LLVMGetSuccessor(t, s) == bb) LLVMSetSuccessor(t, s, head);
+    }
+    /* move the instructions up to inst */
+    LLVMValueRef stop = LLVMGetNextInstruction(inst);
+    for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in && in != stop;) {
+        LLVMValueRef next = LLVMGetNextInstruction(in);
+        LLVMInstructionRemoveFromParent(in);
+        LLVMPositionBuilderAtEnd(p->b, head);
+        LLVMInsertIntoBuilder(p->b, in);
+        in = next;
+    }
+    LLVMPositionBuilderAtEnd(p->b, head);
+    LLVMBuildBr(p->b, bb);
+    return head;
+}
+
+/* ------------------------------------------------------------ memory */
+
+enum { OBJ_PRIVATE, OBJ_RUNTIME, OBJ_GLOBAL, OBJ_BUFFER, OBJ_UNKNOWN };
+typedef struct {
+    int kind;
+    LLVMValueRef base; /* the global, or the buffer's index as a constant */
+    long index;
+} mem_obj;
+
+static mem_obj underlying(pass *p, LLVMValueRef v) {
+    mem_obj o = {OBJ_UNKNOWN, NULL, -1};
+    for (int depth = 0; depth < 64; depth++) {
+        if (LLVMIsAGetElementPtrInst(v) || LLVMIsABitCastInst(v) || LLVMIsAAddrSpaceCastInst(v)) {
+            v = LLVMGetOperand(v, 0);
+            continue;
+        }
+        if (LLVMIsAConstantExpr(v)) {
+            LLVMOpcode op = LLVMGetConstOpcode(v);
+            if (op == LLVMGetElementPtr || op == LLVMBitCast || op == LLVMAddrSpaceCast) {
+                v = LLVMGetOperand(v, 0);
+                continue;
+            }
+        }
+        break;
+    }
+    if (LLVMIsAAllocaInst(v)) {
+        o.kind = OBJ_PRIVATE;
+        return o;
+    }
+    if (LLVMIsAGlobalVariable(v)) {
+        if (LLVMIsGlobalConstant(v)) {
+            o.kind = OBJ_PRIVATE; /* read-only data never conflicts */
+            return o;
+        }
+        o.kind = OBJ_GLOBAL;
+        o.base = v;
+        return o;
+    }
+    if (LLVMIsAArgument(v)) {
+        /* the args array and the launch are read-only; ctx (param 5) is
+         * the runtime's: per-thread slots */
+        if (v == LLVMGetParam(p->f, 0) || v == LLVMGetParam(p->f, 1))
+            o.kind = OBJ_PRIVATE;
+        else if (v == LLVMGetParam(p->f, 5))
+            o.kind = OBJ_RUNTIME;
+        return o;
+    }
+    if (LLVMIsACallInst(v) && LLVMGetCalledValue(v) == p->fn_exchange) {
+        o.kind = OBJ_RUNTIME; /* the released exchange buffer */
+        return o;
+    }
+    if (LLVMIsALoadInst(v)) {
+        /* a buffer pointer: args[k] */
+        LLVMValueRef a = LLVMGetOperand(v, 0);
+        long k = 0;
+        if (LLVMIsAGetElementPtrInst(a) && LLVMGetNumOperands(a) == 2 && LLVMIsAConstantInt(LLVMGetOperand(a, 1))) {
+            k = (long)LLVMConstIntGetSExtValue(LLVMGetOperand(a, 1));
+            a = LLVMGetOperand(a, 0);
+        }
+        if (a == LLVMGetParam(p->f, 0)) {
+            o.kind = OBJ_BUFFER;
+            o.index = k;
+        }
+    }
+    return o;
+}
+
+typedef struct {
+    LLVMValueRef inst;
+    mem_obj obj;
+    int writes;
+    int rank, pos; /* block rank, index in block */
+} mem_op;
+
+/* The memory an instruction touches (0: none or private). */
+static int mem_access(pass *p, LLVMValueRef in, mem_op *ops, int max) {
+    int n = 0;
+    LLVMOpcode op = LLVMGetInstructionOpcode(in);
+    if (op == LLVMLoad || op == LLVMStore || op == LLVMAtomicRMW || op == LLVMAtomicCmpXchg) {
+        LLVMValueRef ptr = LLVMGetOperand(in, op == LLVMStore ? 1 : 0);
+        mem_op m = {in, underlying(p, ptr), op != LLVMLoad, 0, 0};
+        if (m.obj.kind != OBJ_PRIVATE && m.obj.kind != OBJ_RUNTIME && n < max) ops[n++] = m;
+        return n;
+    }
+    if (op == LLVMCall) {
+        LLVMValueRef c = LLVMGetCalledValue(in);
+        if (is_sync_fn(p, c) || c == p->fn_tg_alloc) return 0;
+        if (LLVMIsAFunction(c)) {
+            const char *nm = name_of(c);
+            unsigned id = LLVMGetIntrinsicID(c);
+            if (id) {
+                if (strncmp(nm, "llvm.memcpy", 11) == 0 || strncmp(nm, "llvm.memmove", 12) == 0) {
+                    mem_op d = {in, underlying(p, LLVMGetOperand(in, 0)), 1, 0, 0};
+                    mem_op s = {in, underlying(p, LLVMGetOperand(in, 1)), 0, 0, 0};
+                    if (d.obj.kind != OBJ_PRIVATE && d.obj.kind != OBJ_RUNTIME && n < max) ops[n++] = d;
+                    if (s.obj.kind != OBJ_PRIVATE && s.obj.kind != OBJ_RUNTIME && n < max) ops[n++] = s;
+                    return n;
+                }
+                if (strncmp(nm, "llvm.memset", 11) == 0) {
+                    mem_op d = {in, underlying(p, LLVMGetOperand(in, 0)), 1, 0, 0};
+                    if (d.obj.kind != OBJ_PRIVATE && d.obj.kind != OBJ_RUNTIME && n < max) ops[n++] = d;
+                    return n;
+                }
+                return 0; /* lifetime markers, math, assume, ... */
+            }
+            /* external functions: libm and friends read and write nothing we
+             * share; anything else is treated as writing anywhere */
+            unsigned rn = LLVMGetEnumAttributeKindForName("readnone", 8);
+            if (LLVMGetEnumAttributeAtIndex(c, LLVMAttributeFunctionIndex, rn) ||
+                LLVMGetCallSiteEnumAttribute(in, LLVMAttributeFunctionIndex, rn))
+                return 0;
+            static const char *const pure[] = {"exp", "log", "sin", "cos", "tan", "pow", "sqrt", "fmod", "atan",
+                                               "asin", "acos", "sinh", "cosh", "tanh", "erf", "expm1", "log1p",
+                                               "cbrt", "hypot", "round", "trunc", "floor", "ceil", "rint",
+                                               "ldexp", "frexp", "remainder", "copysign", "fma", "exp2", "log2",
+                                               "log10", "atan2", "lgamma", "tgamma", "nextafter", "fmin", "fmax"};
+            size_t len = strlen(nm);
+            for (size_t i = 0; i < sizeof pure / sizeof *pure; i++) {
+                size_t pl = strlen(pure[i]);
+                if (strncmp(nm, pure[i], pl) == 0 && (len == pl || (len == pl + 1 && nm[pl] == 'f'))) return 0;
+            }
+        }
+        mem_op u = {in, {OBJ_UNKNOWN, NULL, -1}, 1, 0, 0};
+        if (n < max) ops[n++] = u;
+    }
+    return n;
+}
+
+static int may_conflict(const mem_op *a, const mem_op *b) {
+    if (!a->writes && !b->writes) return 0;
+    if (a->inst == b->inst) return 0; /* one instruction: the lanes act at once */
+    if (a->obj.kind == OBJ_UNKNOWN || b->obj.kind == OBJ_UNKNOWN) return 1;
+    if (a->obj.kind != b->obj.kind) return 0;
+    if (a->obj.kind == OBJ_GLOBAL) return a->obj.base == b->obj.base;
+    if (a->obj.kind == OBJ_BUFFER) return a->obj.index == b->obj.index;
+    return 0;
+}
+
+static int ends_in_sync(pass *p, LLVMBasicBlockRef bb) {
+    LLVMValueRef t = LLVMGetBasicBlockTerminator(bb);
+    LLVMValueRef prev = t ? LLVMGetPreviousInstruction(t) : NULL;
+    return prev && sync_kind(p, prev);
+}
+
+/* Is inst the first instruction of its block, every predecessor of which
+ * ends in a site? */
+static int behind_site(pass *p, LLVMValueRef inst) {
+    LLVMValueRef prev = LLVMGetPreviousInstruction(inst);
+    if (prev && !LLVMIsAPHINode(prev)) return 0;
+    LLVMBasicBlockRef bb = LLVMGetInstructionParent(inst);
+    int i = block_index(p, bb), preds = 0;
+    for (int x = 0; x < p->nblocks; x++)
+        for (int s = 0; s < p->nsucc[x]; s++)
+            if (p->succ[x][s] == i) {
+                if (!ends_in_sync(p, p->blocks[x])) return 0;
+                preds++;
+            }
+    return preds > 0;
+}
+
+static int cmp_op(const void *x, const void *y) {
+    const mem_op *a = x, *b = y;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+/* One round of step insertion: finds the first conflict in some region and
+ * puts a step site between the two operations. Returns 1 if it inserted
+ * one, 0 if every region is free of conflicts, -1 on error. */
+static int insert_one_step(pass *p) {
+    if (cfg_build(p) < 0) return -1;
+    int n = p->nblocks;
+    char *seen = malloc((size_t)n);
+    int *stack = malloc(sizeof(int) * (size_t)n);
+    int cap = 256, nops = 0;
+    mem_op *ops = malloc(sizeof *ops * (size_t)cap);
+    if (!seen || !stack || !ops) {
+        free(seen);
+        free(stack);
+        free(ops);
+        return fail(p, "out of memory");
+    }
+    int result = 0;
+    /* region starts: the entry (block 0) and the block after each site */
+    for (int start = 0; start < n && !result; start++) {
+        if (start != 0) {
+            /* the successor of a block ending in a site */
+            int is_start = 0;
+            for (int x = 0; x < n && !is_start; x++)
+                if (ends_in_sync(p, p->blocks[x]))
+                    for (int s = 0; s < p->nsucc[x]; s++)
+                        if (p->succ[x][s] == start) is_start = 1;
+            if (!is_start) continue;
+        }
+        memset(seen, 0, (size_t)n);
+        int sp = 0;
+        stack[sp++] = start;
+        seen[start] = 1;
+        nops = 0;
+        while (sp) {
+            int x = stack[--sp];
+            int pos = 0;
+            for (LLVMValueRef in = LLVMGetFirstInstruction(p->blocks[x]); in; in = LLVMGetNextInstruction(in), pos++) {
+                mem_op tmp[2];
+                int k = mem_access(p, in, tmp, 2);
+                for (int i = 0; i < k; i++) {
+                    if (nops == cap) {
+                        cap *= 2;
+                        mem_op *g = realloc(ops, sizeof *ops * (size_t)cap);
+                        if (!g) {
+                            result = fail(p, "out of memory");
+                            goto done;
+                        }
+                        ops = g;
+                    }
+                    tmp[i].rank = p->rank[x];
+                    tmp[i].pos = pos;
+                    ops[nops++] = tmp[i];
+                }
+            }
+            if (ends_in_sync(p, p->blocks[x])) continue;
+            for (int s = 0; s < p->nsucc[x]; s++) {
+                int y = p->succ[x][s];
+                if (!seen[y]) {
+                    seen[y] = 1;
+                    stack[sp++] = y;
+                }
+            }
+        }
+        qsort(ops, (size_t)nops, sizeof *ops, cmp_op);
+        for (int j = 1; j < nops && !result; j++)
+            for (int i = 0; i < j; i++) {
+                if (!may_conflict(&ops[i], &ops[j])) continue;
+                /* a step before the later one, unless a site precedes it
+                 * on every path already (then the pair meets around a
+                 * loop: the step goes before the earlier one) */
+                LLVMValueRef at = ops[j].inst;
+                if (getenv("MKPY_CBS_TRACE")) {
+                    char *a = LLVMPrintValueToString(ops[i].inst), *b = LLVMPrintValueToString(ops[j].inst);
+                    fprintf(stderr, "cbs: step between\n  %s\n  %s\n", a, b);
+                    LLVMDisposeMessage(a);
+                    LLVMDisposeMessage(b);
+                }
+                if (behind_site(p, at)) at = ops[i].inst;
+                if (behind_site(p, at)) continue;
+                LLVMPositionBuilderBefore(p->b, at);
+                LLVMValueRef call = LLVMBuildCall2(p->b, LLVMGlobalGetValueType(p->fn_step), p->fn_step, NULL, 0, "");
+                split_after(p, call);
+                result = 1;
+                break;
+            }
+    }
+done:
+    free(seen);
+    free(stack);
+    free(ops);
+    return result;
+}
+
+/* ------------------------------------------------------------ main pass */
+
+typedef struct {
+    LLVMValueRef call;
+    int kind;
+    LLVMBasicBlockRef head, resume; /* the block ending in the call; the resume block */
+    int line, col, order;
+    LLVMValueRef file;
+} site;
+
+static LLVMValueRef const_i32(pass *p, long v) { return LLVMConstInt(p->i32, (unsigned long long)v, 1); }
+static LLVMValueRef const_i64(pass *p, long long v) { return LLVMConstInt(p->i64, (unsigned long long)v, 1); }
+
+static LLVMValueRef gep_bytes(pass *p, LLVMValueRef base, LLVMValueRef off) {
+    return LLVMBuildGEP2(p->b, p->i8, base, &off, 1, "");
+}
+
+/* ctx->field (a pointer), built at the builder's position */
+static LLVMValueRef ctx_field(pass *p, int index) {
+    LLVMValueRef ctx = LLVMGetParam(p->f, 5);
+    LLVMValueRef a = gep_bytes(p, ctx, const_i64(p, index * 8));
+    return LLVMBuildLoad2(p->b, p->ptr, a, "");
+}
+
+static int collect_sites(pass *p, site **out, int *nout) {
+    int n = 0, cap = 64;
+    site *s = malloc(sizeof *s * (size_t)cap);
+    if (!s) return fail(p, "out of memory");
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            int k = sync_kind(p, in);
+            if (!k) continue;
+            if (n == cap) {
+                cap *= 2;
+                site *g = realloc(s, sizeof *s * (size_t)cap);
+                if (!g) {
+                    free(s);
+                    return fail(p, "out of memory");
+                }
+                s = g;
+            }
+            site *t = &s[n++];
+            memset(t, 0, sizeof *t);
+            t->call = in;
+            t->kind = k;
+            if (k != MKPY_CBS_STEP) {
+                int nargs = LLVMGetNumArgOperands(in);
+                /* (file, line, col) are the last three arguments */
+                t->file = LLVMGetOperand(in, (unsigned)nargs - 3);
+                LLVMValueRef l = LLVMGetOperand(in, (unsigned)nargs - 2), c = LLVMGetOperand(in, (unsigned)nargs - 1);
+                t->line = LLVMIsAConstantInt(l) ? (int)LLVMConstIntGetSExtValue(l) : 0;
+                t->col = LLVMIsAConstantInt(c) ? (int)LLVMConstIntGetSExtValue(c) : 0;
+                if (!LLVMIsAConstant(t->file)) t->file = NULL;
+            }
+        }
+    if (n >= MAX_SITES) {
+        free(s);
+        return fail(p, "too many resume points");
+    }
+    *out = s;
+    *nout = n;
+    return 0;
+}
+
+/* Is block `use` reachable from the end of block `def` along a path that
+ * passes a site, without passing `def` again (which would redefine)? */
+static int crosses_site(pass *p, int def, int use, char *seen, int *stack) {
+    int n = p->nblocks;
+    memset(seen, 0, (size_t)n * 2);
+    int sp = 0;
+    stack[sp++] = def * 2 + ends_in_sync(p, p->blocks[def]);
+    while (sp) {
+        int st = stack[--sp], x = st / 2, c = st % 2;
+        if (x != def) c = c || ends_in_sync(p, p->blocks[x]);
+        for (int s = 0; s < p->nsucc[x]; s++) {
+            int y = p->succ[x][s];
+            if (y == def) continue;
+            if (y == use && c) return 1;
+            if (!seen[y * 2 + c]) {
+                seen[y * 2 + c] = 1;
+                stack[sp++] = y * 2 + c;
+            }
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    LLVMTypeRef type;
+    unsigned long long size, offset; /* per thread; offset of its array in the frame (per thread units) */
+    unsigned align;
+} slot_info;
+
+/* The address of thread i's slot: frame + offset * MAX_THREADS + i * size,
+ * built at the builder's position (frame and index come from E'). */
+static LLVMValueRef slot_addr(pass *p, LLVMValueRef frame, LLVMValueRef index64, const slot_info *s) {
+    LLVMValueRef off = LLVMBuildAdd(p->b, const_i64(p, (long long)(s->offset * MKPY_CBS_MAX_THREADS)),
+                                    LLVMBuildMul(p->b, index64, const_i64(p, (long long)s->size), ""), "");
+    return gep_bytes(p, frame, off);
+}
+
+static unsigned long long align_up(unsigned long long x, unsigned long long a) { return (x + a - 1) / a * a; }
+
+int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
+    pass P = {0}, *p = &P;
+    p->why = why;
+    p->whyn = whyn;
+    why[0] = 0;
+    int rc = -1;
+    char *err = NULL;
+    site *sites = NULL;
+    int nsites = 0;
+    slot_info *slots = NULL;
+    int nslots = 0, slot_cap = 0;
+    LLVMTargetMachineRef tm = NULL;
+    char *triple = NULL, *cpu = NULL, *features = NULL;
+
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    p->cx = LLVMContextCreate();
+    p->b = LLVMCreateBuilderInContext(p->cx);
+    LLVMMemoryBufferRef mb = NULL;
+    if (LLVMCreateMemoryBufferWithContentsOfFile(bc_path, &mb, &err)) {
+        fail(p, "cannot read %s: %s", bc_path, err);
+        goto done;
+    }
+    if (LLVMParseBitcodeInContext2(p->cx, mb, &p->m)) {
+        LLVMDisposeMemoryBuffer(mb);
+        fail(p, "cannot parse the kernel's bitcode");
+        goto done;
+    }
+    LLVMDisposeMemoryBuffer(mb);
+    p->td = LLVMGetModuleDataLayout(p->m);
+    p->i8 = LLVMInt8TypeInContext(p->cx);
+    p->i32 = LLVMInt32TypeInContext(p->cx);
+    p->i64 = LLVMInt64TypeInContext(p->cx);
+    p->ptr = LLVMPointerTypeInContext(p->cx, 0);
+    p->voidt = LLVMVoidTypeInContext(p->cx);
+    p->f = LLVMGetNamedFunction(p->m, "mkpy_kernel_cbs_thread");
+    if (!p->f || LLVMCountParams(p->f) != 6) {
+        fail(p, "no mkpy_kernel_cbs_thread in the kernel");
+        goto done;
+    }
+    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
+    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
+    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
+    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    p->fn_step = LLVMAddFunction(p->m, "mkpy_sync_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
+
+    if (inline_all(p) < 0) goto done;
+
+    /* E': a fresh entry block; it runs on every resume */
+    LLVMBasicBlockRef old_entry = LLVMGetEntryBasicBlock(p->f);
+    p->eb = LLVMInsertBasicBlockInContext(p->cx, old_entry, "cbs.entry");
+    LLVMPositionBuilderAtEnd(p->b, p->eb);
+    LLVMValueRef ctx_frame = ctx_field(p, 0), ctx_deposit = ctx_field(p, 1), ctx_simd = ctx_field(p, 2),
+                 ctx_masks = ctx_field(p, 3);
+    LLVMValueRef index32 = LLVMGetParam(p->f, 3);
+    LLVMValueRef index64 = LLVMBuildZExt(p->b, index32, p->i64, "cbs.i");
+    LLVMValueRef sg64 = LLVMBuildLShr(p->b, index64, const_i64(p, 5), "cbs.sg");
+    LLVMValueRef lane32 = LLVMBuildAnd(p->b, index32, const_i32(p, MKPY_SIMD_WIDTH - 1), "cbs.lane");
+    LLVMValueRef e_br = LLVMBuildBr(p->b, old_entry);
+
+    /* threadgroup allocations: static sizes, dropped from the code */
+    uint64_t tg_bytes = 0;
+    int tg_line = 0;
+    LLVMValueRef tg_file = NULL;
+    {
+        LLVMValueRef seen_globals[256];
+        int ng = 0;
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in;) {
+                LLVMValueRef next = LLVMGetNextInstruction(in);
+                if (LLVMIsACallInst(in) && p->fn_tg_alloc && LLVMGetCalledValue(in) == p->fn_tg_alloc) {
+                    LLVMValueRef g = LLVMGetOperand(in, 0), sz = LLVMGetOperand(in, 1);
+                    while (LLVMIsAConstantExpr(g)) g = LLVMGetOperand(g, 0);
+                    int dup = 0;
+                    for (int i = 0; i < ng; i++) dup |= seen_globals[i] == g;
+                    if (!dup && LLVMIsAConstantInt(sz)) {
+                        if (ng < 256) seen_globals[ng++] = g;
+                        tg_bytes += LLVMConstIntGetZExtValue(sz);
+                        if (tg_bytes > MKPY_MAX_THREADGROUP_MEMORY && !tg_line) {
+                            LLVMValueRef l = LLVMGetOperand(in, 3);
+                            tg_line = LLVMIsAConstantInt(l) ? (int)LLVMConstIntGetSExtValue(l) : 1;
+                            tg_file = LLVMGetOperand(in, 2);
+                        }
+                    } else if (!LLVMIsAConstantInt(sz)) {
+                        fail(p, "a threadgroup variable of run-time size");
+                        goto done;
+                    }
+                    LLVMInstructionEraseFromParent(in);
+                }
+                in = next;
+            }
+    }
+
+    /* every runtime point ends its block */
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb;) {
+        LLVMValueRef in = LLVMGetFirstInstruction(bb);
+        while (in && !sync_kind(p, in)) in = LLVMGetNextInstruction(in);
+        if (in)
+            split_after(p, in); /* bb keeps what follows the call: scan it again */
+        else
+            bb = LLVMGetNextBasicBlock(bb);
+    }
+
+    /* lockstep: step sites between conflicting memory operations */
+    for (int round = 0;; round++) {
+        if (round > MAX_STEPS) {
+            fail(p, "too many conflicting memory operations to put in lockstep");
+            goto done;
+        }
+        int r = insert_one_step(p);
+        if (r < 0) goto done;
+        if (!r) break;
+    }
+
+    /* a resume block after every site */
+    if (collect_sites(p, &sites, &nsites) < 0) goto done;
+    for (int i = 0; i < nsites; i++) {
+        site *s = &sites[i];
+        s->head = LLVMGetInstructionParent(s->call);
+        LLVMBasicBlockRef rest = LLVMGetSuccessor(LLVMGetBasicBlockTerminator(s->head), 0);
+        s->resume = LLVMInsertBasicBlockInContext(p->cx, rest, "cbs.resume");
+        LLVMPositionBuilderAtEnd(p->b, s->resume);
+        if (s->kind == MKPY_CBS_EXCHANGE) {
+            /* the call's results: the SIMD-group's buffer, its mask, the lane */
+            LLVMValueRef mask_ptr = LLVMGetOperand(s->call, 2), lane_ptr = LLVMGetOperand(s->call, 3);
+            LLVMValueRef buf =
+                gep_bytes(p, ctx_simd, LLVMBuildMul(p->b, sg64, const_i64(p, MKPY_SIMD_BUFFER), ""));
+            LLVMValueRef m = LLVMBuildLoad2(
+                p->b, p->i32, LLVMBuildGEP2(p->b, p->i32, ctx_masks, &sg64, 1, ""), "cbs.mask");
+            LLVMBuildStore(p->b, m, mask_ptr);
+            LLVMBuildStore(p->b, lane32, lane_ptr);
+            LLVMReplaceAllUsesWith(s->call, buf);
+        }
+        LLVMBuildBr(p->b, rest);
+        LLVMSetSuccessor(LLVMGetBasicBlockTerminator(s->head), 0, s->resume);
+    }
+    /* the sites' release order, on this CFG */
+    if (cfg_build(p) < 0) goto done;
+    for (int i = 0; i < nsites; i++) sites[i].order = p->rank[block_index(p, sites[i].head)];
+
+    /* demote values live across a site; every alloca moves to the frame */
+    {
+        int n = p->nblocks;
+        char *seen = malloc((size_t)n * 2);
+        int *stack = malloc(sizeof(int) * (size_t)n * 2);
+        if (!seen || !stack) {
+            free(seen);
+            free(stack);
+            fail(p, "out of memory");
+            goto done;
+        }
+        unsigned long long frame = 0;
+        for (int bi = 0; bi < n; bi++) {
+            LLVMBasicBlockRef bb = p->blocks[bi];
+            if (bb == p->eb) continue;
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in;) {
+                LLVMValueRef next = LLVMGetNextInstruction(in);
+                LLVMTypeRef ty = LLVMTypeOf(in);
+                int is_alloca = LLVMIsAAllocaInst(in) != NULL;
+                int demote = 0;
+                if (is_alloca) {
+                    if (!LLVMIsAConstantInt(LLVMGetOperand(in, 0))) {
+                        free(seen);
+                        free(stack);
+                        fail(p, "a variable-length array");
+                        goto done;
+                    }
+                    demote = 1;
+                } else if (LLVMGetTypeKind(ty) != LLVMVoidTypeKind && LLVMGetTypeKind(ty) != LLVMTokenTypeKind) {
+                    for (LLVMUseRef u = LLVMGetFirstUse(in); u && !demote; u = LLVMGetNextUse(u)) {
+                        LLVMValueRef user = LLVMGetUser(u);
+                        int ub;
+                        if (LLVMIsAPHINode(user)) {
+                            /* the use is at the end of the incoming block */
+                            unsigned nin = LLVMCountIncoming(user);
+                            for (unsigned k = 0; k < nin && !demote; k++)
+                                if (LLVMGetIncomingValue(user, k) == in) {
+                                    ub = block_index(p, LLVMGetIncomingBlock(user, k));
+                                    if (ub != bi) demote = crosses_site(p, bi, ub, seen, stack);
+                                }
+                        } else {
+                            ub = block_index(p, LLVMGetInstructionParent(user));
+                            if (ub != bi) demote = crosses_site(p, bi, ub, seen, stack);
+                        }
+                    }
+                }
+                if (demote) {
+                    if (nslots == slot_cap) {
+                        slot_cap = slot_cap ? slot_cap * 2 : 64;
+                        slot_info *g = realloc(slots, sizeof *slots * (size_t)slot_cap);
+                        if (!g) {
+                            free(seen);
+                            free(stack);
+                            fail(p, "out of memory");
+                            goto done;
+                        }
+                        slots = g;
+                    }
+                    slot_info *s = &slots[nslots++];
+                    s->type = is_alloca ? LLVMGetAllocatedType(in) : ty;
+                    unsigned long long sz = LLVMABISizeOfType(p->td, s->type);
+                    if (is_alloca) sz *= LLVMConstIntGetZExtValue(LLVMGetOperand(in, 0));
+                    s->align = LLVMABIAlignmentOfType(p->td, s->type);
+                    if (is_alloca && LLVMGetAlignment(in) > s->align) s->align = LLVMGetAlignment(in);
+                    if (s->align < 1) s->align = 1;
+                    if (s->align > 64) {
+                        free(seen);
+                        free(stack);
+                        fail(p, "a variable aligned to more than 64 bytes");
+                        goto done;
+                    }
+                    s->size = align_up(sz ? sz : 1, s->align);
+                    frame = align_up(frame, s->align > 16 ? s->align : 16);
+                    s->offset = frame;
+                    frame += s->size;
+                    if (is_alloca) {
+                        /* the alloca becomes the thread's slot, computed in E' */
+                        LLVMPositionBuilderBefore(p->b, e_br);
+                        LLVMValueRef addr = slot_addr(p, ctx_frame, index64, s);
+                        LLVMReplaceAllUsesWith(in, addr);
+                        LLVMInstructionEraseFromParent(in);
+                    } else {
+                        LLVMPositionBuilderBefore(p->b, e_br);
+                        LLVMValueRef addr = slot_addr(p, ctx_frame, index64, s);
+                        /* loads at the uses, then the store after the def */
+                        LLVMUseRef u = LLVMGetFirstUse(in);
+                        int nuse = 0;
+                        for (LLVMUseRef v = u; v; v = LLVMGetNextUse(v)) nuse++;
+                        LLVMValueRef *users = malloc(sizeof *users * (size_t)(nuse ? nuse : 1));
+                        int k = 0;
+                        for (LLVMUseRef v = u; v; v = LLVMGetNextUse(v)) users[k++] = LLVMGetUser(v);
+                        for (int j = 0; j < k; j++) {
+                            LLVMValueRef user = users[j];
+                            int dup = 0;
+                            for (int q = 0; q < j; q++) dup |= users[q] == user;
+                            if (dup) continue;
+                            unsigned nops = (unsigned)LLVMGetNumOperands(user);
+                            if (LLVMIsAPHINode(user)) {
+                                unsigned nin = LLVMCountIncoming(user);
+                                for (unsigned q = 0; q < nin; q++) {
+                                    if (LLVMGetIncomingValue(user, q) != in) continue;
+                                    LLVMBasicBlockRef from = LLVMGetIncomingBlock(user, q);
+                                    LLVMPositionBuilderBefore(p->b, LLVMGetBasicBlockTerminator(from));
+                                    LLVMValueRef ld = LLVMBuildLoad2(p->b, s->type, addr, "");
+                                    LLVMSetAlignment(ld, s->align);
+                                    LLVMSetOperand(user, q, ld);
+                                }
+                            } else {
+                                LLVMPositionBuilderBefore(p->b, user);
+                                LLVMValueRef ld = LLVMBuildLoad2(p->b, s->type, addr, "");
+                                LLVMSetAlignment(ld, s->align);
+                                for (unsigned q = 0; q < nops; q++)
+                                    if (LLVMGetOperand(user, q) == in) LLVMSetOperand(user, q, ld);
+                            }
+                        }
+                        free(users);
+                        LLVMValueRef after = LLVMGetNextInstruction(in);
+                        while (after && LLVMIsAPHINode(after)) after = LLVMGetNextInstruction(after);
+                        LLVMPositionBuilderBefore(p->b, after);
+                        LLVMSetAlignment(LLVMBuildStore(p->b, in, addr), s->align);
+                    }
+                }
+                in = next;
+            }
+        }
+        free(seen);
+        free(stack);
+        /* as much as a fiber's stack: a kernel needing more is left to the
+         * fibers, which report the overflow */
+        if (frame > (128ull << 10)) {
+            fail(p, "the kernel keeps %llu bytes per thread across barriers", frame);
+            goto done;
+        }
+        /* record the frame size in the info below */
+        slot_cap = (int)frame; /* reuse: bytes per thread */
+    }
+    unsigned long long frame_bytes = (unsigned long long)slot_cap;
+
+    /* sites become returns; E' dispatches on `resume` */
+    LLVMBasicBlockRef start = LLVMGetSuccessor(e_br, 0); /* splitting may have moved it */
+    LLVMInstructionEraseFromParent(e_br);
+    LLVMPositionBuilderAtEnd(p->b, p->eb);
+    LLVMValueRef sw = LLVMBuildSwitch(p->b, LLVMGetParam(p->f, 4), start, (unsigned)nsites);
+    for (int i = 0; i < nsites; i++) {
+        site *s = &sites[i];
+        LLVMAddCase(sw, const_i32(p, i + 1), s->resume);
+        LLVMValueRef br = LLVMGetBasicBlockTerminator(s->head);
+        LLVMPositionBuilderBefore(p->b, br);
+        if (s->kind == MKPY_CBS_EXCHANGE) {
+            /* the lane's value goes to its deposit slot */
+            LLVMValueRef val = LLVMGetOperand(s->call, 0), size = LLVMGetOperand(s->call, 1);
+            LLVMValueRef dst = gep_bytes(p, ctx_deposit, LLVMBuildMul(p->b, index64, const_i64(p, MKPY_SIMD_SLOT), ""));
+            LLVMBuildMemCpy(p->b, dst, 1, val, 1, size);
+        }
+        LLVMBuildRet(p->b, const_i32(p, i + 1));
+        LLVMInstructionEraseFromParent(br);
+        LLVMInstructionEraseFromParent(s->call);
+    }
+
+    /* the info */
+    {
+        LLVMTypeRef site_fields[] = {p->i32, p->i32, p->i32, p->i32, p->ptr};
+        LLVMTypeRef site_t = LLVMStructTypeInContext(p->cx, site_fields, 5, 0);
+        LLVMValueRef *elems = malloc(sizeof *elems * (size_t)(nsites + 1));
+        if (!elems) {
+            fail(p, "out of memory");
+            goto done;
+        }
+        LLVMValueRef nullp = LLVMConstPointerNull(p->ptr);
+        LLVMValueRef f0[] = {const_i32(p, MKPY_CBS_START), const_i32(p, 0), const_i32(p, 0), const_i32(p, 0), nullp};
+        elems[0] = LLVMConstNamedStruct(site_t, f0, 5);
+        for (int i = 0; i < nsites; i++) {
+            site *s = &sites[i];
+            LLVMValueRef f[] = {const_i32(p, s->kind), const_i32(p, s->order), const_i32(p, s->line),
+                                const_i32(p, s->col), s->file ? s->file : nullp};
+            elems[i + 1] = LLVMConstNamedStruct(site_t, f, 5);
+        }
+        LLVMTypeRef arr_t = LLVMArrayType(site_t, (unsigned)nsites + 1);
+        LLVMValueRef arr = LLVMAddGlobal(p->m, arr_t, "mkpy_kernel_cbs_sites");
+        LLVMSetInitializer(arr, LLVMConstArray(site_t, elems, (unsigned)nsites + 1));
+        LLVMSetGlobalConstant(arr, 1);
+        LLVMSetLinkage(arr, LLVMInternalLinkage);
+        free(elems);
+        LLVMTypeRef info_fields[] = {p->i32, p->i32, p->i64, p->i32, p->ptr, p->ptr};
+        LLVMTypeRef info_t = LLVMStructTypeInContext(p->cx, info_fields, 6, 0);
+        LLVMValueRef iv[] = {const_i32(p, nsites + 1), const_i32(p, (long)frame_bytes), const_i64(p, (long long)tg_bytes),
+                             const_i32(p, tg_line), tg_file && LLVMIsAConstant(tg_file) ? tg_file : nullp, arr};
+        LLVMValueRef info = LLVMAddGlobal(p->m, info_t, MKPY_CBS_INFO_SYMBOL);
+        LLVMSetInitializer(info, LLVMConstNamedStruct(info_t, iv, 6));
+        LLVMSetGlobalConstant(info, 1);
+    }
+
+    /* mkpy_kernel_cbs_run(site, args, L, g, ctx, next, count): per site a
+     * work-item loop over the threads waiting there */
+    {
+        LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->i32};
+        LLVMTypeRef rt = LLVMFunctionType(p->voidt, params, 7, 0);
+        LLVMValueRef run = LLVMAddFunction(p->m, MKPY_CBS_RUN_SYMBOL, rt);
+        LLVMTypeRef ft = LLVMGlobalGetValueType(p->f);
+        LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
+        LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(p->cx, run, "out");
+        LLVMPositionBuilderAtEnd(p->b, out);
+        LLVMBuildRetVoid(p->b);
+        LLVMPositionBuilderAtEnd(p->b, entry);
+        LLVMValueRef rsw = LLVMBuildSwitch(p->b, LLVMGetParam(run, 0), out, (unsigned)nsites + 1);
+        LLVMValueRef count = LLVMGetParam(run, 6), next = LLVMGetParam(run, 5);
+        for (int k = 0; k <= nsites; k++) {
+            LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "site");
+            LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(p->cx, run, "loop");
+            LLVMBasicBlockRef go = LLVMAppendBasicBlockInContext(p->cx, run, "go");
+            LLVMBasicBlockRef latch = LLVMAppendBasicBlockInContext(p->cx, run, "latch");
+            LLVMAddCase(rsw, const_i32(p, k), pre);
+            LLVMPositionBuilderAtEnd(p->b, pre);
+            LLVMValueRef any = LLVMBuildICmp(p->b, LLVMIntNE, count, const_i32(p, 0), "");
+            LLVMBuildCondBr(p->b, any, body, out);
+            LLVMPositionBuilderAtEnd(p->b, body);
+            LLVMValueRef i = LLVMBuildPhi(p->b, p->i32, "i");
+            LLVMValueRef i64v = LLVMBuildZExt(p->b, i, p->i64, "");
+            LLVMValueRef slotp = LLVMBuildGEP2(p->b, p->i32, next, &i64v, 1, "");
+            LLVMValueRef cur = LLVMBuildLoad2(p->b, p->i32, slotp, "");
+            LLVMValueRef here = LLVMBuildICmp(p->b, LLVMIntEQ, cur, const_i32(p, k), "");
+            LLVMBuildCondBr(p->b, here, go, latch);
+            LLVMPositionBuilderAtEnd(p->b, go);
+            LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), LLVMGetParam(run, 3), i,
+                                   const_i32(p, k), LLVMGetParam(run, 4)};
+            LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 6, "");
+            LLVMBuildStore(p->b, r, slotp);
+            LLVMBuildBr(p->b, latch);
+            LLVMPositionBuilderAtEnd(p->b, latch);
+            LLVMValueRef i1 = LLVMBuildAdd(p->b, i, const_i32(p, 1), "");
+            LLVMValueRef more = LLVMBuildICmp(p->b, LLVMIntULT, i1, count, "");
+            LLVMBuildCondBr(p->b, more, body, out);
+            LLVMValueRef inc_v[] = {const_i32(p, 0), i1};
+            LLVMBasicBlockRef inc_b[] = {pre, latch};
+            LLVMAddIncoming(i, inc_v, inc_b, 2);
+        }
+        unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+        LLVMAddAttributeAtIndex(p->f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
+        LLVMSetLinkage(p->f, LLVMInternalLinkage);
+    }
+    /* the step marker is gone: drop its declaration */
+    if (!LLVMGetFirstUse(p->fn_step)) LLVMDeleteFunction(p->fn_step);
+
+    const char *dump = getenv("MKPY_CBS_DUMP"); /* a folder: the IR before and after optimisation */
+    if (dump) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/split.ll", dump);
+        LLVMPrintModuleToFile(p->m, path, NULL);
+    }
+    if (LLVMVerifyModule(p->m, LLVMReturnStatusAction, &err)) {
+        fail(p, "internal error, invalid IR: %.300s", err ? err : "");
+        goto done;
+    }
+    if (err) {
+        LLVMDisposeMessage(err);
+        err = NULL;
+    }
+    {
+        LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
+        LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
+        LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
+        LLVMErrorRef e = LLVMRunPasses(p->m, "default<O2>", NULL, o);
+        LLVMDisposePassBuilderOptions(o);
+        if (e) {
+            char *msg = LLVMGetErrorMessage(e);
+            fail(p, "optimisation failed: %s", msg);
+            LLVMDisposeErrorMessage(msg);
+            goto done;
+        }
+    }
+    if (dump) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/final.ll", dump);
+        LLVMPrintModuleToFile(p->m, path, NULL);
+    }
+    /* emit for this machine */
+    triple = strdup(LLVMGetTarget(p->m));
+    LLVMTargetRef target;
+    if (LLVMGetTargetFromTriple(triple, &target, &err)) {
+        fail(p, "no target for %s: %s", triple, err);
+        goto done;
+    }
+    cpu = LLVMGetHostCPUName();
+    features = LLVMGetHostCPUFeatures();
+    tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
+                                 LLVMCodeModelDefault);
+    if (!tm) {
+        fail(p, "cannot create a target machine");
+        goto done;
+    }
+    if (LLVMTargetMachineEmitToFile(tm, p->m, (char *)obj_path, LLVMObjectFile, &err)) {
+        fail(p, "cannot emit %s: %s", obj_path, err);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (err) LLVMDisposeMessage(err);
+    if (tm) LLVMDisposeTargetMachine(tm);
+    free(triple);
+    if (cpu) LLVMDisposeMessage(cpu);
+    if (features) LLVMDisposeMessage(features);
+    cfg_free(p);
+    free(sites);
+    free(slots);
+    if (p->m) LLVMDisposeModule(p->m);
+    LLVMDisposeBuilder(p->b);
+    LLVMContextDispose(p->cx);
+    return rc;
+}
