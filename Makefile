@@ -27,4 +27,4 @@ bench: build
 	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf build mkpy/*.so mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info

@@ -33,23 +33,13 @@ ext = Extension(
     extra_compile_args=cflags,
     libraries=["openblas", "m", "pthread"],
 )
-# The lockstep engine's compiler pass (csrc/kernel/ir/cbs_ir.c) is a separate
-# shared object linked with LLVM 15's C API (Debian's llvm-15-dev), loaded only
-# when the first cooperative kernel compiles. Without LLVM 15 it is left out and
-# cooperative kernels run on fibers.
+# The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,
+# mkpy/mkpy-cbs-pass, linked with LLVM 15's C API (Debian's llvm-15-dev) and run
+# by the JIT like clang. Without LLVM 15 it is left out and cooperative kernels
+# run on fibers.
 LLVM_DIR = os.environ.get("MKPY_LLVM_DIR", "/usr/lib/llvm-15")
-ext_modules = [ext]
-if os.path.isfile(os.path.join(LLVM_DIR, "include", "llvm-c", "Core.h")):
-    ext_modules.append(Extension(
-        "mkpy._cbs_ir",
-        sources=["csrc/kernel/ir/cbs_ir.c"],
-        depends=HEADERS + ["mkpy/include/mkpy_launch.h"],
-        include_dirs=[os.path.join(LLVM_DIR, "include")],
-        extra_compile_args=cflags,
-        library_dirs=[os.path.join(LLVM_DIR, "lib")],
-        runtime_library_dirs=[os.path.join(LLVM_DIR, "lib")],
-        libraries=["LLVM-15"],
-    ))
+HAVE_LLVM = os.path.isfile(os.path.join(LLVM_DIR, "include", "llvm-c", "Core.h"))
+PASS_SOURCES = ["csrc/kernel/ir/cbs_ir.c", "csrc/kernel/ir/cbs_main.c"]
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
@@ -77,5 +67,23 @@ class BuildExt(build_ext):
         self.compiler.compile = _parallel_compile.__get__(self.compiler)
         super().build_extensions()
 
+    def run(self):
+        super().run()
+        if HAVE_LLVM:
+            self.build_pass()
 
-setup(ext_modules=ext_modules, cmdclass={"build_ext": BuildExt})
+    def build_pass(self):
+        out = os.path.join(os.path.dirname(self.get_ext_fullpath("mkpy._core")), "mkpy-cbs-pass")
+        self.compiler.compile = _parallel_compile.__get__(self.compiler)
+        newest = max(os.path.getmtime(f) for f in PASS_SOURCES + HEADERS + ["mkpy/include/mkpy_launch.h"])
+        if os.path.exists(out) and os.path.getmtime(out) > newest:
+            return
+        objects = self.compiler.compile(PASS_SOURCES, output_dir=self.build_temp,
+                                        include_dirs=[os.path.join(LLVM_DIR, "include")],
+                                        extra_postargs=cflags)
+        self.compiler.link_executable(objects, "mkpy-cbs-pass", output_dir=os.path.dirname(out),
+                                      libraries=["LLVM-15"], library_dirs=[os.path.join(LLVM_DIR, "lib")],
+                                      runtime_library_dirs=[os.path.join(LLVM_DIR, "lib")])
+
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})

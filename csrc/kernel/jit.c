@@ -22,8 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <dirent.h>
-
 #include "coop.h"
 #include "ir/cbs_ir.h"
 #include "kernel.h"
@@ -728,40 +726,28 @@ done:
  * what it emits. */
 #define CBS_ENGINE_ID "engine=lockstep-1"
 
-static mkk_cbs_build_fn cbs_pass_fn;
+static char cbs_pass_path[4400];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
 
-static void cbs_pass_load(void) {
-    char dir[4300];
-    snprintf(dir, sizeof dir, "%s/..", jit.runtime_dir);
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, "_cbs_ir.", 8) != 0 || n < 4 || strcmp(e->d_name + n - 3, ".so") != 0) continue;
-        char path[4600];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        if (h) cbs_pass_fn = (mkk_cbs_build_fn)(uintptr_t)dlsym(h, MKK_CBS_BUILD_SYMBOL);
-        break;
-    }
-    closedir(d);
+static void cbs_pass_find(void) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/../" MKK_CBS_PASS_PROGRAM, jit.runtime_dir);
+    if (access(path, X_OK) == 0) snprintf(cbs_pass_path, sizeof cbs_pass_path, "%s", path);
 }
 
-/* The region-splitting pass lives in its own object (mkpy/_cbs_ir*.so,
- * linked with LLVM), loaded on the first cooperative kernel so that
- * `import mkpy` never loads LLVM. NULL when it is not there (mkpy built
- * without LLVM 15) or MKPY_ENGINE=fibers: kernels then run on fibers. */
-static mkk_cbs_build_fn cbs_pass(void) {
+/* The region-splitting pass is a program beside the package
+ * (mkpy/mkpy-cbs-pass, linked with LLVM), run like the compiler. NULL when
+ * it is not there (mkpy built without LLVM 15) or MKPY_ENGINE=fibers:
+ * cooperative kernels then run on fibers. */
+static const char *cbs_pass(void) {
     const char *e = getenv("MKPY_ENGINE");
     if (e && strcmp(e, "fibers") == 0) return NULL;
-    pthread_once(&cbs_pass_once, cbs_pass_load);
-    return cbs_pass_fn;
+    pthread_once(&cbs_pass_once, cbs_pass_find);
+    return cbs_pass_path[0] ? cbs_pass_path : NULL;
 }
 
 /* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
- * -> pass -> object at obj_path. Returns 0; the compiler's failure (diag
+ * -> mkpy-cbs-pass -> object at obj_path. Returns 0; the compiler's failure (diag
  * set: the kernel is wrong); or CBS_DECLINED when the pass cannot take the
  * kernel (it is then built for fibers). */
 #define CBS_DECLINED (-1000)
@@ -783,15 +769,19 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     free(*diag);
     *diag = NULL;
     snprintf(obj_path, n, "%s.o", tmp_base);
-    char why[1024];
-    rc = cbs_pass()(bc_path, obj_path, why, sizeof why);
+    char *argv[] = {(char *)cbs_pass(), bc_path, obj_path, NULL}, *why = NULL;
+    rc = run_capture(argv, &why);
     unlink(bc_path);
     if (rc != 0) {
+        /* the pass declined (or failed): fibers run the kernel */
         unlink(obj_path);
         obj_path[0] = 0;
-        if (getenv("MKPY_CBS_TRACE")) fprintf(stderr, "mkpy: lockstep engine declined: %s\n", why);
+        if (getenv("MKPY_CBS_TRACE"))
+            fprintf(stderr, "mkpy: the lockstep engine cannot take this kernel: %s\n", why ? why : "(crashed)");
+        free(why);
         return CBS_DECLINED;
     }
+    free(why);
     return 0;
 }
 

@@ -1,6 +1,7 @@
-/* The region-splitting engine's compiler pass (cbs_ir.c), built as its own
- * shared object (mkpy/_cbs_ir*.so, linked with LLVM 15) that jit.c loads on
- * the first cooperative kernel, so that `import mkpy` does not load LLVM. */
+/* The region-splitting engine's compiler pass (cbs_ir.c), built with
+ * cbs_main.c into the program mkpy/mkpy-cbs-pass (linked with LLVM 15),
+ * which jit.c runs like the compiler: `import mkpy` never loads LLVM, and the
+ * pass runs outside the user's process. */
 #ifndef MKK_CBS_IR_H
 #define MKK_CBS_IR_H
 
@@ -10,7 +11,6 @@
  * an object file for this machine. Returns 0, or -1 with the reason in `why`
  * (the kernel then runs on fibers). */
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn);
-typedef int (*mkk_cbs_build_fn)(const char *bc_path, const char *obj_path, char *why, size_t whyn);
-#define MKK_CBS_BUILD_SYMBOL "mkk_cbs_build"
+#define MKK_CBS_PASS_PROGRAM "mkpy-cbs-pass"
 
 #endif
