@@ -108,20 +108,39 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     const unsigned count = group_count(L, g);
     uint32_t *next = w->next;
     memset(next, 0, count * sizeof *next);
-    k->run(0, k->args, L, g, ctx, next, count);
+    k->run(0, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, count);
+    const uint32_t nsites = info->nsites;
     for (;;) {
         uint32_t best = MKPY_CBS_DONE, barrier = MKPY_CBS_DONE, other = MKPY_CBS_DONE;
-        for (unsigned i = 0; i < count; i++) {
-            uint32_t s = next[i];
-            if (s == MKPY_CBS_DONE) continue;
-            if (sites[s].kind == MKPY_CBS_BARRIER) {
-                if (barrier == MKPY_CBS_DONE)
-                    barrier = s;
-                else if (s != barrier)
-                    other = s;
-            } else if (best == MKPY_CBS_DONE || sites[s].order < sites[best].order ||
-                       (sites[s].order == sites[best].order && s < best)) {
-                best = s;
+        if (nsites <= 64) {
+            /* the sites where threads wait, as a bit set (a loop the
+             * compiler vectorises), then the choice among them */
+            uint64_t present = 0;
+            for (unsigned i = 0; i < count; i++) present |= next[i] < 64 ? 1ull << next[i] : 0;
+            for (; present; present &= present - 1) {
+                uint32_t s = (uint32_t)__builtin_ctzll(present);
+                if (sites[s].kind == MKPY_CBS_BARRIER) {
+                    if (barrier == MKPY_CBS_DONE)
+                        barrier = s;
+                    else
+                        other = s;
+                } else if (best == MKPY_CBS_DONE || sites[s].order < sites[best].order) {
+                    best = s;
+                }
+            }
+        } else {
+            for (unsigned i = 0; i < count; i++) {
+                uint32_t s = next[i];
+                if (s == MKPY_CBS_DONE) continue;
+                if (sites[s].kind == MKPY_CBS_BARRIER) {
+                    if (barrier == MKPY_CBS_DONE)
+                        barrier = s;
+                    else if (s != barrier)
+                        other = s;
+                } else if (best == MKPY_CBS_DONE || sites[s].order < sites[best].order ||
+                           (sites[s].order == sites[best].order && s < best)) {
+                    best = s;
+                }
             }
         }
         if (best != MKPY_CBS_DONE) {
@@ -141,7 +160,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                     memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
                 }
             }
-            k->run(best, k->args, L, g, ctx, next, count);
+            k->run(best, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, count);
             continue;
         }
         if (barrier == MKPY_CBS_DONE) return 0; /* every thread returned */
@@ -158,7 +177,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                      a->file ? a->file : "?", a->line, a->col, b->file ? b->file : "?", b->line, b->col);
             return -1;
         }
-        k->run(barrier, k->args, L, g, ctx, next, count);
+        k->run(barrier, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, count);
     }
 }
 

@@ -724,15 +724,15 @@ done:
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-1"
+#define CBS_ENGINE_ID "engine=lockstep-2"
 
-static char cbs_pass_path[4400];
+static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
 
 static void cbs_pass_find(void) {
-    char path[4400];
+    char path[4400], real[4096];
     snprintf(path, sizeof path, "%s/../" MKK_CBS_PASS_PROGRAM, jit.runtime_dir);
-    if (access(path, X_OK) == 0) snprintf(cbs_pass_path, sizeof cbs_pass_path, "%s", path);
+    if (access(path, X_OK) == 0 && realpath(path, real)) memcpy(cbs_pass_path, real, sizeof real);
 }
 
 /* The region-splitting pass is a program beside the package
@@ -833,14 +833,16 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     /* the disk key adds the compiler's identity, the flags and the headers */
     char identity[5400];
     full_identity(identity, sizeof identity);
-    char *pkey = malloc(mlen + strlen(program) + 64);
+    char *pkey = malloc(mlen + strlen(program) + 4800);
     if (!pkey) {
         mk_nomem();
         goto done;
     }
     /* the disk key names the engine a cooperative kernel is built for */
     const int cooperative = mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
-    sprintf(pkey, "%s%s\n%s", mflags, cooperative ? " " CBS_ENGINE_ID : "", program);
+    char pass_id[4600] = "";
+    if (cooperative) file_identity(cbs_pass(), pass_id, sizeof pass_id); /* the pass's build, too */
+    sprintf(pkey, "%s%s%s\n%s", mflags, cooperative ? " " CBS_ENGINE_ID " " : "", pass_id, program);
     char dkey_hex[33];
     hash_hex(pkey, identity, dkey_hex);
     char dir[4096], so_path[4400], key_path[4400];

@@ -90,7 +90,8 @@ typedef struct mkpy_launch mkk_launch;
 typedef void (*mkk_entry_fn)(void *const *args, const mkk_launch *launch);
 typedef void (*mkk_thread_fn)(void *const *args, const mkk_launch *launch, uint64_t group, unsigned index);
 typedef void (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_launch *launch, uint64_t group,
-                               struct mkpy_cbs_ctx *ctx, uint32_t *next, unsigned count);
+                               unsigned char *frame, unsigned char *deposit, unsigned char *simd, uint32_t *masks,
+                               uint32_t *next, unsigned count);
 typedef struct {
     mkk_entry_fn entry;   /* whole threadgroups, thread after thread */
     mkk_thread_fn thread; /* one thread, for the cooperative scheme on fibers */

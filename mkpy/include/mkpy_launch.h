@@ -59,7 +59,7 @@ struct mkpy_coop_api {
 
 /* The region-splitting engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c).
  * A cooperative kernel compiled through LLVM IR also exports
- *   mkpy_kernel_cbs_run(site, args, launch, group, ctx, next, count)
+ *   mkpy_kernel_cbs_run(site, args, launch, group, frame, deposit, simd, masks, next, count)
  *       runs, for every thread i < count of threadgroup `group` with
  *       next[i] == site, the thread from that resume point to its next one,
  *       and stores that one in next[i] (MKPY_CBS_DONE once it returned);

@@ -71,6 +71,11 @@ typedef struct {
     LLVMBasicBlockRef *blocks;
     int *nsucc, **succ;
     int *rank; /* thread-frontier rank per block index */
+    /* the frame: values and allocas kept per thread across sites */
+    LLVMValueRef frame_base, index64, e_br;
+    LLVMValueRef *slot_vals, *slot_addrs; /* a value (or alloca) and its slot's address, built in E' */
+    int nslot_addrs, slot_addr_cap;
+    unsigned long long frame; /* bytes per thread */
     char *why;
     size_t whyn;
 } pass;
@@ -143,9 +148,13 @@ static int inline_all(pass *p) {
         LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
         LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
     }
+    /* everything inlined into F, then optimised (unrolled, scalarised) as
+     * usual: the runtime points are noduplicate and nomerge, so no pass
+     * copies or merges them */
     LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
-    LLVMErrorRef e = LLVMRunPasses(
-        p->m, "always-inline,function(sroa,early-cse,simplifycfg,instcombine,sroa,gvn,simplifycfg)", NULL, o);
+    LLVMPassBuilderOptionsSetLoopVectorization(o, 0);
+    LLVMPassBuilderOptionsSetSLPVectorization(o, 0);
+    LLVMErrorRef e = LLVMRunPasses(p->m, "always-inline,default<O2>", NULL, o);
     LLVMDisposePassBuilderOptions(o);
     if (e) {
         char *msg = LLVMGetErrorMessage(e);
@@ -700,21 +709,258 @@ static int crosses_site(pass *p, int def, int use, char *seen, int *stack) {
     return 0;
 }
 
-typedef struct {
-    LLVMTypeRef type;
-    unsigned long long size, offset; /* per thread; offset of its array in the frame (per thread units) */
-    unsigned align;
-} slot_info;
+/* ------------------------------------------------ the frame */
 
-/* The address of thread i's slot: frame + offset * MAX_THREADS + i * size,
- * built at the builder's position (frame and index come from E'). */
-static LLVMValueRef slot_addr(pass *p, LLVMValueRef frame, LLVMValueRef index64, const slot_info *s) {
-    LLVMValueRef off = LLVMBuildAdd(p->b, const_i64(p, (long long)(s->offset * MKPY_CBS_MAX_THREADS)),
-                                    LLVMBuildMul(p->b, index64, const_i64(p, (long long)s->size), ""), "");
-    return gep_bytes(p, frame, off);
+static LLVMValueRef const_i64(pass *p, long long v);
+static LLVMValueRef gep_bytes(pass *p, LLVMValueRef base, LLVMValueRef off);
+static unsigned long long align_up(unsigned long long x, unsigned long long a) { return (x + a - 1) / a * a; }
+
+/* The address of v's slot in the frame (thread i's element of v's array:
+ * frame + offset * MAX_THREADS + i * size), made on first use. For a value,
+ * a store after its definition keeps the slot up to date; an alloca's slot
+ * replaces it. NULL (with p->why) on failure. */
+static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (p->slot_vals[i] == v) return p->slot_addrs[i];
+    int is_alloca = LLVMIsAAllocaInst(v) != NULL;
+    LLVMTypeRef type = is_alloca ? LLVMGetAllocatedType(v) : LLVMTypeOf(v);
+    unsigned long long size = LLVMABISizeOfType(p->td, type);
+    if (is_alloca) size *= LLVMConstIntGetZExtValue(LLVMGetOperand(v, 0));
+    unsigned align = LLVMABIAlignmentOfType(p->td, type);
+    if (is_alloca && LLVMGetAlignment(v) > align) align = LLVMGetAlignment(v);
+    if (align < 1) align = 1;
+    if (align > 64) {
+        fail(p, "a variable aligned to more than 64 bytes");
+        return NULL;
+    }
+    size = align_up(size ? size : 1, align);
+    p->frame = align_up(p->frame, align > 16 ? align : 16);
+    unsigned long long offset = p->frame;
+    p->frame += size;
+    if (p->nslot_addrs == p->slot_addr_cap) {
+        p->slot_addr_cap = p->slot_addr_cap ? 2 * p->slot_addr_cap : 64;
+        LLVMValueRef *a = realloc(p->slot_addrs, sizeof *a * (size_t)p->slot_addr_cap);
+        if (a) p->slot_addrs = a;
+        LLVMValueRef *b = realloc(p->slot_vals, sizeof *b * (size_t)p->slot_addr_cap);
+        if (b) p->slot_vals = b;
+        if (!a || !b) {
+            fail(p, "out of memory");
+            return NULL;
+        }
+    }
+    LLVMPositionBuilderBefore(p->b, p->e_br);
+    LLVMValueRef off = LLVMBuildAdd(p->b, const_i64(p, (long long)(offset * MKPY_CBS_MAX_THREADS)),
+                                    LLVMBuildMul(p->b, p->index64, const_i64(p, (long long)size), ""), "");
+    LLVMValueRef addr = gep_bytes(p, p->frame_base, off);
+    p->slot_vals[p->nslot_addrs] = v;
+    p->slot_addrs[p->nslot_addrs++] = addr;
+    if (!is_alloca) {
+        LLVMValueRef after = LLVMGetNextInstruction(v);
+        while (after && LLVMIsAPHINode(after)) after = LLVMGetNextInstruction(after);
+        LLVMPositionBuilderBefore(p->b, after);
+        LLVMSetAlignment(LLVMBuildStore(p->b, v, addr), align);
+    }
+    return addr;
 }
 
-static unsigned long long align_up(unsigned long long x, unsigned long long a) { return (x + a - 1) / a * a; }
+static int is_slot_load(pass *p, LLVMValueRef v) {
+    if (!LLVMIsALoadInst(v)) return 0;
+    LLVMValueRef a = LLVMGetOperand(v, 0);
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (a == p->slot_addrs[i]) return 1;
+    return 0;
+}
+
+/* Is `user` the store that keeps v's slot up to date? */
+static int is_slot_store(pass *p, LLVMValueRef user, LLVMValueRef v) {
+    if (!LLVMIsAStoreInst(user) || LLVMGetOperand(user, 0) != v) return 0;
+    LLVMValueRef a = LLVMGetOperand(user, 1);
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (a == p->slot_addrs[i]) return 1;
+    return 0;
+}
+
+/* Pure and cheap: computed again at a use rather than kept. Loads of the
+ * read-only args array and launch count, as do loads of frame slots (a
+ * slot holds its value's latest definition: the value itself wherever that
+ * definition dominates). */
+static int is_cheap(pass *p, LLVMValueRef v) {
+    switch (LLVMGetInstructionOpcode(v)) {
+    case LLVMAdd: case LLVMSub: case LLVMMul: case LLVMShl: case LLVMLShr: case LLVMAShr: case LLVMAnd:
+    case LLVMOr: case LLVMXor: case LLVMTrunc: case LLVMZExt: case LLVMSExt: case LLVMBitCast:
+    case LLVMPtrToInt: case LLVMIntToPtr: case LLVMGetElementPtr: case LLVMICmp: case LLVMSelect:
+    case LLVMFreeze: case LLVMUIToFP: case LLVMSIToFP: case LLVMFPExt: case LLVMFPTrunc:
+        return LLVMGetNumOperands(v) <= 8;
+    case LLVMLoad: {
+        if (is_slot_load(p, v)) return 1;
+        if (LLVMGetVolatile(v)) return 0;
+        LLVMValueRef base = LLVMGetOperand(v, 0);
+        while (LLVMIsAGetElementPtrInst(base)) base = LLVMGetOperand(base, 0);
+        return base == LLVMGetParam(p->f, 0) || base == LLVMGetParam(p->f, 1);
+    }
+    default:
+        return 0;
+    }
+}
+
+/* v's value before `at` (dominated by v's definition): constants, arguments
+ * and E' values as they are; cheap instructions computed again from their
+ * operands (up to a depth); anything else loaded from its frame slot. */
+static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth) {
+    if (!LLVMIsAInstruction(v) || LLVMGetInstructionParent(v) == p->eb) return v;
+    if (depth < 10 && is_cheap(p, v)) {
+        int n = LLVMGetNumOperands(v);
+        LLVMValueRef ops[8];
+        for (int i = 0; i < n; i++) {
+            ops[i] = value_at(p, LLVMGetOperand(v, (unsigned)i), at, depth + 1);
+            if (!ops[i]) return NULL;
+        }
+        LLVMValueRef c = LLVMInstructionClone(v);
+        LLVMPositionBuilderBefore(p->b, at);
+        LLVMInsertIntoBuilder(p->b, c);
+        for (int i = 0; i < n; i++) LLVMSetOperand(c, (unsigned)i, ops[i]);
+        return c;
+    }
+    LLVMValueRef addr = slot_for(p, v);
+    if (!addr) return NULL;
+    LLVMPositionBuilderBefore(p->b, at);
+    LLVMValueRef ld = LLVMBuildLoad2(p->b, LLVMTypeOf(v), addr, "");
+    LLVMSetAlignment(ld, LLVMABIAlignmentOfType(p->td, LLVMTypeOf(v)));
+    return ld;
+}
+
+static int crosses_site(pass *p, int def, int use, char *seen, int *stack);
+
+/* Is one of v's uses past a site from its definition (in block bi)? */
+static int value_crosses(pass *p, LLVMValueRef v, int bi, char *seen, int *stack) {
+    for (LLVMUseRef u = LLVMGetFirstUse(v); u; u = LLVMGetNextUse(u)) {
+        LLVMValueRef user = LLVMGetUser(u);
+        if (LLVMIsAPHINode(user)) {
+            unsigned nin = LLVMCountIncoming(user);
+            for (unsigned k = 0; k < nin; k++) {
+                if (LLVMGetIncomingValue(user, k) != v) continue;
+                int ub = block_index(p, LLVMGetIncomingBlock(user, k));
+                if (ub != bi && crosses_site(p, bi, ub, seen, stack)) return 1;
+            }
+        } else {
+            int ub = block_index(p, LLVMGetInstructionParent(user));
+            if (ub != bi && crosses_site(p, bi, ub, seen, stack)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Gives each use of v past a site its own value_at. Returns -1 on failure. */
+static int remat_uses(pass *p, LLVMValueRef v, int bi, char *seen, int *stack) {
+    int nuse = 0;
+    for (LLVMUseRef u = LLVMGetFirstUse(v); u; u = LLVMGetNextUse(u)) nuse++;
+    LLVMValueRef *users = malloc(sizeof *users * (size_t)(nuse ? nuse : 1));
+    if (!users) return -1;
+    int k = 0, rc = 0;
+    for (LLVMUseRef u = LLVMGetFirstUse(v); u; u = LLVMGetNextUse(u)) users[k++] = LLVMGetUser(u);
+    for (int j = 0; j < k && !rc; j++) {
+        LLVMValueRef user = users[j];
+        int dup = 0;
+        for (int q = 0; q < j; q++) dup |= users[q] == user;
+        if (dup || is_slot_store(p, user, v)) continue;
+        if (LLVMIsAPHINode(user)) {
+            unsigned nin = LLVMCountIncoming(user);
+            for (unsigned q = 0; q < nin && !rc; q++) {
+                if (LLVMGetIncomingValue(user, q) != v) continue;
+                LLVMBasicBlockRef from = LLVMGetIncomingBlock(user, q);
+                int ub = block_index(p, from);
+                if (ub == bi || !crosses_site(p, bi, ub, seen, stack)) continue;
+                LLVMValueRef c = value_at(p, v, LLVMGetBasicBlockTerminator(from), 0);
+                if (!c)
+                    rc = -1;
+                else
+                    LLVMSetOperand(user, q, c);
+            }
+        } else {
+            int ub = block_index(p, LLVMGetInstructionParent(user));
+            if (ub == bi || !crosses_site(p, bi, ub, seen, stack)) continue;
+            LLVMValueRef c = value_at(p, v, user, 0);
+            if (!c) {
+                rc = -1;
+                break;
+            }
+            unsigned nops = (unsigned)LLVMGetNumOperands(user);
+            for (unsigned q = 0; q < nops; q++)
+                if (LLVMGetOperand(user, q) == v) LLVMSetOperand(user, q, c);
+        }
+    }
+    free(users);
+    return rc;
+}
+
+/* Blocks where the memory of alloca `a` is used (through pointers derived
+ * from it), marked in `used`. Returns -1 on failure. */
+static int alloca_use_blocks(pass *p, LLVMValueRef a, char *used) {
+    int cap = 64, n = 0, rc = 0;
+    LLVMValueRef *work = malloc(sizeof *work * (size_t)cap);
+    if (!work) return -1;
+    work[n++] = a;
+    for (int guard = 0; n && guard < 100000; guard++) {
+        LLVMValueRef v = work[--n];
+        for (LLVMUseRef u = LLVMGetFirstUse(v); u; u = LLVMGetNextUse(u)) {
+            LLVMValueRef user = LLVMGetUser(u);
+            if (!LLVMIsAInstruction(user)) continue;
+            int bi = block_index(p, LLVMGetInstructionParent(user));
+            if (bi >= 0) used[bi] = 1;
+            if (LLVMIsAGetElementPtrInst(user) || LLVMIsABitCastInst(user) || LLVMIsAAddrSpaceCastInst(user) ||
+                LLVMIsAPHINode(user) || LLVMIsASelectInst(user) || LLVMIsAPtrToIntInst(user)) {
+                if (n == cap) {
+                    LLVMValueRef *g = realloc(work, sizeof *work * (size_t)(cap *= 2));
+                    if (!g) {
+                        rc = -1;
+                        break;
+                    }
+                    work = g;
+                }
+                work[n++] = user;
+            }
+        }
+        if (rc) break;
+    }
+    free(work);
+    return rc;
+}
+
+/* Must alloca `a` keep its contents across a site: is a block using it
+ * reachable from a block using it through a site? (1, 0, or -1) */
+static int alloca_crosses(pass *p, LLVMValueRef a, char *seen, int *stack) {
+    int n = p->nblocks;
+    char *used = calloc((size_t)n, 1);
+    if (!used) return -1;
+    if (alloca_use_blocks(p, a, used) < 0) {
+        free(used);
+        return -1;
+    }
+    int crosses = 0;
+    for (int d = 0; d < n && !crosses; d++) {
+        if (!used[d]) continue;
+        memset(seen, 0, (size_t)n * 2);
+        int sp = 0;
+        stack[sp++] = d * 2 + ends_in_sync(p, p->blocks[d]);
+        while (sp && !crosses) {
+            int st = stack[--sp], x = st / 2, c = st % 2;
+            for (int s = 0; s < p->nsucc[x]; s++) {
+                int y = p->succ[x][s];
+                if (used[y] && c) {
+                    crosses = 1;
+                    break;
+                }
+                int c2 = c || ends_in_sync(p, p->blocks[y]);
+                if (!seen[y * 2 + c2]) {
+                    seen[y * 2 + c2] = 1;
+                    stack[sp++] = y * 2 + c2;
+                }
+            }
+        }
+    }
+    free(used);
+    return crosses;
+}
 
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
     pass P = {0}, *p = &P;
@@ -725,8 +971,6 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     char *err = NULL;
     site *sites = NULL;
     int nsites = 0;
-    slot_info *slots = NULL;
-    int nslots = 0, slot_cap = 0;
     LLVMTargetMachineRef tm = NULL;
     char *triple = NULL, *cpu = NULL, *features = NULL;
 
@@ -760,9 +1004,13 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
     p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
     p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
-    p->fn_step = LLVMAddFunction(p->m, "mkpy_sync_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
-
     if (inline_all(p) < 0) goto done;
+    /* the optimiser may drop what nothing calls: look the points up again */
+    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
+    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
+    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
+    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    p->fn_step = LLVMAddFunction(p->m, "mkpy_sync_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
 
     /* E': a fresh entry block; it runs on every resume */
     LLVMBasicBlockRef old_entry = LLVMGetEntryBasicBlock(p->f);
@@ -856,7 +1104,14 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     if (cfg_build(p) < 0) goto done;
     for (int i = 0; i < nsites; i++) sites[i].order = p->rank[block_index(p, sites[i].head)];
 
-    /* demote values live across a site; every alloca moves to the frame */
+    /* Values a thread needs past a site: cheap ones are computed again at
+     * the use (remat_uses), others kept in the thread's frame slot
+     * (slot_for); allocas whose memory must outlive a region move to the
+     * frame, the others stay allocas of the step function. */
+    if (cfg_build(p) < 0) goto done;
+    p->frame_base = ctx_frame;
+    p->index64 = index64;
+    p->e_br = e_br;
     {
         int n = p->nblocks;
         char *seen = malloc((size_t)n * 2);
@@ -867,132 +1122,58 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             fail(p, "out of memory");
             goto done;
         }
-        unsigned long long frame = 0;
-        for (int bi = 0; bi < n; bi++) {
+        int bad = 0;
+        for (int bi = 0; bi < n && !bad; bi++) {
             LLVMBasicBlockRef bb = p->blocks[bi];
             if (bb == p->eb) continue;
-            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in;) {
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in && !bad;) {
                 LLVMValueRef next = LLVMGetNextInstruction(in);
                 LLVMTypeRef ty = LLVMTypeOf(in);
-                int is_alloca = LLVMIsAAllocaInst(in) != NULL;
-                int demote = 0;
-                if (is_alloca) {
+                if (LLVMIsAAllocaInst(in)) {
                     if (!LLVMIsAConstantInt(LLVMGetOperand(in, 0))) {
-                        free(seen);
-                        free(stack);
                         fail(p, "a variable-length array");
-                        goto done;
+                        bad = 1;
+                        break;
                     }
-                    demote = 1;
-                } else if (LLVMGetTypeKind(ty) != LLVMVoidTypeKind && LLVMGetTypeKind(ty) != LLVMTokenTypeKind) {
-                    for (LLVMUseRef u = LLVMGetFirstUse(in); u && !demote; u = LLVMGetNextUse(u)) {
-                        LLVMValueRef user = LLVMGetUser(u);
-                        int ub;
-                        if (LLVMIsAPHINode(user)) {
-                            /* the use is at the end of the incoming block */
-                            unsigned nin = LLVMCountIncoming(user);
-                            for (unsigned k = 0; k < nin && !demote; k++)
-                                if (LLVMGetIncomingValue(user, k) == in) {
-                                    ub = block_index(p, LLVMGetIncomingBlock(user, k));
-                                    if (ub != bi) demote = crosses_site(p, bi, ub, seen, stack);
-                                }
+                    int c = alloca_crosses(p, in, seen, stack);
+                    if (c < 0) {
+                        bad = 1;
+                    } else if (c) {
+                        LLVMValueRef addr = slot_for(p, in);
+                        if (!addr) {
+                            bad = 1;
                         } else {
-                            ub = block_index(p, LLVMGetInstructionParent(user));
-                            if (ub != bi) demote = crosses_site(p, bi, ub, seen, stack);
+                            LLVMReplaceAllUsesWith(in, addr);
+                            LLVMInstructionEraseFromParent(in);
                         }
-                    }
-                }
-                if (demote) {
-                    if (nslots == slot_cap) {
-                        slot_cap = slot_cap ? slot_cap * 2 : 64;
-                        slot_info *g = realloc(slots, sizeof *slots * (size_t)slot_cap);
-                        if (!g) {
-                            free(seen);
-                            free(stack);
-                            fail(p, "out of memory");
-                            goto done;
-                        }
-                        slots = g;
-                    }
-                    slot_info *s = &slots[nslots++];
-                    s->type = is_alloca ? LLVMGetAllocatedType(in) : ty;
-                    unsigned long long sz = LLVMABISizeOfType(p->td, s->type);
-                    if (is_alloca) sz *= LLVMConstIntGetZExtValue(LLVMGetOperand(in, 0));
-                    s->align = LLVMABIAlignmentOfType(p->td, s->type);
-                    if (is_alloca && LLVMGetAlignment(in) > s->align) s->align = LLVMGetAlignment(in);
-                    if (s->align < 1) s->align = 1;
-                    if (s->align > 64) {
-                        free(seen);
-                        free(stack);
-                        fail(p, "a variable aligned to more than 64 bytes");
-                        goto done;
-                    }
-                    s->size = align_up(sz ? sz : 1, s->align);
-                    frame = align_up(frame, s->align > 16 ? s->align : 16);
-                    s->offset = frame;
-                    frame += s->size;
-                    if (is_alloca) {
-                        /* the alloca becomes the thread's slot, computed in E' */
-                        LLVMPositionBuilderBefore(p->b, e_br);
-                        LLVMValueRef addr = slot_addr(p, ctx_frame, index64, s);
-                        LLVMReplaceAllUsesWith(in, addr);
-                        LLVMInstructionEraseFromParent(in);
                     } else {
-                        LLVMPositionBuilderBefore(p->b, e_br);
-                        LLVMValueRef addr = slot_addr(p, ctx_frame, index64, s);
-                        /* loads at the uses, then the store after the def */
-                        LLVMUseRef u = LLVMGetFirstUse(in);
-                        int nuse = 0;
-                        for (LLVMUseRef v = u; v; v = LLVMGetNextUse(v)) nuse++;
-                        LLVMValueRef *users = malloc(sizeof *users * (size_t)(nuse ? nuse : 1));
-                        int k = 0;
-                        for (LLVMUseRef v = u; v; v = LLVMGetNextUse(v)) users[k++] = LLVMGetUser(v);
-                        for (int j = 0; j < k; j++) {
-                            LLVMValueRef user = users[j];
-                            int dup = 0;
-                            for (int q = 0; q < j; q++) dup |= users[q] == user;
-                            if (dup) continue;
-                            unsigned nops = (unsigned)LLVMGetNumOperands(user);
-                            if (LLVMIsAPHINode(user)) {
-                                unsigned nin = LLVMCountIncoming(user);
-                                for (unsigned q = 0; q < nin; q++) {
-                                    if (LLVMGetIncomingValue(user, q) != in) continue;
-                                    LLVMBasicBlockRef from = LLVMGetIncomingBlock(user, q);
-                                    LLVMPositionBuilderBefore(p->b, LLVMGetBasicBlockTerminator(from));
-                                    LLVMValueRef ld = LLVMBuildLoad2(p->b, s->type, addr, "");
-                                    LLVMSetAlignment(ld, s->align);
-                                    LLVMSetOperand(user, q, ld);
-                                }
-                            } else {
-                                LLVMPositionBuilderBefore(p->b, user);
-                                LLVMValueRef ld = LLVMBuildLoad2(p->b, s->type, addr, "");
-                                LLVMSetAlignment(ld, s->align);
-                                for (unsigned q = 0; q < nops; q++)
-                                    if (LLVMGetOperand(user, q) == in) LLVMSetOperand(user, q, ld);
-                            }
-                        }
-                        free(users);
-                        LLVMValueRef after = LLVMGetNextInstruction(in);
-                        while (after && LLVMIsAPHINode(after)) after = LLVMGetNextInstruction(after);
-                        LLVMPositionBuilderBefore(p->b, after);
-                        LLVMSetAlignment(LLVMBuildStore(p->b, in, addr), s->align);
+                        /* its memory need not outlive a region: a plain alloca
+                         * of the step function, in the entry every resume runs */
+                        LLVMInstructionRemoveFromParent(in);
+                        LLVMPositionBuilderBefore(p->b, LLVMGetFirstInstruction(p->eb));
+                        LLVMInsertIntoBuilder(p->b, in);
                     }
+                } else if (LLVMGetTypeKind(ty) != LLVMVoidTypeKind && LLVMGetTypeKind(ty) != LLVMTokenTypeKind &&
+                           value_crosses(p, in, bi, seen, stack)) {
+                    if (remat_uses(p, in, bi, seen, stack) < 0) bad = 1;
                 }
                 in = next;
             }
         }
         free(seen);
         free(stack);
-        /* as much as a fiber's stack: a kernel needing more is left to the
-         * fibers, which report the overflow */
-        if (frame > (128ull << 10)) {
-            fail(p, "the kernel keeps %llu bytes per thread across barriers", frame);
+        if (bad) {
+            if (!why[0]) fail(p, "out of memory");
             goto done;
         }
-        /* record the frame size in the info below */
-        slot_cap = (int)frame; /* reuse: bytes per thread */
+        /* as much as a fiber's stack: a kernel needing more is left to the
+         * fibers, which report the overflow */
+        if (p->frame > (128ull << 10)) {
+            fail(p, "the kernel keeps %llu bytes per thread across barriers", p->frame);
+            goto done;
+        }
     }
-    unsigned long long frame_bytes = (unsigned long long)slot_cap;
+    unsigned long long frame_bytes = p->frame;
 
     /* sites become returns; E' dispatches on `resume` */
     LLVMBasicBlockRef start = LLVMGetSuccessor(e_br, 0); /* splitting may have moved it */
@@ -1048,20 +1229,32 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMSetGlobalConstant(info, 1);
     }
 
-    /* mkpy_kernel_cbs_run(site, args, L, g, ctx, next, count): per site a
-     * work-item loop over the threads waiting there */
+    /* mkpy_kernel_cbs_run(site, args, L, g, frame, deposit, simd, masks,
+     * next, count): per site a work-item loop over the threads waiting
+     * there. The runtime's memory comes as noalias arguments, so that once F
+     * is inlined LLVM knows the frame aliases no buffer or threadgroup
+     * variable. */
     {
-        LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->i32};
-        LLVMTypeRef rt = LLVMFunctionType(p->voidt, params, 7, 0);
+        LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->i32};
+        LLVMTypeRef rt = LLVMFunctionType(p->voidt, params, 10, 0);
         LLVMValueRef run = LLVMAddFunction(p->m, MKPY_CBS_RUN_SYMBOL, rt);
+        unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
+        for (unsigned a = 5; a <= 9; a++)
+            LLVMAddAttributeAtIndex(run, a, LLVMCreateEnumAttribute(p->cx, noalias, 0));
         LLVMTypeRef ft = LLVMGlobalGetValueType(p->f);
         LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
         LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(p->cx, run, "out");
         LLVMPositionBuilderAtEnd(p->b, out);
         LLVMBuildRetVoid(p->b);
         LLVMPositionBuilderAtEnd(p->b, entry);
+        /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
+        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr};
+        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 4, 0);
+        LLVMValueRef ctxv = LLVMBuildAlloca(p->b, ctx_t, "ctx");
+        for (int f = 0; f < 4; f++)
+            LLVMBuildStore(p->b, LLVMGetParam(run, (unsigned)(4 + f)), gep_bytes(p, ctxv, const_i64(p, f * 8)));
         LLVMValueRef rsw = LLVMBuildSwitch(p->b, LLVMGetParam(run, 0), out, (unsigned)nsites + 1);
-        LLVMValueRef count = LLVMGetParam(run, 6), next = LLVMGetParam(run, 5);
+        LLVMValueRef count = LLVMGetParam(run, 9), next = LLVMGetParam(run, 8);
         for (int k = 0; k <= nsites; k++) {
             LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "site");
             LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(p->cx, run, "loop");
@@ -1080,7 +1273,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMBuildCondBr(p->b, here, go, latch);
             LLVMPositionBuilderAtEnd(p->b, go);
             LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), LLVMGetParam(run, 3), i,
-                                   const_i32(p, k), LLVMGetParam(run, 4)};
+                                   const_i32(p, k), ctxv};
             LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 6, "");
             LLVMBuildStore(p->b, r, slotp);
             LLVMBuildBr(p->b, latch);
@@ -1158,8 +1351,9 @@ done:
     if (cpu) LLVMDisposeMessage(cpu);
     if (features) LLVMDisposeMessage(features);
     cfg_free(p);
+    free(p->slot_addrs);
+    free(p->slot_vals);
     free(sites);
-    free(slots);
     if (p->m) LLVMDisposeModule(p->m);
     LLVMDisposeBuilder(p->b);
     LLVMContextDispose(p->cx);
