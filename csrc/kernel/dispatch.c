@@ -12,6 +12,7 @@
  * Either way kernel code runs inside mk_fault_guarded_call, so a wild pointer
  * or a stack overflow becomes a Python error instead of a crash. The next step
  * for speed is region splitting at barriers (see docs/kernels.md). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,20 @@ const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn) {
     case SCHEME_LOCKSTEP: return "lockstep";
     default: return "fibers";
     }
+}
+
+static void (*reporter)(const char *text);
+
+void mkk_set_reporter(void (*fn)(const char *text)) { reporter = fn; }
+
+void mkk_report(const char *fmt, ...) {
+    if (!reporter) return;
+    char text[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    reporter(text);
 }
 
 /* ------------------------------------------------------------ running */
@@ -269,6 +284,16 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     memset(&r, 0, sizeof r);
     r.fn = fn;
     r.how = pick_engine(k, &fn);
+    if (c->verbose) {
+        if (r.how == SCHEME_COOPERATIVE)
+            mkk_report("mkpy: kernel `%s` runs on fibers (%s)\n", k->name,
+                       getenv("MKPY_ENGINE") && strcmp(getenv("MKPY_ENGINE"), "fibers") == 0
+                           ? "MKPY_ENGINE=fibers"
+                           : fn.cbs_declined ? fn.cbs_declined
+                                             : "the lockstep engine could not take it");
+        else
+            mkk_report("mkpy: kernel `%s` runs on the %s engine\n", k->name, mkk_engine_name(k, &fn));
+    }
     if (r.how == SCHEME_LOCKSTEP) {
         mkk_cbs_kernel cbk = {fn.cbs_run, fn.cbs_info, args};
         char why[1024];

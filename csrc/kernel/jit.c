@@ -539,6 +539,7 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
         argv[n++] = "-c";
         argv[n++] = "-Xclang";
         argv[n++] = "-disable-llvm-passes";
+        argv[n++] = "-gline-tables-only"; /* the pass orders blocks by the user's lines */
     } else {
         argv[n++] = "-shared";
         if (kind == BUILD_KERNEL || kind == BUILD_LINK) argv[n++] = "-nostdlib++";
@@ -724,7 +725,7 @@ done:
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-2"
+#define CBS_ENGINE_ID "engine=lockstep-3"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
@@ -752,7 +753,7 @@ static const char *cbs_pass(void) {
  * kernel (it is then built for fibers). */
 #define CBS_DECLINED (-1000)
 static int cbs_object(const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
-                      char *obj_path, size_t n, char **diag) {
+                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n) {
     char bc_path[4500];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
@@ -776,8 +777,8 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
         /* the pass declined (or failed): fibers run the kernel */
         unlink(obj_path);
         obj_path[0] = 0;
-        if (getenv("MKPY_CBS_TRACE"))
-            fprintf(stderr, "mkpy: the lockstep engine cannot take this kernel: %s\n", why ? why : "(crashed)");
+        snprintf(declined, declined_n, "the lockstep engine cannot take it: %s",
+                 rc < 0 ? "its compiler pass failed" : why && why[0] ? why : "no reason given");
         free(why);
         return CBS_DECLINED;
     }
@@ -887,8 +888,9 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         char *diag = NULL;
         /* a cooperative kernel goes through the region-splitting pass when
          * it can (cbs_object), else it is built for fibers as any other */
-        char obj_path[4500] = "";
-        int rc = cooperative ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag)
+        char obj_path[4500] = "", declined[1200] = "";
+        int rc = cooperative ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
+                                          declined, sizeof declined)
                              : CBS_DECLINED;
         build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
         const char *link_in = obj_path;
@@ -922,6 +924,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             }
         }
         if (obj_path[0]) unlink(obj_path);
+        if (fn.entry && declined[0]) fn.cbs_declined = strdup(declined); /* kept with the cache entry */
         /* the translated C++ stays beside the object, for users to read */
         char kept_cpp[4400];
         snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, dkey_hex);

@@ -66,6 +66,7 @@ typedef struct {
     bool has_init;
     double init_value;
     char *call_site; /* "file.py:42", for error messages */
+    bool verbose;    /* say at eval which engine ran the kernel */
 } mkk_call;
 
 /* The generated Metal source and kernel name, byte for byte as MLX.
@@ -99,7 +100,13 @@ typedef struct {
      * kernel; NULL otherwise */
     mkk_cbs_run_fn cbs_run;
     const struct mkpy_cbs_info *cbs_info;
+    const char *cbs_declined; /* why the pass did not take it, when known (owned by the cache) */
 } mkk_compiled;
+
+/* Where the kernel layer's messages go (the binding prints them on Python's
+ * sys.stdout); mkk_report formats one and hands it over. */
+void mkk_set_reporter(void (*fn)(const char *text));
+void mkk_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Is the kernel cooperative (threadgroup memory, barriers, SIMD-group
  * functions)? Decided once from its source (dispatch.c). */

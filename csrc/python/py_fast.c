@@ -305,6 +305,7 @@ static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size
         if (c->init_value == -1.0 && PyErr_Occurred()) goto error;
     }
     if (mkpy_parse_bool(a[7], 0, &verbose) < 0) goto error;
+    c->verbose = verbose != 0;
     c->call_site = call_site();
 
     if (verbose) {
@@ -361,7 +362,18 @@ static PyTypeObject PyMkKernel_Type = {
               "grid=, threadgroup= (and optionally template=, init_value=, verbose=, stream=).",
 };
 
-int mkpy_fast_init(void) { return PyType_Ready(&PyMkKernel_Type); }
+/* Messages of the kernel layer (verbose=True at eval time) go to Python's
+ * sys.stdout, so that they show in notebook cells. Called without the GIL. */
+static void report_stdout(const char *text) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (write_stdout(text) < 0) PyErr_Clear();
+    PyGILState_Release(g);
+}
+
+int mkpy_fast_init(void) {
+    mkk_set_reporter(report_stdout);
+    return PyType_Ready(&PyMkKernel_Type);
+}
 
 /* ------------------------------------------------- cache introspection */
 

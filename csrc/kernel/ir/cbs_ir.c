@@ -305,16 +305,38 @@ static int cfg_build(pass *p) {
     }
     for (int u = 0; u < n; u++)
         for (int v = 0; v < n; v++) indeg[v] += edge[u * n + v];
-    /* Kahn's algorithm, lowest layout index first among the ready blocks */
+    /* Kahn's algorithm; among the ready blocks the one earliest in the
+     * user's text goes first (so the `if` side of a divergent branch runs
+     * before the `else` side, whatever order the optimiser left them in) */
+    long long *key = malloc(sizeof *key * (size_t)n);
+    if (!key) {
+        rc = fail(p, "out of memory");
+        goto out;
+    }
+    long long last = 0;
+    for (int i = 0; i < n; i++) {
+        key[i] = -1;
+        for (LLVMValueRef in = LLVMGetFirstInstruction(p->blocks[i]); in && key[i] < 0;
+             in = LLVMGetNextInstruction(in)) {
+            unsigned len = 0;
+            const char *file = LLVMGetDebugLocFilename(in, &len);
+            unsigned line = LLVMGetDebugLocLine(in);
+            if (!file || !line || len < 8 || strncmp(file, "<kernel ", 8) != 0) continue;
+            int rank = memmem(file, len, "header>", 7) ? 0 : memmem(file, len, "source>", 7) ? 1 : 2;
+            key[i] = ((long long)rank << 40) | ((long long)line << 16) | (LLVMGetDebugLocColumn(in) & 0xffff);
+        }
+        if (key[i] < 0)
+            key[i] = last; /* no line of the user's own: as the block before it */
+        else
+            last = key[i];
+    }
     for (int i = 0; i < n; i++) p->rank[i] = -1;
     for (int r = 0; r < n; r++) {
         int pick = -1;
         for (int v = 0; v < n; v++)
-            if (p->rank[v] < 0 && indeg[v] == 0) {
-                pick = v;
-                break;
-            }
+            if (p->rank[v] < 0 && indeg[v] == 0 && (pick < 0 || key[v] < key[pick])) pick = v;
         if (pick < 0) {
+            free(key);
             rc = fail(p, "the control flow is irreducible");
             goto out;
         }
@@ -322,6 +344,7 @@ static int cfg_build(pass *p) {
         for (int v = 0; v < n; v++)
             if (edge[pick * n + v]) indeg[v]--;
     }
+    free(key);
 out:
     free(state);
     free(stack);

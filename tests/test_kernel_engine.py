@@ -1,0 +1,243 @@
+"""The lockstep engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c): one test per
+rule of docs/kernels.md "Execution model", checked against what an Apple GPU
+gives, plus the fallback to fibers and how the engine is reported."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mkpy as mx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(kernel, inputs, grid, tg, shapes, dtypes=None, **kw):
+    outs = kernel(inputs=inputs, grid=grid, threadgroup=tg, output_shapes=shapes,
+                  output_dtypes=dtypes or [mx.float32] * len(shapes), **kw)
+    mx.eval(*outs)
+    return [np.array(o) for o in outs]
+
+
+def engine_of(kernel, inputs, grid, tg, shapes, capfd, dtypes=None):
+    """Runs with verbose=True and returns the engine line it printed."""
+    run(kernel, inputs, grid, tg, shapes, dtypes, verbose=True)
+    out = capfd.readouterr().out
+    return [line for line in out.splitlines() if line.startswith("mkpy: kernel")][-1]
+
+
+# ---------------------------------------------------------------- the issue's reproducers
+
+def test_lanes_of_a_simdgroup_finish_a_statement_before_the_next(capfd):
+    # all 32 lanes read t[0] before any lane clears its element (Metal: 7 everywhere)
+    k = mx.fast.metal_kernel(name="lockstep_read_then_write", input_names=["x"], output_names=["y"], source="""
+        threadgroup float t[32]; uint l = thread_position_in_threadgroup.x;
+        if (l == 0) t[0] = x[0]; threadgroup_barrier(mem_flags::mem_threadgroup);
+        float v = t[0]; t[l] = 0.0f; y[l] = v;""")
+    y, = run(k, [mx.array([7.0])], (32, 1, 1), (32, 1, 1), [(32,)])
+    np.testing.assert_array_equal(y, np.full(32, 7, np.float32))
+    assert "lockstep engine" in engine_of(k, [mx.array([7.0])], (32, 1, 1), (32, 1, 1), [(32,)], capfd)
+
+
+def test_simdgroups_advance_together_between_barriers():
+    # both SIMD-groups read s[l] before either overwrites s[g] (Metal: [32, 32])
+    k = mx.fast.metal_kernel(name="simdgroups_together", input_names=["x"], output_names=["y"], source="""
+        threadgroup float s[32]; uint l = thread_index_in_simdgroup, g = simdgroup_index_in_threadgroup;
+        if (thread_position_in_threadgroup.x < 32) s[l] = x[l]; threadgroup_barrier(mem_flags::mem_threadgroup);
+        float v = simd_sum(s[l]); if (l == 0) s[g] = -1.0f; if (l == 0) y[g] = v;""")
+    y, = run(k, [mx.ones(32)], (64, 1, 1), (64, 1, 1), [(2,)])
+    np.testing.assert_array_equal(y, [32, 32])
+
+
+# ---------------------------------------------------------------- one test per rule
+
+def test_lockstep_without_barriers():
+    # every lane stores, then every lane loads its neighbour's element
+    k = mx.fast.metal_kernel(name="lockstep_store_then_load", input_names=["x"], output_names=["y"], source="""
+        threadgroup float t[32]; uint l = thread_index_in_simdgroup;
+        t[l] = x[l]; y[l] = t[(l + 1) % 32];""")
+    x = np.arange(32, dtype=np.float32)
+    y, = run(k, [mx.array(x)], (32, 1, 1), (32, 1, 1), [(32,)])
+    np.testing.assert_array_equal(y, np.roll(x, -1))
+
+
+def test_divergent_branch_runs_one_side_then_the_other():
+    # the lanes of the `if` side run first: the `else` side sees their store
+    k = mx.fast.metal_kernel(name="divergent_sides", input_names=["x"], output_names=["y"], source="""
+        threadgroup float s[1]; uint l = thread_index_in_simdgroup;
+        if (l == 0) s[0] = x[0]; threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (l % 2 == 0) { s[0] = 5.0f; } else { y[l] = s[0]; }
+        if (l % 2 == 0) y[l] = -1.0f;""")
+    y, = run(k, [mx.array([1.0])], (32, 1, 1), (32, 1, 1), [(32,)])
+    np.testing.assert_array_equal(y, np.where(np.arange(32) % 2, 5, -1).astype(np.float32))
+
+
+def test_a_loop_runs_until_no_lane_is_active_in_it():
+    # iteration i runs with the lanes l > i: simd_sum counts them
+    k = mx.fast.metal_kernel(name="loop_masks", input_names=["x"], output_names=["y", "z"], source="""
+        uint l = thread_index_in_simdgroup;
+        uint acc = 0;
+        for (uint i = 0; i < l; i++) acc += simd_sum(1u);
+        y[l] = acc;
+        uint acc2 = 0;
+        for (uint i = 0;; i++) {
+            if (i == l) break;          // break deactivates the lane
+            if (i % 2) continue;        // continue skips the rest of the iteration
+            acc2 += simd_sum(1u);
+        }
+        z[l] = acc2;""")
+    y, z = run(k, [mx.array([0.0])], (32, 1, 1), (32, 1, 1), [(32,), (32,)], [mx.uint32, mx.uint32])
+    want = [sum(31 - i for i in range(l)) for l in range(32)]
+    want2 = [sum(31 - i for i in range(0, l, 2)) for l in range(32)]
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(z, want2)
+
+
+def test_return_deactivates_lanes():
+    k = mx.fast.metal_kernel(name="early_return", input_names=["x"], output_names=["y"], source="""
+        uint l = thread_index_in_simdgroup;
+        y[l] = -1.0f;
+        if (l >= 20) return;
+        y[l] = simd_sum(x[l]);""")
+    y, = run(k, [mx.ones(32)], (32, 1, 1), (32, 1, 1), [(32,)])
+    np.testing.assert_array_equal(y, np.where(np.arange(32) < 20, 20, -1).astype(np.float32))
+
+
+def test_simd_functions_inside_divergent_code():
+    k = mx.fast.metal_kernel(name="divergent_simd_fns", input_names=["x"], output_names=["y"], source="""
+        uint l = thread_index_in_simdgroup;
+        float v = x[l];
+        if (l < 12) v = simd_sum(v);
+        else if (l < 20) v = simd_prefix_exclusive_sum(v);
+        else v = simd_shuffle_down(v, 1u);
+        y[l] = v;""")
+    x = np.arange(32, dtype=np.float32)
+    y, = run(k, [mx.array(x)], (32, 1, 1), (32, 1, 1), [(32,)])
+    want = np.empty(32, np.float32)
+    want[:12] = x[:12].sum()
+    want[12:20] = np.cumsum(np.concatenate([[0], x[12:19]]))
+    want[20:31] = x[21:32]
+    want[31] = x[31]        # shuffle_down past the last lane keeps the value
+    np.testing.assert_array_equal(y, want)
+
+
+HELPERS = """
+template <typename T>
+T block_sum(T v, threadgroup T *s, uint lid, uint n) {
+    s[lid] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (uint off = n / 2; off > 0; off >>= 1) {
+        if (lid < off) s[lid] += s[lid + off];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    T r = s[0];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    return r;
+}
+struct Acc {
+    float v;
+    void add(float x) { v += simd_sum(x); }
+};
+"""
+
+
+def test_helpers_with_barriers_templates_and_methods(capfd):
+    k = mx.fast.metal_kernel(name="engine_helpers", input_names=["x"], output_names=["y", "z"], header=HELPERS,
+                             source="""
+        threadgroup float s[64];
+        uint lid = thread_position_in_threadgroup.x, gid = thread_position_in_grid.x;
+        float a = block_sum(x[gid], s, lid, 64u);
+        a += block_sum(2.0f * x[gid], s, lid, 64u);
+        Acc c{0.0f};
+        c.add(x[gid]);
+        c.add(1.0f);
+        y[gid] = a;
+        z[gid] = c.v;""")
+    x = np.random.default_rng(0).integers(-4, 5, 256).astype(np.float32)
+    args = ([mx.array(x)], (256, 1, 1), (64, 1, 1), [(256,), (256,)])
+    y, z = run(k, *args)
+    np.testing.assert_array_equal(y, np.repeat(3 * x.reshape(4, 64).sum(1), 64))
+    np.testing.assert_array_equal(z, np.repeat(x.reshape(8, 32).sum(1) + 32, 32))
+    assert "lockstep engine" in engine_of(k, *args, capfd)
+
+
+def test_three_dimensional_threadgroups_and_partial_groups():
+    k = mx.fast.metal_kernel(name="engine_3d", input_names=["x"], output_names=["y"], source="""
+        threadgroup float t[4][4][4];
+        uint3 p = thread_position_in_threadgroup, g = thread_position_in_grid, n = threads_per_threadgroup;
+        uint3 sz = threads_per_grid;
+        t[p.z][p.y][p.x] = x[(g.z * sz.y + g.y) * sz.x + g.x];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        // each thread reads its mirror in the group (partial groups mirror within their real size)
+        uint3 m = uint3(n.x - 1 - p.x, n.y - 1 - p.y, n.z - 1 - p.z);
+        y[(g.z * sz.y + g.y) * sz.x + g.x] = t[m.z][m.y][m.x];""")
+    shape = (6, 5, 7)  # z, y, x: partial groups along every axis
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    y, = run(k, [mx.array(x)], (7, 5, 6), (4, 4, 4), [shape])
+    want = np.empty_like(x)
+    for gz in range(0, 6, 4):
+        for gy in range(0, 5, 4):
+            for gx in range(0, 7, 4):
+                blk = x[gz:gz + 4, gy:gy + 4, gx:gx + 4]
+                want[gz:gz + 4, gy:gy + 4, gx:gx + 4] = blk[::-1, ::-1, ::-1]
+    np.testing.assert_array_equal(y, want)
+
+
+# ---------------------------------------------------------------- engines reported, fallback
+
+def test_divergent_barriers_name_the_engine():
+    k = mx.fast.metal_kernel(name="engine_diverge", input_names=["x"], output_names=["y"], source="""
+        uint l = thread_position_in_threadgroup.x;
+        if (l < 16) threadgroup_barrier(mem_flags::mem_threadgroup);
+        else threadgroup_barrier(mem_flags::mem_threadgroup);
+        y[l] = x[l];""")
+    with pytest.raises(RuntimeError, match=r"\(lockstep engine\).*different barriers"):
+        run(k, [mx.ones(32)], (32, 1, 1), (32, 1, 1), [(32,)])
+
+
+def test_what_the_engine_cannot_take_runs_on_fibers(capfd):
+    # a SIMD-group function reached through recursion cannot be inlined into
+    # regions: the fibers run the kernel, with the same numbers
+    k = mx.fast.metal_kernel(name="engine_fallback", input_names=["x"], output_names=["y"], header="""
+        float deep(float v, int d) { return d > 0 ? deep(v, d - 1) + 1.0f : simd_sum(v); }
+        """, source="""
+        uint l = thread_index_in_simdgroup;
+        y[l] = deep(x[l], int(l % 3));""")
+    x = np.arange(32, dtype=np.float32)
+    args = ([mx.array(x)], (32, 1, 1), (32, 1, 1), [(32,)])
+    line = engine_of(k, *args, capfd)
+    assert "runs on fibers" in line and "cannot be inlined" in line, line
+    y, = run(k, *args)
+    # lanes recursing to different depths meet at one simd_sum call site
+    np.testing.assert_array_equal(y, x.sum() + np.arange(32) % 3)
+
+
+def test_mkpy_engine_fibers_runs_the_same_numbers():
+    code = ("import mkpy as mx, numpy as np\n"
+            "k = mx.fast.metal_kernel(name='env_engine', input_names=['x'], output_names=['y'], source='''\n"
+            "    uint l = thread_index_in_simdgroup; y[l] = simd_prefix_inclusive_sum(x[l]);''')\n"
+            "y, = k(inputs=[mx.arange(32, dtype=mx.float32)], grid=(32,1,1), threadgroup=(32,1,1),\n"
+            "       output_shapes=[(32,)], output_dtypes=[mx.float32], verbose=True)\n"
+            "mx.eval(y); print(np.array(y).tolist())\n")
+    outs = {}
+    for engine in ("fibers", "lockstep"):
+        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE=engine)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs[engine] = r.stdout
+    assert "runs on fibers (MKPY_ENGINE=fibers)" in outs["fibers"]
+    assert "runs on the lockstep engine" in outs["lockstep"]
+    want = str(np.cumsum(np.arange(32)).astype(float).tolist())
+    assert outs["fibers"].strip().endswith(want) and outs["lockstep"].strip().endswith(want)
+
+
+@pytest.mark.skipif(os.environ.get("MKPY_ENGINE") == "fibers", reason="already the fibers run")
+def test_the_kernel_corpus_under_fibers():
+    """The corpus (tests/test_kernel_corpus.py) runs under the lockstep engine in the
+    suite; here it runs again with every cooperative kernel on fibers."""
+    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE="fibers")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        os.path.join(ROOT, "tests", "test_kernel_corpus.py")],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
