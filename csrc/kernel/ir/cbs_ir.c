@@ -1146,6 +1146,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             goto done;
         }
         int bad = 0;
+        unsigned long long stack_bytes = 0;
         for (int bi = 0; bi < n && !bad; bi++) {
             LLVMBasicBlockRef bb = p->blocks[bi];
             if (bb == p->eb) continue;
@@ -1170,6 +1171,8 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                             LLVMInstructionEraseFromParent(in);
                         }
                     } else {
+                        stack_bytes += LLVMABISizeOfType(p->td, LLVMGetAllocatedType(in)) *
+                                       LLVMConstIntGetZExtValue(LLVMGetOperand(in, 0));
                         /* its memory need not outlive a region: a plain alloca
                          * of the step function, in the entry every resume runs */
                         LLVMInstructionRemoveFromParent(in);
@@ -1189,10 +1192,11 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             if (!why[0]) fail(p, "out of memory");
             goto done;
         }
-        /* as much as a fiber's stack: a kernel needing more is left to the
-         * fibers, which report the overflow */
-        if (p->frame > (128ull << 10)) {
-            fail(p, "the kernel keeps %llu bytes per thread across barriers", p->frame);
+        /* a thread gets as much as a fiber's stack: a kernel needing more is
+         * left to the fibers, which report the overflow */
+        if (p->frame + stack_bytes > (128ull << 10)) {
+            fail(p, "a thread needs %llu bytes of variables, more than the 128 KiB a cooperative thread has",
+                 p->frame + stack_bytes);
             goto done;
         }
     }
