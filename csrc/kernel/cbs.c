@@ -76,13 +76,15 @@ static cbs_worker *get_worker(size_t frame_bytes) {
     return w;
 }
 
-/* Threads in threadgroup g (the last groups may be partial). */
-static unsigned group_count(const mkk_launch *L, uint64_t g) {
+/* The shape of threadgroup g (the last groups may be partial); returns its
+ * thread count. */
+static unsigned group_shape(const mkk_launch *L, uint64_t g, uint32_t t[3]) {
     const uint64_t nx = L->ngroups[0], ny = L->ngroups[1];
     const uint64_t b[3] = {g % nx, (g / nx) % ny, g / (nx * ny)};
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
         uint64_t a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
+        t[d] = (uint32_t)a;
         count *= (unsigned)a;
     }
     return count;
@@ -105,18 +107,27 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                      uint64_t g, char *error, size_t errn) {
     const struct mkpy_cbs_info *info = k->info;
     const struct mkpy_cbs_site *sites = info->sites;
-    const unsigned count = group_count(L, g);
+    uint32_t t[3];
+    const unsigned count = group_shape(L, g, t);
     uint32_t *next = w->next;
     memset(next, 0, count * sizeof *next);
-    k->run(0, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, count);
+#define RUN(site, dense) \
+    k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, t[0], t[1], t[2], dense)
+    RUN(0, 1);
     const uint32_t nsites = info->nsites;
     for (;;) {
         uint32_t best = MKPY_CBS_DONE, barrier = MKPY_CBS_DONE, other = MKPY_CBS_DONE;
+        int dense = 0; /* every thread waits at the one site released */
         if (nsites <= 64) {
             /* the sites where threads wait, as a bit set (a loop the
              * compiler vectorises), then the choice among them */
             uint64_t present = 0;
-            for (unsigned i = 0; i < count; i++) present |= next[i] < 64 ? 1ull << next[i] : 0;
+            uint32_t done = 0;
+            for (unsigned i = 0; i < count; i++) {
+                present |= next[i] < 64 ? 1ull << next[i] : 0;
+                done |= next[i] == MKPY_CBS_DONE;
+            }
+            dense = !done && present && !(present & (present - 1));
             for (; present; present &= present - 1) {
                 uint32_t s = (uint32_t)__builtin_ctzll(present);
                 if (sites[s].kind == MKPY_CBS_BARRIER) {
@@ -160,7 +171,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                     memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
                 }
             }
-            k->run(best, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, count);
+            RUN(best, dense);
             continue;
         }
         if (barrier == MKPY_CBS_DONE) return 0; /* every thread returned */
@@ -177,8 +188,9 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                      a->file ? a->file : "?", a->line, a->col, b->file ? b->file : "?", b->line, b->col);
             return -1;
         }
-        k->run(barrier, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, count);
+        RUN(barrier, dense);
     }
+#undef RUN
 }
 
 int mkk_cbs_run(const mkk_cbs_kernel *k, const mkk_launch *L, char *error, size_t errn) {

@@ -414,9 +414,9 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     /* the same thread for the region-splitting engine (cbs.c): the IR pass
      * gives `resume` and `ctx` their meaning */
     sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, uint64_t g, "
-           "unsigned i, uint32_t resume, void *ctx) {\n");
+           "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
     sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
-           "    mkpy::thread_attrs(L, i, t);\n    ");
+           "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
     sb(&b, call.s);
     sb(&b, "    return MKPY_CBS_DONE;\n}\n");
     free(call.s);
@@ -725,7 +725,7 @@ done:
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-3"
+#define CBS_ENGINE_ID "engine=lockstep-4"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;

@@ -68,6 +68,22 @@ inline void thread_attrs(const mkpy_launch *L, unsigned index, mkpy_thread_attrs
     t.thread_index_in_quadgroup = index % 4;
 }
 
+// The same, for the thread at position (x, y, z) of its threadgroup, whose
+// index is i (the lockstep engine walks the group by position: no division).
+inline void thread_attrs_at(const mkpy_launch *L, unsigned i, unsigned x, unsigned y, unsigned z,
+                            mkpy_thread_attrs &t) {
+    const unsigned l[3] = {x, y, z};
+    for (int d = 0; d < 3; d++) {
+        t.thread_position_in_threadgroup[d] = l[d];
+        t.thread_position_in_grid[d] = t.threadgroup_position_in_grid[d] * L->tg[d] + l[d];
+    }
+    t.thread_index_in_threadgroup = i;
+    t.simdgroup_index_in_threadgroup = i / MKPY_SIMD_WIDTH;
+    t.thread_index_in_simdgroup = i % MKPY_SIMD_WIDTH;
+    t.quadgroup_index_in_threadgroup = i / 4;
+    t.thread_index_in_quadgroup = i % 4;
+}
+
 // Runs fn(attrs) for every thread of the launch's threadgroups, one group at
 // a time, threads in thread_index_in_threadgroup order. The attributes of a
 // group are set once; each thread then takes a fresh copy in which only its

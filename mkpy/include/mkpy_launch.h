@@ -59,10 +59,12 @@ struct mkpy_coop_api {
 
 /* The region-splitting engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c).
  * A cooperative kernel compiled through LLVM IR also exports
- *   mkpy_kernel_cbs_run(site, args, launch, group, frame, deposit, simd, masks, next, count)
- *       runs, for every thread i < count of threadgroup `group` with
- *       next[i] == site, the thread from that resume point to its next one,
- *       and stores that one in next[i] (MKPY_CBS_DONE once it returned);
+ *   mkpy_kernel_cbs_run(site, args, launch, group, frame, deposit, simd, masks, next,
+ *                       tx, ty, tz, dense)
+ *       runs, for every thread i of threadgroup `group` (of tx * ty * tz
+ *       threads) with next[i] == site (all of them when `dense`), the thread
+ *       from that resume point to its next one, and stores that one in
+ *       next[i] (MKPY_CBS_DONE once it returned);
  *   mkpy_kernel_cbs_info, a struct mkpy_cbs_info describing the sites.
  * Values a thread keeps across a resume point live in ctx->frame, one array
  * per value with a slot per thread (MKPY_CBS_MAX_THREADS of them). */

@@ -61,6 +61,7 @@ typedef struct {
     LLVMModuleRef m;
     LLVMBuilderRef b;
     LLVMTargetDataRef td;
+    LLVMTargetMachineRef tm;
     LLVMValueRef f;        /* the thread function being transformed */
     LLVMValueRef entry;    /* our new entry block's terminator's block (E') */
     LLVMBasicBlockRef eb;  /* E' */
@@ -154,7 +155,7 @@ static int inline_all(pass *p) {
     LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(o, 0);
     LLVMPassBuilderOptionsSetSLPVectorization(o, 0);
-    LLVMErrorRef e = LLVMRunPasses(p->m, "always-inline,default<O2>", NULL, o);
+    LLVMErrorRef e = LLVMRunPasses(p->m, "always-inline,default<O2>", p->tm, o);
     LLVMDisposePassBuilderOptions(o);
     if (e) {
         char *msg = LLVMGetErrorMessage(e);
@@ -1012,6 +1013,23 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         goto done;
     }
     LLVMDisposeMemoryBuffer(mb);
+    /* the target machine: the passes need its cost model (without it
+     * nothing is vectorised), and the object is emitted for it */
+    triple = strdup(LLVMGetTarget(p->m));
+    LLVMTargetRef target;
+    if (LLVMGetTargetFromTriple(triple, &target, &err)) {
+        fail(p, "no target for %s: %s", triple, err);
+        goto done;
+    }
+    cpu = LLVMGetHostCPUName();
+    features = LLVMGetHostCPUFeatures();
+    tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
+                                 LLVMCodeModelDefault);
+    if (!tm) {
+        fail(p, "cannot create a target machine");
+        goto done;
+    }
+    p->tm = tm;
     p->td = LLVMGetModuleDataLayout(p->m);
     p->i8 = LLVMInt8TypeInContext(p->cx);
     p->i32 = LLVMInt32TypeInContext(p->cx);
@@ -1019,7 +1037,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     p->ptr = LLVMPointerTypeInContext(p->cx, 0);
     p->voidt = LLVMVoidTypeInContext(p->cx);
     p->f = LLVMGetNamedFunction(p->m, "mkpy_kernel_cbs_thread");
-    if (!p->f || LLVMCountParams(p->f) != 6) {
+    if (!p->f || LLVMCountParams(p->f) != 9) {
         fail(p, "no mkpy_kernel_cbs_thread in the kernel");
         goto done;
     }
@@ -1257,13 +1275,17 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     }
 
     /* mkpy_kernel_cbs_run(site, args, L, g, frame, deposit, simd, masks,
-     * next, count): per site a work-item loop over the threads waiting
-     * there. The runtime's memory comes as noalias arguments, so that once F
-     * is inlined LLVM knows the frame aliases no buffer or threadgroup
-     * variable. */
+     * next, tx, ty, tz, dense): per site a work-item loop nest over the
+     * threads (z, y, x) of the group waiting there, x innermost, so that
+     * LLVM's loop vectoriser runs consecutive threads in SIMD lanes (their
+     * positions are the loops' counters: no division per thread). With
+     * `dense` every thread waits at the site and the loop checks none. The
+     * runtime's memory comes as noalias arguments, so that once F is inlined
+     * LLVM knows the frame aliases no buffer or threadgroup variable. */
     {
-        LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->i32};
-        LLVMTypeRef rt = LLVMFunctionType(p->voidt, params, 10, 0);
+        LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->ptr,
+                                p->ptr, p->ptr, p->i32, p->i32, p->i32, p->i32};
+        LLVMTypeRef rt = LLVMFunctionType(p->voidt, params, 13, 0);
         LLVMValueRef run = LLVMAddFunction(p->m, MKPY_CBS_RUN_SYMBOL, rt);
         unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
         for (unsigned a = 5; a <= 9; a++)
@@ -1280,37 +1302,75 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMValueRef ctxv = LLVMBuildAlloca(p->b, ctx_t, "ctx");
         for (int f = 0; f < 4; f++)
             LLVMBuildStore(p->b, LLVMGetParam(run, (unsigned)(4 + f)), gep_bytes(p, ctxv, const_i64(p, f * 8)));
+        LLVMValueRef tx = LLVMGetParam(run, 9), ty = LLVMGetParam(run, 10), tz = LLVMGetParam(run, 11);
+        LLVMValueRef dense = LLVMBuildICmp(p->b, LLVMIntNE, LLVMGetParam(run, 12), const_i32(p, 0), "dense");
+        LLVMValueRef empty = LLVMBuildOr(
+            p->b, LLVMBuildICmp(p->b, LLVMIntEQ, tx, const_i32(p, 0), ""),
+            LLVMBuildOr(p->b, LLVMBuildICmp(p->b, LLVMIntEQ, ty, const_i32(p, 0), ""),
+                        LLVMBuildICmp(p->b, LLVMIntEQ, tz, const_i32(p, 0), ""), ""),
+            "");
+        LLVMBasicBlockRef dispatch = LLVMAppendBasicBlockInContext(p->cx, run, "dispatch");
+        LLVMBuildCondBr(p->b, empty, out, dispatch);
+        LLVMPositionBuilderAtEnd(p->b, dispatch);
         LLVMValueRef rsw = LLVMBuildSwitch(p->b, LLVMGetParam(run, 0), out, (unsigned)nsites + 1);
-        LLVMValueRef count = LLVMGetParam(run, 9), next = LLVMGetParam(run, 8);
+        LLVMValueRef next = LLVMGetParam(run, 8);
         for (int k = 0; k <= nsites; k++) {
-            LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "site");
-            LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(p->cx, run, "loop");
-            LLVMBasicBlockRef go = LLVMAppendBasicBlockInContext(p->cx, run, "go");
-            LLVMBasicBlockRef latch = LLVMAppendBasicBlockInContext(p->cx, run, "latch");
-            LLVMAddCase(rsw, const_i32(p, k), pre);
-            LLVMPositionBuilderAtEnd(p->b, pre);
-            LLVMValueRef any = LLVMBuildICmp(p->b, LLVMIntNE, count, const_i32(p, 0), "");
-            LLVMBuildCondBr(p->b, any, body, out);
-            LLVMPositionBuilderAtEnd(p->b, body);
-            LLVMValueRef i = LLVMBuildPhi(p->b, p->i32, "i");
-            LLVMValueRef i64v = LLVMBuildZExt(p->b, i, p->i64, "");
-            LLVMValueRef slotp = LLVMBuildGEP2(p->b, p->i32, next, &i64v, 1, "");
-            LLVMValueRef cur = LLVMBuildLoad2(p->b, p->i32, slotp, "");
-            LLVMValueRef here = LLVMBuildICmp(p->b, LLVMIntEQ, cur, const_i32(p, k), "");
-            LLVMBuildCondBr(p->b, here, go, latch);
-            LLVMPositionBuilderAtEnd(p->b, go);
-            LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), LLVMGetParam(run, 3), i,
-                                   const_i32(p, k), ctxv};
-            LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 6, "");
-            LLVMBuildStore(p->b, r, slotp);
-            LLVMBuildBr(p->b, latch);
-            LLVMPositionBuilderAtEnd(p->b, latch);
-            LLVMValueRef i1 = LLVMBuildAdd(p->b, i, const_i32(p, 1), "");
-            LLVMValueRef more = LLVMBuildICmp(p->b, LLVMIntULT, i1, count, "");
-            LLVMBuildCondBr(p->b, more, body, out);
-            LLVMValueRef inc_v[] = {const_i32(p, 0), i1};
-            LLVMBasicBlockRef inc_b[] = {pre, latch};
-            LLVMAddIncoming(i, inc_v, inc_b, 2);
+            LLVMBasicBlockRef pick = LLVMAppendBasicBlockInContext(p->cx, run, "site");
+            LLVMAddCase(rsw, const_i32(p, k), pick);
+            LLVMBasicBlockRef heads[2];
+            for (int checked = 0; checked < 2; checked++) {
+                /* z loop > y loop > x loop */
+                LLVMBasicBlockRef zb = LLVMAppendBasicBlockInContext(p->cx, run, "z");
+                LLVMBasicBlockRef yb = LLVMAppendBasicBlockInContext(p->cx, run, "y");
+                LLVMBasicBlockRef xb = LLVMAppendBasicBlockInContext(p->cx, run, checked ? "x.checked" : "x");
+                LLVMBasicBlockRef go = checked ? LLVMAppendBasicBlockInContext(p->cx, run, "go") : xb;
+                LLVMBasicBlockRef xl = LLVMAppendBasicBlockInContext(p->cx, run, "x.latch");
+                LLVMBasicBlockRef yl = LLVMAppendBasicBlockInContext(p->cx, run, "y.latch");
+                LLVMBasicBlockRef zl = LLVMAppendBasicBlockInContext(p->cx, run, "z.latch");
+                heads[checked] = zb;
+                LLVMPositionBuilderAtEnd(p->b, zb);
+                LLVMValueRef z = LLVMBuildPhi(p->b, p->i32, "z");
+                LLVMBuildBr(p->b, yb);
+                LLVMPositionBuilderAtEnd(p->b, yb);
+                LLVMValueRef y = LLVMBuildPhi(p->b, p->i32, "y");
+                /* no wrap: counts are at most 1024 (the vectoriser needs to know) */
+                LLVMValueRef row = LLVMBuildNUWMul(
+                    p->b, LLVMBuildNUWAdd(p->b, LLVMBuildNUWMul(p->b, z, ty, ""), y, ""), tx, "row");
+                LLVMBuildBr(p->b, xb);
+                LLVMPositionBuilderAtEnd(p->b, xb);
+                LLVMValueRef x = LLVMBuildPhi(p->b, p->i32, "x");
+                LLVMValueRef i = LLVMBuildNUWAdd(p->b, row, x, "i");
+                LLVMValueRef i64v = LLVMBuildZExt(p->b, i, p->i64, "");
+                LLVMValueRef slotp = LLVMBuildGEP2(p->b, p->i32, next, &i64v, 1, "");
+                if (checked) {
+                    LLVMValueRef cur = LLVMBuildLoad2(p->b, p->i32, slotp, "");
+                    LLVMValueRef here = LLVMBuildICmp(p->b, LLVMIntEQ, cur, const_i32(p, k), "");
+                    LLVMBuildCondBr(p->b, here, go, xl);
+                    LLVMPositionBuilderAtEnd(p->b, go);
+                }
+                LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), LLVMGetParam(run, 3), i,
+                                       const_i32(p, k), ctxv, x, y, z};
+                LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 9, "");
+                LLVMBuildStore(p->b, r, slotp);
+                LLVMBuildBr(p->b, xl);
+                LLVMPositionBuilderAtEnd(p->b, xl);
+                LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
+                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, x1, tx, ""), xb, yl);
+                LLVMPositionBuilderAtEnd(p->b, yl);
+                LLVMValueRef y1 = LLVMBuildNUWAdd(p->b, y, const_i32(p, 1), "");
+                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, y1, ty, ""), yb, zl);
+                LLVMPositionBuilderAtEnd(p->b, zl);
+                LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
+                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, out);
+                LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1}, xv[] = {const_i32(p, 0), x1};
+                LLVMBasicBlockRef zf[] = {pick, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
+                LLVMAddIncoming(z, zv, zf, 2);
+                LLVMAddIncoming(y, yv, yf, 2);
+                LLVMAddIncoming(x, xv, xf, 2);
+            }
+            /* phis of the two nests name `pick` as the entry: one branch there */
+            LLVMPositionBuilderAtEnd(p->b, pick);
+            LLVMBuildCondBr(p->b, dense, heads[0], heads[1]);
         }
         unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
         LLVMAddAttributeAtIndex(p->f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
@@ -1337,7 +1397,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
         LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
         LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
-        LLVMErrorRef e = LLVMRunPasses(p->m, "default<O2>", NULL, o);
+        LLVMErrorRef e = LLVMRunPasses(p->m, "default<O2>", tm, o);
         LLVMDisposePassBuilderOptions(o);
         if (e) {
             char *msg = LLVMGetErrorMessage(e);
@@ -1350,21 +1410,6 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         char path[4096];
         snprintf(path, sizeof path, "%s/final.ll", dump);
         LLVMPrintModuleToFile(p->m, path, NULL);
-    }
-    /* emit for this machine */
-    triple = strdup(LLVMGetTarget(p->m));
-    LLVMTargetRef target;
-    if (LLVMGetTargetFromTriple(triple, &target, &err)) {
-        fail(p, "no target for %s: %s", triple, err);
-        goto done;
-    }
-    cpu = LLVMGetHostCPUName();
-    features = LLVMGetHostCPUFeatures();
-    tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
-                                 LLVMCodeModelDefault);
-    if (!tm) {
-        fail(p, "cannot create a target machine");
-        goto done;
     }
     if (LLVMTargetMachineEmitToFile(tm, p->m, (char *)obj_path, LLVMObjectFile, &err)) {
         fail(p, "cannot emit %s: %s", obj_path, err);
