@@ -113,23 +113,19 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     memset(next, 0, count * sizeof *next);
 #define RUN(site, dense) \
     k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, t[0], t[1], t[2], dense)
-    RUN(0, 1);
+    uint64_t present = RUN(0, 1); /* the sites where threads wait, as bits (63: done or site >= 63) */
+    int any_done = 0;
     const uint32_t nsites = info->nsites;
     for (;;) {
         uint32_t best = MKPY_CBS_DONE, barrier = MKPY_CBS_DONE, other = MKPY_CBS_DONE;
         int dense = 0; /* every thread waits at the one site released */
-        if (nsites <= 64) {
-            /* the sites where threads wait, as a bit set (a loop the
-             * compiler vectorises), then the choice among them */
-            uint64_t present = 0;
-            uint32_t done = 0;
-            for (unsigned i = 0; i < count; i++) {
-                present |= next[i] < 64 ? 1ull << next[i] : 0;
-                done |= next[i] == MKPY_CBS_DONE;
-            }
-            dense = !done && present && !(present & (present - 1));
-            for (; present; present &= present - 1) {
-                uint32_t s = (uint32_t)__builtin_ctzll(present);
+        if (nsites < 63) {
+            /* the run functions say where the threads they ran went */
+            any_done |= (int)(present >> 63);
+            uint64_t sites_mask = present & ~(1ull << 63);
+            dense = !any_done && sites_mask && !(sites_mask & (sites_mask - 1));
+            for (uint64_t m = sites_mask; m; m &= m - 1) {
+                uint32_t s = (uint32_t)__builtin_ctzll(m);
                 if (sites[s].kind == MKPY_CBS_BARRIER) {
                     if (barrier == MKPY_CBS_DONE)
                         barrier = s;
@@ -139,6 +135,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                     best = s;
                 }
             }
+            present = sites_mask;
         } else {
             for (unsigned i = 0; i < count; i++) {
                 uint32_t s = next[i];
@@ -171,7 +168,8 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                     memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
                 }
             }
-            RUN(best, dense);
+            uint64_t went = RUN(best, dense);
+            if (nsites < 63) present = (present & ~(1ull << best)) | went;
             continue;
         }
         if (barrier == MKPY_CBS_DONE) return 0; /* every thread returned */
@@ -188,7 +186,8 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                      a->file ? a->file : "?", a->line, a->col, b->file ? b->file : "?", b->line, b->col);
             return -1;
         }
-        RUN(barrier, dense);
+        uint64_t went = RUN(barrier, dense);
+        if (nsites < 63) present = (present & ~(1ull << barrier)) | went;
     }
 #undef RUN
 }

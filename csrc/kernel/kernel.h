@@ -90,7 +90,7 @@ char *mkk_translate(const char *msl);
 typedef struct mkpy_launch mkk_launch;
 typedef void (*mkk_entry_fn)(void *const *args, const mkk_launch *launch);
 typedef void (*mkk_thread_fn)(void *const *args, const mkk_launch *launch, uint64_t group, unsigned index);
-typedef void (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_launch *launch, uint64_t group,
+typedef uint64_t (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_launch *launch, uint64_t group,
                                unsigned char *frame, unsigned char *deposit, unsigned char *simd, uint32_t *masks,
                                uint32_t *next, uint32_t tx, uint32_t ty, uint32_t tz, uint32_t dense);
 typedef struct {

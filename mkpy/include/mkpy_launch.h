@@ -64,7 +64,8 @@ struct mkpy_coop_api {
  *       runs, for every thread i of threadgroup `group` (of tx * ty * tz
  *       threads) with next[i] == site (all of them when `dense`), the thread
  *       from that resume point to its next one, and stores that one in
- *       next[i] (MKPY_CBS_DONE once it returned);
+ *       next[i] (MKPY_CBS_DONE once it returned). Returns the sites the
+ *       threads went on to, as bits (bit 63: MKPY_CBS_DONE, or a site >= 63);
  *   mkpy_kernel_cbs_info, a struct mkpy_cbs_info describing the sites.
  * Values a thread keeps across a resume point live in ctx->frame, one array
  * per value with a slot per thread (MKPY_CBS_MAX_THREADS of them). */

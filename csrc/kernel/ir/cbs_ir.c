@@ -1285,7 +1285,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     {
         LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->ptr,
                                 p->ptr, p->ptr, p->i32, p->i32, p->i32, p->i32};
-        LLVMTypeRef rt = LLVMFunctionType(p->voidt, params, 13, 0);
+        LLVMTypeRef rt = LLVMFunctionType(p->i64, params, 13, 0);
         LLVMValueRef run = LLVMAddFunction(p->m, MKPY_CBS_RUN_SYMBOL, rt);
         unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
         for (unsigned a = 5; a <= 9; a++)
@@ -1293,8 +1293,14 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMTypeRef ft = LLVMGlobalGetValueType(p->f);
         LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
         LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(p->cx, run, "out");
+        /* the result: bit r (r < 63) set when a released thread went on to
+         * site r, bit 63 for MKPY_CBS_DONE or a site >= 63 (an alloca that
+         * mem2reg turns into an or-reduction across the loops) */
+        LLVMPositionBuilderAtEnd(p->b, entry);
+        LLVMValueRef acc = LLVMBuildAlloca(p->b, p->i64, "sites");
+        LLVMBuildStore(p->b, const_i64(p, 0), acc);
         LLVMPositionBuilderAtEnd(p->b, out);
-        LLVMBuildRetVoid(p->b);
+        LLVMBuildRet(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""));
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
         LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr};
@@ -1352,6 +1358,11 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                                        const_i32(p, k), ctxv, x, y, z};
                 LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 9, "");
                 LLVMBuildStore(p->b, r, slotp);
+                LLVMValueRef big = LLVMBuildICmp(p->b, LLVMIntUGT, r, const_i32(p, 63), "");
+                LLVMValueRef bit = LLVMBuildShl(p->b, const_i64(p, 1),
+                                                LLVMBuildZExt(p->b, LLVMBuildSelect(p->b, big, const_i32(p, 63), r, ""),
+                                                              p->i64, ""), "");
+                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""), bit, ""), acc);
                 LLVMBuildBr(p->b, xl);
                 LLVMPositionBuilderAtEnd(p->b, xl);
                 LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
