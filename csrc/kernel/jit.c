@@ -412,7 +412,11 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     sb(&b, call.s);
     sb(&b, "}\n");
     /* the same thread for the region-splitting engine (cbs.c): the IR pass
-     * gives `resume` and `ctx` their meaning */
+     * gives `resume` and `ctx` their meaning; loop steps (a site per
+     * iteration of a site-free loop, so that the iteration vectorises across
+     * threads) pay for threadgroups of 64 threads or more */
+    sbf(&b, "extern \"C\" const int mkpy_cbs_loop_steps = %d;\n",
+        c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64);
     sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, uint64_t g, "
            "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
     sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
@@ -795,14 +799,17 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
      * (kernel name, header, source, argument types, template values,
      * attributes), so a hit skips the translation. */
     size_t mlen = strlen(mflags), glen = strlen(generated);
-    char *key = malloc(mlen + glen + 2);
+    char *key = malloc(mlen + glen + 3);
     if (!key) {
         mk_nomem();
         return fn;
     }
     memcpy(key, mflags, mlen);
-    key[mlen] = '\n';
-    memcpy(key + mlen + 1, generated, glen + 1);
+    /* the program also depends on whether threadgroups are large (see
+     * mkpy_cbs_loop_steps in build_program) */
+    key[mlen] = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64 ? 'L' : 'S';
+    key[mlen + 1] = '\n';
+    memcpy(key + mlen + 2, generated, glen + 1);
     unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);
 
     pthread_mutex_lock(&jit.mu);

@@ -531,6 +531,94 @@ static int ends_in_sync(pass *p, LLVMBasicBlockRef bb) {
     return prev && sync_kind(p, prev);
 }
 
+/* PoCL's "implicit loop barriers": a step at the header of every innermost
+ * loop without a site, so that each iteration becomes a region run by a
+ * work-item loop across the threads, whose memory accesses are then
+ * consecutive (a GPU's coalesced loads) and vectorise. Adding a site never
+ * changes results here: lockstep is the model. Returns -1 on failure. */
+static LLVMValueRef const_i32(pass *p, long v);
+static LLVMValueRef const_i64(pass *p, long long v);
+static LLVMValueRef gep_bytes(pass *p, LLVMValueRef base, LLVMValueRef off);
+
+static int add_loop_steps(pass *p) {
+    if (cfg_build(p) < 0) return -1;
+    int n = p->nblocks, rc = 0, nloops = 0;
+    int *stack = malloc(sizeof(int) * (size_t)n), *pos = calloc((size_t)n, sizeof(int));
+    char *state = calloc((size_t)n, 1);
+    int *hdr = malloc(sizeof(int) * (size_t)n * 2); /* per back edge: its header */
+    char *blocks = calloc((size_t)n * (size_t)n * 2, 1); /* per back edge: its loop's blocks */
+    if (!stack || !pos || !state || !hdr || !blocks) {
+        rc = fail(p, "out of memory");
+        goto out;
+    }
+    /* back edges u -> h (h on the DFS stack), each with its natural loop:
+     * the blocks that reach u without passing h */
+    int sp = 0;
+    stack[sp++] = 0;
+    state[0] = 1;
+    while (sp) {
+        int u = stack[sp - 1];
+        if (pos[u] >= p->nsucc[u]) {
+            state[u] = 2;
+            sp--;
+            continue;
+        }
+        int h = p->succ[u][pos[u]++];
+        if (state[h] == 0) {
+            state[h] = 1;
+            stack[sp++] = h;
+            continue;
+        }
+        if (state[h] != 1 || nloops >= 2 * n) continue;
+        char *in = blocks + (size_t)nloops * n;
+        hdr[nloops++] = h;
+        in[h] = 1;
+        int *ws = malloc(sizeof(int) * (size_t)n), top = 0;
+        if (!ws) {
+            rc = fail(p, "out of memory");
+            goto out;
+        }
+        if (!in[u]) {
+            in[u] = 1;
+            ws[top++] = u;
+        }
+        while (top) {
+            int x = ws[--top];
+            for (int y = 0; y < n; y++)
+                for (int k = 0; k < p->nsucc[y]; k++)
+                    if (p->succ[y][k] == x && !in[y]) {
+                        in[y] = 1;
+                        ws[top++] = y;
+                    }
+        }
+        free(ws);
+    }
+    for (int l = 0; l < nloops; l++) {
+        const char *in = blocks + (size_t)l * n;
+        int ok = 1;
+        for (int m = 0; m < nloops && ok; m++) /* innermost: no other header inside */
+            if (hdr[m] != hdr[l] && in[hdr[m]]) ok = 0;
+        for (int x = 0; x < n && ok; x++) /* no site inside */
+            if (in[x] && ends_in_sync(p, p->blocks[x])) ok = 0;
+        for (int m = 0; m < l && ok; m++) /* one step per header */
+            if (hdr[m] == hdr[l]) ok = 0;
+        if (!ok) continue;
+        LLVMValueRef at = LLVMGetFirstInstruction(p->blocks[hdr[l]]);
+        while (at && LLVMIsAPHINode(at)) at = LLVMGetNextInstruction(at);
+        if (!at) continue;
+        LLVMPositionBuilderBefore(p->b, at);
+        LLVMValueRef call = LLVMBuildCall2(p->b, LLVMGlobalGetValueType(p->fn_step), p->fn_step, NULL, 0, "");
+        split_after(p, call);
+    }
+out:
+    free(stack);
+    free(pos);
+    free(state);
+    free(hdr);
+    free(blocks);
+    return rc;
+}
+
 /* Is inst the first instruction of its block, every predecessor of which
  * ends in a site? */
 static int behind_site(pass *p, LLVMValueRef inst) {
@@ -1118,6 +1206,14 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         if (r < 0) goto done;
         if (!r) break;
     }
+    /* then the loop steps, which may be skipped at run time: the regions
+     * above are conflict-free without them */
+    /* (jit.c asks for them for threadgroups of 64 threads or more: a step
+     * costs about a region's overhead, which fewer threads do not repay) */
+    LLVMValueRef want = LLVMGetNamedGlobal(p->m, "mkpy_cbs_loop_steps");
+    if (want && LLVMGetInitializer(want) && LLVMIsAConstantInt(LLVMGetInitializer(want)) &&
+        LLVMConstIntGetZExtValue(LLVMGetInitializer(want)) && add_loop_steps(p) < 0)
+        goto done;
 
     /* a resume block after every site */
     if (collect_sites(p, &sites, &nsites) < 0) goto done;
@@ -1372,10 +1468,23 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, y1, ty, ""), yb, zl);
                 LLVMPositionBuilderAtEnd(p->b, zl);
                 LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
-                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, out);
-                LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1}, xv[] = {const_i32(p, 0), x1};
-                LLVMBasicBlockRef zf[] = {pick, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
-                LLVMAddIncoming(z, zv, zf, 2);
+                /* dense, and every thread came back here (a uniform loop with a
+                 * step or barrier): run the site again without going back to
+                 * the scheduler, which would release it again anyway */
+                int again = !checked && k > 0 && sites[k - 1].kind != MKPY_CBS_EXCHANGE && k < 63;
+                LLVMBasicBlockRef ab = again ? LLVMAppendBasicBlockInContext(p->cx, run, "again") : out;
+                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, ab);
+                if (again) {
+                    LLVMPositionBuilderAtEnd(p->b, ab);
+                    LLVMValueRef went = LLVMBuildLoad2(p->b, p->i64, acc, "");
+                    LLVMValueRef same = LLVMBuildICmp(p->b, LLVMIntEQ, went, const_i64(p, 1ll << k), "");
+                    LLVMBuildStore(p->b, LLVMBuildSelect(p->b, same, const_i64(p, 0), went, ""), acc);
+                    LLVMBuildCondBr(p->b, same, zb, out);
+                }
+                LLVMValueRef zv[] = {const_i32(p, 0), z1, const_i32(p, 0)}, yv[] = {const_i32(p, 0), y1},
+                             xv[] = {const_i32(p, 0), x1};
+                LLVMBasicBlockRef zf[] = {pick, zl, ab}, yf[] = {zb, yl}, xf[] = {yb, xl};
+                LLVMAddIncoming(z, zv, zf, again ? 3 : 2);
                 LLVMAddIncoming(y, yv, yf, 2);
                 LLVMAddIncoming(x, xv, xf, 2);
             }
