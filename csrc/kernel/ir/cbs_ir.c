@@ -602,6 +602,17 @@ static int add_loop_steps(pass *p) {
             if (in[x] && ends_in_sync(p, p->blocks[x])) ok = 0;
         for (int m = 0; m < l && ok; m++) /* one step per header */
             if (hdr[m] == hdr[l]) ok = 0;
+        /* the user's loops only: not those of the runtime header (the
+         * lane loops of a SIMD-group reduction, say) */
+        int user = 0;
+        for (int x = 0; x < n && ok && !user; x++)
+            if (in[x])
+                for (LLVMValueRef q = LLVMGetFirstInstruction(p->blocks[x]); q && !user; q = LLVMGetNextInstruction(q)) {
+                    unsigned len = 0;
+                    const char *file = LLVMGetDebugLocFilename(q, &len);
+                    user = file && len >= 8 && strncmp(file, "<kernel ", 8) == 0;
+                }
+        if (!user) ok = 0;
         if (!ok) continue;
         LLVMValueRef at = LLVMGetFirstInstruction(p->blocks[hdr[l]]);
         while (at && LLVMIsAPHINode(at)) at = LLVMGetNextInstruction(at);
