@@ -29,6 +29,8 @@
 typedef struct {
     unsigned char *frame;
     size_t frame_cap;
+    unsigned char *tg; /* threadgroup variables */
+    size_t tg_cap;
     unsigned char *deposit; /* MKPY_SIMD_SLOT per thread */
     unsigned char *simd;    /* MKPY_SIMD_BUFFER per SIMD-group */
     uint32_t masks[MAX_SIMDGROUPS];
@@ -44,6 +46,7 @@ static void worker_free(void *p) {
     cbs_worker *w = p;
     if (!w) return;
     free(w->frame);
+    free(w->tg);
     free(w->deposit);
     free(w->simd);
     free(w);
@@ -51,7 +54,7 @@ static void worker_free(void *p) {
 
 static void make_key(void) { pthread_key_create(&worker_key, worker_free); }
 
-static cbs_worker *get_worker(size_t frame_bytes) {
+static cbs_worker *get_worker(size_t frame_bytes, size_t tg_bytes) {
     pthread_once(&worker_once, make_key);
     cbs_worker *w = pthread_getspecific(worker_key);
     if (!w) {
@@ -72,6 +75,13 @@ static cbs_worker *get_worker(size_t frame_bytes) {
         w->frame = aligned_alloc(64, (need + 63) / 64 * 64);
         if (!w->frame) return NULL;
         w->frame_cap = need;
+    }
+    if (tg_bytes > w->tg_cap) {
+        free(w->tg);
+        w->tg_cap = 0;
+        w->tg = aligned_alloc(64, (tg_bytes + 63) / 64 * 64);
+        if (!w->tg) return NULL;
+        w->tg_cap = tg_bytes;
     }
     return w;
 }
@@ -112,7 +122,8 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     uint32_t *next = w->next;
     memset(next, 0, count * sizeof *next);
 #define RUN(site, dense) \
-    k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, t[0], t[1], t[2], dense)
+    k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, ctx->tg, t[0], t[1], t[2], \
+           dense)
     uint64_t present = RUN(0, 1); /* the sites where threads wait, as bits (63: done or site >= 63) */
     int any_done = 0;
     const uint32_t nsites = info->nsites;
@@ -193,12 +204,12 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
 }
 
 int mkk_cbs_run(const mkk_cbs_kernel *k, const mkk_launch *L, char *error, size_t errn) {
-    cbs_worker *w = get_worker(k->info->frame_bytes);
+    cbs_worker *w = get_worker(k->info->frame_bytes, k->info->tg_alloc);
     if (!w) {
         snprintf(error, errn, "out of memory for the threads' state (%u bytes per thread)", k->info->frame_bytes);
         return -1;
     }
-    struct mkpy_cbs_ctx ctx = {w->frame, w->deposit, w->simd, w->masks};
+    struct mkpy_cbs_ctx ctx = {w->frame, w->deposit, w->simd, w->masks, w->tg};
     for (uint64_t g = L->group_begin; g < L->group_end; g++)
         if (run_group(k, w, &ctx, L, g, error, errn) < 0) return -1;
     return 0;

@@ -729,7 +729,7 @@ done:
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-4"
+#define CBS_ENGINE_ID "engine=lockstep-5"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;

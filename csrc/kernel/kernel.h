@@ -92,7 +92,8 @@ typedef void (*mkk_entry_fn)(void *const *args, const mkk_launch *launch);
 typedef void (*mkk_thread_fn)(void *const *args, const mkk_launch *launch, uint64_t group, unsigned index);
 typedef uint64_t (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_launch *launch, uint64_t group,
                                unsigned char *frame, unsigned char *deposit, unsigned char *simd, uint32_t *masks,
-                               uint32_t *next, uint32_t tx, uint32_t ty, uint32_t tz, uint32_t dense);
+                               uint32_t *next, unsigned char *tg, uint32_t tx, uint32_t ty, uint32_t tz,
+                               uint32_t dense);
 typedef struct {
     mkk_entry_fn entry;   /* whole threadgroups, thread after thread */
     mkk_thread_fn thread; /* one thread, for the cooperative scheme on fibers */

@@ -59,7 +59,7 @@ struct mkpy_coop_api {
 
 /* The region-splitting engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c).
  * A cooperative kernel compiled through LLVM IR also exports
- *   mkpy_kernel_cbs_run(site, args, launch, group, frame, deposit, simd, masks, next,
+ *   mkpy_kernel_cbs_run(site, args, launch, group, frame, deposit, simd, masks, next, tg,
  *                       tx, ty, tz, dense)
  *       runs, for every thread i of threadgroup `group` (of tx * ty * tz
  *       threads) with next[i] == site (all of them when `dense`), the thread
@@ -85,12 +85,14 @@ struct mkpy_cbs_info {
     int32_t tg_line;      /* the declaration that goes past the limit, if any */
     const char *tg_file;
     const struct mkpy_cbs_site *sites;
+    uint64_t tg_alloc; /* bytes of ctx->tg the compiled code uses */
 };
 struct mkpy_cbs_ctx {
     unsigned char *frame;   /* values kept across resume points */
     unsigned char *deposit; /* MKPY_SIMD_SLOT bytes per thread: its exchange value */
     unsigned char *simd;    /* MKPY_SIMD_BUFFER bytes per SIMD-group: the released exchange */
     uint32_t *masks;        /* per SIMD-group: the lanes of the last release */
+    unsigned char *tg;      /* the threadgroup's variables */
 };
 #define MKPY_CBS_RUN_SYMBOL "mkpy_kernel_cbs_run"
 #define MKPY_CBS_INFO_SYMBOL "mkpy_kernel_cbs_info"

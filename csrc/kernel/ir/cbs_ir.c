@@ -769,6 +769,68 @@ static LLVMValueRef ctx_field(pass *p, int index) {
     return LLVMBuildLoad2(p->b, p->ptr, a, "");
 }
 
+/* v with every use of global g (directly or inside a constant GEP) in F's
+ * instruction `user` replaced by base: constant expressions are rebuilt as
+ * instructions before the user. */
+static LLVMValueRef rebase(pass *p, LLVMValueRef v, LLVMValueRef g, LLVMValueRef base, LLVMValueRef at) {
+    if (v == g) return base;
+    if (!LLVMIsAConstantExpr(v) || LLVMGetConstOpcode(v) != LLVMGetElementPtr) return v;
+    LLVMValueRef ptr = rebase(p, LLVMGetOperand(v, 0), g, base, at);
+    if (ptr == LLVMGetOperand(v, 0)) return v;
+    int n = LLVMGetNumOperands(v);
+    LLVMValueRef idx[16];
+    if (n - 1 > 16) return v;
+    for (int i = 1; i < n; i++) idx[i - 1] = LLVMGetOperand(v, (unsigned)i);
+    LLVMPositionBuilderBefore(p->b, at);
+    LLVMTypeRef t = LLVMGetGEPSourceElementType(v);
+    return LLVMIsInBounds(v) ? LLVMBuildInBoundsGEP2(p->b, t, ptr, idx, (unsigned)(n - 1), "")
+                             : LLVMBuildGEP2(p->b, t, ptr, idx, (unsigned)(n - 1), "");
+}
+
+/* Threadgroup variables (the `static thread_local` globals of the C++) move
+ * to the worker's threadgroup memory, ctx->tg: one base pointer for the
+ * region instead of a __tls_get_addr per access (a sixth of SGEMM's time),
+ * and LLVM then knows them apart from the buffers. Returns their size, or
+ * (unsigned long long)-1 on failure. */
+static unsigned long long privatize_threadgroup(pass *p, LLVMValueRef tg_base, LLVMValueRef before) {
+    unsigned long long off = 0;
+    for (LLVMValueRef g = LLVMGetFirstGlobal(p->m); g; g = LLVMGetNextGlobal(g)) {
+        if (!LLVMIsThreadLocal(g)) continue;
+        /* F's uses of g: instructions using it directly or through constant GEPs */
+        int used = 0;
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb && !used; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in && !used; in = LLVMGetNextInstruction(in)) {
+                int n = LLVMGetNumOperands(in);
+                for (int i = 0; i < n && !used; i++) {
+                    LLVMValueRef o = LLVMGetOperand(in, (unsigned)i);
+                    used = o == g || (LLVMIsAConstantExpr(o) && rebase(p, o, g, g, in) != o);
+                }
+            }
+        if (!used) continue;
+        LLVMTypeRef t = LLVMGlobalGetValueType(g);
+        unsigned align = LLVMGetAlignment(g);
+        if (align < LLVMABIAlignmentOfType(p->td, t)) align = LLVMABIAlignmentOfType(p->td, t);
+        if (align < 16) align = 16;
+        off = (off + align - 1) / align * align;
+        LLVMPositionBuilderBefore(p->b, before);
+        LLVMValueRef base = gep_bytes(p, tg_base, const_i64(p, (long long)off));
+        off += LLVMABISizeOfType(p->td, t);
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+                if (in == base) continue;
+                int n = LLVMGetNumOperands(in);
+                for (int i = 0; i < n; i++) {
+                    LLVMValueRef o = LLVMGetOperand(in, (unsigned)i);
+                    LLVMValueRef r = LLVMIsAPHINode(in)
+                                         ? rebase(p, o, g, base, LLVMGetBasicBlockTerminator(LLVMGetIncomingBlock(in, (unsigned)i)))
+                                         : rebase(p, o, g, base, in);
+                    if (r != o) LLVMSetOperand(in, (unsigned)i, r);
+                }
+            }
+    }
+    return off;
+}
+
 static int collect_sites(pass *p, site **out, int *nout) {
     int n = 0, cap = 64;
     site *s = malloc(sizeof *s * (size_t)cap);
@@ -1226,6 +1288,12 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMConstIntGetZExtValue(LLVMGetInitializer(want)) && add_loop_steps(p) < 0)
         goto done;
 
+    /* threadgroup memory from ctx->tg (after the memory analysis above,
+     * which tells the variables apart by their globals) */
+    LLVMPositionBuilderBefore(p->b, e_br);
+    LLVMValueRef ctx_tg = ctx_field(p, 4);
+    unsigned long long tg_size = privatize_threadgroup(p, ctx_tg, e_br);
+
     /* a resume block after every site */
     if (collect_sites(p, &sites, &nsites) < 0) goto done;
     for (int i = 0; i < nsites; i++) {
@@ -1372,12 +1440,13 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMSetGlobalConstant(arr, 1);
         LLVMSetLinkage(arr, LLVMInternalLinkage);
         free(elems);
-        LLVMTypeRef info_fields[] = {p->i32, p->i32, p->i64, p->i32, p->ptr, p->ptr};
-        LLVMTypeRef info_t = LLVMStructTypeInContext(p->cx, info_fields, 6, 0);
+        LLVMTypeRef info_fields[] = {p->i32, p->i32, p->i64, p->i32, p->ptr, p->ptr, p->i64};
+        LLVMTypeRef info_t = LLVMStructTypeInContext(p->cx, info_fields, 7, 0);
         LLVMValueRef iv[] = {const_i32(p, nsites + 1), const_i32(p, (long)frame_bytes), const_i64(p, (long long)tg_bytes),
-                             const_i32(p, tg_line), tg_file && LLVMIsAConstant(tg_file) ? tg_file : nullp, arr};
+                             const_i32(p, tg_line), tg_file && LLVMIsAConstant(tg_file) ? tg_file : nullp, arr,
+                             const_i64(p, (long long)tg_size)};
         LLVMValueRef info = LLVMAddGlobal(p->m, info_t, MKPY_CBS_INFO_SYMBOL);
-        LLVMSetInitializer(info, LLVMConstNamedStruct(info_t, iv, 6));
+        LLVMSetInitializer(info, LLVMConstNamedStruct(info_t, iv, 7));
         LLVMSetGlobalConstant(info, 1);
     }
 
@@ -1391,11 +1460,11 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
      * LLVM knows the frame aliases no buffer or threadgroup variable. */
     {
         LLVMTypeRef params[] = {p->i32, p->ptr, p->ptr, p->i64, p->ptr, p->ptr, p->ptr,
-                                p->ptr, p->ptr, p->i32, p->i32, p->i32, p->i32};
-        LLVMTypeRef rt = LLVMFunctionType(p->i64, params, 13, 0);
+                                p->ptr, p->ptr, p->ptr, p->i32, p->i32, p->i32, p->i32};
+        LLVMTypeRef rt = LLVMFunctionType(p->i64, params, 14, 0);
         LLVMValueRef run = LLVMAddFunction(p->m, MKPY_CBS_RUN_SYMBOL, rt);
         unsigned noalias = LLVMGetEnumAttributeKindForName("noalias", 7);
-        for (unsigned a = 5; a <= 9; a++)
+        for (unsigned a = 5; a <= 10; a++)
             LLVMAddAttributeAtIndex(run, a, LLVMCreateEnumAttribute(p->cx, noalias, 0));
         LLVMTypeRef ft = LLVMGlobalGetValueType(p->f);
         LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
@@ -1410,13 +1479,16 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBuildRet(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""));
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
-        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr};
-        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 4, 0);
+        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
+        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 5, 0);
         LLVMValueRef ctxv = LLVMBuildAlloca(p->b, ctx_t, "ctx");
-        for (int f = 0; f < 4; f++)
-            LLVMBuildStore(p->b, LLVMGetParam(run, (unsigned)(4 + f)), gep_bytes(p, ctxv, const_i64(p, f * 8)));
-        LLVMValueRef tx = LLVMGetParam(run, 9), ty = LLVMGetParam(run, 10), tz = LLVMGetParam(run, 11);
-        LLVMValueRef dense = LLVMBuildICmp(p->b, LLVMIntNE, LLVMGetParam(run, 12), const_i32(p, 0), "dense");
+        for (int f = 0; f < 5; f++) {
+            /* params: frame, deposit, simd, masks, (next), tg */
+            unsigned param = f < 4 ? (unsigned)(4 + f) : 9u;
+            LLVMBuildStore(p->b, LLVMGetParam(run, param), gep_bytes(p, ctxv, const_i64(p, f * 8)));
+        }
+        LLVMValueRef tx = LLVMGetParam(run, 10), ty = LLVMGetParam(run, 11), tz = LLVMGetParam(run, 12);
+        LLVMValueRef dense = LLVMBuildICmp(p->b, LLVMIntNE, LLVMGetParam(run, 13), const_i32(p, 0), "dense");
         LLVMValueRef empty = LLVMBuildOr(
             p->b, LLVMBuildICmp(p->b, LLVMIntEQ, tx, const_i32(p, 0), ""),
             LLVMBuildOr(p->b, LLVMBuildICmp(p->b, LLVMIntEQ, ty, const_i32(p, 0), ""),
