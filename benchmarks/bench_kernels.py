@@ -3,7 +3,11 @@ algorithms in OpenCL (kernels.cl) and against NumPy/OpenBLAS doing the same math
 
   exp        element-wise, no barriers, 16M floats
   sgemm      16x16 tiles in threadgroup memory, two barriers per tile, N=1024
-  reduce     work-group tree reduction (grid-stride loop, then log2(256) barriers), 16M floats
+  sgemm 3d   (16, 16, 3) threadgroups of 768 threads, N=960
+  reduce     work-group tree reduction (grid-stride loop, then log2(256) barriers), 16M floats,
+             at 1024 and at 4096 groups
+  row sum    4096x4096, one 256-thread group per row; Metal with simd_sum twice, OpenCL with
+             a local-memory tree reduction; also against mx.sum(axis=1)
   rms_norm   rows of 2048, one 32-thread threadgroup per row; Metal sums with simd_sum,
              OpenCL with a local-memory tree reduction
 
@@ -60,6 +64,46 @@ REDUCE_SRC = """
     if (lid == 0) partial[threadgroup_position_in_grid.x] = scratch[0];
 """
 
+SGEMM3D_SRC = """
+    constexpr int TS = 16, KZ = 3;
+    threadgroup float As[KZ][TS][TS];
+    threadgroup float Bs[KZ][TS][TS];
+    threadgroup float part[KZ][TS][TS];
+    const int lx = thread_position_in_threadgroup.x, ly = thread_position_in_threadgroup.y;
+    const int lz = thread_position_in_threadgroup.z;
+    const int col = thread_position_in_grid.x, row = thread_position_in_grid.y;
+    const int N = n;
+    float acc = 0.0f;
+    for (int t = 0; t < N; t += TS * KZ) {
+        As[lz][ly][lx] = A[row * N + (t + lz * TS + lx)];
+        Bs[lz][ly][lx] = B[(t + lz * TS + ly) * N + col];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (int k = 0; k < TS; ++k)
+            acc += As[lz][ly][k] * Bs[lz][k][lx];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    part[lz][ly][lx] = acc;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (lz == 0) C[row * N + col] = part[0][ly][lx] + part[1][ly][lx] + part[2][ly][lx];
+"""
+
+ROWSUM_SRC = """
+    threadgroup float part[8];
+    const uint row = threadgroup_position_in_grid.x, lid = thread_position_in_threadgroup.x;
+    const uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
+    const uint ncols = uint(cols);
+    const size_t base = size_t(row) * ncols;
+    float s = 0.0f;
+    for (uint c = lid; c < ncols; c += 256) s += x[base + c];
+    s = simd_sum(s);
+    if (lane == 0) part[sg] = s;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (sg == 0) {
+        float t = simd_sum(lane < 8 ? part[lane] : 0.0f);
+        if (lane == 0) out[row] = t;
+    }
+"""
+
 RMS_SRC = """
     const uint lane = thread_position_in_threadgroup.x;
     const uint ls = threads_per_threadgroup.x;
@@ -79,7 +123,12 @@ RMS_SRC = """
 EXP_VS_POCL = Target(">= 1.5x PoCL throughput", ratio_min=1.5)
 EXP_VS_NUMPY = Target(">= 1.0x (>= np.exp)", ratio_min=1.0)
 
-REGION_NOTE = "barriers: fibers today; region splitting closes this"
+# issue #10's targets for the lockstep engine
+SGEMM_VS_POCL = Target(">= 3x PoCL", ratio_min=3.0)
+REDUCE_VS_POCL = Target(">= 2x PoCL", ratio_min=2.0)
+ROWSUM_VS_POCL = Target(">= 2x PoCL", ratio_min=2.0)
+ROWSUM_VS_MX = Target("within 3x of mx.sum(axis=1)", ratio_min=1.0 / 3.0)
+ENGINE_NOTE = "lockstep engine"
 
 
 def _rel_err(got, want):
@@ -184,36 +233,104 @@ def run(opts):
                    warmup=0, min_reps=2, max_reps=3, budget_s=budget)
     ok = ok and _rel_err(first["c"], want) < 1e-5
     best["pocl_reason"] = why
-    _pair_rows(rows, "tiled sgemm %d (barriers)" % N, "GFLOP/s", 2.0 * N ** 3, best, ok, note=REGION_NOTE)
+    _pair_rows(rows, "tiled sgemm %d (barriers)" % N, "GFLOP/s", 2.0 * N ** 3, best, ok, (SGEMM_VS_POCL, None),
+               note=ENGINE_NOTE)
+    del am, bm
+
+    # ------------------------------------------------------------- 768-thread 3D tiled matmul
+    N3 = 480 if opts.quick else 960
+    progress("kernel: 768-thread 3D tiled matmul %d" % N3)
+    k_g3 = mx.fast.metal_kernel(name="bench_sgemm_3d", input_names=["A", "B", "n"], output_names=["C"],
+                                source=SGEMM3D_SRC)
+    an = rng.standard_normal((N3, N3), dtype=np.float32)
+    bn = rng.standard_normal((N3, N3), dtype=np.float32)
+    am, bm = mx.array(an), mx.array(bn)
+    mx.eval(am, bm)
+
+    def mk_g3():
+        c, = k_g3(inputs=[am, bm, N3], grid=(N3, N3, 3), threadgroup=(16, 16, 3), output_shapes=[(N3, N3)],
+                  output_dtypes=[mx.float32])
+        mx.eval(c)
+        return c
+    want = an @ bn
+    ok = _rel_err(np.array(mk_g3()), want) < 1e-5
+    contenders = {"mkpy": mk_g3, "numpy": lambda: an @ bn}
+    if pocl:
+        ba, bb, bc = pocl.buffer(an), pocl.buffer(bn), pocl.buffer(nbytes=4 * N3 * N3)
+        contenders["pocl"] = pocl.launcher("sgemm_3d", (N3, N3, 3), (16, 16, 3), ba, bb, bc, np.int32(N3))
+        contenders["pocl"]()
+        ok = ok and _rel_err(pocl.read(bc, (N3, N3)), want) < 1e-5
+    best = compare(contenders, min_reps=2, max_reps=5, budget_s=budget)
+    best["pocl_reason"] = why
+    _pair_rows(rows, "3D-tiled matmul %d, 768 threads" % N3, "GFLOP/s", 2.0 * N3 ** 3, best, ok,
+               note=ENGINE_NOTE)
     del am, bm
 
     # ------------------------------------------------------------- tree reduction
-    progress("kernel: tree reduction 16M")
     n = 1 << 24
-    groups, ls = 1024, 256
     xn = rng.uniform(0, 1, n).astype(np.float32)
     xm = mx.array(xn)
     mx.eval(xm)
     k_red = mx.fast.metal_kernel(name="bench_reduce_sum", input_names=["inp", "n"], output_names=["partial"],
                                  source=REDUCE_SRC)
-
-    def mk_red():
-        p, = k_red(inputs=[xm, n], grid=(groups * ls, 1, 1), threadgroup=(ls, 1, 1), output_shapes=[(groups,)],
-                   output_dtypes=[mx.float32])
-        mx.eval(p)
-        return p
     want = float(np.sum(xn, dtype=np.float64))
-    ok = abs(float(np.array(mk_red(), np.float64).sum()) - want) / want < 1e-5
-    contenders = {"mkpy": mk_red, "numpy": lambda: np.sum(xn)}
+    bi = pocl.buffer(xn) if pocl else None
+    for groups in (1024, 4096):
+        progress("kernel: tree reduction 16M, %d groups" % groups)
+        ls = 256
+
+        def mk_red(groups=groups):
+            p, = k_red(inputs=[xm, n], grid=(groups * ls, 1, 1), threadgroup=(ls, 1, 1), output_shapes=[(groups,)],
+                       output_dtypes=[mx.float32])
+            mx.eval(p)
+            return p
+        ok = abs(float(np.array(mk_red(), np.float64).sum()) - want) / want < 1e-5
+        contenders = {"mkpy": mk_red, "numpy": lambda: np.sum(xn)}
+        if pocl:
+            bp = pocl.buffer(nbytes=4 * groups)
+            contenders["pocl"] = pocl.launcher("reduce_sum", (groups * ls,), (ls,), bi, bp, pocl.local(4 * ls),
+                                               np.uint32(n))
+            contenders["pocl"]()
+            ok = ok and abs(float(pocl.read(bp, groups).astype(np.float64).sum()) - want) / want < 1e-5
+        best = compare(contenders, min_reps=3, budget_s=budget)
+        best["pocl_reason"] = why
+        _pair_rows(rows, "tree reduce 16M, %d groups" % groups, "GB/s", 4.0 * n, best, ok, (REDUCE_VS_POCL, None),
+                   note=ENGINE_NOTE)
+    del xm
+
+    # ------------------------------------------------------------- simd_sum row reduction
+    R = C = 2048 if opts.quick else 4096
+    progress("kernel: simd_sum row reduction %dx%d" % (R, C))
+    xn = rng.standard_normal((R, C), dtype=np.float32)
+    xm = mx.array(xn)
+    mx.eval(xm)
+    k_rows = mx.fast.metal_kernel(name="bench_row_sum", input_names=["x", "cols"], output_names=["out"],
+                                  source=ROWSUM_SRC)
+
+    def mk_rows():
+        o, = k_rows(inputs=[xm, C], grid=(R * 256, 1, 1), threadgroup=(256, 1, 1), output_shapes=[(R,)],
+                    output_dtypes=[mx.float32])
+        mx.eval(o)
+        return o
+
+    def mx_rows():
+        o = mx.sum(xm, axis=1)
+        mx.eval(o)
+        return o
+    want = xn.sum(axis=1, dtype=np.float64)
+    ok = _close(mk_rows(), want, 1e-4, 1e-3)
+    contenders = {"mkpy": mk_rows, "numpy": mx_rows}
     if pocl:
-        bi, bp = pocl.buffer(xn), pocl.buffer(nbytes=4 * groups)
-        contenders["pocl"] = pocl.launcher("reduce_sum", (groups * ls,), (ls,), bi, bp, pocl.local(4 * ls),
-                                           np.uint32(n))
+        bx, bo = pocl.buffer(xn), pocl.buffer(nbytes=4 * R)
+        contenders["pocl"] = pocl.launcher("row_sum", (R * 256,), (256,), bx, bo, pocl.local(4 * 256), np.uint32(C))
         contenders["pocl"]()
-        ok = ok and abs(float(pocl.read(bp, groups).astype(np.float64).sum()) - want) / want < 1e-5
+        ok = ok and _close(pocl.read(bo, R), want, 1e-4, 1e-3)
     best = compare(contenders, min_reps=3, budget_s=budget)
     best["pocl_reason"] = why
-    _pair_rows(rows, "tree reduce 16M (barriers)", "GB/s", 4.0 * n, best, ok, note=REGION_NOTE)
+    rows_before = len(rows)
+    _pair_rows(rows, "simd_sum row reduction %dx%d" % (R, C), "GB/s", 4.0 * R * C, best, ok,
+               (ROWSUM_VS_POCL, ROWSUM_VS_MX), note=ENGINE_NOTE)
+    rows[rows_before + 1]["ref_name"] = "mx.sum(axis=1)"  # the second reference here is mkpy's own op
     del xm
 
     # ------------------------------------------------------------- rms_norm
@@ -245,8 +362,7 @@ def run(opts):
         ok = ok and _close(pocl.read(bo, (R, C)), want, 1e-5, 1e-6)
     best = compare(contenders, min_reps=3, budget_s=budget)
     best["pocl_reason"] = why
-    _pair_rows(rows, "rms_norm 8192x2048 (simd_sum)", "GB/s", 8.0 * R * C, best, ok,
-               note="SIMD-group ops: fibers today")
+    _pair_rows(rows, "rms_norm 8192x2048 (simd_sum)", "GB/s", 8.0 * R * C, best, ok, note=ENGINE_NOTE)
     return rows
 
 

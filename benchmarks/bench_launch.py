@@ -85,8 +85,13 @@ def run(opts):
         if pocl_ok:
             progress("launch: PoCL builds in fresh processes")
             pdirs = [os.path.join(tmp, "pocl%d" % i) for i in range(runs)]
-            p_cold = _best_child(runs, ["pocl-first-run"], lambda i: {"POCL_CACHE_DIR": pdirs[i]})
-            p_hit = _best_child(runs + 2, ["pocl-first-run"], lambda i: {"POCL_CACHE_DIR": pdirs[0]})
+            # pyopencl keeps its own binary cache keyed by the source: off, and a
+            # source unique to each cold run, so that "cold" is PoCL building
+            p_cold = _best_child(runs, ["pocl-first-run"],
+                                 lambda i: {"POCL_CACHE_DIR": pdirs[i], "PYOPENCL_NO_CACHE": "1",
+                                            "MKPY_BENCH_NONCE": uuid.uuid4().hex})
+            p_hit = _best_child(runs + 2, ["pocl-first-run"],
+                                lambda i: {"POCL_CACHE_DIR": pdirs[0], "PYOPENCL_NO_CACHE": "1"})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -72,3 +72,45 @@ __kernel void rms_norm(__global const float* restrict x, __global const float* r
     for (uint c = lid; c < cols; c += ls)
         out[base + c] = x[base + c] * inv * w[c];
 }
+
+// Row sums, one 256-work-item group per row: a column-stride loop, then a
+// local-memory tree reduction (the Metal version uses simd_sum twice).
+__kernel void row_sum(__global const float* restrict x, __global float* restrict out,
+                      __local float* scratch, const uint cols) {
+    const uint lid = get_local_id(0), ls = get_local_size(0);
+    const size_t base = (size_t)get_group_id(0) * cols;
+    float s = 0.0f;
+    for (uint c = lid; c < cols; c += ls) s += x[base + c];
+    scratch[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint off = ls / 2; off > 0; off >>= 1) {
+        if (lid < off) scratch[lid] += scratch[lid + off];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) out[get_group_id(0)] = scratch[0];
+}
+
+// C = A*B with (16, 16, 3) work-groups (768 work-items): each z-slice takes a
+// third of every 48-wide k step, and the slices' partial sums meet in local
+// memory at the end. N is a multiple of 48.
+#define KZ 3
+__kernel void sgemm_3d(__global const float* restrict A, __global const float* restrict B,
+                       __global float* restrict C, const int N) {
+    __local float As[KZ][TS][TS];
+    __local float Bs[KZ][TS][TS];
+    __local float part[KZ][TS][TS];
+    const int lx = get_local_id(0), ly = get_local_id(1), lz = get_local_id(2);
+    const int col = get_global_id(0), row = get_global_id(1);
+    float acc = 0.0f;
+    for (int t = 0; t < N; t += TS * KZ) {
+        As[lz][ly][lx] = A[row * N + (t + lz * TS + lx)];
+        Bs[lz][ly][lx] = B[(t + lz * TS + ly) * N + col];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = 0; k < TS; ++k)
+            acc += As[lz][ly][k] * Bs[lz][k][lx];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    part[lz][ly][lx] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lz == 0) C[row * N + col] = part[0][ly][lx] + part[1][ly][lx] + part[2][ly][lx];
+}
