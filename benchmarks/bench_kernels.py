@@ -2,6 +2,8 @@
 algorithms in OpenCL (kernels.cl) and against NumPy/OpenBLAS doing the same math.
 
   exp        element-wise, no barriers, 16M floats
+  trivial    x * 2 over 4M floats with one barrier (cooperative) against the same body without
+             it (the plain path), at 32, 256 and 1024 threads per group: the engine's own cost
   sgemm      16x16 tiles in threadgroup memory, two barriers per tile, N=1024
   sgemm 3d   (16, 16, 3) threadgroups of 768 threads, N=960
   reduce     work-group tree reduction (grid-stride loop, then log2(256) barriers), 16M floats,
@@ -129,6 +131,20 @@ REDUCE_VS_POCL = Target(">= 2x PoCL", ratio_min=2.0)
 ROWSUM_VS_POCL = Target(">= 2x PoCL", ratio_min=2.0)
 ROWSUM_VS_MX = Target("within 3x of mx.sum(axis=1)", ratio_min=1.0 / 3.0)
 ENGINE_NOTE = "lockstep engine"
+TRIVIAL_VS_PLAIN = Target("cooperative <= 2x the plain path", ratio_min=0.5)
+
+# The same trivial body with and without a barrier: the barrier makes the
+# kernel cooperative, so the difference is the engine's own cost.
+TRIVIAL_PLAIN_SRC = """
+    uint i = thread_position_in_grid.x;
+    out[i] = inp[i] * 2.0f;
+"""
+TRIVIAL_COOP_SRC = """
+    uint i = thread_position_in_grid.x;
+    float v = inp[i] * 2.0f;
+    threadgroup_barrier(mem_flags::mem_none);
+    out[i] = v;
+"""
 
 
 def _rel_err(got, want):
@@ -192,6 +208,36 @@ def run(opts):
     best = compare(contenders, budget_s=budget)
     best["pocl_reason"] = why
     _pair_rows(rows, "exp 16M f32 (no barriers)", "GB/s", 8.0 * n, best, ok, (EXP_VS_POCL, EXP_VS_NUMPY))
+    del xm
+
+    # ------------------------------------------------ a trivial cooperative body vs the plain path
+    n = 1 << 22
+    xn = rng.standard_normal(n, dtype=np.float32)
+    xm = mx.array(xn)
+    mx.eval(xm)
+    k_plain = mx.fast.metal_kernel(name="bench_trivial_plain", input_names=["inp"], output_names=["out"],
+                                   source=TRIVIAL_PLAIN_SRC)
+    k_coop = mx.fast.metal_kernel(name="bench_trivial_coop", input_names=["inp"], output_names=["out"],
+                                  source=TRIVIAL_COOP_SRC)
+    for tg in (32, 256, 1024):
+        progress("kernel: trivial body 4M, %d-thread groups, cooperative vs plain" % tg)
+
+        def launcher(k, tg=tg):
+            def go():
+                o, = k(inputs=[xm], grid=(n, 1, 1), threadgroup=(tg, 1, 1), output_shapes=[(n,)],
+                       output_dtypes=[mx.float32])
+                mx.eval(o)
+                return o
+            return go
+        coop, plain = launcher(k_coop), launcher(k_plain)
+        ok = _close(coop(), xn * 2, 0) and _close(plain(), xn * 2, 0)
+        best = compare({"coop": coop, "plain": plain}, budget_s=budget)
+        gbs = 8.0 * n / best["coop"] / 1e9
+        rows.append(row(SECTION, "trivial body 4M, tg=%d: cooperative vs plain" % tg, value=gbs,
+                        value_text="%.3g GB/s" % gbs, ref_name="plain path", ref_value=8.0 * n / best["plain"] / 1e9,
+                        ref_text="%.3g GB/s" % (8.0 * n / best["plain"] / 1e9),
+                        ratio=time_ratio(best["coop"], best["plain"]), target=TRIVIAL_VS_PLAIN, check=ok,
+                        note=ENGINE_NOTE if ok else "RESULT CHECK FAILED"))
     del xm
 
     # ------------------------------------------------------------- tiled sgemm

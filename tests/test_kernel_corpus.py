@@ -1390,3 +1390,146 @@ def test_wild_pointer_in_a_cooperative_kernel_is_an_error_and_the_workers_recove
         pad = np.zeros(groups * tg, np.int64)
         pad[:n] = v
         np.testing.assert_array_equal(np.array(partial), pad.reshape(groups, tg).sum(1))
+
+
+# ------------------------------------------- attention with an online softmax
+
+# Flash-attention style: one SIMD-group per query row, four rows per
+# threadgroup. Key/value tiles of 32 rows are staged in threadgroup memory;
+# lane j scores key j of the tile, the running max and sum are rescaled per
+# tile, and each lane accumulates its D/32 output columns from the tile's
+# probabilities, broadcast lane by lane with simd_shuffle.
+FLASH_ATTENTION = mx.fast.metal_kernel(
+    name="flash_attention_rows", input_names=["q", "k", "v", "scale"], output_names=["out"],
+    source="""
+    constexpr int BK = 32, PER = D / 32;
+    threadgroup T Ks[BK][D];
+    threadgroup T Vs[BK][D];
+    uint lane = thread_index_in_simdgroup, sg = simdgroup_index_in_threadgroup;
+    uint lid = thread_index_in_threadgroup, nthreads = threads_per_threadgroup.x;
+    int Lq = q_shape[0], Lk = k_shape[0];
+    int row = int(threadgroup_position_in_grid.x * simdgroups_per_threadgroup + sg);
+    bool live = row < Lq;
+    float qv[D];
+    for (int d = 0; d < D; d++) qv[d] = live ? float(q[row * D + d]) * scale[0] : 0.0f;
+    float m = -INFINITY, l = 0.0f, o[PER];
+    for (int i = 0; i < PER; i++) o[i] = 0.0f;
+    for (int k0 = 0; k0 < Lk; k0 += BK) {
+        for (uint i = lid; i < BK * D; i += nthreads) {
+            int r = k0 + int(i / D);
+            Ks[i / D][i % D] = r < Lk ? k[r * D + i % D] : T(0);
+            Vs[i / D][i % D] = r < Lk ? v[r * D + i % D] : T(0);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        int key = k0 + int(lane);
+        float s = -INFINITY;
+        if (key < Lk && (!CAUSAL || key <= row)) {
+            s = 0.0f;
+            for (int d = 0; d < D; d++) s += qv[d] * float(Ks[lane][d]);
+        }
+        float m_new = max(m, simd_max(s));
+        if (m_new > -INFINITY) {
+            float p = exp(s - m_new);
+            float corr = exp(m - m_new);
+            l = l * corr + simd_sum(p);
+            for (int i = 0; i < PER; i++) o[i] *= corr;
+            for (int j = 0; j < BK; j++) {
+                float pj = simd_shuffle(p, ushort(j));
+                for (int i = 0; i < PER; i++) o[i] += pj * float(Vs[j][lane + 32 * i]);
+            }
+            m = m_new;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    if (live)
+        for (int i = 0; i < PER; i++) out[row * D + lane + 32 * i] = T(o[i] / l);
+    """)
+
+
+def attention_reference(q, k, v, scale, causal):
+    s = (q.astype(np.float64) * scale) @ k.astype(np.float64).T
+    if causal:
+        s = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], s, -np.inf)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+
+
+@pytest.mark.parametrize("Lq,Lk,D", [(8, 100, 64), (13, 33, 32), (4, 256, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_flash_attention_online_softmax(Lq, Lk, D, causal, dtype):
+    if causal and Lk < Lq:
+        pytest.skip("every query row needs a key")
+    q, k, v = (RNG.standard_normal((n, D)).astype(np.float32) for n in (Lq, Lk, Lk))
+    ins = [mx.array(a).astype(dtype) for a in (q, k, v)]
+    q, k, v = (as_f32(a) for a in ins)
+    scale = 1.0 / np.sqrt(D)
+    groups = (Lq + 3) // 4
+    out, = FLASH_ATTENTION(inputs=ins + [mx.array([scale], dtype=mx.float32)],
+                           template=[("T", dtype), ("D", D), ("CAUSAL", causal)], grid=(groups * 128, 1, 1),
+                           threadgroup=(128, 1, 1), output_shapes=[(Lq, D)], output_dtypes=[dtype])
+    tol = 1e-4 if dtype == mx.float32 else 2e-3
+    np.testing.assert_allclose(as_f32(out), attention_reference(q, k, v, scale, causal), rtol=tol, atol=tol)
+
+
+# -------------------------------------- GEMM on simdgroup matrices, MLX style
+
+# As MLX's steel GEMMs: each SIMD-group owns a 16x16 block of C as 2x2
+# simdgroup_float8x8 accumulators; A and B tiles are staged in threadgroup
+# memory (A padded against bank conflicts), and the result is written through
+# thread_elements() with the lane layout (row (q&4) + (l/2)%4, column
+# (q&2)*2 + (l%2)*2), bounds-checked for partial tiles.
+SIMDGROUP_GEMM = mx.fast.metal_kernel(
+    name="simdgroup_gemm", input_names=["a", "b"], output_names=["c"],
+    source="""
+    constexpr int BM = 32, BN = 32, BK = 16, PAD = 4;
+    threadgroup T As[BM][BK + PAD];
+    threadgroup T Bs[BK][BN + PAD];
+    int M = a_shape[0], K = a_shape[1], N = b_shape[1];
+    uint lid = thread_index_in_threadgroup, lane = thread_index_in_simdgroup;
+    uint sg = simdgroup_index_in_threadgroup;                  // 4 SIMD-groups: a 2x2 grid of 16x16 blocks
+    int m0 = int(threadgroup_position_in_grid.y) * BM, n0 = int(threadgroup_position_in_grid.x) * BN;
+    int sm = int(sg / 2) * 16, sn = int(sg % 2) * 16;
+    simdgroup_float8x8 acc[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        for (uint i = lid; i < BM * BK; i += 128) {
+            int r = int(i / BK), kk = int(i % BK);
+            As[r][kk] = (m0 + r < M && k0 + kk < K) ? a[(m0 + r) * K + k0 + kk] : T(0);
+        }
+        for (uint i = lid; i < BK * BN; i += 128) {
+            int kk = int(i / BN), cc = int(i % BN);
+            Bs[kk][cc] = (k0 + kk < K && n0 + cc < N) ? b[(k0 + kk) * N + n0 + cc] : T(0);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (int kk = 0; kk < BK; kk += 8) {
+            simdgroup_matrix<T, 8, 8> fa[2], fb[2];
+            for (int i = 0; i < 2; i++) simdgroup_load(fa[i], &As[sm + 8 * i][kk], BK + PAD);
+            for (int j = 0; j < 2; j++) simdgroup_load(fb[j], &Bs[kk][sn + 8 * j], BN + PAD);
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++) simdgroup_multiply_accumulate(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    uint qid = lane / 4;
+    int fr = int((qid & 4) + (lane / 2) % 4), fc = int((qid & 2) * 2 + (lane % 2) * 2);
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            auto e = acc[i][j].thread_elements();
+            int r = m0 + sm + 8 * i + fr, c0 = n0 + sn + 8 * j + fc;
+            for (int t = 0; t < 2; t++)
+                if (r < M && c0 + t < N) c[r * N + c0 + t] = T(e[t]);
+        }
+    """)
+
+
+@pytest.mark.parametrize("M,K,N", [(32, 16, 32), (64, 48, 96), (37, 50, 29), (100, 33, 70)])
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_gemm_on_simdgroup_matrices(M, K, N, dtype):
+    ins = [mx.array(RNG.standard_normal(s).astype(np.float32)).astype(dtype) for s in ((M, K), (K, N))]
+    a, b = (as_f32(x) for x in ins)
+    c, = SIMDGROUP_GEMM(inputs=ins, template=[("T", dtype)], grid=((N + 31) // 32 * 128, (M + 31) // 32, 1),
+                        threadgroup=(128, 1, 1), output_shapes=[(M, N)], output_dtypes=[dtype])
+    tol = 1e-4 if dtype == mx.float32 else 1e-2
+    np.testing.assert_allclose(as_f32(c), a @ b, rtol=tol, atol=tol * 4)

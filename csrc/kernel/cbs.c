@@ -90,7 +90,12 @@ static cbs_worker *get_worker(size_t frame_bytes, size_t tg_bytes) {
  * thread count. */
 static unsigned group_shape(const mkk_launch *L, uint64_t g, uint32_t t[3]) {
     const uint64_t nx = L->ngroups[0], ny = L->ngroups[1];
-    const uint64_t b[3] = {g % nx, (g / nx) % ny, g / (nx * ny)};
+    uint64_t b[3] = {g, 0, 0};
+    if (ny != 1 || L->ngroups[2] != 1) { /* a 1-D grid of groups needs no division */
+        b[0] = g % nx;
+        b[1] = (g / nx) % ny;
+        b[2] = g / (nx * ny);
+    }
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
         uint64_t a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
@@ -119,8 +124,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     const struct mkpy_cbs_site *sites = info->sites;
     uint32_t t[3];
     const unsigned count = group_shape(L, g, t);
-    uint32_t *next = w->next;
-    memset(next, 0, count * sizeof *next);
+    uint32_t *next = w->next; /* the first run (site 0, every thread) sets each thread's entry */
 #define RUN(site, dense) \
     k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, ctx->tg, t[0], t[1], t[2], \
            dense)

@@ -69,10 +69,16 @@ static const char *const group_functions[] = {
 };
 
 /* The one place that decides how a kernel's threads run: cooperatively when
- * the source or header names threadgroup memory, a barrier or a SIMD-group /
- * quad-group function. */
+ * the source or header names threadgroup memory, a barrier, a SIMD-group /
+ * quad-group function or a simdgroup matrix. */
 static scheme scan_scheme(const mkk_kernel *k) {
-    static const char *const words[] = {"threadgroup", "threadgroup_barrier", "simdgroup_barrier"};
+    static const char *const words[] = {
+        "threadgroup", "threadgroup_barrier", "simdgroup_barrier",
+        /* simdgroup matrices: the diagonal constructor, loads and stores need
+         * the lane, the multiplies exchange operands */
+        "simdgroup_matrix", "simdgroup_float8x8", "simdgroup_half8x8", "simdgroup_bfloat8x8",
+        "simdgroup_load", "simdgroup_store", "simdgroup_multiply", "simdgroup_multiply_accumulate",
+    };
     const char *texts[2] = {k->source, k->header};
     for (int t = 0; t < 2; t++) {
         if (!texts[t]) continue;

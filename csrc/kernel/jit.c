@@ -417,6 +417,11 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
      * threads) pay for threadgroups of 64 threads or more */
     sbf(&b, "extern \"C\" const int mkpy_cbs_loop_steps = %d;\n",
         c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64);
+    /* threadgroups one thread tall (bit 0) or deep (bit 1): the work-item
+     * loops over y or z then run once, and LLVM drops them (their setup is
+     * most of a 32-thread group's cost) */
+    sbf(&b, "extern \"C\" const int mkpy_cbs_flat = %d;\n",
+        (c->threadgroup[1] == 1) | (c->threadgroup[2] == 1) << 1);
     sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, uint64_t g, "
            "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
     sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
@@ -729,7 +734,7 @@ done:
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-5"
+#define CBS_ENGINE_ID "engine=lockstep-6"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
@@ -805,9 +810,11 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         return fn;
     }
     memcpy(key, mflags, mlen);
-    /* the program also depends on whether threadgroups are large (see
-     * mkpy_cbs_loop_steps in build_program) */
-    key[mlen] = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64 ? 'L' : 'S';
+    /* the program also depends on whether threadgroups are large and on
+     * which of their dimensions are flat (see mkpy_cbs_loop_steps and
+     * mkpy_cbs_flat in build_program) */
+    key[mlen] = (char)('A' + (c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64) +
+                       2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1));
     key[mlen + 1] = '\n';
     memcpy(key + mlen + 2, generated, glen + 1);
     unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);

@@ -421,6 +421,133 @@ template <class T, class U> inline void atomic_max_explicit(volatile atomic<T> *
     atomic_fetch_max_explicit(o, u, m);
 }
 
+// ---------------------------------------------------- simdgroup matrices
+// MSL 6.7: an 8x8 matrix spread over the 32 lanes of a SIMD-group, two
+// elements per lane. Lane l holds row (q & 4) + (l / 2) % 4 and columns
+// (q & 2) * 2 + (l % 2) * 2 and the next one, where q = l / 4: the layout
+// Apple GPUs use and that code reading thread_elements() (MLX's steel GEMMs)
+// relies on. Every function must be reached by all lanes of the SIMD-group,
+// as in Metal; the multiplies exchange operands through the cooperative
+// runtime and accumulate in float.
+template <class T, int Cols, int Rows>
+struct simdgroup_matrix;
+
+} // namespace metal
+
+namespace mkpy {
+// (row, column of the first element) that lane `l` holds
+inline void simdgroup_coord(unsigned l, unsigned &row, unsigned &col) {
+    unsigned q = l / 4;
+    row = (q & 4) + (l / 2) % 4;
+    col = (q & 2) * 2 + (l % 2) * 2;
+}
+// the lane holding element (row, col)
+inline unsigned simdgroup_owner(unsigned row, unsigned col) {
+    return (row >> 2 & 1) << 4 | (col >> 2 & 1) << 3 | (row >> 1 & 1) << 2 | (row & 1) << 1 | (col >> 1 & 1);
+}
+inline unsigned simdgroup_lane(const char *file, int line, int col) {
+    uint32_t lane;
+    active_mask(file, line, col, lane);
+    return lane;
+}
+} // namespace mkpy
+
+namespace metal {
+
+template <class T, int Cols, int Rows>
+struct simdgroup_matrix {
+    static_assert(Cols == 8 && Rows == 8, "mkpy supports the 8x8 simdgroup matrices that Apple GPUs have");
+    vec<T, 2> e;
+    simdgroup_matrix() = default;
+    // a diagonal matrix holding d on the diagonal and zero elsewhere
+    explicit simdgroup_matrix(T d, MKPY_SITE) {
+        unsigned row, col;
+        ::mkpy::simdgroup_coord(::mkpy::simdgroup_lane(MKPY_AT), row, col);
+        e[0] = row == col ? d : T(0);
+        e[1] = row == col + 1 ? d : T(0);
+    }
+    vec<T, 2> &thread_elements() { return e; }
+    const vec<T, 2> &thread_elements() const { return e; }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+template <class T, int Cols, int Rows>
+inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(const T value) {
+    simdgroup_matrix<T, Cols, Rows> m;
+    m.e[0] = value;
+    m.e[1] = value;
+    return m;
+}
+
+// Element (r, c) of the matrix is src[(origin.y + r) * elements_per_row +
+// origin.x + c], or element (c, r) of that block when transposed; the
+// origin is (column, row) as in Metal.
+template <class T, class P, int Cols, int Rows>
+inline void simdgroup_load(simdgroup_matrix<T, Cols, Rows> &d, const P *src, ulong elements_per_row = Cols,
+                           ulong2 origin = ulong2(0), bool transpose = false, MKPY_SITE) {
+    unsigned row, col;
+    ::mkpy::simdgroup_coord(::mkpy::simdgroup_lane(MKPY_AT), row, col);
+    for (unsigned j = 0; j < 2; j++) {
+        ulong r = transpose ? col + j : row, c = transpose ? row : col + j;
+        d.e[j] = T(src[(origin.y + r) * elements_per_row + origin.x + c]);
+    }
+}
+template <class T, class P, int Cols, int Rows>
+inline void simdgroup_store(const simdgroup_matrix<T, Cols, Rows> &a, P *dst, ulong elements_per_row = Cols,
+                            ulong2 origin = ulong2(0), bool transpose = false, MKPY_SITE) {
+    unsigned row, col;
+    ::mkpy::simdgroup_coord(::mkpy::simdgroup_lane(MKPY_AT), row, col);
+    for (unsigned j = 0; j < 2; j++) {
+        ulong r = transpose ? col + j : row, c = transpose ? row : col + j;
+        dst[(origin.y + r) * elements_per_row + origin.x + c] = P(a.e[j]);
+    }
+}
+
+} // namespace metal
+
+namespace mkpy {
+template <class TA, class TB>
+struct mma_operands {
+    ::metal::vec<TA, 2> a;
+    ::metal::vec<TB, 2> b;
+};
+// d = a * b (+ c): each lane gathers its row of a and its two columns of b
+// from the lanes holding them, and sums the eight products in float.
+template <class TD, class TA, class TB, class TC>
+inline void simdgroup_mma(::metal::simdgroup_matrix<TD, 8, 8> &d, const ::metal::simdgroup_matrix<TA, 8, 8> &a,
+                          const ::metal::simdgroup_matrix<TB, 8, 8> &b, const ::metal::simdgroup_matrix<TC, 8, 8> *c,
+                          const char *file, int line, int col) {
+    uint32_t mask, lane;
+    unsigned char *s = exchange(mma_operands<TA, TB>{a.e, b.e}, mask, lane, file, line, col);
+    unsigned row, c0;
+    simdgroup_coord(lane, row, c0);
+    float acc[2] = {c ? float(c->e[0]) : 0.0f, c ? float(c->e[1]) : 0.0f};
+    for (unsigned k = 0; k < 8; k++) {
+        float x = float(slot<mma_operands<TA, TB>>(s, simdgroup_owner(row, k)).a[k & 1]);
+        mma_operands<TA, TB> bk = slot<mma_operands<TA, TB>>(s, simdgroup_owner(k, c0));
+        acc[0] = __builtin_fmaf(x, float(bk.b[0]), acc[0]);
+        acc[1] = __builtin_fmaf(x, float(bk.b[1]), acc[1]);
+    }
+    d.e[0] = TD(acc[0]);
+    d.e[1] = TD(acc[1]);
+}
+} // namespace mkpy
+
+namespace metal {
+template <class TD, class TA, class TB, int Cols, int Rows, int K>
+inline void simdgroup_multiply(simdgroup_matrix<TD, Cols, Rows> &d, const simdgroup_matrix<TA, K, Rows> &a,
+                               const simdgroup_matrix<TB, Cols, K> &b, MKPY_SITE) {
+    ::mkpy::simdgroup_mma(d, a, b, (const simdgroup_matrix<TD, 8, 8> *)nullptr, MKPY_AT);
+}
+template <class TD, class TA, class TB, class TC, int Cols, int Rows, int K>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, Cols, Rows> &d, const simdgroup_matrix<TA, K, Rows> &a,
+                                          const simdgroup_matrix<TB, Cols, K> &b,
+                                          const simdgroup_matrix<TC, Cols, Rows> &c, MKPY_SITE) {
+    ::mkpy::simdgroup_mma(d, a, b, &c, MKPY_AT);
+}
+
 } // namespace metal
 
 namespace mkpy {

@@ -75,6 +75,7 @@ typedef struct {
     /* the frame: values and allocas kept per thread across sites */
     LLVMValueRef frame_base, index64, e_br;
     LLVMValueRef *slot_vals, *slot_addrs; /* a value (or alloca) and its slot's address, built in E' */
+    char *slot_memory;                    /* 1 where the slot replaces an alloca: memory, not a value */
     int nslot_addrs, slot_addr_cap;
     unsigned long long frame; /* bytes per thread */
     char *why;
@@ -928,7 +929,9 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
         if (a) p->slot_addrs = a;
         LLVMValueRef *b = realloc(p->slot_vals, sizeof *b * (size_t)p->slot_addr_cap);
         if (b) p->slot_vals = b;
-        if (!a || !b) {
+        char *m = realloc(p->slot_memory, (size_t)p->slot_addr_cap);
+        if (m) p->slot_memory = m;
+        if (!a || !b || !m) {
             fail(p, "out of memory");
             return NULL;
         }
@@ -938,6 +941,7 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
                                     LLVMBuildMul(p->b, p->index64, const_i64(p, (long long)size), ""), "");
     LLVMValueRef addr = gep_bytes(p, p->frame_base, off);
     p->slot_vals[p->nslot_addrs] = v;
+    p->slot_memory[p->nslot_addrs] = (char)is_alloca;
     p->slot_addrs[p->nslot_addrs++] = addr;
     if (!is_alloca) {
         LLVMValueRef after = LLVMGetNextInstruction(v);
@@ -948,11 +952,14 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
     return addr;
 }
 
+/* A load of a value's slot. Not a load of an alloca moved to the frame:
+ * that memory changes between sites, and is dead after its lifetime ends,
+ * so it cannot be computed again at a later use. */
 static int is_slot_load(pass *p, LLVMValueRef v) {
     if (!LLVMIsALoadInst(v)) return 0;
     LLVMValueRef a = LLVMGetOperand(v, 0);
     for (int i = 0; i < p->nslot_addrs; i++)
-        if (a == p->slot_addrs[i]) return 1;
+        if (a == p->slot_addrs[i]) return !p->slot_memory[i];
     return 0;
 }
 
@@ -988,12 +995,38 @@ static int is_cheap(pass *p, LLVMValueRef v) {
     }
 }
 
+/* The same for every thread of the threadgroup: computed from constants,
+ * the args array, the launch and the group index (params 0-2) only, by pure
+ * instructions (divisions included: a division a thread reached had a
+ * non-zero divisor, and so does every thread's). Such a value is computed
+ * again at a use instead of being kept per thread, and O2 then hoists it out
+ * of the work-item loops: a group's coordinates (g / grid width, ...) would
+ * otherwise be a per-thread slot, and addresses built from it gathers. */
+static int is_uniform(pass *p, LLVMValueRef v, int depth) {
+    if (LLVMIsAConstant(v)) return 1;
+    if (LLVMIsAArgument(v))
+        return v == LLVMGetParam(p->f, 0) || v == LLVMGetParam(p->f, 1) || v == LLVMGetParam(p->f, 2);
+    if (!LLVMIsAInstruction(v) || depth >= 10) return 0;
+    switch (LLVMGetInstructionOpcode(v)) {
+    case LLVMUDiv: case LLVMSDiv: case LLVMURem: case LLVMSRem:
+        break;
+    default:
+        if (!is_cheap(p, v) || is_slot_load(p, v)) return 0;
+    }
+    int n = LLVMGetNumOperands(v);
+    if (n > 8) return 0;
+    for (int i = 0; i < n; i++)
+        if (!is_uniform(p, LLVMGetOperand(v, (unsigned)i), depth + 1)) return 0;
+    return 1;
+}
+
 /* v's value before `at` (dominated by v's definition): constants, arguments
- * and E' values as they are; cheap instructions computed again from their
- * operands (up to a depth); anything else loaded from its frame slot. */
+ * and E' values as they are; cheap and uniform instructions computed again
+ * from their operands (up to a depth); anything else loaded from its frame
+ * slot. */
 static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth) {
     if (!LLVMIsAInstruction(v) || LLVMGetInstructionParent(v) == p->eb) return v;
-    if (depth < 10 && is_cheap(p, v)) {
+    if (depth < 10 && (is_cheap(p, v) || is_uniform(p, v, depth))) {
         int n = LLVMGetNumOperands(v);
         LLVMValueRef ops[8];
         for (int i = 0; i < n; i++) {
@@ -1488,6 +1521,13 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMBuildStore(p->b, LLVMGetParam(run, param), gep_bytes(p, ctxv, const_i64(p, f * 8)));
         }
         LLVMValueRef tx = LLVMGetParam(run, 10), ty = LLVMGetParam(run, 11), tz = LLVMGetParam(run, 12);
+        LLVMValueRef flat_g = LLVMGetNamedGlobal(p->m, "mkpy_cbs_flat");
+        unsigned long long flat = flat_g && LLVMGetInitializer(flat_g) && LLVMIsAConstantInt(LLVMGetInitializer(flat_g))
+                                      ? LLVMConstIntGetZExtValue(LLVMGetInitializer(flat_g)) : 0;
+        /* a group of the launch is at least one thread in each dimension and
+         * at most its threadgroup: one thread where the threadgroup has one */
+        if (flat & 1) ty = const_i32(p, 1);
+        if (flat & 2) tz = const_i32(p, 1);
         LLVMValueRef dense = LLVMBuildICmp(p->b, LLVMIntNE, LLVMGetParam(run, 13), const_i32(p, 0), "dense");
         LLVMValueRef empty = LLVMBuildOr(
             p->b, LLVMBuildICmp(p->b, LLVMIntEQ, tx, const_i32(p, 0), ""),
@@ -1499,6 +1539,20 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMPositionBuilderAtEnd(p->b, dispatch);
         LLVMValueRef rsw = LLVMBuildSwitch(p->b, LLVMGetParam(run, 0), out, (unsigned)nsites + 1);
         LLVMValueRef next = LLVMGetParam(run, 8);
+        /* After a dense run in which every thread went on to one barrier or
+         * loop step, the scheduler would release that site densely: `chain`
+         * does so in this call (threads that returned, or an exchange, which
+         * needs the runtime to gather deposits, go back to the scheduler).
+         * A group of a barrier kernel then costs one call, not one per barrier. */
+        LLVMBasicBlockRef chain = LLVMAppendBasicBlockInContext(p->cx, run, "chain");
+        LLVMBasicBlockRef *dense_head = calloc((size_t)nsites + 1, sizeof *dense_head);
+        LLVMValueRef *dense_z = calloc((size_t)nsites + 1, sizeof *dense_z);
+        if (!dense_head || !dense_z) {
+            free(dense_head);
+            free(dense_z);
+            fail(p, "out of memory");
+            goto done;
+        }
         for (int k = 0; k <= nsites; k++) {
             LLVMBasicBlockRef pick = LLVMAppendBasicBlockInContext(p->cx, run, "site");
             LLVMAddCase(rsw, const_i32(p, k), pick);
@@ -1551,23 +1605,15 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, y1, ty, ""), yb, zl);
                 LLVMPositionBuilderAtEnd(p->b, zl);
                 LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
-                /* dense, and every thread came back here (a uniform loop with a
-                 * step or barrier): run the site again without going back to
-                 * the scheduler, which would release it again anyway */
-                int again = !checked && k > 0 && sites[k - 1].kind != MKPY_CBS_EXCHANGE && k < 63;
-                LLVMBasicBlockRef ab = again ? LLVMAppendBasicBlockInContext(p->cx, run, "again") : out;
-                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, ab);
-                if (again) {
-                    LLVMPositionBuilderAtEnd(p->b, ab);
-                    LLVMValueRef went = LLVMBuildLoad2(p->b, p->i64, acc, "");
-                    LLVMValueRef same = LLVMBuildICmp(p->b, LLVMIntEQ, went, const_i64(p, 1ll << k), "");
-                    LLVMBuildStore(p->b, LLVMBuildSelect(p->b, same, const_i64(p, 0), went, ""), acc);
-                    LLVMBuildCondBr(p->b, same, zb, out);
+                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, checked ? out : chain);
+                if (!checked) {
+                    dense_head[k] = zb;
+                    dense_z[k] = z;
                 }
-                LLVMValueRef zv[] = {const_i32(p, 0), z1, const_i32(p, 0)}, yv[] = {const_i32(p, 0), y1},
+                LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1},
                              xv[] = {const_i32(p, 0), x1};
-                LLVMBasicBlockRef zf[] = {pick, zl, ab}, yf[] = {zb, yl}, xf[] = {yb, xl};
-                LLVMAddIncoming(z, zv, zf, again ? 3 : 2);
+                LLVMBasicBlockRef zf[] = {pick, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
+                LLVMAddIncoming(z, zv, zf, 2);
                 LLVMAddIncoming(y, yv, yf, 2);
                 LLVMAddIncoming(x, xv, xf, 2);
             }
@@ -1575,6 +1621,21 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMPositionBuilderAtEnd(p->b, pick);
             LLVMBuildCondBr(p->b, dense, heads[0], heads[1]);
         }
+        LLVMPositionBuilderAtEnd(p->b, chain);
+        LLVMValueRef went = LLVMBuildLoad2(p->b, p->i64, acc, "went");
+        LLVMValueRef csw = LLVMBuildSwitch(p->b, went, out, 8);
+        for (int j = 1; j <= nsites && j < 63; j++) {
+            if (sites[j - 1].kind != MKPY_CBS_BARRIER && sites[j - 1].kind != MKPY_CBS_STEP) continue;
+            LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "chain.to");
+            LLVMAddCase(csw, const_i64(p, 1ll << j), pre);
+            LLVMPositionBuilderAtEnd(p->b, pre);
+            LLVMBuildStore(p->b, const_i64(p, 0), acc);
+            LLVMBuildBr(p->b, dense_head[j]);
+            LLVMValueRef zero = const_i32(p, 0);
+            LLVMAddIncoming(dense_z[j], &zero, &pre, 1);
+        }
+        free(dense_head);
+        free(dense_z);
         unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
         LLVMAddAttributeAtIndex(p->f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
         LLVMSetLinkage(p->f, LLVMInternalLinkage);
@@ -1628,6 +1689,7 @@ done:
     cfg_free(p);
     free(p->slot_addrs);
     free(p->slot_vals);
+    free(p->slot_memory);
     free(sites);
     if (p->m) LLVMDisposeModule(p->m);
     LLVMDisposeBuilder(p->b);
