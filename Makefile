@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?= -q
 BENCH_ARGS ?=
 
-.PHONY: deps build run test bench clean
+.PHONY: deps build run test bench clean soak tsan
 
 deps:
 	@sh scripts/install-deps.sh
@@ -26,5 +26,29 @@ bench: build
 	@sh scripts/install-bench-deps.sh
 	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
+# A longer multi-threaded run (by hand, never part of `make test`): 8 threads mixing ops,
+# shared lazy graphs, cached and new kernels and short-lived threads, printing RSS,
+# mappings and address space every few seconds. SOAK_SECONDS sets the length.
+SOAK_SECONDS ?= 120
+soak: build
+	PYTHONPATH=. $(PYTHON) scripts/soak.py --seconds $(SOAK_SECONDS)
+
+# The threading tests under ThreadSanitizer: the extension is built with
+# -fsanitize=thread into $(TSAN_DIR) (the normal build is left alone), and Python,
+# which is not instrumented, gets the TSan runtime through LD_PRELOAD (it must be
+# loaded before anything else). Suppressions, each with its reason: scripts/tsan.supp.
+CC ?= cc
+TSAN_DIR ?= build-tsan
+TSAN_TESTS ?= tests/test_threads.py tests/test_pool.py tests/test_eval.py
+tsan: deps
+	rm -rf $(TSAN_DIR)/mkpy
+	mkdir -p $(TSAN_DIR)
+	cp -r mkpy $(TSAN_DIR)/mkpy
+	rm -rf $(TSAN_DIR)/mkpy/*.so $(TSAN_DIR)/mkpy/mkpy-cbs-pass $(TSAN_DIR)/mkpy/__pycache__
+	MKPY_SANITIZE=thread $(PYTHON) setup.py -q build_ext --build-lib $(TSAN_DIR) --build-temp $(TSAN_DIR)/tmp
+	LD_PRELOAD=$$($(CC) -print-file-name=libtsan.so) \
+	TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
+	PYTHONPATH=$(TSAN_DIR) $(PYTHON) -P -m pytest -q -p no:cacheprovider $(TSAN_TESTS)
+
 clean:
-	rm -rf build mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build build-tsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info

@@ -18,6 +18,13 @@ cflags = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Wno-missing-field-initializer
 if os.environ.get("MKPY_DEBUG"):
     cflags += ["-O0", "-g", "-UNDEBUG"]
 
+# `make tsan`: MKPY_SANITIZE=thread builds the extension (not the compiler pass, a program of its own)
+# with ThreadSanitizer, into a separate directory (see the Makefile).
+sanitize_cflags, sanitize_ldflags = [], []
+if os.environ.get("MKPY_SANITIZE") == "thread":
+    sanitize_cflags = ["-fsanitize=thread", "-O1", "-g", "-fno-omit-frame-pointer"]
+    sanitize_ldflags = ["-fsanitize=thread"]
+
 include_dirs = ["csrc"]
 multiarch = sysconfig.get_config_var("MULTIARCH")
 if multiarch and os.path.isdir(f"/usr/include/{multiarch}/openblas-pthread"):
@@ -30,7 +37,8 @@ ext = Extension(
     sources=sources,
     depends=HEADERS,  # else a change to a header alone leaves the extension "up-to-date"
     include_dirs=include_dirs,
-    extra_compile_args=cflags,
+    extra_compile_args=cflags + sanitize_cflags,
+    extra_link_args=sanitize_ldflags,
     libraries=["openblas", "m", "pthread"],
 )
 # The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,

@@ -203,6 +203,23 @@ void mk_buffer_decref(mk_buffer *b) {
     free(b);
 }
 
+/* ------------------------------------------------------------- threads */
+
+/* The graph lock guards the links between nodes: an array's `prim`, a
+ * primitive's `inputs`/`ninputs`, `outputs`, `mark`, `state`, `waiters`,
+ * `fails` and `err_*`. It is held for mk_eval's walk of the graph and for the
+ * few stores that start or finish a primitive, never while an evaluator runs;
+ * nothing that may free a node runs under it (freeing an unevaluated array
+ * takes it). The condition variable wakes the threads waiting for a primitive
+ * that another thread runs. */
+static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t graph_cv = PTHREAD_COND_INITIALIZER;
+
+static void graph_lock(void) { pthread_mutex_lock(&graph_mu); }
+static void graph_unlock(void) { pthread_mutex_unlock(&graph_mu); }
+
+enum { MK_PRIM_PENDING = 0, MK_PRIM_RUNNING, MK_PRIM_DONE };
+
 /* ---------------------------------------------------- iterative freeing */
 
 /* Objects whose count reached zero wait here; the first decref on a thread
@@ -214,8 +231,25 @@ static _Thread_local struct {
     bool draining;
 } graveyard;
 
+/* A thread's graveyard list is freed when the thread exits. */
+static pthread_key_t graveyard_key;
+static pthread_once_t graveyard_once = PTHREAD_ONCE_INIT;
+
+static void graveyard_exit(void *unused) {
+    (void)unused;
+    free(graveyard.items);
+    graveyard.items = NULL;
+    graveyard.n = graveyard.cap = 0;
+}
+
+static void graveyard_key_make(void) { pthread_key_create(&graveyard_key, graveyard_exit); }
+
 static void bury(uintptr_t item) {
     if (graveyard.n == graveyard.cap) {
+        if (!graveyard.cap) {
+            pthread_once(&graveyard_once, graveyard_key_make);
+            pthread_setspecific(graveyard_key, &graveyard);
+        }
         size_t cap = graveyard.cap ? graveyard.cap * 2 : 64;
         uintptr_t *items = realloc(graveyard.items, cap * sizeof *items);
         if (!items) abort(); /* cannot report: we are freeing */
@@ -230,6 +264,7 @@ static void prim_decref(mk_prim *p);
 static void free_prim(mk_prim *p) {
     for (int i = 0; i < p->ninputs; i++) mk_decref(p->inputs[i]);
     free(p->inputs);
+    free(p->err_msg);
     if (p->params) {
         if (p->op->free_params)
             p->op->free_params(p->params);
@@ -243,9 +278,14 @@ static void free_prim(mk_prim *p) {
 
 static void free_array(mk_array *a) {
     if (a->buf) mk_buffer_decref(a->buf);
-    if (a->prim) {
-        a->prim->outputs[a->out_index] = NULL;
-        prim_decref(a->prim);
+    mk_prim *p = atomic_load_explicit(&a->prim, memory_order_acquire);
+    if (p) {
+        /* another thread may be starting p: it reads p's outputs under the
+         * graph lock (and skips this one, whose count is zero) */
+        graph_lock();
+        p->outputs[a->out_index] = NULL;
+        graph_unlock();
+        prim_decref(p);
     }
     free(a);
 }
@@ -402,7 +442,7 @@ int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const 
     for (; made < noutputs; made++) {
         mk_array *a = array_new(outdesc[made].dtype, outdesc[made].ndim, outdesc[made].shape);
         if (!a) break;
-        a->prim = p;
+        atomic_init(&a->prim, p);
         a->out_index = made;
         p->outputs[made] = a;
         prim_incref(p);
@@ -450,79 +490,151 @@ mk_array *mk_node(const mk_opdef *op, void *params, mk_dtype dtype, int ndim, co
     return out;
 }
 
-/* Runs one primitive whose inputs are all evaluated, then detaches it. */
+/* Takes a reference to an output unless it is already dying (its count
+ * reached zero: free_array is about to unlink it). Under the graph lock. */
+static bool try_incref(mk_array *a) {
+    long n = atomic_load_explicit(&a->refcnt, memory_order_relaxed);
+    while (n > 0)
+        if (atomic_compare_exchange_weak_explicit(&a->refcnt, &n, n + 1, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return true;
+    return false;
+}
+
+/* Runs one primitive whose inputs are all evaluated, then detaches it; or,
+ * when another thread is running it, waits for that thread and takes its
+ * outcome (its error too). The caller holds a reference to p. */
 static int run_prim(mk_prim *p) {
+    const int n = p->noutputs;
     mk_array *stack_outs[4];
-    mk_array **outs = p->noutputs <= 4 ? stack_outs : malloc(p->noutputs * sizeof *outs);
-    if (!outs) {
-        mk_nomem();
-        return -1;
+    bool stack_temp[4];
+    mk_array **outs = stack_outs;
+    bool *temp = stack_temp;
+    if (n > 4) {
+        outs = malloc((size_t)n * (sizeof *outs + sizeof *temp));
+        if (!outs) {
+            mk_nomem();
+            return -1;
+        }
+        temp = (bool *)(outs + n);
     }
     int rc = 0;
-    int ntemp = 0;
-    for (int i = 0; i < p->noutputs; i++) {
-        outs[i] = p->outputs[i];
-        if (!outs[i]) {
+
+    graph_lock();
+    if (p->state == MK_PRIM_RUNNING) {
+        /* another thread runs it: wait for its result */
+        unsigned fails = p->fails;
+        p->waiters++;
+        while (p->state == MK_PRIM_RUNNING) pthread_cond_wait(&graph_cv, &graph_mu);
+        p->waiters--;
+        if (p->state != MK_PRIM_DONE && p->fails != fails) {
+            mk_error_set(p->err_code, "%s", p->err_msg ? p->err_msg : "[eval] Evaluation failed on another thread.");
+            rc = -1;
+        }
+        graph_unlock();
+        goto done;
+    }
+    if (p->state == MK_PRIM_DONE) {
+        graph_unlock();
+        goto done;
+    }
+    p->state = MK_PRIM_RUNNING;
+    for (int i = 0; i < n; i++) {
+        mk_array *a = p->outputs[i];
+        outs[i] = a && try_incref(a) ? a : NULL;
+        temp[i] = outs[i] == NULL;
+    }
+    graph_unlock();
+
+    for (int i = 0; i < n && rc == 0; i++)
+        if (temp[i]) {
             /* the output died: compute into a temporary */
             outs[i] = array_new(p->outdesc[i].dtype, p->outdesc[i].ndim, p->outdesc[i].shape);
-            if (!outs[i]) {
-                for (int j = 0; j < i; j++)
-                    if (!p->outputs[j]) mk_decref(outs[j]);
-                rc = -1;
-                goto done;
+            if (!outs[i]) rc = -1;
+        }
+    if (rc == 0) rc = p->op->eval(p, p->inputs, outs);
+
+    mk_errcode code = MK_OK;
+    char *msg = NULL;
+    if (rc < 0) {
+        /* outputs stay unevaluated and attached; the error goes to waiters */
+        for (int i = 0; i < n; i++)
+            if (outs[i] && !temp[i] && outs[i]->buf) {
+                mk_buffer_decref(outs[i]->buf);
+                outs[i]->buf = NULL;
             }
-            ntemp++;
-        }
+        code = mk_error_code();
+        msg = strdup(mk_error_message());
     }
-    rc = p->op->eval(p, p->inputs, outs);
-    for (int i = 0; i < p->noutputs; i++) {
-        if (p->outputs[i] != outs[i]) {
-            mk_decref(outs[i]);
-        } else if (rc == 0) {
-            outs[i]->prim = NULL;
-            p->outputs[i] = NULL;
-            prim_decref(p); /* the caller still holds a reference */
-        } else if (outs[i]->buf) {
-            mk_buffer_decref(outs[i]->buf);
-            outs[i]->buf = NULL;
-        }
-    }
+    int drops = 0, nin = 0;
+    graph_lock();
     if (rc == 0) {
+        for (int i = 0; i < n; i++)
+            if (!temp[i]) {
+                /* publishes the buffer and layout (mk_is_evaluated) */
+                atomic_store_explicit(&outs[i]->prim, NULL, memory_order_release);
+                p->outputs[i] = NULL;
+                drops++;
+            }
         /* detach: the inputs are no longer needed by this node */
-        int n = p->ninputs;
+        nin = p->ninputs;
         p->ninputs = 0;
-        for (int i = 0; i < n; i++) mk_decref(p->inputs[i]);
+        p->state = MK_PRIM_DONE;
+    } else {
+        p->state = MK_PRIM_PENDING;
+        p->fails++;
+        p->err_code = code;
+        char *old = p->err_msg;
+        p->err_msg = msg;
+        msg = old;
     }
+    if (p->waiters) pthread_cond_broadcast(&graph_cv);
+    graph_unlock();
+    free(msg);
+    for (int i = 0; i < nin; i++) mk_decref(p->inputs[i]);
+    for (int i = 0; i < drops; i++) prim_decref(p); /* the caller still holds a reference */
+    for (int i = 0; i < n; i++) mk_xdecref(outs[i]);
 done:
     if (outs != stack_outs) free(outs);
-    (void)ntemp;
     return rc;
 }
 
-static atomic_ullong eval_epoch;
+static uint64_t eval_epoch; /* under the graph lock */
 
 typedef struct {
     mk_prim *p;
     int next;
 } frame;
 
+/* Evaluation has two steps. Under the graph lock, an iterative DFS collects
+ * the pending primitives the arrays depend on, in dependency order, with a
+ * reference to each. Then, without the lock, each runs in turn (run_prim):
+ * one a thread finds running elsewhere is waited for, one already done is
+ * skipped. Waiting cannot deadlock: a thread waits only between primitives,
+ * holding none, and the running thread needs nothing from it. */
 int mk_eval(mk_array *const *arrays, int n) {
-    uint64_t mark = atomic_fetch_add(&eval_epoch, 1) + 1;
     size_t scap = 64, ocap = 64, sn = 0, on = 0;
     frame *stack = malloc(scap * sizeof *stack);
     mk_prim **order = malloc(ocap * sizeof *order);
     int rc = 0;
-    if (!stack || !order) goto nomem;
+    if (!stack || !order) {
+        free(stack);
+        free(order);
+        mk_nomem();
+        return -1;
+    }
 
+    graph_lock();
+    uint64_t mark = ++eval_epoch;
     for (int r = 0; r < n; r++) {
-        mk_prim *root = arrays[r]->prim;
+        mk_prim *root = atomic_load_explicit(&arrays[r]->prim, memory_order_relaxed);
         if (!root || root->mark == mark) continue;
         root->mark = mark;
         stack[sn++] = (frame){root, 0};
         while (sn) {
             frame *f = &stack[sn - 1];
             if (f->next < f->p->ninputs) {
-                mk_prim *q = f->p->inputs[f->next++]->prim;
+                mk_prim *q = atomic_load_explicit(&f->p->inputs[f->next++]->prim, memory_order_relaxed);
                 if (q && q->mark != mark) {
                     q->mark = mark;
                     if (sn == scap) {
@@ -544,6 +656,7 @@ int mk_eval(mk_array *const *arrays, int n) {
             }
         }
     }
+    graph_unlock();
     free(stack);
     stack = NULL;
 
@@ -560,6 +673,7 @@ int mk_eval(mk_array *const *arrays, int n) {
     free(order);
     return rc;
 nomem:
+    graph_unlock();
     for (size_t k = 0; k < on; k++) prim_decref(order[k]);
     free(stack);
     free(order);

@@ -13,7 +13,14 @@
  *
  * Reference counts are atomic: Python threads may drop arrays while another
  * thread evaluates with the GIL released. Freeing is iterative, so a chain of
- * 100,000 unevaluated nodes does not recurse. */
+ * 100,000 unevaluated nodes does not recurse.
+ *
+ * Threads (array.c, "Threads"): any number of threads may build and evaluate
+ * graphs that share nodes. The graph's links (an array's `prim`, a
+ * primitive's `inputs`, `outputs`, `state`) change under one lock; an array
+ * is evaluated once its `prim` is NULL, read with acquire order, after which
+ * its buffer and layout never change. A primitive runs on one thread; others
+ * that need it wait for it and see its result or its error. */
 #ifndef MK_ARRAY_H
 #define MK_ARRAY_H
 
@@ -57,8 +64,8 @@ struct mk_array {
     int64_t offset;              /* elements */
     int64_t strides[MK_MAX_NDIM]; /* elements; 0 for broadcast dims */
     int flags;
-    /* pending while unevaluated: */
-    mk_prim *prim;
+    /* pending while unevaluated (NULL once evaluated; see mk_is_evaluated): */
+    _Atomic(mk_prim *) prim;
     int out_index;
 };
 
@@ -87,7 +94,13 @@ struct mk_prim {
     int noutputs;
     mk_outdesc *outdesc;
     mk_array **outputs; /* weak */
-    uint64_t mark;      /* eval bookkeeping */
+    /* eval bookkeeping, under the graph lock (array.c): */
+    uint64_t mark;
+    int state;       /* MK_PRIM_PENDING, _RUNNING (on one thread), _DONE */
+    int waiters;     /* threads waiting for it to leave RUNNING */
+    unsigned fails;  /* failed runs so far */
+    mk_errcode err_code; /* the last failure, for the threads that waited */
+    char *err_msg;
 };
 
 /* --- buffers --- */
@@ -110,7 +123,11 @@ void mk_cache_clear(void);
 static inline void mk_incref(mk_array *a) { atomic_fetch_add_explicit(&a->refcnt, 1, memory_order_relaxed); }
 void mk_decref(mk_array *a);
 static inline void mk_xdecref(mk_array *a) { if (a) mk_decref(a); }
-static inline bool mk_is_evaluated(const mk_array *a) { return a->buf != NULL; }
+/* Evaluated arrays never change again; the acquire pairs with the release
+ * that detaches the primitive once the buffer is written (array.c). */
+static inline bool mk_is_evaluated(const mk_array *a) {
+    return atomic_load_explicit(&((mk_array *)a)->prim, memory_order_acquire) == NULL;
+}
 static inline void *mk_data(const mk_array *a) {
     return (char *)a->buf->data + a->offset * (int64_t)mk_dtype_size(a->dtype);
 }

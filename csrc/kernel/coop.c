@@ -29,10 +29,13 @@
  * SIMD-group functions) never yields: such kernels are not supported. */
 #include "coop.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/pool.h"
 
 #define THREAD_STACK (128u << 10)
 #define MAX_SIMDGROUPS (1024 / MKPY_SIMD_WIDTH)
@@ -72,7 +75,10 @@ typedef struct {
 
 static _Thread_local coop_worker *worker;
 
-static void park(unsigned i) { mk_fiber_switch(&worker->fibers[i].sp, worker->sched_sp); }
+static void park(unsigned i) {
+    mk_tsan_leave(&worker->fibers[i]);
+    mk_fiber_switch(&worker->fibers[i].sp, worker->sched_sp);
+}
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail(const char *fmt, ...) {
@@ -249,6 +255,7 @@ static int run_simdgroup(coop_worker *w, unsigned sg) {
             coop_thread *t = &w->threads[i];
             if (t->state != RUNNING) continue;
             w->current = i;
+            mk_tsan_enter(&w->fibers[i]);
             mk_fiber_switch(&w->sched_sp, w->fibers[i].sp);
             if (w->failed) return -1;
             if (w->fibers[i].done) t->state = DONE;
@@ -303,24 +310,78 @@ static int run_group(coop_worker *w, uint64_t g) {
     }
 }
 
-int mkk_coop_run(const coop_kernel *k, const mkk_launch *L, char *error, size_t errn) {
-    static _Thread_local coop_worker *mine;
-    if (!mine) {
-        mine = calloc(1, sizeof *mine);
-        if (!mine) {
-            snprintf(error, errn, "out of memory");
-            return -1;
-        }
+/* ------------------------------------------------------ the worker pool */
+
+/* A worker (its fibers, one 132 KiB stack and two mappings each, up to 1024)
+ * belongs to no thread: a launch takes one from a process-wide list and gives
+ * it back, so Python threads that come and go leave nothing behind and the
+ * stacks are made once. The list keeps at most MAX_IDLE workers plus one per
+ * pool thread; a worker given back beyond that is freed. */
+#define MAX_IDLE_EXTRA 2
+
+static struct {
+    pthread_mutex_t mu;
+    coop_worker **idle;
+    int n, cap;
+} workers = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0};
+
+static void worker_free(coop_worker *w) {
+    for (int i = 0; i < w->nfibers; i++) mk_fiber_stack_free(&w->fibers[i]);
+    free(w->fibers);
+    free(w->threads);
+    free(w->tg_addr);
+    free(w);
+}
+
+static coop_worker *worker_take(void) {
+    coop_worker *w = NULL;
+    pthread_mutex_lock(&workers.mu);
+    if (workers.n) w = workers.idle[--workers.n];
+    pthread_mutex_unlock(&workers.mu);
+    return w ? w : calloc(1, sizeof *w);
+}
+
+static void worker_give(coop_worker *w) {
+    int cap = mk_pool_threads() + MAX_IDLE_EXTRA;
+    pthread_mutex_lock(&workers.mu);
+    if (!workers.idle) {
+        workers.idle = malloc((size_t)cap * sizeof *workers.idle);
+        workers.cap = workers.idle ? cap : 0;
     }
-    coop_worker *w = mine;
+    if (workers.n < workers.cap) {
+        workers.idle[workers.n++] = w;
+        w = NULL;
+    }
+    pthread_mutex_unlock(&workers.mu);
+    if (w) worker_free(w);
+}
+
+int mkk_coop_run(const coop_kernel *k, const mkk_launch *L, char *error, size_t errn) {
+    coop_worker *w = worker_take();
+    if (!w) {
+        snprintf(error, errn, "out of memory");
+        return -1;
+    }
     worker = w;
     w->kernel = k;
     w->launch = L;
     w->failed = 0;
-    for (uint64_t g = L->group_begin; g < L->group_end; g++)
+    int rc = 0;
+    for (uint64_t g = L->group_begin; g < L->group_end && rc == 0; g++)
         if (run_group(w, g) < 0) {
             snprintf(error, errn, "%s", w->error);
-            return -1;
+            rc = -1;
         }
-    return 0;
+    mk_fault_watch_stacks(NULL, 0);
+    worker = NULL;
+    worker_give(w);
+    return rc;
+}
+
+void mkk_coop_reclaim(void) {
+    coop_worker *w = worker;
+    if (!w) return;
+    worker = NULL;
+    mk_fault_watch_stacks(NULL, 0);
+    worker_give(w);
 }

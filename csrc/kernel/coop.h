@@ -19,4 +19,8 @@ extern const struct mkpy_coop_api mkk_coop_api;
  * -1 with a message in error. */
 int mkk_coop_run(const coop_kernel *k, const mkk_launch *launch, char *error, size_t errn);
 
+/* After a fault stopped kernel code inside mkk_coop_run on this thread: gives
+ * its fibers back to the process-wide pool (the run never returned). */
+void mkk_coop_reclaim(void);
+
 #endif

@@ -188,6 +188,7 @@ static void run_groups(void *c, int ith, int nth) {
     (void)ith;
     (void)nth;
     int rc = mk_fault_guarded_call(run_chunks, &j, &fault);
+    if (rc < 0) mkk_coop_reclaim(); /* a fault on a fiber left its worker taken */
     if ((rc < 0 || j.failed) && atomic_exchange(&r->failed, 1) == 0) {
         if (rc < 0)
             r->fault = fault;

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +102,17 @@ void mk_fiber_main(mk_fiber *f) {
     f->fn(f->arg);
     f->done = 1;
     void *junk;
+    mk_tsan_leave(f);
     mk_fiber_switch(&junk, *f->return_to);
+}
+
+static void mk_tsan_fiber_destroy(mk_fiber *f) {
+#ifdef MK_TSAN
+    if (f->tsan) __tsan_destroy_fiber(f->tsan);
+    f->tsan = NULL;
+#else
+    (void)f;
+#endif
 }
 
 void mk_fiber_prepare(mk_fiber *f, mk_fiber_fn fn, void *arg, void **return_to) {
@@ -110,6 +121,10 @@ void mk_fiber_prepare(mk_fiber *f, mk_fiber_fn fn, void *arg, void **return_to) 
     f->arg = arg;
     f->return_to = return_to;
     f->done = 0;
+#ifdef MK_TSAN
+    if (!f->tsan) f->tsan = __tsan_create_fiber(0);
+    f->tsan_return = __tsan_get_current_fiber();
+#endif
 #if defined(__x86_64__)
     /* after the 6 pops and the ret, rsp = top - 16: 16-byte aligned before
      * the trampoline's call, as the ABI wants */
@@ -132,9 +147,10 @@ void mk_fiber_prepare(mk_fiber *f, mk_fiber_fn fn, void *arg, void **return_to) 
 }
 
 static size_t page_size(void) {
-    static size_t ps;
-    if (!ps) ps = (size_t)sysconf(_SC_PAGESIZE);
-    return ps;
+    static _Atomic size_t ps; /* the same value from any thread */
+    size_t v = atomic_load_explicit(&ps, memory_order_relaxed);
+    if (!v) atomic_store_explicit(&ps, v = (size_t)sysconf(_SC_PAGESIZE), memory_order_relaxed);
+    return v;
 }
 
 #define COLOUR_ROOM (16u << 10) /* the most a stack's start is moved down by */
@@ -163,6 +179,7 @@ int mk_fiber_stack_alloc(mk_fiber *f, size_t size) {
 }
 
 void mk_fiber_stack_free(mk_fiber *f) {
+    mk_tsan_fiber_destroy(f);
     if (f->stack_lo) munmap(f->stack_lo - page_size(), f->stack_size + page_size());
     f->stack_lo = NULL;
 }
@@ -182,6 +199,7 @@ typedef struct {
     mk_fiber *watched;
     int nwatched;
     char *escape_stack;
+    void *alt_stack;
     mk_fiber_fn fn;
     void *arg;
 } guard_state;
@@ -194,6 +212,8 @@ void mk_fault_escape(void);
 void mk_fault_escape(void) {
     void *junk;
     guard.active = false;
+    /* from whichever fiber faulted back to the guarded call's caller */
+    mk_tsan_leave(&guard.root);
     mk_fiber_switch(&junk, guard.caller_sp);
     abort(); /* not reached */
 }
@@ -270,8 +290,36 @@ static void install_handler(void) {
     sigaction(SIGBUS, &sa, &old_bus);
 }
 
+/* A thread's guard (its signal stack, escape stack and root fiber stack) is
+ * freed when the thread exits: Python threads come and go, and each would
+ * otherwise keep about 8 MiB of address space and two mappings. */
+static pthread_key_t guard_key;
+static pthread_once_t guard_key_once = PTHREAD_ONCE_INIT;
+
+static void guard_exit(void *unused) {
+    (void)unused;
+    if (!guard.ready) return;
+    /* stop using the signal stack before freeing it, if it is still ours */
+    stack_t cur;
+    if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == guard.alt_stack && !(cur.ss_flags & SS_ONSTACK)) {
+        stack_t off;
+        memset(&off, 0, sizeof off);
+        off.ss_flags = SS_DISABLE;
+        sigaltstack(&off, NULL);
+        free(guard.alt_stack);
+    } /* else someone replaced it: leave the memory (never freed under a live signal stack) */
+    guard.alt_stack = NULL;
+    free(guard.escape_stack);
+    guard.escape_stack = NULL;
+    mk_fiber_stack_free(&guard.root);
+    guard.ready = false;
+}
+
+static void guard_key_make(void) { pthread_key_create(&guard_key, guard_exit); }
+
 static int guard_init(void) {
     if (guard.ready) return 0;
+    pthread_once(&guard_key_once, guard_key_make);
     stack_t ss;
     memset(&ss, 0, sizeof ss);
     ss.ss_sp = malloc(ALT_STACK);
@@ -284,7 +332,9 @@ static int guard_init(void) {
         guard.escape_stack = NULL;
         return -1;
     }
+    guard.alt_stack = ss.ss_sp;
     pthread_once(&handler_once, install_handler);
+    pthread_setspecific(guard_key, &guard); /* any non-NULL value: guard_exit runs at exit */
     guard.ready = true;
     return 0;
 }
@@ -310,6 +360,7 @@ int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault) {
     memset(&guard.fault, 0, sizeof guard.fault);
     mk_fiber_prepare(&guard.root, root_main, NULL, &guard.caller_sp);
     guard.active = true;
+    mk_tsan_enter(&guard.root);
     mk_fiber_switch(&guard.caller_sp, guard.root.sp);
     guard.active = false;
     guard.nwatched = 0;

@@ -14,6 +14,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ThreadSanitizer builds (make tsan) tell TSan about every fiber switch
+ * with its fiber API, so that it keeps one shadow stack per fiber; without
+ * the sanitizer these helpers compile to nothing. */
+#if defined(__SANITIZE_THREAD__)
+#define MK_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MK_TSAN 1
+#endif
+#endif
+#ifdef MK_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 typedef struct mk_fiber mk_fiber;
 typedef void (*mk_fiber_fn)(void *arg);
 
@@ -32,7 +46,28 @@ struct mk_fiber {
     void *arg;
     void **return_to; /* where the scheduler's stack pointer is kept */
     int done;
+#ifdef MK_TSAN
+    void *tsan;        /* TSan's fiber for this stack */
+    void *tsan_return; /* TSan's fiber of the context that prepared it */
+#endif
 };
+
+/* Call just before switching into f, and just before f switches back to the
+ * context that prepared it. */
+static inline void mk_tsan_enter(mk_fiber *f) {
+#ifdef MK_TSAN
+    __tsan_switch_to_fiber(f->tsan, 0);
+#else
+    (void)f;
+#endif
+}
+static inline void mk_tsan_leave(mk_fiber *f) {
+#ifdef MK_TSAN
+    __tsan_switch_to_fiber(f->tsan_return, 0);
+#else
+    (void)f;
+#endif
+}
 
 /* Prepares f to run fn(arg) on its stack when first switched to; when fn
  * returns, the fiber marks itself done and switches to *return_to. */

@@ -112,7 +112,11 @@ static void fmt_dim(sbuf *s, const mk_array *a, int d, const char *p) {
 
 static PyObject *array_repr(PyMkArray *self) {
     mk_array *a = self->arr;
-    if (mkpy_eval(&a, 1) < 0) return NULL;
+    mk_incref(a); /* another thread may rebind self while the GIL is released */
+    if (mkpy_eval(&a, 1) < 0) {
+        mk_decref(a);
+        return NULL;
+    }
     sbuf s = {0};
     sb_puts(&s, "array(");
     fmt_dim(&s, a, 0, mk_data(a));
@@ -121,6 +125,7 @@ static PyObject *array_repr(PyMkArray *self) {
     sb_puts(&s, ")");
     PyObject *r = s.failed ? PyErr_NoMemory() : PyUnicode_FromStringAndSize(s.buf, (Py_ssize_t)s.n);
     PyMem_Free(s.buf);
+    mk_decref(a);
     return r;
 }
 
@@ -693,20 +698,25 @@ typedef struct {
 static int array_getbuffer(PyMkArray *self, Py_buffer *view, int flags) {
     mk_array *a = self->arr;
     view->obj = NULL;
-    if (mkpy_eval(&a, 1) < 0) return -1;
+    mk_incref(a); /* the export's reference, taken before the GIL is released */
+    if (mkpy_eval(&a, 1) < 0) {
+        mk_decref(a);
+        return -1;
+    }
     size_t isz = mk_dtype_size(a->dtype);
     /* a strided or broadcast view is exported as is when the consumer takes
      * strides; otherwise it must be contiguous */
     if (!(flags & PyBUF_STRIDES) && !(a->flags & MK_ROW_CONTIG)) {
         PyErr_SetString(PyExc_BufferError, "mkpy array is not contiguous; request a strided buffer.");
+        mk_decref(a);
         return -1;
     }
     export_info *info = PyMem_Malloc(sizeof *info + sizeof(Py_ssize_t) * 2 * (a->ndim ? a->ndim : 1));
     if (!info) {
+        mk_decref(a);
         PyErr_NoMemory();
         return -1;
     }
-    mk_incref(a);
     info->arr = a;
     Py_ssize_t *meta = info->meta;
     for (int i = 0; i < a->ndim; i++) {

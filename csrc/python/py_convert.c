@@ -60,11 +60,16 @@ PyObject *mkpy_wrap_list(mk_array **arrs, int n) {
     return list;
 }
 
+/* The arrays are held while the GIL is released: another thread may rebind
+ * the Python object (x[0] = 1, x += 1) that lent them. Callers that read an
+ * array after this returns hold their own reference to it. */
 int mkpy_eval(mk_array *const *arrs, int n) {
     int rc;
+    for (int i = 0; i < n; i++) mk_incref(arrs[i]);
     Py_BEGIN_ALLOW_THREADS
     rc = mk_eval(arrs, n);
     Py_END_ALLOW_THREADS
+    for (int i = 0; i < n; i++) mk_decref(arrs[i]);
     if (rc < 0) mkpy_raise();
     return rc;
 }
@@ -629,8 +634,10 @@ PyObject *mkpy_item(mk_array *a) {
         PyErr_SetString(PyExc_ValueError, "[convert] Only length-1 arrays can be converted to Python scalars.");
         return NULL;
     }
-    if (mkpy_eval(&a, 1) < 0) return NULL;
-    return scalar_at(a->dtype, mk_data(a));
+    mk_incref(a); /* lent by a Python object another thread may rebind */
+    PyObject *r = mkpy_eval(&a, 1) < 0 ? NULL : scalar_at(a->dtype, mk_data(a));
+    mk_decref(a);
+    return r;
 }
 
 static PyObject *tolist_rec(const mk_array *a, int d, const char *p, size_t isz) {
@@ -649,8 +656,10 @@ static PyObject *tolist_rec(const mk_array *a, int d, const char *p, size_t isz)
 }
 
 PyObject *mkpy_tolist(mk_array *a) {
-    if (mkpy_eval(&a, 1) < 0) return NULL;
-    return tolist_rec(a, 0, mk_data(a), mk_dtype_size(a->dtype));
+    mk_incref(a);
+    PyObject *r = mkpy_eval(&a, 1) < 0 ? NULL : tolist_rec(a, 0, mk_data(a), mk_dtype_size(a->dtype));
+    mk_decref(a);
+    return r;
 }
 
 /* ----------------------------------------------------- argument parsing */

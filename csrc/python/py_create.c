@@ -308,9 +308,11 @@ static int scalar_double(PyObject *o, double *out) {
     if (PyMkArray_Check(o)) {
         mk_array *x = MKARR(o);
         if (x->size != 1 || x->dtype == MK_COMPLEX64) return -1;
-        if (mkpy_eval(&x, 1) < 0) return -2;
-        *out = mk_get_f64(x->dtype, mk_data(x));
-        return 0;
+        mk_incref(x);
+        int rc = mkpy_eval(&x, 1) < 0 ? -2 : 0;
+        if (rc == 0) *out = mk_get_f64(x->dtype, mk_data(x));
+        mk_decref(x);
+        return rc;
     }
     *out = PyFloat_AsDouble(o);
     if (*out == -1.0 && PyErr_Occurred()) {
