@@ -1506,9 +1506,16 @@ static void lru_push_front(entry *e) {
  * MKPY_MAX_LOADED_KERNELS are loaded. Call with jit.mu held; the handles to
  * dlclose (after unlocking) go to victims[MAX_VICTIMS]. */
 #define MAX_VICTIMS 16
+static int64_t max_loaded(void) {
+    static int64_t max; /* read once: the launch path must stay cheap */
+    if (!max) max = env_int("MKPY_MAX_LOADED_KERNELS", DEFAULT_MAX_LOADED);
+    return max;
+}
+
 static int pick_victims(void **victims) {
     int n = 0;
-    int64_t max = env_int("MKPY_MAX_LOADED_KERNELS", DEFAULT_MAX_LOADED);
+    int64_t max = max_loaded();
+    if (jit.nloaded <= max) return 0;
     for (entry *e = jit.lru_tail; e && jit.nloaded > max && n < MAX_VICTIMS;) {
         entry *prev = e->lru_prev;
         if (e->uses == 0 && !e->busy && e->handle) {
