@@ -1063,6 +1063,7 @@ typedef struct {
     char hex[33];
     int64_t bytes;
     time_t mtime;
+    bool has_object;
 } disk_entry;
 
 static int by_mtime(const void *a, const void *b) {
@@ -1112,21 +1113,31 @@ static int64_t scan_dir(const char *dir, int64_t cap, int64_t *count) {
             memcpy(v[n].hex, hex, 33);
             v[n].bytes = 0;
             v[n].mtime = 0;
+            v[n].has_object = false;
             n++;
         }
         v[i].bytes += (int64_t)st.st_size;
         if (st.st_mtime > v[i].mtime) v[i].mtime = st.st_mtime;
+        if (strcmp(de->d_name + 32, ".so") == 0) v[i].has_object = true;
     }
     closedir(d);
     int64_t total = 0;
-    for (size_t i = 0; i < n; i++) total += v[i].bytes;
-    size_t kept = n;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!v[i].has_object && now - v[i].mtime > STALE_TMP_S) {
+            remove_entry_files(dir, v[i].hex); /* a lock or key left by a dead process */
+            v[i].bytes = 0;
+            continue;
+        }
+        total += v[i].bytes;
+        kept += v[i].has_object;
+    }
     if (cap >= 0 && total > cap) {
         qsort(v, n, sizeof *v, by_mtime);
         for (size_t i = 0; i < n && total > cap - cap / 10; i++) {
             remove_entry_files(dir, v[i].hex);
             total -= v[i].bytes;
-            kept--;
+            kept -= v[i].has_object;
         }
     }
     free(v);
@@ -1297,6 +1308,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
                  const char *kernel_name, built *out) {
     int ret = -1;
     char *program = NULL, *full_key = NULL, *diag = NULL;
+    char dir[4400], so_path[4500] = "", key_path[4500], lock_path[4500];
     int lock_fd = -1;
     const char *mflags = math_flags(k->math_mode);
     memset(out, 0, sizeof *out);
@@ -1343,7 +1355,6 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     snprintf(full_key, klen, "%s\n%s", identity, pkey);
     free(pkey);
 
-    char dir[4400], so_path[4500], key_path[4500], lock_path[4500];
     if (cache_dir(dir, sizeof dir) < 0) goto done;
     for (int attempt = 0;; attempt++) {
         snprintf(so_path, sizeof so_path, "%s/%s.so", dir, hex);
@@ -1470,7 +1481,12 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     }
     ret = 0;
 done:
-    if (lock_fd >= 0) close(lock_fd); /* releases the flock */
+    if (lock_fd >= 0) {
+        /* the entry is published (or the compile failed): whoever waits on
+         * this lock, or makes a new one, looks at the disk again first */
+        unlink(lock_path);
+        close(lock_fd); /* releases the flock */
+    }
     if (ret < 0 && out->handle) {
         dlclose(out->handle);
         out->handle = NULL;
