@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import mkpy as mx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,7 +132,12 @@ def mapped_kernels():
 """
 
 
-def run_script(body, env_extra, timeout=300):
+def as_nobody():
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def run_script(body, env_extra, timeout=300, preexec_fn=None):
     env = {k: v for k, v in os.environ.items() if k not in ("MKPY_CACHE_DIR", "MKPY_MAX_LOADED_KERNELS",
                                                            "MKPY_CACHE_MAX_BYTES", "MKPY_CXX")}
     env["PYTHONPATH"] = ROOT
@@ -140,7 +147,7 @@ def run_script(body, env_extra, timeout=300):
         else:
             env[k] = str(v)
     p = subprocess.run([sys.executable, "-c", HELPERS + body], capture_output=True, text=True, env=env,
-                       timeout=timeout)
+                       timeout=timeout, preexec_fn=preexec_fn, cwd="/")
     assert p.returncode == 0, p.stderr
     return p
 
@@ -279,12 +286,15 @@ with warnings.catch_warnings(record=True) as w:
 print(d)
 print(len([x for x in w if issubclass(x.category, RuntimeWarning) and "kernel cache folder" in str(x.message)]))
 print(os.stat(d).st_mode & 0o777)
+print(" | ".join(str(x.message) for x in w).replace(chr(10), " "))
 """
 
 
-def where(env, run_kernel=False):
-    p = run_script(WHERE.replace("RUN", "call(kern(7), 7); call(kern(8), 8)" if run_kernel else "pass"), env)
-    d, warned, mode = p.stdout.split()
+def where(env, run_kernel=False, preexec_fn=None):
+    p = run_script(WHERE.replace("RUN", "call(kern(7), 7); call(kern(8), 8)" if run_kernel else "pass"), env,
+                   preexec_fn=preexec_fn)
+    d, warned, mode, message = (p.stdout.split("\n", 3) + [""])[:4]
+    where.message = message
     return d, int(warned), int(mode)
 
 
@@ -314,6 +324,7 @@ def test_planted_cache_folder_is_not_used(tmp_path):
     os.chown(planted, 65534, 65534)  # another user's (nobody's) folder
     d, warned, mode = where({"MKPY_CACHE_DIR": planted}, run_kernel=True)
     assert d != str(planted) and warned == 1 and mode == 0o700
+    assert "is owned by another user" in where.message, where.message
     assert os.listdir(planted) == []
     assert not os.path.exists(d)  # the private folder goes with the process
 
@@ -325,10 +336,32 @@ def test_group_writable_symlinked_or_uncreatable_folder_is_not_used(tmp_path):
     target = tmp_path / "target"
     target.mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(target)
-    for bad in (shared, tmp_path / "link", "/proc/version/mkpy"):
+    for bad, why in ((shared, "can be written by other users"), (tmp_path / "link", "is a symbolic link"),
+                     ("/proc/version/mkpy", "cannot be created")):
         d, warned, mode = where({"MKPY_CACHE_DIR": bad})
         assert d != str(bad) and warned == 1 and mode == 0o700, bad
+        assert why in where.message, where.message
     assert os.listdir(shared) == [] and os.listdir(target) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_read_only_folder_falls_back_with_one_warning(tmp_path):
+    # root may write anywhere: the process runs as `nobody`, whose own cache folder is read-only
+    import shutil
+    import tempfile
+    base = tempfile.mkdtemp()
+    try:
+        os.chmod(base, 0o755)
+        ro = os.path.join(base, "ro")
+        os.mkdir(ro)
+        os.chown(ro, 65534, 65534)
+        os.chmod(ro, 0o500)
+        d, warned, mode = where({"MKPY_CACHE_DIR": ro, "HOME": None}, run_kernel=True, preexec_fn=as_nobody)
+        assert d != ro and warned == 1 and mode == 0o700
+        assert "is not writable" in where.message, where.message
+        assert os.listdir(ro) == []
+    finally:
+        shutil.rmtree(base)
 
 
 # ----------------------------------------------------------------------------- entries bound to their code
@@ -397,3 +430,19 @@ def test_cache_command_and_clear(tmp_path):
     assert "entries:  0" in out and "size:     0 bytes" in out, out
     assert not [f for f in os.listdir(tmp_path) if f.endswith((".so", ".key"))]
     assert finish(run(tmp_path, 17)) == [1, 0, 0]
+
+
+def test_clear_kernel_cache_unloads_and_next_call_loads_from_disk():
+    k = mx.fast.metal_kernel(name="clear_k", input_names=["a"], output_names=["o"],
+                             source="o[thread_position_in_grid.x] = a[thread_position_in_grid.x] * 5;")
+    args = dict(inputs=[mx.array([2.0])], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
+                threadgroup=(1, 1, 1))
+    assert k(**args)[0].tolist() == [10.0]
+    assert mx.metal.kernel_cache_info()["loaded"] >= 1
+    mx.metal.clear_kernel_cache()
+    before = mx.metal.kernel_cache_info()
+    assert before["loaded"] == 0 and before["entries"] == 0
+    assert k(**args)[0].tolist() == [10.0]
+    after = mx.metal.kernel_cache_info()
+    assert after["disk_hits"] == before["disk_hits"] + 1 and after["compiles"] == before["compiles"]
+    assert after["loaded"] == 1
