@@ -215,7 +215,11 @@ for i in range(80):
     peak = max(peak, size())
 assert peak <= 400_000, peak
 assert info()["bytes"] <= 400_000
-assert 5 <= len([f for f in os.listdir(d) if f.endswith(".so")]) < 80
+import re
+kept = sorted(int(re.search(r"\\+ (\\d+);", open(os.path.join(d, f)).read()).group(1))
+              for f in os.listdir(d) if f.endswith(".cpp"))
+assert 5 <= len(kept) < 80, kept
+assert kept == list(range(80 - len(kept), 80)), kept   # least recently used went first
 print(info()["compiles"])
 """, {"MKPY_CACHE_DIR": tmp_path, "MKPY_CACHE_MAX_BYTES": 400000})
     assert p.stdout.strip() == "80"

@@ -1062,7 +1062,7 @@ static int entry_file(const char *name, char hex[33]) {
 typedef struct {
     char hex[33];
     int64_t bytes;
-    time_t mtime;
+    int64_t mtime; /* ns: entries made within one second still go in order */
     bool has_object;
 } disk_entry;
 
@@ -1070,6 +1070,8 @@ static int by_mtime(const void *a, const void *b) {
     const disk_entry *x = a, *y = b;
     return x->mtime < y->mtime ? -1 : x->mtime > y->mtime ? 1 : strcmp(x->hex, y->hex);
 }
+
+static int by_hex(const void *a, const void *b) { return strcmp(((const disk_entry *)a)->hex, ((const disk_entry *)b)->hex); }
 
 static void remove_entry_files(const char *dir, const char *hex) {
     for (int e = 0; e < NENTRY_EXTS; e++) {
@@ -1102,29 +1104,35 @@ static int64_t scan_dir(const char *dir, int64_t cap, int64_t *count) {
             continue;
         }
         if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode)) continue;
-        size_t i = 0;
-        while (i < n && strcmp(v[i].hex, hex) != 0) i++; /* files of one entry sort together: look back */
-        if (i == n) {
-            if (n == capn) {
-                disk_entry *w = realloc(v, (capn = capn ? capn * 2 : 256) * sizeof *v);
-                if (!w) break;
-                v = w;
-            }
-            memcpy(v[n].hex, hex, 33);
-            v[n].bytes = 0;
-            v[n].mtime = 0;
-            v[n].has_object = false;
-            n++;
+        /* one record per file here; the files of an entry are merged below */
+        if (n == capn) {
+            disk_entry *w = realloc(v, (capn = capn ? capn * 2 : 256) * sizeof *v);
+            if (!w) break;
+            v = w;
         }
-        v[i].bytes += (int64_t)st.st_size;
-        if (st.st_mtime > v[i].mtime) v[i].mtime = st.st_mtime;
-        if (strcmp(de->d_name + 32, ".so") == 0) v[i].has_object = true;
+        memcpy(v[n].hex, hex, 33);
+        v[n].bytes = (int64_t)st.st_size;
+        v[n].mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        v[n].has_object = strcmp(de->d_name + 32, ".so") == 0;
+        n++;
     }
     closedir(d);
+    if (n) qsort(v, n, sizeof *v, by_hex);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && strcmp(v[m - 1].hex, v[i].hex) == 0) {
+            v[m - 1].bytes += v[i].bytes;
+            if (v[i].mtime > v[m - 1].mtime) v[m - 1].mtime = v[i].mtime;
+            v[m - 1].has_object |= v[i].has_object;
+        } else {
+            v[m++] = v[i];
+        }
+    }
+    n = m;
     int64_t total = 0;
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!v[i].has_object && now - v[i].mtime > STALE_TMP_S) {
+        if (!v[i].has_object && (int64_t)now - v[i].mtime / 1000000000 > STALE_TMP_S) {
             remove_entry_files(dir, v[i].hex); /* a lock or key left by a dead process */
             v[i].bytes = 0;
             continue;
