@@ -199,6 +199,10 @@ for f in os.listdir(d):
         os.unlink(os.path.join(d, f))   # as another process's eviction would
 call(kern(1), 1)
 assert info()["compiles"] == c0 + 1
+import shutil
+shutil.rmtree(d)            # the whole folder removed while the process runs: made again, private
+call(kern(3), 3)
+assert os.stat(d).st_mode & 0o777 == 0o700 and info()["compiles"] == c0 + 2
 print("ok")
 """, {"MKPY_CACHE_DIR": tmp_path, "MKPY_MAX_LOADED_KERNELS": 1})
     assert p.stdout.strip() == "ok"

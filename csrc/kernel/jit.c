@@ -1381,12 +1381,11 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         /* a miss: one process compiles it (the others wait for the lock,
          * then find its entry) */
         lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (lock_fd < 0 && attempt == 0 && errno != ENOENT &&
-            cache_dir_failed(dir, errno, dir, sizeof dir) == 0)
-            continue; /* a folder we cannot write: the private one */
-        if (lock_fd >= 0) break;
-        if (attempt > 0 || errno != ENOENT || cache_dir(dir, sizeof dir) < 0) break;
-        /* the folder went away (cleared): make it again */
+        if (lock_fd >= 0 || attempt > 0) break;
+        int err = errno;
+        char why[256];
+        if (err == ENOENT && private_dir_ok(dir, why, sizeof why) == 0) continue; /* removed under us: made again */
+        if (cache_dir_failed(dir, err, dir, sizeof dir) < 0) break; /* cannot write it: the private folder */
     }
     if (lock_fd >= 0) {
         while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR) {
