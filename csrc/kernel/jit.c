@@ -1754,9 +1754,11 @@ int mkk_disk_cache(bool clear, mkk_disk_info *info) {
         struct dirent *de;
         while (d && (de = readdir(d))) {
             char hex[33], p[4700];
-            if (!entry_file(de->d_name, hex) && !strstr(de->d_name, ".tmp.") && strcmp(de->d_name, "stats") != 0 &&
+            if (!entry_file(de->d_name, hex) && strcmp(de->d_name, "stats") != 0 &&
                 strncmp(de->d_name, "pch-", 4) != 0)
-                continue; /* only mkpy's own files */
+                continue; /* only mkpy's own files; temporary ones of compiles under way stay (scans remove
+                             them when stale) */
+            if (strstr(de->d_name, ".tmp.")) continue;
             snprintf(p, sizeof p, "%s/%s", info->dir, de->d_name);
             unlink(p);
         }
