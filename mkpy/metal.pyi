@@ -23,8 +23,8 @@ def get_peak_memory() -> int:
 def is_available() -> bool:
     """True: mkpy's CPU back-end stands in for the Metal device."""
 
-def kernel_cache_info() -> dict[str, int]:
-    """Kernel cache counters: memory_hits, disk_hits, compiles, entries."""
+def kernel_cache_info() -> dict[str, Union[str, int]]:
+    """Kernel cache counters: memory_hits, disk_hits, compiles, entries (kernels held in memory), loaded (of those, how many are loaded now), dir (the disk cache folder) and bytes (its size)."""
 
 def precompile_runtime() -> str:
     """mkpy only: build the precompiled kernel runtime header of each math mode beside the headers (`make build` does this), so that the first kernel of every process compiles in about half the time."""

@@ -145,7 +145,7 @@ RETURNS = {
     "stream": "ContextManager[None]",
     "random:seed": "None", "random:split": "array",
     "fast:metal_kernel": "MetalKernel",
-    "metal:clear_kernel_cache": "None", "metal:kernel_cache_info": "dict[str, int]",
+    "metal:clear_kernel_cache": "None", "metal:kernel_cache_info": "dict[str, Union[str, int]]",
     "metal:precompile_runtime": "str", "metal:start_capture": "None",
     "metal:stop_capture": "None",
 }

@@ -218,6 +218,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int32_t *shapes = NULL;
     int64_t *strides = NULL;
     int32_t *ndims = NULL;
+    mkk_compiled fn = {0};
 
     /* launch checks, as MLX's eval_gpu */
     int64_t tg_size = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2];
@@ -238,7 +239,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
-    mkk_compiled fn = mkk_jit(k, c, in, generated, kname);
+    fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
     if (!fn.entry) goto done;
 
     /* outputs: fresh row-contiguous buffers, filled with init_value if given */
@@ -352,6 +353,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
     rc = 0;
 done:
+    mkk_jit_release(&fn);
     if (copies)
         for (int i = 0; i < k->ninputs; i++)
             if (copies[i]) mk_buffer_decref(copies[i]);

@@ -7,16 +7,21 @@
  * unique temporary name and renamed into place, so concurrent processes
  * compiling the same kernel are safe; a `.key` file beside it holds the full
  * key and is checked on load. */
+#include <ctype.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fenv.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,58 +35,74 @@ extern char **environ;
 
 /* ------------------------------------------------------------ state */
 
+/* One kernel in the in-memory table. Its object is loaded (`handle`) or
+ * unloaded: at most MKPY_MAX_LOADED_KERNELS objects stay loaded, the least
+ * recently used one is closed once no launch holds it (`uses`), and its next
+ * call loads it again from disk. While one thread compiles or loads it
+ * (`busy`), other threads asking for it wait on jit.cv; nobody holds jit.mu
+ * during the work itself. */
 typedef struct entry {
     char *key;
+    struct entry *next;                /* bucket chain */
+    struct entry *lru_prev, *lru_next; /* the loaded list, most recent first */
+    bool busy;                         /* being compiled or loaded by one thread */
+    bool detached;                     /* dropped from the table while in use: freed at its last release */
+    int uses;                          /* launches running it */
+    void *handle;                      /* dlopen handle, NULL when unloaded */
     mkk_compiled fn;
-    struct entry *next;
+    char *so_path;      /* its object on disk, touched on use */
+    time_t touched;     /* when so_path was last touched by this process */
+    char *cbs_declined; /* why the lockstep engine did not take it, when known */
 } entry;
 
 #define NBUCKETS 256
+#define DEFAULT_MAX_LOADED 256
+#define DEFAULT_CACHE_MAX_BYTES ((int64_t)1 << 30)
+#define TOUCH_EVERY_S 60 /* a memory hit refreshes its disk entry's time at most this often */
 
 static struct {
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* the table, the loaded list and the counters; never held while a compiler runs */
+    pthread_cond_t cv;  /* a busy entry became ready (or went away) */
     entry *buckets[NBUCKETS];
+    entry *lru_head, *lru_tail;
+    int nloaded;
     mkk_cache_stats stats;
+    /* the compiler and identities, probed once under probe_mu */
+    pthread_mutex_t probe_mu;
+    pthread_cond_t probe_cv; /* a precompiled header finished building */
     char runtime_dir[4096];
     char cxx[4096];
     char cxx_identity[4400];
     char runtime_id[512];
     int cxx_probed;
-} jit = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} jit = {.mu = PTHREAD_MUTEX_INITIALIZER,
+         .cv = PTHREAD_COND_INITIALIZER,
+         .probe_mu = PTHREAD_MUTEX_INITIALIZER,
+         .probe_cv = PTHREAD_COND_INITIALIZER};
 
 void mkk_set_runtime_dir(const char *dir) {
+    pthread_mutex_lock(&jit.probe_mu);
     snprintf(jit.runtime_dir, sizeof jit.runtime_dir, "%s", dir);
     jit.runtime_id[0] = 0;
+    pthread_mutex_unlock(&jit.probe_mu);
 }
 const char *mkk_runtime_dir(void) { return jit.runtime_dir; }
-
-void mkk_cache_info(mkk_cache_stats *s) {
-    pthread_mutex_lock(&jit.mu);
-    *s = jit.stats;
-    pthread_mutex_unlock(&jit.mu);
-}
-
-void mkk_cache_clear_memory(void) {
-    pthread_mutex_lock(&jit.mu);
-    for (int i = 0; i < NBUCKETS; i++) {
-        entry *e = jit.buckets[i];
-        while (e) {
-            entry *n = e->next;
-            free(e->key);
-            free(e); /* the shared object stays loaded: arrays may still run it */
-            e = n;
-        }
-        jit.buckets[i] = NULL;
-    }
-    jit.stats.entries = 0;
-    pthread_mutex_unlock(&jit.mu);
-}
 
 /* 64-bit FNV-1a, for the in-memory buckets. */
 static uint64_t hash64(const char *s) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
     return h ^ (h >> 32);
+}
+
+/* 64-bit FNV-1a of n bytes, continuing from h (start with FNV_BASIS): the
+ * hash of an entry's object file recorded in its key (see load_verified). */
+static _Atomic unsigned long tmp_seq; /* unique temporary names within the process */
+
+#define FNV_BASIS 0xcbf29ce484222325ULL
+static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
 }
 
 /* 128-bit hash as two independent 64-bit FNV-1a variants, hex encoded. */
@@ -222,27 +243,6 @@ static int find_compiler(void) {
     return -1;
 }
 
-static const char *cache_dir(char *buf, size_t n) {
-    const char *env = getenv("MKPY_CACHE_DIR");
-    if (env && *env)
-        snprintf(buf, n, "%s", env);
-    else
-        snprintf(buf, n, "%s/.cache/mkpy", getenv("HOME") ? getenv("HOME") : "/tmp");
-    return buf;
-}
-
-static int mkdirs(const char *path) {
-    char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, 0755);
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST ? 0 : -1;
-}
-
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -265,6 +265,220 @@ static int write_file(const char *path, const char *text) {
     size_t n = strlen(text);
     int ok = fwrite(text, 1, n, f) == n;
     return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* ------------------------------------------------- the cache folder */
+
+/* Creates path and each missing level with mode 0700 (existing levels are
+ * left alone). The package's own folders (the PCH beside the headers) use
+ * mkdirs_mode(path, 0755). */
+static int mkdirs_mode(const char *path, mode_t mode) {
+    char tmp[4400];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(tmp, mode);
+            *p = '/';
+        }
+    return mkdir(tmp, mode) == 0 || errno == EEXIST ? 0 : -1;
+}
+static int mkdirs(const char *path) { return mkdirs_mode(path, 0755); }
+
+static void (*warner)(const char *text);
+void mkk_set_warner(void (*fn)(const char *text)) { warner = fn; }
+
+static void warn(const char *text) {
+    if (warner)
+        warner(text);
+    else
+        fprintf(stderr, "mkpy: warning: %s\n", text);
+}
+
+/* The folder's state: resolved from the environment (memo_src records the
+ * values it was resolved from, so a changed MKPY_CACHE_DIR takes effect),
+ * or the process's private temporary folder when the chosen one cannot be
+ * trusted or written. */
+static struct {
+    pthread_mutex_t mu;
+    char memo_src[8400];
+    char memo_dir[4400];
+    char private_dir[4400]; /* made once with mkdtemp, removed at exit */
+    bool warned;
+    bool private_failed;
+} cdir = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The home folder: HOME, else the password database's entry of this user. */
+static int home_dir(char *out, size_t n) {
+    const char *h = getenv("HOME");
+    if (h && *h) {
+        snprintf(out, n, "%s", h);
+        return 0;
+    }
+    struct passwd pw, *res = NULL;
+    long sz = sysconf(_SC_GETPW_R_SIZE_MAX);
+    size_t bufn = sz > 0 ? (size_t)sz : 16384;
+    char *buf = malloc(bufn);
+    int rc = -1;
+    if (buf && getpwuid_r(geteuid(), &pw, buf, bufn, &res) == 0 && res && res->pw_dir && res->pw_dir[0] == '/') {
+        snprintf(out, n, "%s", res->pw_dir);
+        rc = 0;
+    }
+    free(buf);
+    return rc;
+}
+
+/* MKPY_CACHE_DIR, else $XDG_CACHE_HOME/mkpy (an absolute XDG_CACHE_HOME, as
+ * the XDG spec asks), else <home>/.cache/mkpy. Returns -1 when there is no
+ * home folder either. */
+static int chosen_dir(char *out, size_t n) {
+    const char *env = getenv("MKPY_CACHE_DIR");
+    if (env && *env) {
+        snprintf(out, n, "%s", env);
+        return 0;
+    }
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && xdg[0] == '/') {
+        snprintf(out, n, "%s/mkpy", xdg);
+        return 0;
+    }
+    char home[4096];
+    if (home_dir(home, sizeof home) < 0) return -1;
+    snprintf(out, n, "%s/.cache/mkpy", home);
+    return 0;
+}
+
+/* Makes the folder if needed and checks that it belongs to this user alone:
+ * a real folder (lstat: not a symbolic link), owned by the effective user,
+ * writable by nobody else, writable by us. Returns 0, or -1 with the reason. */
+static int private_dir_ok(const char *path, char *why, size_t n) {
+    if (mkdirs_mode(path, 0700) < 0 && errno != EEXIST) {
+        snprintf(why, n, "cannot be created (%s)", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (lstat(path, &st) < 0) {
+        snprintf(why, n, "cannot be created (%s)", strerror(errno));
+        return -1;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        snprintf(why, n, "is a symbolic link");
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, n, "is not a folder");
+        return -1;
+    }
+    if (st.st_uid != geteuid()) {
+        snprintf(why, n, "is owned by another user (uid %ld)", (long)st.st_uid);
+        return -1;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(why, n, "can be written by other users (mode %03o)", (unsigned)(st.st_mode & 0777));
+        return -1;
+    }
+    if (access(path, W_OK | X_OK) < 0) {
+        snprintf(why, n, "is not writable (%s)", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void remove_private_dir(void) {
+    if (!cdir.private_dir[0]) return;
+    DIR *d = opendir(cdir.private_dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char p[4700];
+        snprintf(p, sizeof p, "%s/%s", cdir.private_dir, de->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(cdir.private_dir);
+}
+
+/* The private temporary folder (mkdtemp: mode 0700, an unpredictable name).
+ * Call with cdir.mu held. */
+static const char *private_dir(void) {
+    if (cdir.private_dir[0]) return cdir.private_dir;
+    if (cdir.private_failed) return NULL;
+    const char *t = getenv("TMPDIR");
+    snprintf(cdir.private_dir, sizeof cdir.private_dir, "%s/mkpy-cache-XXXXXX", t && t[0] == '/' ? t : "/tmp");
+    if (!mkdtemp(cdir.private_dir)) {
+        snprintf(cdir.private_dir, sizeof cdir.private_dir, "/tmp/mkpy-cache-XXXXXX");
+        if (!mkdtemp(cdir.private_dir)) {
+            cdir.private_dir[0] = 0;
+            cdir.private_failed = true;
+            return NULL;
+        }
+    }
+    atexit(remove_private_dir);
+    return cdir.private_dir;
+}
+
+/* Switches to the private folder with one warning (per process). Call with
+ * cdir.mu held. Returns the folder or NULL. */
+static const char *fall_back(const char *dir, const char *why) {
+    const char *p = private_dir();
+    if (!cdir.warned) {
+        cdir.warned = true;
+        char msg[9400];
+        snprintf(msg, sizeof msg,
+                 "the kernel cache folder %s %s; compiled kernels go to the private temporary folder %s for this "
+                 "process instead (set MKPY_CACHE_DIR to a folder only you can write)",
+                 dir, why, p ? p : "(none could be made)");
+        /* the warner takes the GIL: never call it holding a lock another
+         * thread may want while holding the GIL */
+        pthread_mutex_unlock(&cdir.mu);
+        warn(msg);
+        pthread_mutex_lock(&cdir.mu);
+    }
+    return p;
+}
+
+/* The cache folder to use now: 0 and out filled, or -1 with an error set. */
+static int cache_dir(char *out, size_t n) {
+    char src[8400], dir[4400], why[256];
+    const char *e1 = getenv("MKPY_CACHE_DIR"), *e2 = getenv("XDG_CACHE_HOME"), *e3 = getenv("HOME");
+    snprintf(src, sizeof src, "%s\n%s\n%s", e1 ? e1 : "-", e2 ? e2 : "-", e3 ? e3 : "-");
+    pthread_mutex_lock(&cdir.mu);
+    if (strcmp(src, cdir.memo_src) != 0 || !cdir.memo_dir[0]) {
+        const char *use = NULL;
+        if (chosen_dir(dir, sizeof dir) < 0) {
+            snprintf(dir, sizeof dir, "(no home folder)");
+            use = fall_back("for this user", "cannot be found: HOME is unset and the password database has no home");
+        } else if (private_dir_ok(dir, why, sizeof why) < 0) {
+            use = fall_back(dir, why);
+        } else {
+            use = dir;
+        }
+        snprintf(cdir.memo_src, sizeof cdir.memo_src, "%s", src);
+        snprintf(cdir.memo_dir, sizeof cdir.memo_dir, "%s", use ? use : "");
+    }
+    snprintf(out, n, "%s", cdir.memo_dir);
+    pthread_mutex_unlock(&cdir.mu);
+    if (!out[0]) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] No private folder for compiled kernels could be made (see "
+                                     "MKPY_CACHE_DIR)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Writing into dir failed (a read-only file system, a full disk, a folder
+ * removed under us): later kernels go to the private folder, with the one
+ * warning. Returns 0 and the new folder in out, or -1. */
+static int cache_dir_failed(const char *dir, int err, char *out, size_t n) {
+    char why[300];
+    snprintf(why, sizeof why, "cannot be written (%s)", strerror(err));
+    pthread_mutex_lock(&cdir.mu);
+    const char *p = NULL;
+    if (strcmp(dir, cdir.private_dir) != 0) p = fall_back(dir, why);
+    if (p && strcmp(cdir.memo_dir, dir) == 0) snprintf(cdir.memo_dir, sizeof cdir.memo_dir, "%s", p);
+    snprintf(out, n, "%s", p ? p : "");
+    pthread_mutex_unlock(&cdir.mu);
+    return p ? 0 : -1;
 }
 
 /* ------------------------------------------------------- the C++ program */
@@ -505,7 +719,7 @@ static void runtime_identity(char *out, size_t n) {
 }
 
 /* What the disk cache and the PCH names depend on: the compiler, then the
- * runtime headers, flags and CPU (computed once). Call with jit.mu held,
+ * runtime headers, flags and CPU (computed once). Call with jit.probe_mu held,
  * after find_compiler. */
 static void full_identity(char *out, size_t n) {
     if (!jit.runtime_id[0]) runtime_identity(jit.runtime_id, sizeof jit.runtime_id);
@@ -565,7 +779,7 @@ static int build_pch(const char *mflags, const char *path) {
     /* the header stays beside the PCH: clang checks it when using the PCH */
     char header[4500], tmp[4500], text[13000];
     snprintf(header, sizeof header, "%.*s.h", (int)(strlen(path) - 4), path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)atomic_fetch_add(&tmp_seq, 1));
     snprintf(text, sizeof text,
              "#define MKPY_METAL_PCH_INSTANTIATE 1\n#include \"%s/mkpy_metal.h\"\n#include \"%s/mkpy_coop.h\"\n"
              "#include \"%s/mkpy_dispatch.h\"\n",
@@ -591,24 +805,41 @@ static void pch_name(const char *mflags, const char *identity, char *out, size_t
 
 /* The precompiled runtime headers for a math mode: the one `make build` made
  * beside the headers (mkk_prepare), else one built once into the cache
- * directory. NULL when it cannot be built: kernels then compile without it. */
-static const char *pch_for(mkk_math_mode mode, const char *mflags, const char *dir, const char *identity) {
+ * directory (by one thread; others wait for it, a cached kernel never does).
+ * NULL when it cannot be built: kernels then compile without it. */
+static const char *pch_for(mkk_math_mode mode, const char *mflags, const char *dir, const char *identity, char *out,
+                           size_t n) {
     static char paths[3][4600];
-    static int failed[3];
-    if (paths[mode][0]) return paths[mode];
-    if (failed[mode] || getenv("MKPY_NO_PCH")) return NULL;
-    char name[64], path[4600];
-    pch_name(mflags, identity, name, sizeof name);
-    snprintf(path, sizeof path, "%s/pch/%s", jit.runtime_dir, name);
-    if (access(path, R_OK) != 0) {
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        if (access(path, R_OK) != 0 && (mkdirs(dir) < 0 || build_pch(mflags, path) < 0)) {
-            failed[mode] = 1;
-            return NULL;
+    static int failed[3], building[3];
+    if (getenv("MKPY_NO_PCH")) return NULL;
+    const char *ret = NULL;
+    pthread_mutex_lock(&jit.probe_mu);
+    while (building[mode]) pthread_cond_wait(&jit.probe_cv, &jit.probe_mu);
+    if (paths[mode][0] && access(paths[mode], R_OK) != 0) paths[mode][0] = 0; /* cleared since */
+    if (!paths[mode][0] && !failed[mode]) {
+        char name[64], path[4600];
+        pch_name(mflags, identity, name, sizeof name);
+        snprintf(path, sizeof path, "%s/pch/%s", jit.runtime_dir, name);
+        if (access(path, R_OK) != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            if (access(path, R_OK) != 0) {
+                building[mode] = 1;
+                pthread_mutex_unlock(&jit.probe_mu);
+                int ok = build_pch(mflags, path) == 0;
+                pthread_mutex_lock(&jit.probe_mu);
+                building[mode] = 0;
+                pthread_cond_broadcast(&jit.probe_cv);
+                if (!ok) failed[mode] = 1;
+            }
         }
+        if (!failed[mode]) snprintf(paths[mode], sizeof paths[mode], "%s", path);
     }
-    snprintf(paths[mode], sizeof paths[mode], "%s", path);
-    return paths[mode];
+    if (paths[mode][0]) {
+        snprintf(out, n, "%s", paths[mode]);
+        ret = out;
+    }
+    pthread_mutex_unlock(&jit.probe_mu);
+    return ret;
 }
 
 /* Metal's math modes: safe keeps every IEEE rule; relaxed allows
@@ -667,8 +898,10 @@ static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *k
     free(b.s);
 }
 
-static mkk_compiled load_entry(const char *so_path, char *err, size_t errn) {
-    mkk_compiled c = {0};
+/* dlopens an object and finds its entry points. Returns the handle (and
+ * fills c), or NULL with the reason in err. */
+static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t errn) {
+    memset(c, 0, sizeof *c);
     /* A kernel linked with -ffast-math carries crtfastmath.o, whose
      * constructor turns on flush-to-zero in the loading thread: keep the
      * process's floating-point environment as it was. */
@@ -677,40 +910,43 @@ static mkk_compiled load_entry(const char *so_path, char *err, size_t errn) {
     void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
     fesetenv(&env);
     if (!h) {
-        snprintf(err, errn, "%s", dlerror());
-        return c;
+        const char *e = dlerror();
+        snprintf(err, errn, "%s", e ? e : "dlopen failed");
+        return NULL;
     }
     void (*set_api)(const struct mkpy_coop_api *) =
         (void (*)(const struct mkpy_coop_api *))(uintptr_t)dlsym(h, MKPY_SET_API_SYMBOL);
-    c.entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
-    c.thread = (mkk_thread_fn)(uintptr_t)dlsym(h, MKPY_THREAD_SYMBOL);
-    if (!c.entry || !c.thread || !set_api) {
+    c->entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
+    c->thread = (mkk_thread_fn)(uintptr_t)dlsym(h, MKPY_THREAD_SYMBOL);
+    if (!c->entry || !c->thread || !set_api) {
         snprintf(err, errn, "the compiled kernel lacks its entry points");
-        c.entry = NULL;
-        return c;
+        memset(c, 0, sizeof *c);
+        dlclose(h);
+        return NULL;
     }
     set_api(&mkk_coop_api);
-    c.cbs_run = (mkk_cbs_run_fn)(uintptr_t)dlsym(h, MKPY_CBS_RUN_SYMBOL);
-    c.cbs_info = (const struct mkpy_cbs_info *)dlsym(h, MKPY_CBS_INFO_SYMBOL);
-    if (!c.cbs_info) c.cbs_run = NULL;
-    return c;
+    c->cbs_run = (mkk_cbs_run_fn)(uintptr_t)dlsym(h, MKPY_CBS_RUN_SYMBOL);
+    c->cbs_info = (const struct mkpy_cbs_info *)dlsym(h, MKPY_CBS_INFO_SYMBOL);
+    if (!c->cbs_info) c->cbs_run = NULL;
+    return h;
 }
 
 int mkk_prepare(char *msg, size_t n) {
-    int rc = 0, built = 0;
-    pthread_mutex_lock(&jit.mu);
-    if (find_compiler() < 0) {
-        snprintf(msg, n, "no clang++ >= 15 found (set MKPY_CXX): kernels cannot be compiled");
-        rc = -1;
-        goto done;
-    }
-    char identity[5400], dir[4300];
-    full_identity(identity, sizeof identity);
+    int built = 0;
+    char identity[5400], dir[4300], cxx[4096];
+    pthread_mutex_lock(&jit.probe_mu);
+    int have = find_compiler() == 0;
+    if (have) full_identity(identity, sizeof identity);
+    snprintf(cxx, sizeof cxx, "%s", jit.cxx);
     snprintf(dir, sizeof dir, "%s/pch", jit.runtime_dir);
+    pthread_mutex_unlock(&jit.probe_mu);
+    if (!have) {
+        snprintf(msg, n, "no clang++ >= 15 found (set MKPY_CXX): kernels cannot be compiled");
+        return -1;
+    }
     if (mkdirs(dir) < 0) {
         snprintf(msg, n, "cannot create %s: %s", dir, strerror(errno));
-        rc = -1;
-        goto done;
+        return -1;
     }
     for (int m = MKK_MATH_SAFE; m <= MKK_MATH_FAST; m++) {
         char name[64], path[4400];
@@ -718,16 +954,13 @@ int mkk_prepare(char *msg, size_t n) {
         snprintf(path, sizeof path, "%s/%s", dir, name);
         if (access(path, R_OK) == 0) continue;
         if (build_pch(math_flags((mkk_math_mode)m), path) < 0) {
-            snprintf(msg, n, "cannot build %s with %s", path, jit.cxx);
-            rc = -1;
-            goto done;
+            snprintf(msg, n, "cannot build %s with %s", path, cxx);
+            return -1;
         }
         built++;
     }
-    snprintf(msg, n, "%d precompiled runtime header(s) built in %s with %s", built, dir, jit.cxx);
-done:
-    pthread_mutex_unlock(&jit.mu);
-    return rc;
+    snprintf(msg, n, "%d precompiled runtime header(s) built in %s with %s", built, dir, cxx);
+    return 0;
 }
 
 /* ------------------------------------------------ the lockstep engine */
@@ -763,7 +996,7 @@ static const char *cbs_pass(void) {
 #define CBS_DECLINED (-1000)
 static int cbs_object(const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
                       char *obj_path, size_t n, char **diag, char *declined, size_t declined_n) {
-    char bc_path[4500];
+    char bc_path[4600];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
     if (rc != 0 && *pch && *diag && strstr(*diag, "precompiled header")) {
@@ -795,10 +1028,556 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     return 0;
 }
 
+/* ------------------------------------------------------ the disk cache */
+
+/* Files of an entry <hex>: <hex>.so (the object), <hex>.key (the key and
+ * the object's hash), <hex>.cpp (the translated C++, for users to read),
+ * <hex>.lock (flock'ed by the process compiling it). Beside them: `stats`
+ * (bytes, hits, misses, under flock) and a precompiled header pch-*.pch
+ * when none could be used beside the runtime headers. */
+#define KEY_MAGIC "mkpy kernel cache entry 2\n"
+#define STALE_TMP_S 3600 /* temporary files older than this are left over from a dead process */
+
+static const char *const entry_exts[] = {".so", ".key", ".cpp", ".lock"};
+#define NENTRY_EXTS 4
+
+static int64_t env_int(const char *name, int64_t dflt) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v <= 0) return dflt;
+    return v;
+}
+
+/* Is name "<32 hex digits>" followed by ext (one of entry_exts)? */
+static int entry_file(const char *name, char hex[33]) {
+    for (int i = 0; i < 32; i++)
+        if (!isxdigit((unsigned char)name[i])) return 0;
+    for (int e = 0; e < NENTRY_EXTS; e++)
+        if (strcmp(name + 32, entry_exts[e]) == 0) {
+            memcpy(hex, name, 32);
+            hex[32] = 0;
+            return 1;
+        }
+    return 0;
+}
+
+typedef struct {
+    char hex[33];
+    int64_t bytes;
+    int64_t mtime; /* ns: entries made within one second still go in order */
+    bool has_object;
+} disk_entry;
+
+static int by_mtime(const void *a, const void *b) {
+    const disk_entry *x = a, *y = b;
+    return x->mtime < y->mtime ? -1 : x->mtime > y->mtime ? 1 : strcmp(x->hex, y->hex);
+}
+
+static int by_hex(const void *a, const void *b) { return strcmp(((const disk_entry *)a)->hex, ((const disk_entry *)b)->hex); }
+
+static void remove_entry_files(const char *dir, const char *hex) {
+    for (int e = 0; e < NENTRY_EXTS; e++) {
+        char p[4500];
+        snprintf(p, sizeof p, "%s/%s%s", dir, hex, entry_exts[e]);
+        unlink(p);
+    }
+}
+
+/* Scans the folder: its entries (bytes, and the time of last use: the
+ * newest mtime of their files, which hits refresh), and stale temporary
+ * files (removed). With cap >= 0, removes the least recently used entries
+ * until at most 90% of cap remain, when more than cap is there. Returns the
+ * bytes kept (*count: entries kept), or -1 if the folder cannot be read. */
+static int64_t scan_dir(const char *dir, int64_t cap, int64_t *count) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    disk_entry *v = NULL;
+    size_t n = 0, capn = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char hex[33], p[4500];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (!entry_file(de->d_name, hex)) {
+            if (strstr(de->d_name, ".tmp.") && lstat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+                now - st.st_mtime > STALE_TMP_S)
+                unlink(p);
+            continue;
+        }
+        if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode)) continue;
+        /* one record per file here; the files of an entry are merged below */
+        if (n == capn) {
+            disk_entry *w = realloc(v, (capn = capn ? capn * 2 : 256) * sizeof *v);
+            if (!w) break;
+            v = w;
+        }
+        memcpy(v[n].hex, hex, 33);
+        v[n].bytes = (int64_t)st.st_size;
+        v[n].mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        v[n].has_object = strcmp(de->d_name + 32, ".so") == 0;
+        n++;
+    }
+    closedir(d);
+    if (n) qsort(v, n, sizeof *v, by_hex);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && strcmp(v[m - 1].hex, v[i].hex) == 0) {
+            v[m - 1].bytes += v[i].bytes;
+            if (v[i].mtime > v[m - 1].mtime) v[m - 1].mtime = v[i].mtime;
+            v[m - 1].has_object |= v[i].has_object;
+        } else {
+            v[m++] = v[i];
+        }
+    }
+    n = m;
+    int64_t total = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!v[i].has_object && (int64_t)now - v[i].mtime / 1000000000 > STALE_TMP_S) {
+            remove_entry_files(dir, v[i].hex); /* a lock or key left by a dead process */
+            v[i].bytes = 0;
+            continue;
+        }
+        total += v[i].bytes;
+        kept += v[i].has_object;
+    }
+    if (cap >= 0 && total > cap) {
+        qsort(v, n, sizeof *v, by_mtime);
+        for (size_t i = 0; i < n && total > cap - cap / 10; i++) {
+            remove_entry_files(dir, v[i].hex);
+            total -= v[i].bytes;
+            kept -= v[i].has_object;
+        }
+    }
+    free(v);
+    if (count) *count = (int64_t)kept;
+    return total;
+}
+
+/* The folder's shared counters, in <dir>/stats under flock: the bytes of
+ * its entries (as their writers added them), and disk hits and misses of
+ * every process since the last clear. add_bytes/hits/misses are added;
+ * when the bytes go over MKPY_CACHE_MAX_BYTES (or were never counted), the
+ * folder is scanned and its least recently used entries evicted, under the
+ * same lock, so that one process evicts at a time. Best effort: a folder
+ * where the file cannot be written keeps no counters. */
+typedef struct {
+    int64_t bytes, hits, misses;
+} disk_stats;
+
+static int stats_update(const char *dir, int64_t add_bytes, int64_t hits, int64_t misses, bool rescan,
+                        disk_stats *out) {
+    char p[4500];
+    snprintf(p, sizeof p, "%s/stats", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
+    }
+    char buf[256];
+    ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+    buf[r > 0 ? r : 0] = 0;
+    long long b = -1, h = 0, m = 0;
+    if (sscanf(buf, "bytes %lld hits %lld misses %lld", &b, &h, &m) != 3) b = -1, h = m = 0;
+    h += hits;
+    m += misses;
+    if (b >= 0) b += add_bytes;
+    int64_t cap = env_int("MKPY_CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES);
+    if (rescan || b < 0 || b > cap) {
+        int64_t s = scan_dir(dir, add_bytes > 0 ? cap : -1, NULL);
+        if (s >= 0) b = s;
+    }
+    int len = snprintf(buf, sizeof buf, "bytes %lld hits %lld misses %lld\n", b < 0 ? 0 : b, h, m);
+    if (pwrite(fd, buf, (size_t)len, 0) == len) {
+        if (ftruncate(fd, len) < 0) { /* the counters are advisory */
+        }
+    }
+    close(fd);
+    if (out) {
+        out->bytes = b < 0 ? 0 : b;
+        out->hits = h;
+        out->misses = m;
+    }
+    return 0;
+}
+
+/* Marks an entry used now (eviction is least recently used first). */
+static void touch(const char *path) { utimensat(AT_FDCWD, path, NULL, 0); }
+
+static int write_all(int fd, const char *s, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Hashes a file (its size and FNV-1a-64 of its bytes) from an open fd. */
+static int hash_fd(int fd, int64_t *size, uint64_t *h) {
+    unsigned char buf[65536];
+    uint64_t x = FNV_BASIS;
+    int64_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        x = fnv1a(x, buf, (size_t)r);
+        n += r;
+    }
+    *size = n;
+    *h = x;
+    return 0;
+}
+
+/* Loads the object at so_path only if the key file says it is this key's
+ * entry and the object's size and hash match those recorded in the key (a
+ * truncated, swapped or planted object is never loaded), and the file
+ * dlopen mapped is the one that was hashed. Returns the handle or NULL. */
+static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t errn);
+static void *load_verified(const char *so_path, const char *key_path, const char *full_key, mkk_compiled *fn) {
+    char *stored = read_file(key_path);
+    if (!stored) return NULL;
+    long long want_size;
+    unsigned long long want_hash;
+    int off = 0;
+    void *h = NULL;
+    if (strncmp(stored, KEY_MAGIC, strlen(KEY_MAGIC)) != 0 ||
+        sscanf(stored + strlen(KEY_MAGIC), "object %lld %llx\n%n", &want_size, &want_hash, &off) != 2 || !off ||
+        strcmp(stored + strlen(KEY_MAGIC) + off, full_key) != 0) {
+        free(stored);
+        return NULL;
+    }
+    free(stored);
+    int fd = open(so_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return NULL;
+    struct stat before, after;
+    int64_t size;
+    uint64_t hash;
+    if (fstat(fd, &before) == 0 && S_ISREG(before.st_mode) && hash_fd(fd, &size, &hash) == 0 &&
+        size == want_size && hash == (uint64_t)want_hash) {
+        char err[1024];
+        h = load_entry(so_path, fn, err, sizeof err);
+        if (h && (stat(so_path, &after) < 0 || after.st_ino != before.st_ino || after.st_dev != before.st_dev)) {
+            /* replaced between the hash and dlopen */
+            dlclose(h);
+            h = NULL;
+        }
+    }
+    close(fd);
+    if (!h) memset(fn, 0, sizeof *fn);
+    return h;
+}
+
+/* Writes the key file of an entry whose object is tmp_so, atomically: a
+ * temporary file renamed to key_path. */
+static int write_key(const char *tmp_so, const char *tmp_key, const char *key_path, const char *full_key) {
+    int fd = open(tmp_so, O_RDONLY | O_CLOEXEC);
+    int64_t size;
+    uint64_t hash;
+    if (fd < 0) return -1;
+    int ok = hash_fd(fd, &size, &hash) == 0;
+    close(fd);
+    if (!ok) return -1;
+    fd = open(tmp_key, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    char head[128];
+    int hl = snprintf(head, sizeof head, KEY_MAGIC "object %lld %016llx\n", (long long)size,
+                      (unsigned long long)hash);
+    ok = write_all(fd, head, (size_t)hl) == 0 && write_all(fd, full_key, strlen(full_key)) == 0;
+    if (close(fd) < 0) ok = 0;
+    if (!ok || rename(tmp_key, key_path) < 0) {
+        unlink(tmp_key);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+/* ----------------------------------------------------------- the JIT */
+
+/* What building one kernel makes: its handle, entry points and disk path. */
+typedef struct {
+    void *handle;
+    mkk_compiled fn;
+    char *so_path;
+    char *cbs_declined;
+} built;
+
+/* Finds the kernel in the disk cache or compiles it. Runs without jit.mu:
+ * other kernels launch and compile meanwhile. Returns 0, or -1 with the
+ * error set. */
+static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                 const char *kernel_name, built *out) {
+    int ret = -1;
+    char *program = NULL, *full_key = NULL, *diag = NULL;
+    char dir[4400], so_path[4500] = "", key_path[4500], lock_path[4500];
+    int lock_fd = -1;
+    const char *mflags = math_flags(k->math_mode);
+    memset(out, 0, sizeof *out);
+    if (!(program = build_program(k, c, inputs, generated, kernel_name))) goto done;
+
+    pthread_mutex_lock(&jit.probe_mu);
+    int have_cxx = find_compiler() == 0;
+    char identity[5400], cxx[4096];
+    if (have_cxx) full_identity(identity, sizeof identity);
+    snprintf(cxx, sizeof cxx, "%s", jit.cxx);
+    pthread_mutex_unlock(&jit.probe_mu);
+    if (!have_cxx) {
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] No kernel compiler found for `%s`: mkpy compiles Metal kernels with clang 15 "
+                     "or newer. Install it (Debian/Ubuntu: apt-get install clang-15) or point MKPY_CXX at a "
+                     "clang++ binary%s%s.",
+                     k->name, getenv("MKPY_CXX") ? " (MKPY_CXX is set to " : "",
+                     getenv("MKPY_CXX") ? getenv("MKPY_CXX") : "");
+        if (getenv("MKPY_CXX")) {
+            char msg[MK_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", mk_error_message());
+            size_t l = strlen(msg);
+            if (l && msg[l - 1] == '.') msg[l - 1] = 0;
+            mk_error_set(MK_ERR_RUNTIME, "%s, which does not run).", msg);
+        }
+        goto done;
+    }
+    /* the disk key adds the compiler's identity, the flags and the headers,
+     * and names the engine a cooperative kernel is built for */
+    const int cooperative = mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
+    char pass_id[4600] = "";
+    if (cooperative) file_identity(cbs_pass(), pass_id, sizeof pass_id); /* the pass's build, too */
+    size_t klen = strlen(mflags) + strlen(program) + strlen(identity) + sizeof pass_id + 64;
+    char *pkey = malloc(klen);
+    full_key = malloc(klen);
+    if (!pkey || !full_key) {
+        free(pkey);
+        mk_nomem();
+        goto done;
+    }
+    snprintf(pkey, klen, "%s%s%s\n%s", mflags, cooperative ? " " CBS_ENGINE_ID " " : "", pass_id, program);
+    char hex[33];
+    hash_hex(pkey, identity, hex);
+    snprintf(full_key, klen, "%s\n%s", identity, pkey);
+    free(pkey);
+
+    if (cache_dir(dir, sizeof dir) < 0) goto done;
+    for (int attempt = 0;; attempt++) {
+        snprintf(so_path, sizeof so_path, "%s/%s.so", dir, hex);
+        snprintf(key_path, sizeof key_path, "%s/%s.key", dir, hex);
+        snprintf(lock_path, sizeof lock_path, "%s/%s.lock", dir, hex);
+        /* a hit: no lock taken */
+        if ((out->handle = load_verified(so_path, key_path, full_key, &out->fn))) {
+            touch(so_path);
+            stats_update(dir, 0, 1, 0, false, NULL);
+            pthread_mutex_lock(&jit.mu);
+            jit.stats.disk_hits++;
+            pthread_mutex_unlock(&jit.mu);
+            ret = 0;
+            goto done;
+        }
+        /* a miss: one process compiles it (the others wait for the lock,
+         * then find its entry) */
+        lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (lock_fd >= 0 || attempt > 0) break;
+        int err = errno;
+        char why[256];
+        if (err == ENOENT && private_dir_ok(dir, why, sizeof why) == 0) continue; /* removed under us: made again */
+        if (cache_dir_failed(dir, err, dir, sizeof dir) < 0) break; /* cannot write it: the private folder */
+    }
+    if (lock_fd >= 0) {
+        while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR) {
+        }
+        if ((out->handle = load_verified(so_path, key_path, full_key, &out->fn))) {
+            touch(so_path);
+            stats_update(dir, 0, 1, 0, false, NULL);
+            pthread_mutex_lock(&jit.mu);
+            jit.stats.disk_hits++;
+            pthread_mutex_unlock(&jit.mu);
+            ret = 0;
+            goto done;
+        }
+    }
+
+    char tmp_base[4500], cpp_path[4600], tmp_so[4600], tmp_key[4600];
+    snprintf(tmp_base, sizeof tmp_base, "%s/%s.tmp.%ld.%lu", dir, hex, (long)getpid(),
+             (unsigned long)atomic_fetch_add(&tmp_seq, 1));
+    snprintf(cpp_path, sizeof cpp_path, "%s.cpp", tmp_base);
+    snprintf(tmp_so, sizeof tmp_so, "%s.so", tmp_base);
+    snprintf(tmp_key, sizeof tmp_key, "%s.key", tmp_base);
+    if (write_file(cpp_path, program) < 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
+        unlink(cpp_path);
+        goto done;
+    }
+    char pch_buf[4600];
+    const char *pch = pch_for(k->math_mode, mflags, dir, identity, pch_buf, sizeof pch_buf);
+    /* a cooperative kernel goes through the region-splitting pass when it
+     * can (cbs_object), else it is built for fibers as any other */
+    char obj_path[4600] = "", declined[1200] = "";
+    int rc = cooperative ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
+                                      declined, sizeof declined)
+                         : CBS_DECLINED;
+    build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
+    const char *link_in = obj_path;
+    if (rc == CBS_DECLINED) {
+        link = BUILD_KERNEL;
+        link_cxx = BUILD_KERNEL_WITH_LIBSTDCXX;
+        link_in = cpp_path;
+    } else if (rc == 0) {
+        rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
+    }
+    if (rc == CBS_DECLINED) {
+        rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+        if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
+            /* a stale or unusable PCH: compile without it */
+            free(diag);
+            diag = NULL;
+            pch = NULL;
+            rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+        }
+    }
+    pthread_mutex_lock(&jit.mu);
+    jit.stats.compiles++;
+    pthread_mutex_unlock(&jit.mu);
+    char err[1024] = "";
+    if (rc == 0) {
+        out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
+        if (!out->handle && strstr(err, "undefined symbol")) {
+            /* the kernel's own code needs the C++ library (a static local
+             * with a constructor, say): link it this time */
+            free(diag);
+            diag = NULL;
+            rc = compile(mflags, link == BUILD_LINK ? NULL : pch, link_cxx, tmp_so, link_in, &diag);
+            if (rc == 0) out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
+        }
+    }
+    if (obj_path[0]) unlink(obj_path);
+    if (rc != 0) {
+        if (rc < 0 && !diag)
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot run the kernel compiler %s: %s", cxx,
+                         strerror(errno));
+        else
+            format_failure(k, c, kernel_name, diag);
+        unlink(cpp_path);
+        unlink(tmp_so);
+        goto done;
+    }
+    if (!out->handle) {
+        unlink(cpp_path);
+        unlink(tmp_so);
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
+        goto done;
+    }
+    if (declined[0]) out->cbs_declined = strdup(declined);
+    /* publish, under the entry's lock: the object, its key (with the
+     * object's hash) and the C++ beside them, each renamed into place; the
+     * loaded object stays mapped whatever its name becomes */
+    char kept_cpp[4500];
+    snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, hex);
+    if (write_key(tmp_so, tmp_key, key_path, full_key) == 0 && rename(tmp_so, so_path) == 0) {
+        if (rename(cpp_path, kept_cpp) != 0) unlink(cpp_path);
+        stats_update(dir, file_size(so_path) + file_size(key_path) + file_size(kept_cpp), 0, 1, false, NULL);
+        out->so_path = strdup(so_path);
+    } else {
+        unlink(key_path);
+        unlink(tmp_so);
+        unlink(cpp_path);
+    }
+    ret = 0;
+done:
+    if (lock_fd >= 0) {
+        /* the entry is published (or the compile failed): whoever waits on
+         * this lock, or makes a new one, looks at the disk again first */
+        unlink(lock_path);
+        close(lock_fd); /* releases the flock */
+    }
+    if (ret < 0 && out->handle) {
+        dlclose(out->handle);
+        out->handle = NULL;
+    }
+    if (ret == 0 && !out->so_path) out->so_path = strdup(so_path);
+    free(diag);
+    free(full_key);
+    free(program);
+    return ret;
+}
+
+static void lru_unlink(entry *e) {
+    if (e->lru_prev)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        jit.lru_head = e->lru_next;
+    if (e->lru_next)
+        e->lru_next->lru_prev = e->lru_prev;
+    else
+        jit.lru_tail = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+}
+
+static void lru_push_front(entry *e) {
+    e->lru_prev = NULL;
+    e->lru_next = jit.lru_head;
+    if (jit.lru_head) jit.lru_head->lru_prev = e;
+    jit.lru_head = e;
+    if (!jit.lru_tail) jit.lru_tail = e;
+}
+
+/* Unloads least recently used kernels that no launch holds while more than
+ * MKPY_MAX_LOADED_KERNELS are loaded. Call with jit.mu held; the handles to
+ * dlclose (after unlocking) go to victims[MAX_VICTIMS]. */
+#define MAX_VICTIMS 16
+static int64_t max_loaded(void) {
+    static int64_t max; /* read once: the launch path must stay cheap */
+    if (!max) max = env_int("MKPY_MAX_LOADED_KERNELS", DEFAULT_MAX_LOADED);
+    return max;
+}
+
+static int pick_victims(void **victims) {
+    int n = 0;
+    int64_t max = max_loaded();
+    if (jit.nloaded <= max) return 0;
+    for (entry *e = jit.lru_tail; e && jit.nloaded > max && n < MAX_VICTIMS;) {
+        entry *prev = e->lru_prev;
+        if (e->uses == 0 && !e->busy && e->handle) {
+            lru_unlink(e);
+            victims[n++] = e->handle;
+            e->handle = NULL;
+            memset(&e->fn, 0, sizeof e->fn);
+            jit.nloaded--;
+        }
+        e = prev;
+    }
+    return n;
+}
+
+static void close_victims(void **victims, int n) {
+    for (int i = 0; i < n; i++) dlclose(victims[i]);
+}
+
+static void entry_free(entry *e) {
+    free(e->key);
+    free(e->so_path);
+    free(e->cbs_declined);
+    free(e);
+}
+
+static entry **find_slot(const char *key, unsigned bucket) {
+    entry **p = &jit.buckets[bucket];
+    while (*p && strcmp((*p)->key, key) != 0) p = &(*p)->next;
+    return p;
+}
+
 mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                      const char *kernel_name) {
     mkk_compiled fn = {0};
-    char *program = NULL;
     const char *mflags = math_flags(k->math_mode);
     /* In memory the generated Metal source is the key: it fixes the program
      * (kernel name, header, source, argument types, template values,
@@ -818,169 +1597,192 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     key[mlen + 1] = '\n';
     memcpy(key + mlen + 2, generated, glen + 1);
     unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);
+    void *victims[MAX_VICTIMS];
+    int nvictims = 0;
+    char touch_path[4600] = "";
 
     pthread_mutex_lock(&jit.mu);
-    for (entry *e = jit.buckets[bucket]; e; e = e->next)
-        if (strcmp(e->key, key) == 0) {
-            fn = e->fn;
-            jit.stats.memory_hits++;
-            break;
-        }
-    if (fn.entry) goto done;
-    if (!(program = build_program(k, c, inputs, generated, kernel_name))) goto done;
-
-    if (find_compiler() < 0) {
-        mk_error_set(MK_ERR_RUNTIME,
-                     "[metal_kernel] No kernel compiler found for `%s`: mkpy compiles Metal kernels with clang 15 "
-                     "or newer. Install it (Debian/Ubuntu: apt-get install clang-15) or point MKPY_CXX at a "
-                     "clang++ binary%s%s.",
-                     k->name, getenv("MKPY_CXX") ? " (MKPY_CXX is set to " : "",
-                     getenv("MKPY_CXX") ? getenv("MKPY_CXX") : "");
-        if (getenv("MKPY_CXX")) {
-            char msg[MK_ERRMSG_MAX];
-            snprintf(msg, sizeof msg, "%s", mk_error_message());
-            size_t l = strlen(msg);
-            if (l && msg[l - 1] == '.') msg[l - 1] = 0;
-            mk_error_set(MK_ERR_RUNTIME, "%s, which does not run).", msg);
-        }
-        goto done;
+    entry *e;
+    for (;;) {
+        e = *find_slot(key, bucket);
+        if (!e || !e->busy) break;
+        pthread_cond_wait(&jit.cv, &jit.mu); /* another thread compiles or loads it */
     }
-    /* the disk key adds the compiler's identity, the flags and the headers */
-    char identity[5400];
-    full_identity(identity, sizeof identity);
-    char *pkey = malloc(mlen + strlen(program) + 4800);
-    if (!pkey) {
-        mk_nomem();
-        goto done;
-    }
-    /* the disk key names the engine a cooperative kernel is built for */
-    const int cooperative = mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
-    char pass_id[4600] = "";
-    if (cooperative) file_identity(cbs_pass(), pass_id, sizeof pass_id); /* the pass's build, too */
-    sprintf(pkey, "%s%s%s\n%s", mflags, cooperative ? " " CBS_ENGINE_ID " " : "", pass_id, program);
-    char dkey_hex[33];
-    hash_hex(pkey, identity, dkey_hex);
-    char dir[4096], so_path[4400], key_path[4400];
-    cache_dir(dir, sizeof dir);
-    snprintf(so_path, sizeof so_path, "%s/%s.so", dir, dkey_hex);
-    snprintf(key_path, sizeof key_path, "%s/%s.key", dir, dkey_hex);
-    char err[1024] = "";
-    char *full_key = malloc(strlen(pkey) + strlen(identity) + 2);
-    if (!full_key) {
-        free(pkey);
-        mk_nomem();
-        goto done;
-    }
-    sprintf(full_key, "%s\n%s", identity, pkey);
-    free(pkey);
-
-    char *stored = read_file(key_path);
-    if (stored && strcmp(stored, full_key) == 0 && access(so_path, R_OK) == 0) {
-        fn = load_entry(so_path, err, sizeof err);
-        if (fn.entry) jit.stats.disk_hits++;
-    }
-    free(stored);
-    if (!fn.entry) {
-        if (mkdirs(dir) < 0) {
-            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot create the kernel cache directory %s: %s", dir,
-                         strerror(errno));
-            free(full_key);
-            goto done;
+    if (e && e->handle) {
+        /* the hot path: a loaded kernel */
+        e->uses++;
+        if (e != jit.lru_head) {
+            lru_unlink(e);
+            lru_push_front(e);
         }
-        char tmp_base[4400], cpp_path[4500], tmp_so[4500], tmp_key[4500];
-        snprintf(tmp_base, sizeof tmp_base, "%s/%s.tmp.%ld.%lx", dir, dkey_hex, (long)getpid(),
-                 (unsigned long)time(NULL) ^ (unsigned long)(uintptr_t)&tmp_base);
-        snprintf(cpp_path, sizeof cpp_path, "%s.cpp", tmp_base);
-        snprintf(tmp_so, sizeof tmp_so, "%s.so", tmp_base);
-        snprintf(tmp_key, sizeof tmp_key, "%s.key", tmp_base);
-        if (write_file(cpp_path, program) < 0) {
-            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
-            free(full_key);
-            goto done;
-        }
-        const char *pch = pch_for(k->math_mode, mflags, dir, identity);
-        char *diag = NULL;
-        /* a cooperative kernel goes through the region-splitting pass when
-         * it can (cbs_object), else it is built for fibers as any other */
-        char obj_path[4500] = "", declined[1200] = "";
-        int rc = cooperative ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
-                                          declined, sizeof declined)
-                             : CBS_DECLINED;
-        build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
-        const char *link_in = obj_path;
-        if (rc == CBS_DECLINED) {
-            link = BUILD_KERNEL;
-            link_cxx = BUILD_KERNEL_WITH_LIBSTDCXX;
-            link_in = cpp_path;
-        } else if (rc == 0) {
-            rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
-        }
-        if (rc == CBS_DECLINED) {
-            rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
-            if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
-                /* a stale or unusable PCH: compile without it */
-                free(diag);
-                diag = NULL;
-                pch = NULL;
-                rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+        jit.stats.memory_hits++;
+        fn = e->fn;
+        fn.ref = e;
+        if (e->so_path) {
+            time_t now = time(NULL);
+            if (now - e->touched >= TOUCH_EVERY_S) {
+                e->touched = now;
+                snprintf(touch_path, sizeof touch_path, "%s", e->so_path);
             }
         }
-        jit.stats.compiles++;
-        if (rc == 0) {
-            fn = load_entry(tmp_so, err, sizeof err);
-            if (!fn.entry && strstr(err, "undefined symbol")) {
-                /* the kernel's own code needs the C++ library (a static
-                 * local with a constructor, say): link it this time */
-                free(diag);
-                diag = NULL;
-                rc = compile(mflags, link == BUILD_LINK ? NULL : pch, link_cxx, tmp_so, link_in, &diag);
-                if (rc == 0) fn = load_entry(tmp_so, err, sizeof err);
-            }
-        }
-        if (obj_path[0]) unlink(obj_path);
-        if (fn.entry && declined[0]) fn.cbs_declined = strdup(declined); /* kept with the cache entry */
-        /* the translated C++ stays beside the object, for users to read */
-        char kept_cpp[4400];
-        snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, dkey_hex);
-        if (rc != 0 || rename(cpp_path, kept_cpp) != 0) unlink(cpp_path);
-        if (rc != 0) {
-            if (rc < 0 && !diag)
-                mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot run the kernel compiler %s: %s", jit.cxx,
-                             strerror(errno));
-            else
-                format_failure(k, c, kernel_name, diag);
-            free(diag);
-            unlink(tmp_so);
-            free(full_key);
-            goto done;
-        }
-        free(diag);
-        if (fn.entry) {
-            /* publish: the key first, then the object (readers check both);
-             * the loaded object stays mapped whatever its name becomes */
-            if (write_file(tmp_key, full_key) == 0) rename(tmp_key, key_path);
-            unlink(tmp_key);
-            if (rename(tmp_so, so_path) < 0) unlink(tmp_so);
-        } else {
-            unlink(tmp_so);
-            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
-        }
+        pthread_mutex_unlock(&jit.mu);
+        free(key);
+        if (touch_path[0]) touch(touch_path);
+        return fn;
     }
-    free(full_key);
-    if (fn.entry) {
-        entry *e = malloc(sizeof *e);
-        if (e) {
-            e->key = key;
-            key = NULL;
-            e->fn = fn;
-            e->next = jit.buckets[bucket];
-            jit.buckets[bucket] = e;
-            jit.stats.entries++;
+    if (!e) {
+        if (!(e = calloc(1, sizeof *e))) {
+            pthread_mutex_unlock(&jit.mu);
+            free(key);
+            mk_nomem();
+            return fn;
         }
+        e->key = key;
+        key = NULL;
+        e->next = jit.buckets[bucket];
+        jit.buckets[bucket] = e;
+        jit.stats.entries++;
     }
-done:
+    e->busy = true; /* unloaded, or new: this thread loads or builds it */
     pthread_mutex_unlock(&jit.mu);
     free(key);
-    free(program);
+
+    built b;
+    int rc = build(k, c, inputs, generated, kernel_name, &b);
+
+    pthread_mutex_lock(&jit.mu);
+    e->busy = false;
+    if (rc == 0) {
+        e->handle = b.handle;
+        e->fn = b.fn;
+        free(e->so_path);
+        e->so_path = b.so_path;
+        e->touched = time(NULL);
+        if (b.cbs_declined) {
+            free(e->cbs_declined);
+            e->cbs_declined = b.cbs_declined;
+        }
+        e->fn.cbs_declined = e->cbs_declined;
+        e->uses++;
+        jit.nloaded++;
+        lru_push_front(e);
+        fn = e->fn;
+        fn.ref = e;
+        nvictims = pick_victims(victims);
+    } else if (!e->detached) {
+        /* forget it: the next call tries again (and reports the error) */
+        entry **p = find_slot(e->key, bucket);
+        if (*p == e) *p = e->next;
+        jit.stats.entries--;
+        entry_free(e);
+    } else {
+        entry_free(e);
+    }
+    pthread_cond_broadcast(&jit.cv);
+    pthread_mutex_unlock(&jit.mu);
+    close_victims(victims, nvictims);
     return fn;
+}
+
+void mkk_jit_release(mkk_compiled *fn) {
+    entry *e = fn->ref;
+    if (!e) return;
+    fn->ref = NULL;
+    void *victims[MAX_VICTIMS];
+    int nvictims = 0;
+    pthread_mutex_lock(&jit.mu);
+    if (--e->uses == 0) {
+        if (e->detached) {
+            if (e->handle) victims[nvictims++] = e->handle;
+            entry_free(e);
+        } else {
+            nvictims = pick_victims(victims);
+        }
+    }
+    pthread_mutex_unlock(&jit.mu);
+    close_victims(victims, nvictims);
+}
+
+void mkk_cache_info(mkk_cache_stats *s) {
+    pthread_mutex_lock(&jit.mu);
+    *s = jit.stats;
+    s->loaded = jit.nloaded;
+    pthread_mutex_unlock(&jit.mu);
+}
+
+/* Forgets the kernels held in memory: unused ones are unloaded now, those
+ * that a launch is running when it ends; one being built stays. */
+void mkk_cache_clear_memory(void) {
+    void **victims = NULL;
+    size_t nv = 0, capv = 0;
+    pthread_mutex_lock(&jit.mu);
+    for (int i = 0; i < NBUCKETS; i++) {
+        entry **p = &jit.buckets[i];
+        while (*p) {
+            entry *e = *p;
+            if (e->busy) {
+                p = &e->next;
+                continue;
+            }
+            *p = e->next;
+            jit.stats.entries--;
+            if (e->handle) {
+                lru_unlink(e);
+                jit.nloaded--;
+            }
+            if (e->uses > 0) {
+                e->detached = true; /* mkk_jit_release closes and frees it */
+                continue;
+            }
+            if (e->handle) {
+                if (nv == capv) {
+                    void **w = realloc(victims, (capv = capv ? capv * 2 : 64) * sizeof *w);
+                    if (!w) { /* keep it loaded rather than fail */
+                        entry_free(e);
+                        continue;
+                    }
+                    victims = w;
+                }
+                victims[nv++] = e->handle;
+            }
+            entry_free(e);
+        }
+    }
+    pthread_mutex_unlock(&jit.mu);
+    for (size_t i = 0; i < nv; i++) dlclose(victims[i]);
+    free(victims);
+}
+
+int mkk_disk_cache(bool clear, mkk_disk_info *info) {
+    memset(info, 0, sizeof *info);
+    if (cache_dir(info->dir, sizeof info->dir) < 0) return -1;
+    if (clear) {
+        DIR *d = opendir(info->dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            char hex[33], p[4700];
+            if (!entry_file(de->d_name, hex) && strcmp(de->d_name, "stats") != 0 &&
+                strncmp(de->d_name, "pch-", 4) != 0)
+                continue; /* only mkpy's own files; temporary ones of compiles under way stay (scans remove
+                             them when stale) */
+            if (strstr(de->d_name, ".tmp.")) continue;
+            snprintf(p, sizeof p, "%s/%s", info->dir, de->d_name);
+            unlink(p);
+        }
+        if (d) closedir(d);
+    }
+    int64_t count = 0;
+    int64_t bytes = scan_dir(info->dir, -1, &count);
+    if (bytes < 0) {
+        mk_error_set(MK_ERR_RUNTIME, "Cannot read the kernel cache folder %s: %s", info->dir, strerror(errno));
+        return -1;
+    }
+    disk_stats ds = {0, 0, 0};
+    stats_update(info->dir, 0, 0, 0, true, &ds);
+    info->bytes = bytes;
+    info->entries = count;
+    info->hits = ds.hits;
+    info->misses = ds.misses;
+    info->max_bytes = env_int("MKPY_CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES);
+    return 0;
 }

@@ -102,6 +102,7 @@ typedef struct {
     mkk_cbs_run_fn cbs_run;
     const struct mkpy_cbs_info *cbs_info;
     const char *cbs_declined; /* why the pass did not take it, when known (owned by the cache) */
+    void *ref;                /* the cache entry this launch holds loaded (mkk_jit_release) */
 } mkk_compiled;
 
 /* Where the kernel layer's messages go (the binding prints them on Python's
@@ -117,16 +118,32 @@ const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn);
 
 /* Compiles (or finds in the caches) the kernel for this generated source.
  * On failure (entry NULL) sets a RuntimeError naming the kernel with mapped
- * diagnostics. */
+ * diagnostics. On success the kernel stays loaded until mkk_jit_release:
+ * call it once the launch is over. No lock is held while a compiler runs. */
 mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                      const char *kernel_name);
+void mkk_jit_release(mkk_compiled *fn);
 
-/* Counters for tests: in-memory hits, disk hits, compiles. */
+/* Counters for tests: in-memory hits, disk hits, compiles, kernels in the
+ * in-memory table, and how many of them are loaded now. */
 typedef struct {
-    int64_t memory_hits, disk_hits, compiles, entries;
+    int64_t memory_hits, disk_hits, compiles, entries, loaded;
 } mkk_cache_stats;
 void mkk_cache_info(mkk_cache_stats *s);
 void mkk_cache_clear_memory(void);
+
+/* The disk cache: its folder, size, entries, the hits and misses every
+ * process counted there, and its cap. With clear, its files are removed
+ * first. Returns 0, or -1 with an error set. */
+typedef struct {
+    char dir[4400];
+    int64_t bytes, entries, hits, misses, max_bytes;
+} mkk_disk_info;
+int mkk_disk_cache(bool clear, mkk_disk_info *info);
+
+/* Where the kernel layer's warnings go (the binding makes them Python
+ * warnings; stderr without one). Called without the GIL held or with it. */
+void mkk_set_warner(void (*fn)(const char *text));
 void mkk_set_runtime_dir(const char *dir);
 /* Builds the precompiled runtime headers of the three math modes into
  * <runtime dir>/pch (make build calls it), so that the first kernel of a

@@ -370,8 +370,17 @@ static void report_stdout(const char *text) {
     PyGILState_Release(g);
 }
 
+/* Warnings of the kernel layer (an untrusted cache folder) become Python
+ * RuntimeWarnings. Called with or without the GIL. */
+static void report_warning(const char *text) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, text, 1) < 0) PyErr_Clear(); /* -W error: nowhere to raise it */
+    PyGILState_Release(g);
+}
+
 int mkpy_fast_init(void) {
     mkk_set_reporter(report_stdout);
+    mkk_set_warner(report_warning);
     return PyType_Ready(&PyMkKernel_Type);
 }
 
@@ -381,9 +390,34 @@ static PyObject *py_kernel_cache_info(PyObject *m, PyObject *unused) {
     (void)m;
     (void)unused;
     mkk_cache_stats s;
+    mkk_disk_info d;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mkk_disk_cache(false, &d);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) return mkpy_raise();
     mkk_cache_info(&s);
-    return Py_BuildValue("{s:L,s:L,s:L,s:L}", "memory_hits", (long long)s.memory_hits, "disk_hits",
-                         (long long)s.disk_hits, "compiles", (long long)s.compiles, "entries", (long long)s.entries);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:s,s:L,s:L}", "memory_hits", (long long)s.memory_hits, "disk_hits",
+                         (long long)s.disk_hits, "compiles", (long long)s.compiles, "entries", (long long)s.entries,
+                         "dir", d.dir, "bytes", (long long)d.bytes, "loaded", (long long)s.loaded);
+}
+
+/* mkpy.__main__'s `cache` command: the disk cache's folder, size, entries
+ * and hit counts (of every process since the last clear); clear=True empties
+ * it first. */
+static PyObject *py_disk_cache(PyObject *m, PyObject *arg) {
+    (void)m;
+    int clear = PyObject_IsTrue(arg);
+    if (clear < 0) return NULL;
+    mkk_disk_info d;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mkk_disk_cache(clear, &d);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) return mkpy_raise();
+    return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L}", "dir", d.dir, "bytes", (long long)d.bytes, "entries",
+                         (long long)d.entries, "hits", (long long)d.hits, "misses", (long long)d.misses, "max_bytes",
+                         (long long)d.max_bytes);
 }
 
 static PyObject *py_clear_kernel_cache(PyObject *m, PyObject *unused) {
@@ -423,7 +457,8 @@ PyMethodDef mkpy_fast_functions[] = {
 
 PyMethodDef mkpy_kernel_cache_functions[] = {
     {"kernel_cache_info", py_kernel_cache_info, METH_NOARGS,
-     "kernel_cache_info()\n--\n\nKernel cache counters: memory_hits, disk_hits, compiles, entries."},
+     "kernel_cache_info()\n--\n\nKernel cache counters: memory_hits, disk_hits, compiles, entries (kernels held in "
+     "memory),\nloaded (of those, how many are loaded now), dir (the disk cache folder) and bytes (its size)."},
     {"clear_kernel_cache", py_clear_kernel_cache, METH_NOARGS,
      "clear_kernel_cache()\n--\n\nForget compiled kernels held in memory (the disk cache stays)."},
     {"precompile_runtime", py_precompile_runtime, METH_NOARGS,
@@ -431,5 +466,6 @@ PyMethodDef mkpy_kernel_cache_functions[] = {
      "the\nheaders (`make build` does this), so that the first kernel of every process compiles\nin about half the "
      "time. Returns a message saying what was built."},
     {"_set_runtime_dir", py_set_runtime_dir, METH_O, NULL},
+    {"_disk_cache", py_disk_cache, METH_O, NULL},
     {NULL},
 };
