@@ -199,8 +199,32 @@ def test_integer_division_by_zero_gives_the_documented_values(dtype, nptype, coo
 
 # ------------------------------------------------------------------ signals
 
-@pytest.mark.parametrize("cooperative", [False, True])
-def test_builtin_trap_is_an_error(cooperative):
+@pytest.mark.parametrize("engine", ["lockstep", "fibers"])
+def test_overshoot_in_a_cooperative_kernel(engine, monkeypatch):
+    if engine == "fibers":
+        monkeypatch.setenv("MKPY_ENGINE", "fibers")
+    k = mx.fast.metal_kernel(name="coop_overshoot", input_names=["x"], output_names=["out"], source="""
+        threadgroup float t[64];
+        uint l = thread_position_in_threadgroup.x, i = thread_position_in_grid.x;
+        t[l] = x[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[i] = t[63 - l] + simd_sum(1.0f);
+    """)
+    keep = mx.full((1000,), 3.0)
+    mx.eval(keep)
+    for n in (1000, (1 << 20) + 10):
+        o, = k(inputs=[mx.zeros((n,))], output_shapes=[(n,)], output_dtypes=[mx.float32],
+               grid=((n + 63) // 64 * 64, 1, 1), threadgroup=(64, 1, 1))
+        with pytest.raises(RuntimeError, match=r"Kernel `coop_overshoot` stored past the end of its output `out`"):
+            mx.eval(o)
+    assert (np.array(keep) == 3).all()
+    still_works()
+
+
+@pytest.mark.parametrize("cooperative,engine", [(False, None), (True, "lockstep"), (True, "fibers")])
+def test_builtin_trap_is_an_error(cooperative, engine, monkeypatch):
+    if engine == "fibers":
+        monkeypatch.setenv("MKPY_ENGINE", "fibers")
     k = mx.fast.metal_kernel(name=f"trap_{cooperative}", input_names=["x"], output_names=["out"],
                              source=(BARRIER if cooperative else "") + """
         uint i = thread_position_in_grid.x;
@@ -215,12 +239,14 @@ def test_builtin_trap_is_an_error(cooperative):
     still_works()
 
 
-def test_a_trapping_global_constructor_is_an_error():
+@pytest.mark.parametrize("cooperative", [False, True])
+def test_a_trapping_global_constructor_is_an_error(cooperative):
     k = mx.fast.metal_kernel(name="bad_constructor", input_names=["x"], output_names=["out"],
                              header="""
         struct Boom { int v; Boom() : v(1) { __builtin_trap(); } };
         static Boom boom;
-    """, source="out[thread_position_in_grid.x] = x[thread_position_in_grid.x] + float(boom.v);")
+    """, source=(BARRIER if cooperative else "") +
+        "out[thread_position_in_grid.x] = x[thread_position_in_grid.x] + float(boom.v);")
     for _ in range(2):
         o, = k(inputs=[mx.zeros((4,))], output_shapes=[(4,)], output_dtypes=[mx.float32], grid=(4, 1, 1),
                threadgroup=(4, 1, 1))

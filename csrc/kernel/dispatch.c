@@ -234,17 +234,40 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
+/* A forked child has no watchdog thread: it starts its own. */
+static void watchdog_after_fork(void);
+static void watchdog_register_fork(void) { pthread_atfork(NULL, NULL, watchdog_after_fork); }
+
+static void watchdog_after_fork(void) {
+    pthread_mutex_init(&watchdog.mu, NULL);
+    pthread_cond_init(&watchdog.cv, NULL);
+    watchdog.started = watchdog.sleeping = false;
+    watchdog.launches = NULL;
+}
+
+/* Called with watchdog.mu held. */
+static void start_locked(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watchdog_register_fork);
+    if (watchdog.started) return;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    if (pthread_create(&t, &attr, watchdog_main, NULL) == 0) watchdog.started = true;
+    pthread_attr_destroy(&attr);
+}
+
+void mkk_watchdog_start(void) {
+    pthread_mutex_lock(&watchdog.mu);
+    start_locked();
+    pthread_mutex_unlock(&watchdog.mu);
+}
+
 static void watch_launch(run_ctx *r) {
     pthread_mutex_lock(&watchdog.mu);
-    if (!watchdog.started) {
-        pthread_t t;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 256u << 10);
-        if (pthread_create(&t, &attr, watchdog_main, NULL) == 0) watchdog.started = true;
-        pthread_attr_destroy(&attr);
-    }
+    start_locked();
     r->next_launch = watchdog.launches;
     watchdog.launches = r;
     if (watchdog.sleeping) pthread_cond_signal(&watchdog.cv);

@@ -372,6 +372,7 @@ static void report_stdout(const char *text) {
 
 int mkpy_fast_init(void) {
     mkk_set_reporter(report_stdout);
+    mkk_watchdog_start(); /* at import, so that the process's threads are all there from the start */
     return PyType_Ready(&PyMkKernel_Type);
 }
 
