@@ -131,14 +131,16 @@ def test_stores_into_an_input_view_never_change_the_parent():
     """)
     parent = mx.arange(100, dtype=mx.float32)
     big = mx.arange((1 << 20) + 10, dtype=mx.float32)
-    mx.eval(parent, big)
-    for view in (parent[10:20], parent[::3], parent, big[10:20], big[-10:]):
+    mid = mx.arange(30000, dtype=mx.float32)
+    mx.eval(parent, big, mid)
+    for view in (parent[10:20], parent[::3], parent, big[10:20], big[-10:], mid, mid[5:]):
         o, = k(inputs=[view], output_shapes=[(10,)], output_dtypes=[mx.float32], grid=(10, 1, 1),
                threadgroup=(10, 1, 1))
         with pytest.raises(RuntimeError, match=r"Kernel `cast_away_const` stored (into|past the end of) its input `x`"):
             mx.eval(o)
     np.testing.assert_array_equal(np.array(parent), np.arange(100, dtype=np.float32))
     np.testing.assert_array_equal(np.array(big), np.arange((1 << 20) + 10, dtype=np.float32))
+    np.testing.assert_array_equal(np.array(mid), np.arange(30000, dtype=np.float32))
     still_works()
 
 

@@ -381,8 +381,21 @@ static void byte_extent(const mk_array *x, const int64_t *strides, int64_t *lo, 
 static char *page_floor(const char *p) { return (char *)((uintptr_t)p & ~(uintptr_t)4095); }
 static char *page_ceil(const char *p) { return (char *)(((uintptr_t)p + 4095) & ~(uintptr_t)4095); }
 
+static bool all_zero(const char *a, const char *b) {
+    uint64_t acc = 0;
+    for (; a < b && ((uintptr_t)a & 7); a++) acc |= (unsigned char)*a;
+    for (; b - a >= 8; a += 8) {
+        uint64_t w;
+        memcpy(&w, a, 8);
+        acc |= w;
+    }
+    for (; a < b; a++) acc |= (unsigned char)*a;
+    return acc == 0;
+}
+
 /* The farthest non-zero byte of [a, b): its distance from `from` (>= 1), or 0. */
 static size_t nonzero_reach(const char *a, const char *b, const char *from, bool forward) {
+    if (all_zero(a, b)) return 0;
     if (forward) {
         for (const char *p = b; p > a; p--)
             if (p[-1]) return (size_t)(p - from);
