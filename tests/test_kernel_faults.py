@@ -349,3 +349,38 @@ def test_kernel_timeout_stops_a_runaway_kernel(monkeypatch):
         mx.eval(run(0.0))
     assert mx.sum(run(1.0)).item() == 64.0
     still_works()
+
+
+HANDLED = """
+import signal, sys, time
+import numpy as np
+import mkpy as mx
+calls = []
+signal.signal(signal.SIGINT, lambda *a: calls.append(1))   # a handler that does not raise
+y = mx.zeros((1 << 16,))
+for _ in range(4000):
+    y = y + 1
+print("ready", flush=True)
+mx.eval(y)                     # interrupted, the handler runs, the eval goes on where it stopped
+while not calls:
+    time.sleep(0.01)
+print("handled", len(calls), (np.array(y) == 4000).all(), flush=True)
+"""
+
+
+def test_ctrl_c_with_a_python_handler_that_does_not_raise():
+    """signal.signal handlers still run; when they raise nothing the evaluation carries on."""
+    p = subprocess.Popen([sys.executable, "-c", HANDLED], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out = p.stdout.read()
+        err = p.stderr.read()
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert out.split() == ["handled", "1", "True"], (out, err)
+    assert p.returncode == 0, err
