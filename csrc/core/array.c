@@ -151,6 +151,70 @@ void mk_cache_clear(void) {
     pthread_mutex_unlock(&cache.mu);
 }
 
+/* ------------------------------------------------- guarded staging */
+
+/* Staging blocks for kernel launches: a buffer under 1 MiB is copied into
+ * (or, for an output, produced in) a block laid out as the mapped buffers,
+ * ending exactly at a page followed by read-only zero pages. Blocks are kept
+ * for reuse, exact page counts only, at most MK_STAGE_KEEP of them (each is
+ * three kernel mappings, and the system allows some 65,000). */
+#define MK_STAGE_KEEP 32
+#define MK_STAGE_ALIGN 16
+
+static struct {
+    pthread_mutex_t mu;
+    struct {
+        char *rw;
+        size_t size;
+    } blocks[MK_STAGE_KEEP];
+    int n;
+} stages = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0};
+
+static size_t stage_pages(size_t nbytes) {
+    size_t used = (nbytes + MK_STAGE_ALIGN - 1) / MK_STAGE_ALIGN * MK_STAGE_ALIGN;
+    if (!used) used = MK_STAGE_ALIGN;
+    return (used + MK_PAGE - 1) / MK_PAGE * MK_PAGE;
+}
+
+char *mk_stage_alloc(size_t nbytes) {
+    size_t size = stage_pages(nbytes);
+    char *rw = NULL;
+    pthread_mutex_lock(&stages.mu);
+    for (int i = stages.n - 1; i >= 0; i--)
+        if (stages.blocks[i].size == size) {
+            rw = stages.blocks[i].rw;
+            stages.blocks[i] = stages.blocks[--stages.n];
+            break;
+        }
+    pthread_mutex_unlock(&stages.mu);
+    if (!rw && !(rw = map_buffer(size))) return mk_nomem();
+    size_t used = (nbytes + MK_STAGE_ALIGN - 1) / MK_STAGE_ALIGN * MK_STAGE_ALIGN;
+    if (!used) used = MK_STAGE_ALIGN;
+    char *data = rw + size - used;
+    memset(rw, 0, size - used);                /* before the data */
+    memset(data + nbytes, 0, used - nbytes);   /* padding after it */
+    return data;
+}
+
+void mk_stage_free(char *data, size_t nbytes) {
+    if (!data) return;
+    size_t size = stage_pages(nbytes);
+    size_t used = (nbytes + MK_STAGE_ALIGN - 1) / MK_STAGE_ALIGN * MK_STAGE_ALIGN;
+    if (!used) used = MK_STAGE_ALIGN;
+    char *rw = data + used - size;
+    pthread_mutex_lock(&stages.mu);
+    if (stages.n == MK_STAGE_KEEP) {
+        unmap_buffer(stages.blocks[0].rw, stages.blocks[0].size);
+        stages.blocks[0] = stages.blocks[--stages.n];
+    }
+    stages.blocks[stages.n].rw = rw;
+    stages.blocks[stages.n].size = size;
+    stages.n++;
+    pthread_mutex_unlock(&stages.mu);
+}
+
+bool mk_buffer_fenced(const mk_buffer *b) { return !b->release && b->capacity >= MK_MMAP_MIN; }
+
 /* ------------------------------------------------------------ buffers */
 
 mk_buffer *mk_buffer_alloc(size_t nbytes) {
@@ -159,16 +223,33 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
     size_t alloc = (nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
     if (alloc == 0) alloc = MK_ALIGN;
     if (alloc >= MK_MMAP_MIN) {
+        size_t used = alloc; /* the buffer and its padding, ending at the mapping's end */
         alloc = (alloc + MK_PAGE - 1) / MK_PAGE * MK_PAGE;
         size_t got = alloc;
-        b->data = cache_take(alloc, &got);
-        if (!b->data) {
-            b->data = map_buffer(alloc);
-            if (!b->data && mk_cache_memory() > 0) {
+        char *rw = cache_take(alloc, &got);
+        if (!rw) {
+            rw = map_buffer(alloc);
+            if (!rw && mk_cache_memory() > 0) {
                 /* the cache may hold what the system lacks */
                 mk_cache_clear();
-                b->data = map_buffer(alloc);
+                rw = map_buffer(alloc);
             }
+        }
+        if (rw) {
+            /* end-aligned: a store just past the end faults. Whole pages a
+             * larger cached block has before the buffer become read-only
+             * zeros, like the region before the mapping; the part of the
+             * first page before the data and the padding after it are
+             * zeroed (a kernel's stores there are found after the launch). */
+            if (got > alloc) {
+                mprotect(rw, got - alloc, PROT_READ);
+                madvise(rw, got - alloc, MADV_DONTNEED);
+            }
+            b->data = rw + got - used;
+            memset(rw + got - alloc, 0, alloc - used);
+            memset((char *)b->data + nbytes, 0, used - nbytes);
+        } else {
+            b->data = NULL;
         }
         alloc = got;
     } else {
@@ -195,8 +276,14 @@ void mk_buffer_decref(mk_buffer *b) {
         b->release(b);
     } else {
         mem_add(-(int64_t)b->nbytes);
-        if (b->capacity >= MK_MMAP_MIN)
-            cache_put(b->data, b->capacity);
+        if (b->capacity >= MK_MMAP_MIN) {
+            size_t used = (b->nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
+            char *end = (char *)b->data + (used ? used : MK_ALIGN);
+            size_t pages = ((used ? used : MK_ALIGN) + MK_PAGE - 1) / MK_PAGE * MK_PAGE;
+            char *rw = end - b->capacity;
+            if (b->capacity > pages) mprotect(rw, b->capacity - pages, PROT_READ | PROT_WRITE);
+            cache_put(rw, b->capacity);
+        }
         else
             free(b->data);
     }
@@ -553,6 +640,10 @@ static int run_prim(mk_prim *p) {
             if (!outs[i]) rc = -1;
         }
     if (rc == 0) rc = p->op->eval(p, p->inputs, outs);
+    if (rc == 0 && mk_interrupted()) { /* its pool jobs may have skipped work */
+        mk_error_set(MK_ERR_INTERRUPT, "interrupted");
+        rc = -1;
+    }
 
     mk_errcode code = MK_OK;
     char *msg = NULL;
@@ -613,6 +704,7 @@ typedef struct {
  * skipped. Waiting cannot deadlock: a thread waits only between primitives,
  * holding none, and the running thread needs nothing from it. */
 int mk_eval(mk_array *const *arrays, int n) {
+    mk_interrupt_begin();
     size_t scap = 64, ocap = 64, sn = 0, on = 0;
     frame *stack = malloc(scap * sizeof *stack);
     mk_prim **order = malloc(ocap * sizeof *order);
@@ -663,6 +755,11 @@ int mk_eval(mk_array *const *arrays, int n) {
     size_t i = 0;
     for (; i < on; i++) {
         mk_prim *p = order[i];
+        if (mk_interrupted()) {
+            mk_error_set(MK_ERR_INTERRUPT, "interrupted");
+            rc = -1;
+            break;
+        }
         if (run_prim(p) < 0) {
             rc = -1;
             break;

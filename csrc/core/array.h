@@ -43,6 +43,18 @@ typedef struct mk_buffer {
     void *owner;
 } mk_buffer;
 
+/* Buffers of 1 MiB and more are "fenced": their data ends at a page followed
+ * by 2 MiB of read-only zero pages (and starts after such a region), so a
+ * store just past either end faults; the bytes between the data and those
+ * pages (under a page before, under 64 after) are kept zero. */
+bool mk_buffer_fenced(const mk_buffer *b);
+
+/* Staging memory for kernel launches, laid out as a fenced buffer: `nbytes`
+ * (rounded up to 16) end at a page, the rest of the page before them is zero,
+ * read-only zero pages follow. Returns NULL after mk_nomem(). */
+char *mk_stage_alloc(size_t nbytes);
+void mk_stage_free(char *data, size_t nbytes);
+
 /* Layout flags of an evaluated array. */
 enum {
     MK_ROW_CONTIG = 1, /* dense, row-major, starting at offset */

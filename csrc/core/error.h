@@ -14,6 +14,7 @@ typedef enum {
     MK_ERR_RUNTIME,  /* RuntimeError */
     MK_ERR_MEMORY,   /* MemoryError */
     MK_ERR_OVERFLOW, /* OverflowError */
+    MK_ERR_INTERRUPT, /* KeyboardInterrupt (Ctrl-C during an eval) */
 } mk_errcode;
 
 #define MK_ERRMSG_MAX 8192

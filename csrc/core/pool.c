@@ -72,13 +72,25 @@ static struct {
 static _Thread_local bool in_job;
 
 /* Claims and runs slices until none is left. */
+static atomic_uint interrupts;
+static _Thread_local unsigned interrupt_base;
+static unsigned job_mark; /* the submitting eval's mark, for the job's slices */
+
+void mk_interrupt_raise(void) { atomic_fetch_add_explicit(&interrupts, 1, memory_order_relaxed); }
+void mk_interrupt_begin(void) { interrupt_base = atomic_load_explicit(&interrupts, memory_order_relaxed); }
+unsigned mk_interrupt_mark(void) { return interrupt_base; }
+int mk_interrupted_since(unsigned mark) { return atomic_load_explicit(&interrupts, memory_order_relaxed) != mark; }
+int mk_interrupted(void) { return mk_interrupted_since(interrupt_base); }
+
 static void run_slices(void) {
     mk_job_fn fn = pool.fn;
     void *ctx = pool.ctx;
     int nth = pool.nth, ns = atomic_load_explicit(&pool.nslices, memory_order_relaxed);
+    unsigned mark = job_mark;
     for (;;) {
         int i = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed);
         if (i >= ns) break;
+        if (mk_interrupted_since(mark)) continue; /* the eval fails: skip the rest */
         fn(ctx, i, nth);
     }
 }
@@ -163,6 +175,7 @@ static void run_job(int nslices, int nth, mk_job_fn fn, void *ctx) {
     }
     pool.fn = fn;
     pool.ctx = ctx;
+    job_mark = interrupt_base;
     pool.nth = nth;
     atomic_store_explicit(&pool.nslices, nslices, memory_order_relaxed);
     atomic_store_explicit(&pool.next, 0, memory_order_relaxed);

@@ -22,4 +22,17 @@ void mk_parallel_slices(int nslices, mk_job_fn fn, void *ctx);
  * fn(ctx, begin, end) on each, in parallel when there is enough work. */
 void mk_parallel_for(int64_t n, int64_t grain, mk_range_fn fn, void *ctx);
 
+/* Interrupts (Ctrl-C, or a kernel that outran MKPY_KERNEL_TIMEOUT): a
+ * process-wide counter that mk_interrupt_raise bumps (async-signal-safe).
+ * mk_eval notes its value when it starts (mk_interrupt_begin) and long work
+ * compares: pool jobs skip their remaining slices, the eval loop fails the
+ * primitive that was running, kernels stop between threadgroups. */
+void mk_interrupt_raise(void);
+void mk_interrupt_begin(void);
+/* Whether an interrupt came since this thread's eval began. */
+int mk_interrupted(void);
+/* The same test for another thread's eval: mark is its mk_interrupt_mark(). */
+unsigned mk_interrupt_mark(void);
+int mk_interrupted_since(unsigned mark);
+
 #endif

@@ -19,8 +19,10 @@
  * Threadgroup memory (`static thread_local` in the compiled code) is the
  * worker thread's, as with fibers; its size is checked once per launch. */
 #include "cbs.h"
+#include "fiber.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +134,10 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     int any_done = 0;
     const uint32_t nsites = info->nsites;
     for (;;) {
+        if (mk_fault_cancel_requested()) { /* Ctrl-C or the watchdog: checked at every site */
+            snprintf(error, errn, "cancelled");
+            return -1;
+        }
         uint32_t best = MKPY_CBS_DONE, barrier = MKPY_CBS_DONE, other = MKPY_CBS_DONE;
         int dense = 0; /* every thread waits at the one site released */
         if (nsites < 63) {

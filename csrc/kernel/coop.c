@@ -303,6 +303,10 @@ static int run_group(coop_worker *w, uint64_t g) {
     }
     unsigned nsg = (w->count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
     for (;;) {
+        if (mk_fault_cancel_requested()) { /* Ctrl-C or the watchdog: checked at every barrier */
+            fail("cancelled");
+            return -1;
+        }
         for (unsigned sg = 0; sg < nsg; sg++)
             if (run_simdgroup(w, sg) < 0) return -1;
         int r = release_barrier(w);

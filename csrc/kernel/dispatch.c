@@ -12,10 +12,13 @@
  * Either way kernel code runs inside mk_fault_guarded_call, so a wild pointer
  * or a stack overflow becomes a Python error instead of a crash. The next step
  * for speed is region splitting at barriers (see docs/kernels.md). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/iter.h"
 #include "core/ops.h"
@@ -138,7 +141,12 @@ void mkk_report(const char *fmt, ...) {
 
 /* ------------------------------------------------------------ running */
 
-typedef struct {
+#define MAX_SLOTS 256
+#define MKK_STAGE_MAX (1u << 20) /* views of large buffers smaller than this are staged */ /* threads registered per launch (pool threads + callers) */
+
+enum { CANCEL_NONE, CANCEL_INTERRUPT, CANCEL_TIMEOUT };
+
+typedef struct run_ctx {
     mkk_compiled fn;
     scheme how;
     void *const *args;
@@ -148,7 +156,139 @@ typedef struct {
     atomic_int failed;
     char error[1200];
     mk_fault fault;
+    /* interrupts and the watchdog (guarded by watchdog.mu unless atomic) */
+    _Atomic int cancel;
+    int cancel_reason;
+    unsigned mark;              /* the eval's interrupt mark */
+    uint64_t deadline_ns;       /* 0: no MKPY_KERNEL_TIMEOUT */
+    uint64_t cancel_ns;
+    struct run_ctx *next_launch;
+    int nslots;
+    pthread_t threads[MAX_SLOTS];
+    bool in_kernel[MAX_SLOTS];
 } run_ctx;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Sets the launch's cancel flag if an interrupt came or its time is up;
+ * returns the flag. Called between threadgroups and by the watchdog. */
+static int check_cancel(run_ctx *r, uint64_t now) {
+    if (atomic_load_explicit(&r->cancel, memory_order_relaxed)) return 1;
+    int why = mk_interrupted_since(r->mark) ? CANCEL_INTERRUPT
+              : r->deadline_ns && now >= r->deadline_ns ? CANCEL_TIMEOUT
+                                                        : CANCEL_NONE;
+    if (why == CANCEL_NONE) return 0;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&r->cancel, &expected, why)) {
+        r->cancel_reason = why;
+        r->cancel_ns = now;
+    }
+    return 1;
+}
+
+/* The watchdog: one thread that, while launches run, looks at them every
+ * WATCH_PERIOD_MS. Threadgroup boundaries and barriers check the cancel flag
+ * themselves; a thread still inside kernel code KICK_AFTER_MS after the flag
+ * was set (a loop that never reaches either) is kicked out by a signal
+ * (mk_fault_kick). It keeps polling for a second after the last launch, so
+ * that a stream of short launches never has to wake it. */
+#define WATCH_PERIOD_MS 20
+#define KICK_AFTER_MS 60
+#define LINGER_MS 1000
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool started, sleeping;
+    run_ctx *launches;
+} watchdog = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, NULL};
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* Ctrl-C is for the other threads */
+    uint64_t idle_since = now_ns();
+    pthread_mutex_lock(&watchdog.mu);
+    for (;;) {
+        uint64_t now = now_ns();
+        if (!watchdog.launches && now - idle_since > (uint64_t)LINGER_MS * 1000000u) {
+            watchdog.sleeping = true;
+            while (!watchdog.launches) pthread_cond_wait(&watchdog.cv, &watchdog.mu);
+            watchdog.sleeping = false;
+            now = now_ns();
+        }
+        if (watchdog.launches) idle_since = now;
+        for (run_ctx *r = watchdog.launches; r; r = r->next_launch) {
+            if (!check_cancel(r, now) || now - r->cancel_ns < (uint64_t)KICK_AFTER_MS * 1000000u) continue;
+            for (int i = 0; i < r->nslots; i++)
+                if (r->in_kernel[i]) mk_fault_kick(r->threads[i]);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += WATCH_PERIOD_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&watchdog.cv, &watchdog.mu, &ts);
+    }
+    return NULL;
+}
+
+/* A forked child has no watchdog thread: it starts its own. */
+static void watchdog_after_fork(void);
+static void watchdog_register_fork(void) { pthread_atfork(NULL, NULL, watchdog_after_fork); }
+
+static void watchdog_after_fork(void) {
+    pthread_mutex_init(&watchdog.mu, NULL);
+    pthread_cond_init(&watchdog.cv, NULL);
+    watchdog.started = watchdog.sleeping = false;
+    watchdog.launches = NULL;
+}
+
+/* Called with watchdog.mu held. */
+static void start_locked(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, watchdog_register_fork);
+    if (watchdog.started) return;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256u << 10);
+    if (pthread_create(&t, &attr, watchdog_main, NULL) == 0) watchdog.started = true;
+    pthread_attr_destroy(&attr);
+}
+
+void mkk_watchdog_start(void) {
+    pthread_mutex_lock(&watchdog.mu);
+    start_locked();
+    pthread_mutex_unlock(&watchdog.mu);
+}
+
+static void watch_launch(run_ctx *r) {
+    pthread_mutex_lock(&watchdog.mu);
+    start_locked();
+    r->next_launch = watchdog.launches;
+    watchdog.launches = r;
+    if (watchdog.sleeping) pthread_cond_signal(&watchdog.cv);
+    pthread_mutex_unlock(&watchdog.mu);
+}
+
+static void unwatch_launch(run_ctx *r) {
+    pthread_mutex_lock(&watchdog.mu);
+    for (run_ctx **l = &watchdog.launches; *l; l = &(*l)->next_launch)
+        if (*l == r) {
+            *l = r->next_launch;
+            break;
+        }
+    pthread_mutex_unlock(&watchdog.mu);
+}
 
 typedef struct {
     run_ctx *r;
@@ -163,6 +303,7 @@ static void run_chunks(void *arg) {
     coop_kernel ck = {r->fn.thread, r->args};
     mkk_cbs_kernel cbk = {r->fn.cbs_run, r->fn.cbs_info, r->args};
     while (!atomic_load(&r->failed)) {
+        if (check_cancel(r, r->deadline_ns ? now_ns() : 0)) break;
         uint64_t begin = atomic_fetch_add(&r->next, r->chunk);
         if (begin >= r->total) break;
         L.group_begin = begin;
@@ -187,14 +328,165 @@ static void run_groups(void *c, int ith, int nth) {
     mk_fault fault;
     (void)ith;
     (void)nth;
-    int rc = mk_fault_guarded_call(run_chunks, &j, &fault);
+    int slot = -1;
+    pthread_mutex_lock(&watchdog.mu);
+    if (r->nslots < MAX_SLOTS) {
+        slot = r->nslots++;
+        r->threads[slot] = pthread_self();
+        r->in_kernel[slot] = true;
+    }
+    pthread_mutex_unlock(&watchdog.mu);
+    int rc = mk_fault_guarded_call_cancellable(run_chunks, &j, &fault, &r->cancel);
     if (rc < 0) mkk_coop_reclaim(); /* a fault on a fiber left its worker taken */
+    if (slot >= 0) {
+        pthread_mutex_lock(&watchdog.mu);
+        r->in_kernel[slot] = false;
+        pthread_mutex_unlock(&watchdog.mu);
+    }
+    if ((rc < 0 && fault.cancelled) || (j.failed && atomic_load(&r->cancel))) return; /* reported from r->cancel */
     if ((rc < 0 || j.failed) && atomic_exchange(&r->failed, 1) == 0) {
         if (rc < 0)
             r->fault = fault;
         else
             snprintf(r->error, sizeof r->error, "%s", j.error);
     }
+}
+
+/* ------------------------------------------------------- kernel buffers */
+
+/* What the kernel sees of one input or output, for guarding it and for
+ * naming it in errors. Buffers of 1 MiB and more are fenced where they lie
+ * (array.c); smaller ones, and views into them, are staged: copied into (or,
+ * for outputs, produced in) a block that ends at a page followed by
+ * read-only zero pages, then compared with (inputs) or copied to (outputs)
+ * the array's memory after the launch. */
+typedef struct {
+    const char *name;
+    bool output;
+    char *base;        /* the pointer the kernel gets */
+    char *lo, *hi;     /* the bytes it may use: [lo, hi) */
+    size_t itemsize;
+    int64_t count;     /* elements of the array */
+    char *stage;       /* the staging copy (== lo), or NULL */
+    size_t stage_bytes;
+    const char *orig;  /* inputs: the array's bytes that were copied */
+    bool check;        /* check the zeroed bytes around it after the launch */
+} kbuf;
+
+/* The range of bytes an array's elements cover, relative to its data pointer. */
+static void byte_extent(const mk_array *x, const int64_t *strides, int64_t *lo, int64_t *hi) {
+    int64_t a = 0, b = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t span = strides[d] * (x->shape[d] - 1);
+        if (span < 0) a += span; else b += span;
+    }
+    size_t isz = mk_dtype_size(x->dtype);
+    *lo = a * (int64_t)isz;
+    *hi = (b + 1) * (int64_t)isz;
+}
+
+static char *page_floor(const char *p) { return (char *)((uintptr_t)p & ~(uintptr_t)4095); }
+static char *page_ceil(const char *p) { return (char *)(((uintptr_t)p + 4095) & ~(uintptr_t)4095); }
+
+static bool all_zero(const char *a, const char *b) {
+    uint64_t acc = 0;
+    for (; a < b && ((uintptr_t)a & 7); a++) acc |= (unsigned char)*a;
+    for (; b - a >= 8; a += 8) {
+        uint64_t w;
+        memcpy(&w, a, 8);
+        acc |= w;
+    }
+    for (; a < b; a++) acc |= (unsigned char)*a;
+    return acc == 0;
+}
+
+/* The farthest non-zero byte of [a, b): its distance from `from` (>= 1), or 0. */
+static size_t nonzero_reach(const char *a, const char *b, const char *from, bool forward) {
+    if (all_zero(a, b)) return 0;
+    if (forward) {
+        for (const char *p = b; p > a; p--)
+            if (p[-1]) return (size_t)(p - from);
+    } else {
+        for (const char *p = a; p < b; p++)
+            if (*p) return (size_t)(from - p);
+    }
+    return 0;
+}
+
+static const char *dtype_word(size_t itemsize) {
+    static char buf[4][24];
+    static _Thread_local int k;
+    char *w = buf[k++ & 3];
+    snprintf(w, sizeof buf[0], "%zu-byte", itemsize);
+    return w;
+}
+
+/* Describes an access at `addr` that faulted, by the buffer it missed. */
+static int describe_fault(const kbuf *bufs, int n, const mk_fault *f, char *out, size_t outn) {
+    const kbuf *best = NULL;
+    size_t bestd = SIZE_MAX;
+    int after = 0;
+    char *a = (char *)f->addr;
+    for (int i = 0; i < n; i++) {
+        const kbuf *b = &bufs[i];
+        if (!b->lo) continue;
+        size_t window = (4u << 20) + 8192;
+        if (a >= b->hi && (size_t)(a - b->hi) < window && (size_t)(a - b->hi) < bestd) {
+            best = b;
+            bestd = (size_t)(a - b->hi);
+            after = 1;
+        } else if (a < b->lo && (size_t)(b->lo - a) <= window && (size_t)(b->lo - a) < bestd) {
+            best = b;
+            bestd = (size_t)(b->lo - a);
+            after = 0;
+        } else if (a >= b->lo && a < b->hi && !b->output) {
+            snprintf(out, outn, "stored into its input `%s` (element %lld), which is read-only (`const device`)",
+                     b->name, (long long)((a - b->base) / (ptrdiff_t)b->itemsize));
+            return 1;
+        }
+    }
+    if (!best) return 0;
+    const char *verb = f->write == 1 ? "stored" : f->write == 0 ? "loaded" : "accessed memory";
+    long long elem = (long long)((a - best->base) >= 0 ? (a - best->base) / (ptrdiff_t)best->itemsize
+                                                       : -((best->base - a + (ptrdiff_t)best->itemsize - 1) /
+                                                           (ptrdiff_t)best->itemsize));
+    char where[96];
+    if (bestd == 0)
+        snprintf(where, sizeof where, "the first byte past its end");
+    else
+        snprintf(where, sizeof where, "%zu bytes %s", bestd, after ? "past its end" : "before its start");
+    snprintf(out, outn, "%s %s its %s `%s`: element %lld of a buffer of %lld %s elements (%s)", verb,
+             after ? "past the end of" : "before the start of", best->output ? "output" : "input", best->name, elem,
+             (long long)best->count, dtype_word(best->itemsize), where);
+    return 1;
+}
+
+/* After a launch: stores the faults did not catch (into the zeroed bytes
+ * between a buffer and its guard pages, or into a staged input). */
+static int check_after(const kbuf *bufs, int n, char *out, size_t outn) {
+    for (int i = 0; i < n; i++) {
+        const kbuf *b = &bufs[i];
+        if (!b->lo || !b->check) continue;
+        size_t past = nonzero_reach(b->hi, page_ceil(b->hi), b->hi, true);
+        size_t before = nonzero_reach(page_floor(b->lo), b->lo, b->lo, false);
+        if (past || before) {
+            snprintf(out, outn,
+                     "stored %s its %s `%s`: up to %zu bytes %s (a buffer of %lld %s elements; found after the "
+                     "launch)",
+                     past ? "past the end of" : "before the start of", b->output ? "output" : "input", b->name,
+                     past ? past : before, past ? "past its last byte" : "before its first byte",
+                     (long long)b->count, dtype_word(b->itemsize));
+            return 1;
+        }
+        if (b->stage && !b->output && memcmp(b->stage, b->orig, b->stage_bytes) != 0) {
+            size_t k = 0;
+            while (k < b->stage_bytes && b->stage[k] == b->orig[k]) k++;
+            snprintf(out, outn, "stored into its input `%s` (element %lld), which is read-only (`const device`)",
+                     b->name, (long long)((b->stage + k - b->base) / (ptrdiff_t)b->itemsize));
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* A dense row-major copy of x (for ensure_row_contiguous). */
@@ -219,6 +511,9 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int64_t *strides = NULL;
     int32_t *ndims = NULL;
     mkk_compiled fn = {0};
+    kbuf *bufs = NULL;
+    run_ctx *r = NULL;
+    const char *site = c->call_site ? c->call_site : "?";
 
     /* launch checks, as MLX's eval_gpu */
     int64_t tg_size = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2];
@@ -242,12 +537,32 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
     if (!fn.entry) goto done;
 
-    /* outputs: fresh row-contiguous buffers, filled with init_value if given */
+    bufs = calloc((size_t)(k->ninputs + k->noutputs) + 1, sizeof *bufs);
+    if (!bufs) {
+        mk_nomem();
+        goto done;
+    }
+    /* outputs: fresh row-contiguous buffers, filled with init_value if given;
+     * the small ones are produced in a staging block */
     for (int i = 0; i < k->noutputs; i++) {
         if (mk_alloc_out(out[i]) < 0) goto done;
+        kbuf *b = &bufs[k->ninputs + i];
+        size_t isz = mk_dtype_size(out[i]->dtype), nbytes = (size_t)out[i]->size * isz;
+        b->name = k->output_names[i];
+        b->output = true;
+        b->itemsize = isz;
+        b->count = out[i]->size;
+        b->check = true;
+        if (mk_buffer_fenced(out[i]->buf)) {
+            b->base = b->lo = out[i]->buf->data;
+        } else {
+            if (!(b->stage = mk_stage_alloc(nbytes))) goto done;
+            b->stage_bytes = nbytes;
+            b->base = b->lo = b->stage;
+        }
+        b->hi = b->lo + nbytes;
         if (c->has_init && out[i]->size) {
-            size_t isz = mk_dtype_size(out[i]->dtype);
-            char *d = out[i]->buf->data;
+            char *d = b->base;
             mk_put_f64(out[i]->dtype, d, c->init_value);
             for (int64_t j = 1; j < out[i]->size; j++) memcpy(d + j * isz, d, isz);
         }
@@ -270,14 +585,46 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         const mk_array *x = in[i];
         int64_t *st = strides + (size_t)i * MK_MAX_NDIM;
         int32_t *sh = shapes + (size_t)i * MK_MAX_NDIM;
+        const mk_buffer *xb = x->buf;
+        char *data;
         if (k->ensure_row_contiguous && !(x->flags & MK_ROW_CONTIG)) {
             if (!(copies[i] = dense_copy(x))) goto done;
-            args[a++] = copies[i]->data;
+            data = copies[i]->data;
+            xb = copies[i];
             mk_row_strides(x->ndim, x->shape, st);
         } else {
-            args[a++] = mk_data(x);
+            data = mk_data(x);
             for (int d = 0; d < x->ndim; d++) st[d] = x->strides[d];
         }
+        kbuf *b = &bufs[i];
+        size_t isz = mk_dtype_size(x->dtype);
+        b->name = k->input_names[i];
+        b->itemsize = isz;
+        b->count = x->size;
+        int64_t lo = 0, hi = 0;
+        if (x->size > 0) byte_extent(x, st, &lo, &hi);
+        /* a small view of a large buffer is staged too: its parent's other
+         * elements are another array's */
+        bool whole = data + lo == (char *)xb->data && (size_t)(hi - lo) == xb->nbytes;
+        if (x->size > 0 && mk_buffer_fenced(xb) && (whole || hi - lo >= (int64_t)MKK_STAGE_MAX)) {
+            /* in place: loads past it read the zero pages, stores there fault */
+            b->base = data;
+            b->lo = xb->data;
+            b->hi = (char *)xb->data + xb->nbytes;
+        } else if (x->size > 0) {
+            size_t n = (size_t)(hi - lo);
+            if (!(b->stage = mk_stage_alloc(n))) goto done;
+            memcpy(b->stage, data + lo, n);
+            b->stage_bytes = n;
+            b->orig = data + lo;
+            b->lo = b->stage;
+            b->hi = b->stage + n;
+            b->base = b->stage - lo;
+            b->check = true;
+        } else {
+            b->base = data;
+        }
+        args[a++] = b->base;
         for (int d = 0; d < x->ndim; d++) sh[d] = (int32_t)x->shape[d];
         ndims[i] = x->ndim;
         if (x->ndim > 0) {
@@ -286,14 +633,17 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             if (k->shape_info[i][2]) args[a++] = &ndims[i];
         }
     }
-    for (int i = 0; i < k->noutputs; i++) args[a++] = out[i]->buf->data;
+    for (int i = 0; i < k->noutputs; i++) args[a++] = bufs[k->ninputs + i].base;
 
-    run_ctx r;
-    memset(&r, 0, sizeof r);
-    r.fn = fn;
-    r.how = pick_engine(k, &fn);
+    r = calloc(1, sizeof *r);
+    if (!r) {
+        mk_nomem();
+        goto done;
+    }
+    r->fn = fn;
+    r->how = pick_engine(k, &fn);
     if (c->verbose) {
-        if (r.how == SCHEME_COOPERATIVE)
+        if (r->how == SCHEME_COOPERATIVE)
             mkk_report("mkpy: kernel `%s` runs on fibers (%s)\n", k->name,
                        getenv("MKPY_ENGINE") && strcmp(getenv("MKPY_ENGINE"), "fibers") == 0
                            ? "MKPY_ENGINE=fibers"
@@ -302,58 +652,99 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         else
             mkk_report("mkpy: kernel `%s` runs on the %s engine\n", k->name, mkk_engine_name(k, &fn));
     }
-    if (r.how == SCHEME_LOCKSTEP) {
+    if (r->how == SCHEME_LOCKSTEP) {
         mkk_cbs_kernel cbk = {fn.cbs_run, fn.cbs_info, args};
         char why[1024];
         if (mkk_cbs_check(&cbk, why, sizeof why) < 0) {
-            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: %s. Kernel called at %s", k->name, why,
-                         c->call_site ? c->call_site : "?");
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: %s. Kernel called at %s", k->name, why, site);
             goto done;
         }
     }
-    r.args = args;
-    r.total = 1;
+    r->args = args;
+    r->total = 1;
     for (int d = 0; d < 3; d++) {
         int64_t t = c->threadgroup[d] < c->grid[d] ? c->threadgroup[d] : c->grid[d]; /* MLX clamps */
-        r.base.grid[d] = (uint32_t)c->grid[d];
-        r.base.tg[d] = (uint32_t)t;
-        r.base.ngroups[d] = (uint32_t)((c->grid[d] + t - 1) / t);
-        r.total *= r.base.ngroups[d];
+        r->base.grid[d] = (uint32_t)c->grid[d];
+        r->base.tg[d] = (uint32_t)t;
+        r->base.ngroups[d] = (uint32_t)((c->grid[d] + t - 1) / t);
+        r->total *= r->base.ngroups[d];
     }
     int nth = mk_pool_threads();
-    uint64_t threads_per_group = (uint64_t)r.base.tg[0] * r.base.tg[1] * r.base.tg[2];
+    uint64_t threads_per_group = (uint64_t)r->base.tg[0] * r->base.tg[1] * r->base.tg[2];
     /* about 32 chunks per worker (a worker that finishes early finds work;
      * the last chunk keeps the others waiting only briefly), each of at least
      * ~4096 threads of work */
-    uint64_t chunk = r.total / ((uint64_t)nth * 32);
+    uint64_t chunk = r->total / ((uint64_t)nth * 32);
     uint64_t min_groups = (4096 + threads_per_group - 1) / threads_per_group;
     if (chunk < min_groups) chunk = min_groups;
     if (chunk < 1) chunk = 1;
-    r.chunk = chunk;
-    atomic_init(&r.next, 0);
-    uint64_t nchunks = (r.total + chunk - 1) / chunk;
-    atomic_init(&r.failed, 0);
-    mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, &r);
-    if (atomic_load(&r.failed)) {
-        const char *site = c->call_site ? c->call_site : "?";
-        if (r.fault.happened && r.fault.stack_overflow)
+    r->chunk = chunk;
+    atomic_init(&r->next, 0);
+    uint64_t nchunks = (r->total + chunk - 1) / chunk;
+    atomic_init(&r->failed, 0);
+    atomic_init(&r->cancel, 0);
+    r->mark = mk_interrupt_mark();
+    const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
+    double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
+    if (timeout > 0) r->deadline_ns = now_ns() + (uint64_t)(timeout * 1e9);
+    watch_launch(r);
+    mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, r);
+    unwatch_launch(r);
+    int ninbufs = k->ninputs + k->noutputs;
+    char what[1400];
+    if (atomic_load(&r->cancel) && !atomic_load(&r->failed)) {
+        if (r->cancel_reason == CANCEL_TIMEOUT)
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[metal_kernel] Kernel `%s` ran longer than MKPY_KERNEL_TIMEOUT (%g s) and was stopped, as "
+                         "a GPU's watchdog stops it. Kernel called at %s",
+                         k->name, timeout, site);
+        else
+            mk_error_set(MK_ERR_INTERRUPT, "[metal_kernel] Kernel `%s` was interrupted. Kernel called at %s",
+                         k->name, site);
+        goto done;
+    }
+    if (atomic_load(&r->failed)) {
+        const mk_fault *f = &r->fault;
+        if (f->happened && f->stack_overflow)
             mk_error_set(MK_ERR_RUNTIME,
                          "[metal_kernel] Kernel `%s` overflowed a thread's stack (mkpy gives each GPU thread %s). "
                          "Large per-thread arrays belong in device or threadgroup memory. Kernel called at %s",
-                         k->name, r.how == SCHEME_COOPERATIVE ? "128 KiB" : "8 MiB", site);
-        else if (r.fault.happened)
+                         k->name, r->how == SCHEME_COOPERATIVE ? "128 KiB" : "8 MiB", site);
+        else if (f->happened && (f->sig == SIGSEGV || f->sig == SIGBUS) && describe_fault(bufs, ninbufs, f, what, sizeof what))
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` %s. Kernel called at %s", k->name, what, site);
+        else if (f->happened && (f->sig == SIGSEGV || f->sig == SIGBUS))
             mk_error_set(MK_ERR_RUNTIME,
-                         "[metal_kernel] Kernel `%s` made an invalid memory access at address %#lx (an index out "
-                         "of a buffer's range?). Kernel called at %s",
-                         k->name, (unsigned long)r.fault.addr, site);
+                         "[metal_kernel] Kernel `%s` made an invalid memory access at address %#lx (an index far "
+                         "out of a buffer's range?). Kernel called at %s",
+                         k->name, (unsigned long)f->addr, site);
+        else if (f->happened)
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[metal_kernel] Kernel `%s` raised %s (%s) at address %#lx. Kernel called at %s", k->name,
+                         f->sig == SIGFPE ? "SIGFPE" : f->sig == SIGILL ? "SIGILL" : f->sig == SIGTRAP ? "SIGTRAP" : "a signal",
+                         f->sig == SIGFPE ? "an arithmetic trap"
+                         : f->sig == SIGILL ? "an illegal instruction: __builtin_trap(), or code for another CPU"
+                                            : "a trap instruction",
+                         (unsigned long)f->pc, site);
         else
             mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` (%s engine): %s. Kernel called at %s", k->name,
-                         mkk_engine_name(k, &fn), r.error, site);
+                         mkk_engine_name(k, &fn), r->error, site);
         goto done;
+    }
+    if (check_after(bufs, ninbufs, what, sizeof what)) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` %s. Kernel called at %s", k->name, what, site);
+        goto done;
+    }
+    for (int i = 0; i < k->noutputs; i++) {
+        kbuf *b = &bufs[k->ninputs + i];
+        if (b->stage) memcpy(out[i]->buf->data, b->stage, b->stage_bytes);
     }
     rc = 0;
 done:
     mkk_jit_release(&fn);
+    if (bufs)
+        for (int i = 0; i < k->ninputs + k->noutputs; i++) mk_stage_free(bufs[i].stage, bufs[i].stage_bytes);
+    free(bufs);
+    free(r);
     if (copies)
         for (int i = 0; i < k->ninputs; i++)
             if (copies[i]) mk_buffer_decref(copies[i]);

@@ -1,5 +1,6 @@
 #include "fiber.h"
 
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -192,7 +193,7 @@ void mk_fiber_stack_free(mk_fiber *f) {
 
 typedef struct {
     bool ready;
-    bool active;
+    volatile bool active;
     mk_fiber root;
     void *caller_sp;
     mk_fault fault;
@@ -202,11 +203,20 @@ typedef struct {
     void *alt_stack;
     mk_fiber_fn fn;
     void *arg;
+    const _Atomic int *volatile cancel;
 } guard_state;
 
 static _Thread_local guard_state guard;
-static struct sigaction old_segv, old_bus;
+/* the signals kernel code may raise, and the handlers they had before */
+static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
+#define NFATAL ((int)(sizeof fatal_signals / sizeof *fatal_signals))
+static struct sigaction old_actions[NFATAL];
 static pthread_once_t handler_once = PTHREAD_ONCE_INIT;
+/* libc's code: a kick that lands there (malloc, stdio, a system call) waits
+ * for the next one, so no lock of libc's is ever abandoned */
+static uintptr_t libc_lo, libc_hi;
+
+static int kick_signal(void) { return SIGRTMIN + 3; }
 
 void mk_fault_escape(void);
 void mk_fault_escape(void) {
@@ -219,57 +229,137 @@ void mk_fault_escape(void) {
 }
 
 static void chain(int sig, siginfo_t *si, void *uc) {
-    struct sigaction *old = sig == SIGSEGV ? &old_segv : &old_bus;
-    if (old->sa_flags & SA_SIGINFO) {
+    struct sigaction *old = NULL;
+    for (int i = 0; i < NFATAL; i++)
+        if (fatal_signals[i] == sig) old = &old_actions[i];
+    if (old && (old->sa_flags & SA_SIGINFO)) {
         if (old->sa_sigaction) {
             old->sa_sigaction(sig, si, uc);
             return;
         }
-    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+    } else if (old && old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
         old->sa_handler(sig);
         return;
     }
-    /* default action: restore it; returning re-executes the faulting instruction */
+    /* default action: restore it; returning re-executes the faulting
+     * instruction (a trap instruction has already executed: raise it again) */
     signal(sig, SIG_DFL);
+    if (sig == SIGTRAP || (sig == SIGILL && si->si_code <= 0)) raise(sig);
 }
 
-static void on_fault(int sig, siginfo_t *si, void *ucv) {
-    if (!guard.active) {
-        chain(sig, si, ucv);
-        return;
-    }
-    uintptr_t addr = (uintptr_t)si->si_addr;
-    size_t ps = page_size();
-    guard.fault.happened = 1;
-    guard.fault.addr = addr;
-    guard.fault.stack_overflow = 0;
-    for (int i = 0; i < guard.nwatched; i++) {
-        uintptr_t lo = (uintptr_t)guard.watched[i].stack_lo;
-        if (lo && addr >= lo - ps && addr < lo) guard.fault.stack_overflow = 1;
-    }
-    uintptr_t root_lo = (uintptr_t)guard.root.stack_lo;
-    if (addr >= root_lo - ps && addr < root_lo) guard.fault.stack_overflow = 1;
-    /* resume in mk_fault_escape on a clean stack, as if it had been called */
-    ucontext_t *uc = ucv;
 #if defined(__x86_64__)
-    uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-#else
-    uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
+static greg_t *gpr(ucontext_t *uc, unsigned r) {
+    static const int map[16] = {REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI, REG_RDI,
+                                REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15};
+    return &uc->uc_mcontext.gregs[map[r & 15]];
+}
+
+static int32_t read32(const unsigned char *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Completes a faulting `div`/`idiv` (a divisor of zero, or INT_MIN / -1) with
+ * the values docs/kernels.md documents: x / 0 is all ones (-1, or the
+ * unsigned maximum), x % 0 is x, INT_MIN / -1 is INT_MAX (Metal's spec:
+ * out-of-range quotients are clamped) and INT_MIN % -1 is 0. Moves past the
+ * instruction and returns 1, or returns 0 for anything else. */
+static int emulate_division(ucontext_t *uc) {
+    const unsigned char *q = (const unsigned char *)uc->uc_mcontext.gregs[REG_RIP];
+    int opsize = 32;
+    unsigned rex = 0;
+    for (int n = 0; n < 4; n++, q++) {
+        if (*q == 0x66)
+            opsize = 16;
+        else if (*q == 0x64 || *q == 0x65 || *q == 0x67)
+            return 0; /* fs/gs-relative or 32-bit addressing: not from a compiler's division */
+        else if (*q != 0xf2 && *q != 0xf3 && *q != 0x2e && *q != 0x36 && *q != 0x3e && *q != 0x26)
+            break;
+    }
+    if ((*q & 0xf0) == 0x40) rex = *q++;
+    if (rex & 8) opsize = 64;
+    if (*q == 0xf6)
+        opsize = 8;
+    else if (*q != 0xf7)
+        return 0;
+    q++;
+    unsigned modrm = *q++, mod = modrm >> 6, reg = (modrm >> 3) & 7, rm = modrm & 7;
+    if (reg != 6 && reg != 7) return 0;
+    int is_signed = reg == 7;
+    uint64_t mask = opsize == 64 ? ~0ull : (1ull << opsize) - 1, divisor = 0;
+    if (mod == 3) {
+        if (opsize == 8 && !rex && rm >= 4)
+            divisor = ((uint64_t)*gpr(uc, rm - 4) >> 8) & 0xff; /* ah, ch, dh, bh */
+        else
+            divisor = (uint64_t)*gpr(uc, rm | ((rex & 1) << 3));
+    } else {
+        uint64_t ea = 0;
+        int rip_relative = 0;
+        if (rm == 4) {
+            unsigned sib = *q++, scale = sib >> 6, index = ((sib >> 3) & 7) | ((rex & 2) << 2),
+                     base = (sib & 7) | ((rex & 1) << 3);
+            if (index != 4) ea += (uint64_t)*gpr(uc, index) << scale;
+            if ((sib & 7) == 5 && mod == 0) {
+                ea += (uint64_t)(int64_t)read32(q);
+                q += 4;
+            } else {
+                ea += (uint64_t)*gpr(uc, base);
+            }
+        } else if (rm == 5 && mod == 0) {
+            rip_relative = 1;
+        } else {
+            ea += (uint64_t)*gpr(uc, rm | ((rex & 1) << 3));
+        }
+        if (mod == 1) {
+            ea += (uint64_t)(int64_t)(int8_t)*q;
+            q += 1;
+        } else if (mod == 2 || rip_relative) {
+            ea += (uint64_t)(int64_t)read32(q);
+            q += 4;
+        }
+        if (rip_relative) ea += (uint64_t)(uintptr_t)q; /* no immediate follows */
+        memcpy(&divisor, (const void *)(uintptr_t)ea, (size_t)opsize / 8); /* little-endian */
+    }
+    divisor &= mask;
+    greg_t *rax = gpr(uc, 0), *rdx = gpr(uc, 2);
+    uint64_t lo, hi;
+    if (opsize == 8) {
+        lo = (uint64_t)*rax & 0xff;
+        hi = ((uint64_t)*rax >> 8) & 0xff;
+    } else {
+        lo = (uint64_t)*rax & mask;
+        hi = (uint64_t)*rdx & mask;
+    }
+    uint64_t sign = 1ull << (opsize - 1);
+    /* the dividend must be the extension of its low half, as compilers make it */
+    if (hi != (is_signed && (lo & sign) ? mask : 0)) return 0;
+    uint64_t quot, rem;
+    if (divisor == 0) {
+        quot = mask;
+        rem = lo;
+    } else if (is_signed && divisor == mask && lo == sign) {
+        quot = sign - 1;
+        rem = 0;
+    } else {
+        return 0;
+    }
+    if (opsize == 8) {
+        *rax = (greg_t)(((uint64_t)*rax & ~0xffffull) | (rem << 8) | quot);
+    } else if (opsize == 16) {
+        *rax = (greg_t)(((uint64_t)*rax & ~0xffffull) | quot);
+        *rdx = (greg_t)(((uint64_t)*rdx & ~0xffffull) | rem);
+    } else {
+        *rax = (greg_t)quot; /* 32-bit results zero-extend */
+        *rdx = (greg_t)rem;
+    }
+    uc->uc_mcontext.gregs[REG_RIP] = (greg_t)(uintptr_t)q;
+    return 1;
+}
 #endif
-    /* a stack pointer that left every stack, just below one of them, also
-     * means an overflow (fiber stacks are adjacent mappings: a stack pointer
-     * inside one stack is below the others' lowest addresses) */
-    int sp_in_a_stack = 0;
-    for (int i = -1; i < guard.nwatched; i++) {
-        const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
-        uintptr_t lo = (uintptr_t)f->stack_lo;
-        if (lo && sp >= lo && sp < lo + f->stack_size) sp_in_a_stack = 1;
-    }
-    for (int i = -1; i < guard.nwatched && !sp_in_a_stack; i++) {
-        const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
-        uintptr_t lo = (uintptr_t)f->stack_lo;
-        if (lo && sp < lo && lo - sp < (64u << 20)) guard.fault.stack_overflow = 1;
-    }
+
+/* Resumes the interrupted context in mk_fault_escape, on a clean stack. */
+static void redirect_to_escape(ucontext_t *uc) {
     uintptr_t top = ((uintptr_t)(guard.escape_stack + ESCAPE_STACK)) & ~(uintptr_t)15;
 #if defined(__x86_64__)
     uc->uc_mcontext.gregs[REG_RSP] = (greg_t)(top - 8);
@@ -280,14 +370,108 @@ static void on_fault(int sig, siginfo_t *si, void *ucv) {
 #endif
 }
 
+static uintptr_t context_pc(const ucontext_t *uc) {
+#if defined(__x86_64__)
+    return (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#else
+    return (uintptr_t)uc->uc_mcontext.pc;
+#endif
+}
+
+static void on_fault(int sig, siginfo_t *si, void *ucv) {
+    ucontext_t *uc = ucv;
+    if (!guard.active) {
+        chain(sig, si, ucv);
+        return;
+    }
+#if defined(__x86_64__)
+    if (sig == SIGFPE && (si->si_code == FPE_INTDIV || si->si_code == FPE_INTOVF) && emulate_division(uc)) return;
+#endif
+    uintptr_t addr = (uintptr_t)si->si_addr;
+    size_t ps = page_size();
+    guard.fault.happened = 1;
+    guard.fault.sig = sig;
+    guard.fault.code = si->si_code;
+    guard.fault.addr = addr;
+    guard.fault.pc = context_pc(uc);
+    guard.fault.stack_overflow = 0;
+    guard.fault.write = -1;
+#if defined(__x86_64__)
+    if (sig == SIGSEGV && uc->uc_mcontext.gregs[REG_TRAPNO] == 14) /* a page fault: bit 1 says write */
+        guard.fault.write = (uc->uc_mcontext.gregs[REG_ERR] & 2) ? 1 : 0;
+#endif
+    if (sig == SIGSEGV || sig == SIGBUS) {
+        for (int i = 0; i < guard.nwatched; i++) {
+            uintptr_t lo = (uintptr_t)guard.watched[i].stack_lo;
+            if (lo && addr >= lo - ps && addr < lo) guard.fault.stack_overflow = 1;
+        }
+        uintptr_t root_lo = (uintptr_t)guard.root.stack_lo;
+        if (addr >= root_lo - ps && addr < root_lo) guard.fault.stack_overflow = 1;
+#if defined(__x86_64__)
+        uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#else
+        uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
+#endif
+        /* a stack pointer that left every stack, just below one of them, also
+         * means an overflow (fiber stacks are adjacent mappings: a stack pointer
+         * inside one stack is below the others' lowest addresses) */
+        int sp_in_a_stack = 0;
+        for (int i = -1; i < guard.nwatched; i++) {
+            const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
+            uintptr_t lo = (uintptr_t)f->stack_lo;
+            if (lo && sp >= lo && sp < lo + f->stack_size) sp_in_a_stack = 1;
+        }
+        for (int i = -1; i < guard.nwatched && !sp_in_a_stack; i++) {
+            const mk_fiber *f = i < 0 ? &guard.root : &guard.watched[i];
+            uintptr_t lo = (uintptr_t)f->stack_lo;
+            if (lo && sp < lo && lo - sp < (64u << 20)) guard.fault.stack_overflow = 1;
+        }
+    }
+    redirect_to_escape(uc);
+}
+
+static void on_kick(int sig, siginfo_t *si, void *ucv) {
+    (void)sig;
+    (void)si;
+    ucontext_t *uc = ucv;
+    const _Atomic int *cancel = guard.cancel;
+    if (!guard.active || !cancel || !atomic_load_explicit(cancel, memory_order_relaxed)) return;
+    uintptr_t pc = context_pc(uc);
+    if (pc >= libc_lo && pc < libc_hi) return; /* the watchdog kicks again */
+    memset(&guard.fault, 0, sizeof guard.fault);
+    guard.fault.happened = 1;
+    guard.fault.cancelled = 1;
+    guard.fault.pc = pc;
+    redirect_to_escape(uc);
+}
+
+static int find_libc(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    uintptr_t probe = (uintptr_t)data;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (probe >= lo && probe < hi) {
+            libc_lo = lo;
+            libc_hi = hi;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void install_handler(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
+    for (int i = 0; i < NFATAL; i++) sigaction(fatal_signals[i], &sa, &old_actions[i]);
+    dl_iterate_phdr(find_libc, (void *)(uintptr_t)&malloc);
+    sa.sa_sigaction = on_kick;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigaction(kick_signal(), &sa, NULL);
 }
 
 /* A thread's guard (its signal stack, escape stack and root fiber stack) is
@@ -344,7 +528,7 @@ static void root_main(void *arg) {
     guard.fn(guard.arg);
 }
 
-int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault) {
+int mk_fault_guarded_call_cancellable(mk_fiber_fn fn, void *arg, mk_fault *fault, const _Atomic int *cancel) {
     memset(fault, 0, sizeof *fault);
     if (guard_init() < 0) {
         fn(arg); /* no guard available: run unguarded */
@@ -359,16 +543,32 @@ int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault) {
     guard.nwatched = 0;
     memset(&guard.fault, 0, sizeof guard.fault);
     mk_fiber_prepare(&guard.root, root_main, NULL, &guard.caller_sp);
+    guard.cancel = cancel;
     guard.active = true;
     mk_tsan_enter(&guard.root);
     mk_fiber_switch(&guard.caller_sp, guard.root.sp);
     guard.active = false;
+    guard.cancel = NULL;
     guard.nwatched = 0;
     if (guard.fault.happened) {
         *fault = guard.fault;
         return -1;
     }
     return 0;
+}
+
+int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault) {
+    return mk_fault_guarded_call_cancellable(fn, arg, fault, NULL);
+}
+
+int mk_fault_cancel_requested(void) {
+    const _Atomic int *c = guard.cancel;
+    return c && atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void mk_fault_kick(pthread_t thread) {
+    pthread_once(&handler_once, install_handler);
+    pthread_kill(thread, kick_signal());
 }
 
 void mk_fault_watch_stacks(mk_fiber *fibers, int n) {

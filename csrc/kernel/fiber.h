@@ -11,6 +11,7 @@
 #ifndef MKK_FIBER_H
 #define MKK_FIBER_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,13 +84,34 @@ void mk_fiber_stack_free(mk_fiber *f);
 typedef struct {
     int happened;
     int stack_overflow; /* the address was in a fiber's guard page */
-    uintptr_t addr;
+    int sig;            /* SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP; 0 when cancelled */
+    int code;           /* the signal's si_code */
+    int write;          /* 1: a store, 0: a load, -1: unknown (memory faults) */
+    int cancelled;      /* stopped by mk_fault_kick (Ctrl-C or the watchdog) */
+    uintptr_t addr;     /* the faulting address (memory faults) */
+    uintptr_t pc;       /* the faulting instruction */
 } mk_fault;
 
 /* Runs fn(arg) on a fiber of this thread (so that a fault inside it can be
  * caught). Returns 0, or -1 with *fault filled if the code faulted. The
- * fiber's stack is `stack_size` bytes (reused between calls). */
+ * fiber's stack is `stack_size` bytes (reused between calls).
+ *
+ * While fn runs, SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGTRAP raised on this
+ * thread end it (an error instead of the process's death), except integer
+ * division faults, which are completed with GPU-like values (see
+ * mk_fault_division) and resume. `cancel`, when not NULL, is a flag that
+ * mk_fault_kick checks: a kicked thread whose flag is set leaves fn as if it
+ * had faulted (fault->cancelled). */
 int mk_fault_guarded_call(mk_fiber_fn fn, void *arg, mk_fault *fault);
+int mk_fault_guarded_call_cancellable(mk_fiber_fn fn, void *arg, mk_fault *fault, const _Atomic int *cancel);
+
+/* The cancel flag of the guarded call running on this thread (NULL outside
+ * one): cooperative code checks it between threadgroups and at barriers. */
+int mk_fault_cancel_requested(void);
+
+/* Sends the kick signal to `thread`, which, if it is inside a guarded call
+ * whose cancel flag is set, leaves it at once wherever it is. */
+void mk_fault_kick(pthread_t thread);
 
 /* Registers the fibers whose guard pages belong to the current guarded call
  * (for telling stack overflows from other faults). */

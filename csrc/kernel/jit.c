@@ -10,11 +10,16 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <fenv.h>
 #include <pthread.h>
+#include <elf.h>
+#include <link.h>
 #include <pwd.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -898,6 +903,115 @@ static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *k
     free(b.s);
 }
 
+/* ------------------------------------------ constructors, run guarded */
+
+/* A kernel's global constructors (a header's `static Foo f;`) would run
+ * inside dlopen, where a fault cannot be caught: the loader's lock is held,
+ * and leaving it would hang the next dlopen. So a freshly linked object gets
+ * its DT_INIT_ARRAYSZ set to 0 (defer_init), and load_entry runs the
+ * `.init_array` entries itself, after dlopen, inside mk_fault_guarded_call.
+ * Returns 0, or -1 if the file is not an ELF object it understands. */
+static int defer_init(const char *path) {
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return -1;
+    int rc = -1;
+    ElfW(Ehdr) eh;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh.e_phentsize != sizeof(ElfW(Phdr)))
+        goto out;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        ElfW(Phdr) ph;
+        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (size_t)i * sizeof ph)) != (ssize_t)sizeof ph) goto out;
+        if (ph.p_type != PT_DYNAMIC) continue;
+        for (size_t off = 0; off + sizeof(ElfW(Dyn)) <= ph.p_filesz; off += sizeof(ElfW(Dyn))) {
+            ElfW(Dyn) d;
+            if (pread(fd, &d, sizeof d, (off_t)(ph.p_offset + off)) != (ssize_t)sizeof d) goto out;
+            if (d.d_tag == DT_NULL) break;
+            if (d.d_tag == DT_INIT_ARRAYSZ && d.d_un.d_val) {
+                d.d_un.d_val = 0;
+                if (pwrite(fd, &d, sizeof d, (off_t)(ph.p_offset + off)) != (ssize_t)sizeof d) goto out;
+            }
+        }
+        rc = 0;
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+/* The address and size of the object's `.init_array` section (0 if none). */
+static void init_array_of(const char *path, uintptr_t *addr, size_t *size) {
+    *addr = 0;
+    *size = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    ElfW(Ehdr) eh;
+    ElfW(Shdr) strtab;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh.e_shentsize != sizeof(ElfW(Shdr)) || eh.e_shstrndx == SHN_UNDEF ||
+        pread(fd, &strtab, sizeof strtab, (off_t)(eh.e_shoff + (size_t)eh.e_shstrndx * sizeof strtab)) !=
+            (ssize_t)sizeof strtab) {
+        close(fd);
+        return;
+    }
+    for (int i = 0; i < eh.e_shnum; i++) {
+        ElfW(Shdr) sh;
+        char name[16] = "";
+        if (pread(fd, &sh, sizeof sh, (off_t)(eh.e_shoff + (size_t)i * sizeof sh)) != (ssize_t)sizeof sh) break;
+        if (sh.sh_type != SHT_INIT_ARRAY) continue;
+        if (pread(fd, name, sizeof name - 1, (off_t)(strtab.sh_offset + sh.sh_name)) <= 0) continue;
+        if (strcmp(name, ".init_array") == 0) {
+            *addr = sh.sh_addr;
+            *size = sh.sh_size;
+            break;
+        }
+    }
+    close(fd);
+}
+
+typedef struct {
+    void (*const *fns)(int, char **, char **);
+    size_t n;
+} init_run;
+
+extern char **environ;
+
+static void run_inits(void *arg) {
+    init_run *r = arg;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->fns[i] && (uintptr_t)r->fns[i] != (uintptr_t)-1) r->fns[i](0, NULL, environ);
+}
+
+/* Runs the constructors defer_init held back; -1 with a message if one faulted. */
+static int run_deferred_init(void *h, const char *so_path, char *err, size_t errn) {
+    uintptr_t addr;
+    size_t size;
+    init_array_of(so_path, &addr, &size);
+    if (!size) return 0;
+    /* only when the dynamic section says 0: an object that was not deferred
+     * has had them run by dlopen */
+    struct link_map *lm = NULL;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !lm) return 0;
+    for (const ElfW(Dyn) *d = lm->l_ld; d && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_INIT_ARRAYSZ && d->d_un.d_val) return 0;
+    init_run r = {(void (*const *)(int, char **, char **))(lm->l_addr + addr), size / sizeof(void *)};
+    mk_fault f;
+    if (mk_fault_guarded_call(run_inits, &r, &f) < 0) {
+        snprintf(err, errn,
+                 "a global constructor in its source or header raised %s while the kernel was loading (at address "
+                 "%#lx)",
+                 f.sig == SIGSEGV ? "SIGSEGV (an invalid memory access)"
+                 : f.sig == SIGBUS ? "SIGBUS"
+                 : f.sig == SIGFPE ? "SIGFPE"
+                 : f.sig == SIGILL ? "SIGILL (an illegal instruction: __builtin_trap()?)"
+                 : f.sig == SIGTRAP ? "SIGTRAP"
+                                    : "a signal",
+                 (unsigned long)f.pc);
+        return -1;
+    }
+    return 0;
+}
+
 /* dlopens an object and finds its entry points. Returns the handle (and
  * fills c), or NULL with the reason in err. */
 static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t errn) {
@@ -908,12 +1022,14 @@ static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t 
     fenv_t env;
     fegetenv(&env);
     void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    int init_rc = h ? run_deferred_init(h, so_path, err, errn) : 0;
     fesetenv(&env);
     if (!h) {
         const char *e = dlerror();
         snprintf(err, errn, "%s", e ? e : "dlopen failed");
         return NULL;
     }
+    if (init_rc < 0) return NULL; /* left loaded: unloading would run its destructors */
     void (*set_api)(const struct mkpy_coop_api *) =
         (void (*)(const struct mkpy_coop_api *))(uintptr_t)dlsym(h, MKPY_SET_API_SYMBOL);
     c->entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
@@ -1449,6 +1565,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     pthread_mutex_unlock(&jit.mu);
     char err[1024] = "";
     if (rc == 0) {
+        defer_init(tmp_so);
         out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
         if (!out->handle && strstr(err, "undefined symbol")) {
             /* the kernel's own code needs the C++ library (a static local
@@ -1456,7 +1573,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
             free(diag);
             diag = NULL;
             rc = compile(mflags, link == BUILD_LINK ? NULL : pch, link_cxx, tmp_so, link_in, &diag);
-            if (rc == 0) out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
+            if (rc == 0 && defer_init(tmp_so) >= 0) out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
         }
     }
     if (obj_path[0]) unlink(obj_path);

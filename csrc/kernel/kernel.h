@@ -108,6 +108,10 @@ typedef struct {
 /* Where the kernel layer's messages go (the binding prints them on Python's
  * sys.stdout); mkk_report formats one and hands it over. */
 void mkk_set_reporter(void (*fn)(const char *text));
+
+/* Starts the kernel watchdog thread (Ctrl-C and MKPY_KERNEL_TIMEOUT, see
+ * dispatch.c) if it is not running; launches start it too. */
+void mkk_watchdog_start(void);
 void mkk_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Is the kernel cooperative (threadgroup memory, barriers, SIMD-group

@@ -1,7 +1,9 @@
 /* Conversions between Python objects and core arrays, argument parsing and
  * error translation. */
+#include <signal.h>
 #include <string.h>
 
+#include "core/pool.h"
 #include "core/types.h"
 #include "mkpy.h"
 
@@ -17,6 +19,7 @@ PyObject *mkpy_raise(void) {
     case MK_ERR_INDEX: exc = PyExc_IndexError; break;
     case MK_ERR_MEMORY: exc = PyExc_MemoryError; break;
     case MK_ERR_OVERFLOW: exc = PyExc_OverflowError; break;
+    case MK_ERR_INTERRUPT: exc = PyExc_KeyboardInterrupt; break;
     case MK_OK:
         if (PyErr_Occurred()) return NULL;
         PyErr_SetString(PyExc_RuntimeError, "[mkpy] Unknown error.");
@@ -60,16 +63,68 @@ PyObject *mkpy_wrap_list(mk_array **arrs, int n) {
     return list;
 }
 
+/* Ctrl-C during an eval. Python's own SIGINT handler only notes the signal
+ * for the interpreter, which cannot look while the GIL is released; so while
+ * there is work to evaluate, this handler sits in front of it: it tells the
+ * core (mk_interrupt_raise: running kernels and ops stop, see
+ * docs/kernels.md) and passes the signal on to the handler it displaced. After
+ * the eval, PyErr_CheckSignals runs the Python handler (KeyboardInterrupt by
+ * default). It is put back in front whenever someone replaced it
+ * (signal.signal installs its handler again). */
+static struct sigaction displaced_sigint;
+
+static void on_sigint(int sig, siginfo_t *si, void *uc) {
+    struct sigaction *d = &displaced_sigint;
+    if (!(d->sa_flags & SA_SIGINFO) && d->sa_handler == SIG_IGN) return;
+    mk_interrupt_raise();
+    if (d->sa_flags & SA_SIGINFO) {
+        if (d->sa_sigaction) d->sa_sigaction(sig, si, uc);
+    } else if (d->sa_handler == SIG_DFL) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    } else {
+        d->sa_handler(sig);
+    }
+}
+
+static void arm_sigint(void) {
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) != 0) return;
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigint) return;
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) return;
+    displaced_sigint = cur;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigint;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | (cur.sa_flags & SA_RESTART);
+    sa.sa_mask = cur.sa_mask;
+    sigaction(SIGINT, &sa, NULL);
+}
+
 /* The arrays are held while the GIL is released: another thread may rebind
  * the Python object (x[0] = 1, x += 1) that lent them. Callers that read an
  * array after this returns hold their own reference to it. */
 int mkpy_eval(mk_array *const *arrs, int n) {
-    int rc;
+    int rc, work = 0;
     for (int i = 0; i < n; i++) mk_incref(arrs[i]);
-    Py_BEGIN_ALLOW_THREADS
-    rc = mk_eval(arrs, n);
-    Py_END_ALLOW_THREADS
+    for (int i = 0; i < n && !work; i++) work = arrs[i]->prim != NULL;
+    if (work) arm_sigint();
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = mk_eval(arrs, n);
+        Py_END_ALLOW_THREADS
+        if (rc == 0 || mk_error_code() != MK_ERR_INTERRUPT) break;
+        /* interrupted: run the Python-level handler; when it raises nothing,
+         * the eval starts again: the stopped nodes run again */
+        if (PyErr_CheckSignals() < 0) {
+            mk_error_clear();
+            rc = -2;
+            break;
+        }
+        mk_error_clear(); /* (on other threads than the main one too, whose handler runs there) */
+    }
     for (int i = 0; i < n; i++) mk_decref(arrs[i]);
+    if (rc == -2) return -1; /* the Python handler raised */
     if (rc < 0) mkpy_raise();
     return rc;
 }

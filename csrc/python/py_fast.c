@@ -381,6 +381,7 @@ static void report_warning(const char *text) {
 int mkpy_fast_init(void) {
     mkk_set_reporter(report_stdout);
     mkk_set_warner(report_warning);
+    mkk_watchdog_start(); /* at import, so that the process's threads are all there from the start */
     return PyType_Ready(&PyMkKernel_Type);
 }
 
