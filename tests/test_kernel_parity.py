@@ -122,6 +122,24 @@ def test_surrogates_and_nul_bytes(field):
         make("out\0" if field.endswith("names") else "x\0y")
 
 
+@pytest.mark.parametrize("bad", ["inp", b"inp", None, 3, [None], ["a", 3]])
+def test_name_lists_must_be_lists_of_strings(bad):
+    with pytest.raises(TypeError, match="must be a list of strings"):
+        mx.fast.metal_kernel(name="k", input_names=bad, output_names=["out"], source=COPY)
+    with pytest.raises(TypeError, match="must be a list of strings"):
+        mx.fast.metal_kernel(name="k", input_names=["inp"], output_names=bad, source=COPY)
+
+
+def test_odd_kernel_names_fail_cleanly():
+    for name in ['a"b', "a\\b", "a\nb", "a b", "é", "x" * 5000]:
+        k = kernel(name)
+        try:
+            (out,) = call(k)
+            mx.eval(out)
+        except RuntimeError:
+            pass  # a compile error, as Metal gives for a name that is no identifier
+
+
 def test_nul_in_source_never_truncates():
     # the text after the NUL would have been lost silently
     with pytest.raises(ValueError, match=r"`source` contains a NUL"):

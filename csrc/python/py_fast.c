@@ -37,7 +37,8 @@ static const char *utf8_no_nul(PyObject *s, const char *what) {
 
 /* A list/tuple of str -> malloc'd array of borrowed UTF-8 pointers. */
 static int str_list(PyObject *obj, const char *what, PyObject **keep, const char ***out, int *n) {
-    PyObject *seq = PySequence_Fast(obj, "");
+    /* a str is a sequence of characters, not of names (MLX refuses it too) */
+    PyObject *seq = PyUnicode_Check(obj) || PyBytes_Check(obj) ? NULL : PySequence_Fast(obj, "");
     if (!seq) {
         PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
         return -1;
