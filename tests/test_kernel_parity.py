@@ -284,6 +284,16 @@ def test_metal_code_is_not_refused(name, source, header):
     assert out.tolist() == x.tolist()
 
 
+def test_machine_made_headers_are_scanned():
+    # thousands of functions and a megabyte of text: the scan stays linear (the recursion
+    # search skips headers of more than 512 functions)
+    header = HEAD + "".join(f"inline float f{i}(float x) {{ return x + {i}; }}\n" for i in range(3000))
+    kernel("many_functions", header=header)
+    kernel("long_source", source=COPY + "\n" + "// filler\n" * 100000)
+    with pytest.raises(ValueError, match="NUL"):
+        kernel("long_nul", source="x" * 10**6 + "\0")
+
+
 def test_opt_out_compile_option_and_environment(monkeypatch):
     src = "uint i = thread_position_in_grid.x;\ndouble d = double(inp[i]) * 2.0;\nout[i] = float(d);"
     x = mx.arange(4, dtype=mx.float32)

@@ -371,8 +371,13 @@ static int check_structure(const toks *v, finding *f, func **funcs_out, int *nfu
     return 0;
 }
 
-/* Recursion among the header's functions (overloaded names aside). */
+/* Recursion among the header's functions (overloaded names aside). The
+ * search is quadratic in the number of functions: headers of more than
+ * MAX_FUNCS functions (machine-made, not hand-written kernels) are not
+ * searched. */
+#define MAX_FUNCS 512
 static void check_recursion(const toks *v, func *fs, int n, finding *f) {
+    if (n > MAX_FUNCS) return;
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++)
             if (a != b && fs[a].name->len == fs[b].name->len &&
