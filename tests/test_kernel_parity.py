@@ -38,8 +38,12 @@ def test_float_scalar_grid_is_a_type_error_with_a_hint():
         msg = str(e.value)
         assert f"`{what}` entries must be ints" in msg and "float32" in msg, msg
         assert "//" in msg and "mx.floor_divide" in msg, msg
-    with pytest.raises(TypeError, match="not a float"):
+    with pytest.raises(TypeError, match="not a float.*floor_divide"):
         call(k, grid=(4.0, 1, 1))
+    import numpy as np
+    for v in (np.float32(4), np.float64(4)):
+        with pytest.raises(TypeError, match=r"not a .*float.*floor_divide"):
+            call(k, grid=(v, 1, 1))
     with pytest.raises(TypeError, match=r"`output_shapes` entries must be ints.*floor_divide"):
         call(k, output_shapes=[(g,)])
 

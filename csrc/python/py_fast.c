@@ -194,8 +194,13 @@ done:
  * TypeError, as in MLX; the value is checked in 64 bits. */
 static int dim_value(PyObject *o, const char *what, int64_t *out) {
     int is_float_array = PyMkArray_Check(o) && !mk_is_integral(MKARR(o)->dtype);
-    if (PyFloat_Check(o) || is_float_array) {
-        const char *tname = is_float_array ? mk_dtypes[MKARR(o)->dtype].name : "float";
+    /* numbers that are not ints (float, numpy.float32, ...): the same hint */
+    int floatlike = !PyMkArray_Check(o) && !PyIndex_Check(o) && Py_TYPE(o)->tp_as_number &&
+                    Py_TYPE(o)->tp_as_number->nb_float;
+    if (PyFloat_Check(o) || is_float_array || floatlike) {
+        const char *tname = is_float_array ? mk_dtypes[MKARR(o)->dtype].name
+                            : PyFloat_CheckExact(o) ? "float"
+                                                    : Py_TYPE(o)->tp_name;
         PyErr_Format(PyExc_TypeError,
                      "[metal_kernel] `%s` entries must be ints, not a %s%s (as in MLX). For an integer division use "
                      "`//` or mx.floor_divide, e.g. grid=((n + 255) // 256 * 256, 1, 1).",
