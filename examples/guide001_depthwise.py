@@ -3,9 +3,9 @@ the standalone check of "Testing Workflow".
 
 The kernel body is correct; the launch is not:
 1. `num_groups = mx.divide(...)` is float32 (mx.divide is true division). MLX 0.32 refuses a
-   float32 grid entry with a TypeError ("incompatible function arguments"); mkpy converts it as
-   int() would, so that the guide's code runs (docs/kernels.md). Either way it is a number of
-   threadgroups where a number of threads belongs (point 2).
+   float32 grid entry with a TypeError ("incompatible function arguments"), and so does mkpy,
+   with a hint (`//` or mx.floor_divide). Even as an integer it is a number of threadgroups
+   where a number of threads belongs (point 2).
 2. With mx.floor_divide the call is accepted, but `grid` counts threads (Metal's
    dispatchThreads), not threadgroups: grid=(num_groups, 1, 1) runs num_groups = 64 threads,
    MLX clamps the threadgroup to 64, and only the first 64 of 2 * 64 * 128 outputs are
@@ -131,11 +131,15 @@ x = mx.random.normal((2, 64, 128), key=mx.random.key(0))
 kernel = mx.random.normal((64, 3), key=mx.random.key(1))
 expected = reference(x, kernel)
 
-# 1. As written: mkpy takes the float32 grid entry (MLX raises TypeError); 64 threads run
-y = depthwise_conv_3tap(x, kernel)
-mx.eval(y)
-print("as written: mkpy accepts the float32 grid entry (MLX 0.32 raises TypeError); see 2. for what it computes")
-report("as written, the float32 grid entry from mx.divide is taken as an int", y.shape == expected.shape)
+# 1. As written: the float32 grid entry is a TypeError, in MLX and in mkpy
+try:
+    depthwise_conv_3tap(x, kernel)
+    err = None
+except TypeError as e:
+    err = str(e)
+print("as written:", err)
+report("as written, the float32 grid entry from mx.divide is refused (TypeError, hint: floor_divide)",
+       err is not None and "floor_divide" in err)
 
 # 2. floor_divide: an integer number of threadgroups passed as a number of threads
 groups = lambda total, tpg, one: mx.floor_divide(mx.add(total, mx.subtract(tpg, one)), tpg)  # noqa: E731

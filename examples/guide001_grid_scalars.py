@@ -8,8 +8,8 @@ What MLX really does with `grid` and `threadgroup`:
   "break" nothing.
 * `mx.divide` is true division: uint32 / uint32 gives float32. So the guide's
   `num_groups = mx.divide(...)` is a float32 array. MLX 0.32 refuses a float32 entry with a
-  TypeError ("incompatible function arguments"); mkpy, so that the guides' code runs, converts
-  any numeric mkpy scalar as int() would (docs/kernels.md). mx.floor_divide keeps uint32.
+  TypeError ("incompatible function arguments"), and so does mkpy, with a hint: use `//` or
+  mx.floor_divide, which keep uint32 (what fails on a Mac fails here).
 * `grid` counts *threads* (Metal's dispatchThreads), not threadgroups. A grid of `num_groups`
   runs num_groups threads; with (total + 255) // 256 only the first few elements are computed.
   The grid should be the total number of threads, e.g. (total, 1, 1).
@@ -97,12 +97,16 @@ grid = (num_groups, one, one)  # MLX scalars in tuple - GOOD
 threadgroup = (tpg, one, one)
 threads_per_group = tpg
 print("num_groups =", num_groups, "(mx.divide is true division)")
-y = my_operation(x)   # MLX 0.32 raises TypeError here; mkpy converts 64.0 like int()
-n = int(num_groups.item())
-report(f"float32 num_groups={num_groups.item()} is taken as {n} threads (y[:{n}] only; MLX raises TypeError)",
-       num_groups.dtype == mx.float32 and mx.array_equal(y[:n], expected[:n]).item() and written(n) == n)
+try:
+    my_operation(x)   # BAD: a float32 grid entry; MLX raises TypeError here, and so does mkpy
+    err = None
+except TypeError as e:
+    err = str(e)
+print("float32 grid entry:", err)
+report(f"float32 num_groups={num_groups.item()} is refused with a TypeError that suggests // or mx.floor_divide",
+       num_groups.dtype == mx.float32 and err is not None and "floor_divide" in err)
 
-# mx.floor_divide keeps uint32: accepted, but it is still a number of threadgroups.
+# FIX: mx.floor_divide (or //) keeps uint32: accepted, but it is still a number of threadgroups.
 num_groups = mx.floor_divide(mx.add(total_mx, mx.subtract(tpg, one)), tpg)
 y = my_operation(x)
 n = num_groups.item()

@@ -46,7 +46,8 @@ def test_list_sizes():
 
 def test_bad_template_argument():
     k = copy_kernel()
-    with pytest.raises(TypeError, match="template"):
+    # MLX 0.32: ValueError "[metal_kernel] Invalid template argument. ..."
+    with pytest.raises(ValueError, match=r"^\[metal_kernel\] Invalid template argument\. Must be"):
         k(inputs=[mx.array([1.0])], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
           threadgroup=(1, 1, 1), template=[("T", 1.5)])
 

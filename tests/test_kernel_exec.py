@@ -85,12 +85,13 @@ def test_every_attribute_has_its_metal_value(grid, tg):
 
 
 def test_grid_and_threadgroup_from_mkpy_scalars():
-    # the guides build them with mx ops; any numeric dtype converts as int() would
+    # the guides build them with mx ops: integer scalars are taken (a float
+    # scalar is a TypeError, as in MLX: tests/test_kernel_parity.py)
     k = mx.fast.metal_kernel(name="fill_index", input_names=[], output_names=["out"],
                              source="out[thread_position_in_grid.x] = thread_position_in_grid.x;")
     tpg = mx.array(4, dtype=mx.uint32)
     one = mx.array(1, dtype=mx.uint32)
-    total = mx.divide(mx.array(20, dtype=mx.uint32), mx.array(2, dtype=mx.uint32))  # float32 10.0
+    total = mx.floor_divide(mx.array(20, dtype=mx.uint32), mx.array(2, dtype=mx.uint32))  # uint32 10
     out, = k(inputs=[], output_shapes=[(10,)], output_dtypes=[mx.int32], grid=(total, one, one),
              threadgroup=(tpg, one, one))
     assert out.tolist() == list(range(10))

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #include <string.h>
 
 #include "pool.h"
@@ -217,7 +218,40 @@ bool mk_buffer_fenced(const mk_buffer *b) { return !b->release && b->capacity >=
 
 /* ------------------------------------------------------------ buffers */
 
+/* The machine's memory (RAM and swap), read once: no single buffer can be
+ * larger. Mapped buffers reserve no memory (MAP_NORESERVE), so without this
+ * check a 4 TiB zeros() would "succeed" and the OOM killer would end the
+ * process while filling it. */
+static int64_t machine_memory(void) {
+    static atomic_llong cached;
+    long long m = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!m) {
+        struct sysinfo si;
+        if (sysinfo(&si) == 0 && si.mem_unit) {
+            unsigned long long total = ((unsigned long long)si.totalram + si.totalswap) * si.mem_unit;
+            m = total > INT64_MAX ? INT64_MAX : (long long)total;
+        } else {
+            m = INT64_MAX;
+        }
+        atomic_store_explicit(&cached, m, memory_order_relaxed);
+    }
+    return m;
+}
+
+int mk_check_alloc(size_t nbytes) {
+    int64_t have = machine_memory();
+    if (nbytes > (size_t)have) {
+        mk_error_set(MK_ERR_MEMORY,
+                     "[malloc] Attempting to allocate %zu bytes, more than the %lld bytes of memory (RAM and swap) "
+                     "this machine has.",
+                     nbytes, (long long)have);
+        return -1;
+    }
+    return 0;
+}
+
 mk_buffer *mk_buffer_alloc(size_t nbytes) {
+    if (mk_check_alloc(nbytes) < 0) return NULL;
     mk_buffer *b = malloc(sizeof *b);
     if (!b) return mk_nomem();
     size_t alloc = (nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
@@ -427,8 +461,14 @@ static mk_array *array_new(mk_dtype dtype, int ndim, const int64_t *shape) {
         mk_error_set(MK_ERR_VALUE, "Arrays of more than %d dimensions are not supported.", MK_MAX_NDIM);
         return NULL;
     }
-    int64_t size = mk_shape_size(ndim, shape);
+    int64_t size = mk_shape_size(ndim, shape), nbytes;
     if (size < 0) return NULL;
+    /* its bytes must be a size too (2^31 x 2^31 float32 is 2^64 bytes) */
+    if (__builtin_mul_overflow(size, (int64_t)mk_dtype_size(dtype), &nbytes)) {
+        mk_error_set(MK_ERR_VALUE, "Array size overflows int64: %lld elements of %d bytes.", (long long)size,
+                     (int)mk_dtype_size(dtype));
+        return NULL;
+    }
     mk_array *a = calloc(1, sizeof *a);
     if (!a) return mk_nomem();
     atomic_init(&a->refcnt, 1);

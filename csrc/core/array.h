@@ -117,6 +117,9 @@ struct mk_prim {
 
 /* --- buffers --- */
 mk_buffer *mk_buffer_alloc(size_t nbytes);
+/* 0, or -1 with a MemoryError when nbytes exceed the machine's memory (RAM and
+ * swap): checked before every buffer allocation. */
+int mk_check_alloc(size_t nbytes);
 void mk_buffer_incref(mk_buffer *b);
 void mk_buffer_decref(mk_buffer *b);
 /* Active and peak bytes held by buffers mkpy allocated. */

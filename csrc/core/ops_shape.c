@@ -186,7 +186,10 @@ mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis) {
                 mk_error_set(MK_ERR_VALUE, "%s", msg);
                 return NULL;
             }
-        shape[ax] += a->shape[ax];
+        if (__builtin_add_overflow(shape[ax], a->shape[ax], &shape[ax])) {
+            mk_error_set(MK_ERR_VALUE, "[concatenate] The concatenated size overflows int64.");
+            return NULL;
+        }
         t = mk_promote(t, a->dtype);
     }
     mk_array **ins = calloc((unsigned)n, sizeof *ins), *r = NULL;
@@ -383,7 +386,10 @@ mk_array *mk_repeat(mk_array *x, int64_t repeats, int axis, bool has_axis) {
         if (i == ax) {
             exp_shape[n] = 1;
             bc_shape[n++] = repeats;
-            fin_shape[i] *= repeats;
+            if (__builtin_mul_overflow(fin_shape[i], repeats, &fin_shape[i])) {
+                mk_error_set(MK_ERR_VALUE, "Array size overflows int64.");
+                return NULL;
+            }
         }
     }
     return expand_broadcast_reshape(x, n, exp_shape, bc_shape, x->ndim, fin_shape);
@@ -531,7 +537,12 @@ mk_array *mk_pad_ex(mk_array *x, const int64_t (*pad_width)[2], mk_array *value,
                          (long long)pad_width[d][1], d);
             return NULL;
         }
-        shape[d] = x->shape[d] + pad_width[d][0] + pad_width[d][1];
+        if (__builtin_add_overflow(x->shape[d], pad_width[d][0], &shape[d]) ||
+            __builtin_add_overflow(shape[d], pad_width[d][1], &shape[d])) {
+            mk_error_set(MK_ERR_VALUE, "[pad] Padding sizes (%lld, %lld) for axis %d overflow int64.",
+                         (long long)pad_width[d][0], (long long)pad_width[d][1], d);
+            return NULL;
+        }
     }
     if (mode == MK_PAD_REFLECT || mode == MK_PAD_SYMMETRIC)
         for (int d = 0; d < nd; d++)

@@ -100,9 +100,8 @@ static unsigned group_shape(const mkk_launch *L, uint64_t g, uint32_t t[3]) {
     }
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
-        uint64_t a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
-        t[d] = (uint32_t)a;
-        count *= (unsigned)a;
+        t[d] = mkpy_group_extent(L->grid[d], L->tg[d], b[d]);
+        count *= t[d];
     }
     return count;
 }

@@ -19,7 +19,7 @@
  *     divergent `if` or loop before the code after it.
  *   - A threadgroup barrier parks the thread. When every SIMD-group has run as
  *     far as it can and every live thread waits at the same barrier (same
- *     file and line), all resume. Threads that returned count as arrived.
+ *     file, line and column), all resume. Threads that returned count as arrived.
  *     Threads waiting at different barriers are divergence: an error naming
  *     both lines, never a hang.
  *   - Threadgroup variables are `static thread_local` in the compiled code, so
@@ -93,12 +93,12 @@ static void fail(const char *fmt, ...) {
 
 /* ------------------------------------------------------- the runtime API */
 
-static void api_barrier(const char *file, int line) {
+static void api_barrier(const char *file, int line, int column) {
     coop_thread *t = &worker->threads[worker->current];
     t->state = AT_BARRIER;
     t->file = file;
     t->line = line;
-    t->column = 0;
+    t->column = column; /* two barriers on one line are two barriers */
     park(worker->current);
 }
 
@@ -122,9 +122,9 @@ static unsigned char *api_exchange(const void *value, size_t size, uint32_t *mas
     return sg->result;
 }
 
-static void api_simd_barrier(const char *file, int line) {
+static void api_simd_barrier(const char *file, int line, int column) {
     uint32_t mask, lane;
-    api_exchange("", 0, &mask, &lane, file, line, 0);
+    api_exchange("", 0, &mask, &lane, file, line, column);
 }
 
 static void api_threadgroup_alloc(const void *addr, size_t size, const char *file, int line) {
@@ -191,8 +191,7 @@ static unsigned group_size(const mkk_launch *L, uint64_t g) {
                            g / ((uint64_t)L->ngroups[0] * L->ngroups[1])};
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
-        uint64_t a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
-        count *= (unsigned)a;
+        count *= mkpy_group_extent(L->grid[d], L->tg[d], b[d]);
     }
     return count;
 }
@@ -275,9 +274,9 @@ static int release_barrier(coop_worker *w) {
             first = t;
         } else if (!same_place(t, first)) {
             const coop_thread *a = earlier(t, first) ? t : first, *b = a == t ? first : t;
-            fail("threads of one threadgroup wait at different barriers (%s:%d and %s:%d); every thread must "
+            fail("threads of one threadgroup wait at different barriers (%s:%d:%d and %s:%d:%d); every thread must "
                  "reach the same threadgroup_barrier (threads that return count as arrived)",
-                 a->file, a->line, b->file, b->line);
+                 a->file, a->line, a->column, b->file, b->line, b->column);
             return -1;
         }
     }

@@ -29,6 +29,7 @@
 #include "kernel.h"
 
 #define MAX_THREADS_PER_THREADGROUP 1024
+#define MAX_BUFFERS 31 /* Metal's buffer argument table */
 
 typedef struct {
     mkk_kernel *k;
@@ -515,23 +516,31 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     run_ctx *r = NULL;
     const char *site = c->call_site ? c->call_site : "?";
 
-    /* launch checks, as MLX's eval_gpu */
-    int64_t tg_size = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2];
-    if (tg_size > MAX_THREADS_PER_THREADGROUP) {
-        mk_error_set(MK_ERR_VALUE,
-                     "Thread group size (%lld) is greater than  the maximum allowed threads per threadgroup (%d).",
-                     (long long)tg_size, MAX_THREADS_PER_THREADGROUP);
+    /* constructs Metal's compiler rejects: a compile error, as on a Mac */
+    if (k->metal_error) {
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] Kernel `%s`: %s. (mkpy only: compile_options={\"allow_non_metal\": True} or "
+                     "MKPY_ALLOW_NON_METAL=1 turn the Metal-only checks off.) Kernel called at %s",
+                     k->name, k->metal_error, c->call_site ? c->call_site : "?");
         return -1;
     }
-    for (int d = 0; d < 3; d++)
-        if (c->grid[d] <= 0 || c->threadgroup[d] <= 0 || c->grid[d] > UINT32_MAX) {
-            mk_error_set(MK_ERR_VALUE,
-                         "[metal_kernel] Kernel `%s`: grid (%lld, %lld, %lld) and threadgroup (%lld, %lld, %lld) "
-                         "dimensions must be positive (and the grid below 2^32).",
-                         k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2],
-                         (long long)c->threadgroup[0], (long long)c->threadgroup[1], (long long)c->threadgroup[2]);
+    /* launch checks, as MLX's eval_gpu, in 64 bits */
+    mkk_launch plan;
+    uint64_t plan_total;
+    if (mkk_plan_launch(k->name, c->grid, c->threadgroup, &plan, &plan_total) < 0) return -1;
+    /* Metal's buffer argument table has 31 entries */
+    {
+        int nbuf = k->noutputs;
+        for (int i = 0; i < k->ninputs; i++)
+            nbuf += 1 + (in[i]->ndim > 0) * (k->shape_info[i][0] + k->shape_info[i][1] + k->shape_info[i][2]);
+        if (nbuf > MAX_BUFFERS) {
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[metal_kernel] Kernel `%s` takes %d buffers (inputs, their _shape/_strides/_ndim "
+                         "buffers and outputs), more than the %d a Metal kernel may take. Kernel called at %s",
+                         k->name, nbuf, MAX_BUFFERS, c->call_site ? c->call_site : "?");
             return -1;
         }
+    }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
@@ -661,14 +670,8 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         }
     }
     r->args = args;
-    r->total = 1;
-    for (int d = 0; d < 3; d++) {
-        int64_t t = c->threadgroup[d] < c->grid[d] ? c->threadgroup[d] : c->grid[d]; /* MLX clamps */
-        r->base.grid[d] = (uint32_t)c->grid[d];
-        r->base.tg[d] = (uint32_t)t;
-        r->base.ngroups[d] = (uint32_t)((c->grid[d] + t - 1) / t);
-        r->total *= r->base.ngroups[d];
-    }
+    r->base = plan;
+    r->total = plan_total;
     int nth = mk_pool_threads();
     uint64_t threads_per_group = (uint64_t)r->base.tg[0] * r->base.tg[1] * r->base.tg[2];
     /* about 32 chunks per worker (a worker that finishes early finds work;
@@ -758,6 +761,53 @@ done:
     return rc;
 }
 
+int mkk_plan_launch(const char *kernel_name, const int64_t grid[3], const int64_t threadgroup[3], mkk_launch *L,
+                    uint64_t *total) {
+    for (int d = 0; d < 3; d++)
+        if (grid[d] <= 0 || threadgroup[d] <= 0 || grid[d] > UINT32_MAX) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[metal_kernel] Kernel `%s`: grid (%lld, %lld, %lld) and threadgroup (%lld, %lld, %lld) "
+                         "dimensions must be positive (and the grid below 2^32).",
+                         kernel_name, (long long)grid[0], (long long)grid[1], (long long)grid[2],
+                         (long long)threadgroup[0], (long long)threadgroup[1], (long long)threadgroup[2]);
+            return -1;
+        }
+    int64_t tg_size = 1;
+    int overflow = 0;
+    for (int d = 0; d < 3; d++) overflow |= __builtin_mul_overflow(tg_size, threadgroup[d], &tg_size);
+    if (overflow || tg_size > MAX_THREADS_PER_THREADGROUP) {
+        if (overflow)
+            mk_error_set(MK_ERR_VALUE,
+                         "Thread group size (%lld * %lld * %lld) is greater than  the maximum allowed threads per "
+                         "threadgroup (%d).",
+                         (long long)threadgroup[0], (long long)threadgroup[1], (long long)threadgroup[2],
+                         MAX_THREADS_PER_THREADGROUP);
+        else
+            mk_error_set(MK_ERR_VALUE,
+                         "Thread group size (%lld) is greater than  the maximum allowed threads per threadgroup (%d).",
+                         (long long)tg_size, MAX_THREADS_PER_THREADGROUP);
+        return -1;
+    }
+    /* every value now fits: grid in [1, 2^32), tg in [1, 1024] */
+    uint64_t n = 1;
+    for (int d = 0; d < 3; d++) {
+        int64_t t = threadgroup[d] < grid[d] ? threadgroup[d] : grid[d]; /* MLX clamps */
+        L->grid[d] = (uint32_t)grid[d];
+        L->tg[d] = (uint32_t)t;
+        L->ngroups[d] = (uint32_t)((grid[d] + t - 1) / t);
+        if (__builtin_mul_overflow(n, (uint64_t)L->ngroups[d], &n)) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[metal_kernel] Kernel `%s`: grid (%lld, %lld, %lld) has more than 2^64 threadgroups.",
+                         kernel_name, (long long)grid[0], (long long)grid[1], (long long)grid[2]);
+            return -1;
+        }
+    }
+    L->group_begin = 0;
+    L->group_end = n;
+    *total = n;
+    return 0;
+}
+
 static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params};
 
 int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
@@ -774,6 +824,19 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
     for (int i = 0; i < k->noutputs; i++) {
         if (out_ndims[i] > MK_MAX_NDIM || mk_shape_size(out_ndims[i], out_shapes[i]) < 0) {
             if (out_ndims[i] > MK_MAX_NDIM) mk_error_set(MK_ERR_VALUE, "[metal_kernel] Too many output dimensions.");
+            free(kp);
+            free(desc);
+            mkk_call_free(call);
+            return -1;
+        }
+        /* refused at the call, not at eval, when it could never be allocated */
+        int64_t n = mk_shape_size(out_ndims[i], out_shapes[i]), nbytes;
+        if (__builtin_mul_overflow(n, (int64_t)mk_dtype_size(call->output_dtypes[i]), &nbytes)) {
+            mk_error_set(MK_ERR_VALUE, "[metal_kernel] Output %d of %lld elements overflows int64 bytes.", i,
+                         (long long)n);
+            nbytes = -1;
+        }
+        if (nbytes < 0 || mk_check_alloc((size_t)nbytes) < 0) {
             free(kp);
             free(desc);
             mkk_call_free(call);

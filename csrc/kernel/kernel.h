@@ -42,11 +42,30 @@ typedef struct {
     bool (*shape_info)[3]; /* per input: _shape, _strides, _ndim used in source */
     bool attr_used[MKK_NATTRS];
     atomic_int scheme; /* dispatch.c's execution scheme, 0 until first picked */
+    bool allow_non_metal; /* compile_options allow_non_metal / MKPY_ALLOW_NON_METAL: no Metal-only checks */
+    /* The first construct of the source or header that Metal's compiler
+     * rejects (metal_check.c), as "<kernel k source>:3:5: Metal does not
+     * support ..."; NULL when none (or allow_non_metal). Raised at eval, where
+     * a Mac reports its compile errors. */
+    char *metal_error;
 } mkk_kernel;
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
                            const char *const *output_names, const char *source, const char *header,
-                           bool ensure_row_contiguous, bool atomic_outputs, mkk_math_mode math_mode);
+                           bool ensure_row_contiguous, bool atomic_outputs, mkk_math_mode math_mode,
+                           bool allow_non_metal);
+
+/* Metal-only checks (metal_check.c): scans the user's source and header
+ * (comments, string and character literals skipped) for what Metal's
+ * compiler rejects: double, goto, function pointers, virtual functions,
+ * exceptions, new/delete/malloc/free, printf, #include of anything but
+ * Metal's headers, pointers without an address space in function
+ * signatures, recursion (a function that calls itself, directly or through
+ * others defined in the header), mutable program-scope variables (only
+ * `constant` ones are allowed) and more than 32 KiB of threadgroup memory
+ * declared in reach of the kernel. Returns a malloc'd message naming the
+ * user's file and line, or NULL (also on out-of-memory). */
+char *mkk_metal_check(const char *kernel_name, const char *source, const char *header);
 void mkk_kernel_incref(mkk_kernel *k);
 void mkk_kernel_decref(mkk_kernel *k);
 
@@ -66,6 +85,7 @@ typedef struct {
     bool has_init;
     double init_value;
     char *call_site; /* "file.py:42", for error messages */
+    bool allow_non_metal; /* copied from the kernel: float64 template types allowed */
     bool verbose;    /* say at eval which engine ran the kernel */
 } mkk_call;
 
@@ -94,6 +114,14 @@ typedef uint64_t (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_l
                                unsigned char *frame, unsigned char *deposit, unsigned char *simd, uint32_t *masks,
                                uint32_t *next, unsigned char *tg, uint32_t tx, uint32_t ty, uint32_t tz,
                                uint32_t dense);
+/* Metal's launch rules, checked in 64 bits before any use: every grid and
+ * threadgroup entry positive, grid entries below 2^32, at most 1024 threads
+ * per threadgroup (the product is overflow-checked). Fills L's grid, tg
+ * (clamped to the grid, as MLX does) and ngroups, and *total (threadgroups in
+ * the launch), or sets a ValueError and returns -1. */
+int mkk_plan_launch(const char *kernel_name, const int64_t grid[3], const int64_t threadgroup[3], mkk_launch *L,
+                    uint64_t *total);
+
 typedef struct {
     mkk_entry_fn entry;   /* whole threadgroups, thread after thread */
     mkk_thread_fn thread; /* one thread, for the cooperative scheme on fibers */

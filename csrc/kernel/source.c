@@ -48,7 +48,8 @@ static bool contains_suffix(const char *source, const char *name, const char *su
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
                            const char *const *output_names, const char *source, const char *header,
-                           bool ensure_row_contiguous, bool atomic_outputs, mkk_math_mode math_mode) {
+                           bool ensure_row_contiguous, bool atomic_outputs, mkk_math_mode math_mode,
+                           bool allow_non_metal) {
     if (noutputs == 0) {
         mk_error_set(MK_ERR_VALUE, "[metal_kernel] Must specify at least one output.");
         return NULL;
@@ -78,6 +79,8 @@ mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *inp
     k->ensure_row_contiguous = ensure_row_contiguous;
     k->atomic_outputs = atomic_outputs;
     k->math_mode = math_mode;
+    k->allow_non_metal = allow_non_metal;
+    if (!allow_non_metal) k->metal_error = mkk_metal_check(k->name, k->source, k->header);
     return k;
 nomem:
     mkk_kernel_decref(k);
@@ -96,6 +99,7 @@ void mkk_kernel_decref(mkk_kernel *k) {
     free(k->name);
     free(k->source);
     free(k->header);
+    free(k->metal_error);
     free(k);
 }
 

@@ -100,6 +100,8 @@ int mkpy_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObj
 
 int mkpy_parse_dtype(PyObject *obj, mk_dtype *out);    /* a Dtype object */
 int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape); /* int or sequence of ints */
+/* v as a C int, or an OverflowError (MLX's wording) when it does not fit. */
+int mkpy_int32_value(int64_t v, int *out);
 /* None: *naxes = -1; int or sequence of ints. */
 int mkpy_parse_axes(PyObject *obj, int *naxes, int *axes);
 int mkpy_parse_int(PyObject *obj, int64_t *out);

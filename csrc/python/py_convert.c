@@ -177,9 +177,10 @@ static void *invalid_type_ex(PyObject *o, int top) {
 static void *invalid_type(PyObject *o) { return invalid_type_ex(o, 1); }
 
 /* MLX reads a Python int as an int64 (nanobind's cast to long) and fails
- * beyond that range with a RuntimeError. */
-static int bad_cast(void) {
-    PyErr_SetString(PyExc_RuntimeError, "std::bad_cast");
+ * beyond that range with `RuntimeError: std::bad_cast`; mkpy says what did not
+ * fit, as an OverflowError. */
+static int int_overflow(PyObject *o, const char *ctype) {
+    PyErr_Format(PyExc_OverflowError, "Python int %R does not fit %s, the type mx.array reads it as.", o, ctype);
     return -1;
 }
 
@@ -187,7 +188,7 @@ static int int_value(PyObject *o, int64_t *v) {
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (x == -1 && PyErr_Occurred()) return -1;
-    if (overflow) return bad_cast();
+    if (overflow) return int_overflow(o, "int64");
     *v = x;
     return 0;
 }
@@ -234,10 +235,11 @@ static int store_scalar(PyObject *o, int cls, int in_list, mk_dtype t, void *dst
         if (int_value(o, &v) < 0) return -1;
         if (in_list && !mk_is_inexact(t)) {
             int64_t lo = INT32_MIN, hi = INT32_MAX;
-            if (t == MK_INT64) lo = INT64_MIN, hi = INT64_MAX;
-            else if (t == MK_UINT64) lo = 0, hi = INT64_MAX;
-            else if (t == MK_UINT32) lo = 0, hi = UINT32_MAX;
-            if (v < lo || v > hi) return bad_cast();
+            const char *ctype = "int32";
+            if (t == MK_INT64) lo = INT64_MIN, hi = INT64_MAX, ctype = "int64";
+            else if (t == MK_UINT64) lo = 0, hi = INT64_MAX, ctype = "int64 >= 0 (for uint64)";
+            else if (t == MK_UINT32) lo = 0, hi = UINT32_MAX, ctype = "uint32";
+            if (v < lo || v > hi) return int_overflow(o, ctype);
         }
         mk_put_i64(t, dst, v);
     }
@@ -784,6 +786,17 @@ int mkpy_parse_int(PyObject *obj, int64_t *out) {
     return 0;
 }
 
+int mkpy_int32_value(int64_t v, int *out) {
+    /* MLX's axes and counts are C ints: never truncated */
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError,
+                     "Integer value %lld is outside the supported range [-2147483648, 2147483647].", (long long)v);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int mkpy_parse_bool(PyObject *obj, int dflt, int *out) {
     if (!obj || obj == Py_None) {
         *out = dflt;
@@ -826,7 +839,8 @@ int mkpy_parse_axes(PyObject *obj, int *naxes, int *axes) {
     int64_t shape[MK_MAX_NDIM];
     int n;
     if (mkpy_parse_shape(obj, &n, shape) < 0) return -1;
-    for (int i = 0; i < n; i++) axes[i] = (int)shape[i];
+    for (int i = 0; i < n; i++)
+        if (mkpy_int32_value(shape[i], &axes[i]) < 0) return -1;
     *naxes = n;
     return 0;
 }

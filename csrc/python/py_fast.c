@@ -21,9 +21,24 @@ static PyObject *kernel_vectorcall(PyObject *self, PyObject *const *args, size_t
 
 /* ------------------------------------------------------------ helpers */
 
+/* The UTF-8 text of a str (borrowed), refusing what cannot reach the kernel
+ * compiler intact: lone surrogates (UnicodeEncodeError) and NUL bytes, which
+ * would silently truncate the text (ValueError). */
+static const char *utf8_no_nul(PyObject *s, const char *what) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (!u) return NULL;
+    if ((size_t)n != strlen(u)) {
+        PyErr_Format(PyExc_ValueError, "[metal_kernel] `%s` contains a NUL character.", what);
+        return NULL;
+    }
+    return u;
+}
+
 /* A list/tuple of str -> malloc'd array of borrowed UTF-8 pointers. */
 static int str_list(PyObject *obj, const char *what, PyObject **keep, const char ***out, int *n) {
-    PyObject *seq = PySequence_Fast(obj, "");
+    /* a str is a sequence of characters, not of names (MLX refuses it too) */
+    PyObject *seq = PyUnicode_Check(obj) || PyBytes_Check(obj) ? NULL : PySequence_Fast(obj, "");
     if (!seq) {
         PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
         return -1;
@@ -37,13 +52,23 @@ static int str_list(PyObject *obj, const char *what, PyObject **keep, const char
     }
     for (Py_ssize_t i = 0; i < len; i++) {
         PyObject *s = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyUnicode_Check(s) || !(names[i] = PyUnicode_AsUTF8(s))) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
+        if (!PyUnicode_Check(s)) {
+            PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
+            names[i] = NULL;
+        } else {
+            names[i] = utf8_no_nul(s, what);
+        }
+        if (!names[i]) {
             PyMem_Free(names);
             Py_DECREF(seq);
             return -1;
         }
+    }
+    if (len > 1000000) {
+        PyErr_Format(PyExc_ValueError, "[metal_kernel] Too many `%s` (%zd).", what, len);
+        PyMem_Free(names);
+        Py_DECREF(seq);
+        return -1;
     }
     *keep = seq;
     *out = names;
@@ -51,17 +76,23 @@ static int str_list(PyObject *obj, const char *what, PyObject **keep, const char
     return 0;
 }
 
+/* A str argument; dflt (NULL: required) when absent or None. */
 static const char *opt_str(PyObject *o, const char *dflt, const char *what) {
-    if (!o || o == Py_None) return dflt;
+    if (!o || o == Py_None) {
+        if (!dflt) PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a string, not None.", what);
+        return dflt;
+    }
     if (!PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a string.", what);
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a string, not %s.", what, Py_TYPE(o)->tp_name);
         return NULL;
     }
-    return PyUnicode_AsUTF8(o);
+    return utf8_no_nul(o, what);
 }
 
-static int parse_math_mode(PyObject *opts, mkk_math_mode *mode) {
+static int parse_options(PyObject *opts, mkk_math_mode *mode, int *allow_non_metal) {
     *mode = MKK_MATH_SAFE;
+    const char *env = getenv("MKPY_ALLOW_NON_METAL");
+    *allow_non_metal = env && *env && strcmp(env, "0") != 0;
     if (!opts || opts == Py_None) return 0;
     if (!PyDict_Check(opts)) {
         PyErr_SetString(PyExc_ValueError, "[metal_kernel] compile_options must be a dict.");
@@ -71,12 +102,24 @@ static int parse_math_mode(PyObject *opts, mkk_math_mode *mode) {
     Py_ssize_t pos = 0;
     while (PyDict_Next(opts, &pos, &k, &v)) {
         const char *key = PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+        if (!key) PyErr_Clear();
+        if (key && strcmp(key, "allow_non_metal") == 0) {
+            if (!PyBool_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "[metal_kernel] compile option \"allow_non_metal\" must be a bool.");
+                return -1;
+            }
+            *allow_non_metal = v == Py_True;
+            continue;
+        }
         if (!key || strcmp(key, "math_mode") != 0) {
             PyErr_Format(PyExc_ValueError,
-                         "[metal_kernel] Unknown compile option %R. The only option is \"math_mode\".", k);
+                         "[metal_kernel] Unknown compile option %R. The options are \"math_mode\" and "
+                         "\"allow_non_metal\" (mkpy only).",
+                         k);
             return -1;
         }
         const char *val = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        if (!val) PyErr_Clear();
         if (val && strcmp(val, "safe") == 0)
             *mode = MKK_MATH_SAFE;
         else if (val && strcmp(val, "relaxed") == 0)
@@ -108,7 +151,7 @@ static PyObject *py_metal_kernel(PyObject *m, PyObject *const *args, Py_ssize_t 
     PyObject *a[8];
     PyObject *in_keep = NULL, *out_keep = NULL;
     const char **in_names = NULL, **out_names = NULL;
-    int nin = 0, nout = 0, erc = 1, atomic = 0;
+    int nin = 0, nout = 0, erc = 1, atomic = 0, allow_non_metal = 0;
     mkk_math_mode mode;
     PyObject *result = NULL;
     (void)m;
@@ -120,8 +163,9 @@ static PyObject *py_metal_kernel(PyObject *m, PyObject *const *args, Py_ssize_t 
     if (str_list(a[1], "input_names", &in_keep, &in_names, &nin) < 0) goto done;
     if (str_list(a[2], "output_names", &out_keep, &out_names, &nout) < 0) goto done;
     if (mkpy_parse_bool(a[5], 1, &erc) < 0 || mkpy_parse_bool(a[6], 0, &atomic) < 0) goto done;
-    if (parse_math_mode(a[7], &mode) < 0) goto done;
-    mkk_kernel *k = mkk_kernel_new(name, nin, in_names, nout, out_names, source, header, erc, atomic, mode);
+    if (parse_options(a[7], &mode, &allow_non_metal) < 0) goto done;
+    mkk_kernel *k = mkk_kernel_new(name, nin, in_names, nout, out_names, source, header, erc, atomic, mode,
+                                   allow_non_metal != 0);
     if (!k) {
         mkpy_raise();
         goto done;
@@ -144,23 +188,51 @@ done:
 
 /* ------------------------------------------------------------- calling */
 
-/* A grid/threadgroup element: int, or anything int() accepts (mkpy scalars). */
-static int dim_value(PyObject *o, int64_t *out) {
-    if (PyUnicode_Check(o) || PyBytes_Check(o)) {
-        PyErr_SetString(PyExc_TypeError, "[metal_kernel] grid and threadgroup entries must be numbers.");
+/* A grid, threadgroup or output-shape entry, as MLX's int conversion takes
+ * it: Python ints, bools and objects with __index__, which include integer mx
+ * scalars. Floats (and float mx scalars, e.g. the result of mx.divide) are a
+ * TypeError, as in MLX; the value is checked in 64 bits. */
+static int dim_value(PyObject *o, const char *what, int64_t *out) {
+    int is_float_array = PyMkArray_Check(o) && !mk_is_integral(MKARR(o)->dtype);
+    /* numbers that are not ints (float, numpy.float32, ...): the same hint */
+    int floatlike = !PyMkArray_Check(o) && !PyIndex_Check(o) && Py_TYPE(o)->tp_as_number &&
+                    Py_TYPE(o)->tp_as_number->nb_float;
+    if (PyFloat_Check(o) || is_float_array || floatlike) {
+        const char *tname = is_float_array ? mk_dtypes[MKARR(o)->dtype].name
+                            : PyFloat_CheckExact(o) ? "float"
+                                                    : Py_TYPE(o)->tp_name;
+        PyErr_Format(PyExc_TypeError,
+                     "[metal_kernel] `%s` entries must be ints, not a %s%s (as in MLX). For an integer division use "
+                     "`//` or mx.floor_divide, e.g. grid=((n + 255) // 256 * 256, 1, 1).",
+                     what, tname, is_float_array ? " scalar" : "");
         return -1;
     }
-    PyObject *i = PyNumber_Long(o);
+    if (PyMkArray_Check(o) && MKARR(o)->ndim != 0) {
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` entries must be ints, not an array of %d dimensions.",
+                     what, MKARR(o)->ndim);
+        return -1;
+    }
+    if (!PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` entries must be ints, not %s.", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyObject *i = PyNumber_Index(o);
     if (!i) return -1;
-    long long v = PyLong_AsLongLong(i);
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
     Py_DECREF(i);
     if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "[metal_kernel] `%s` entry %R is out of range.", what, o);
+        return -1;
+    }
     *out = v;
     return 0;
 }
 
 static int dims3(PyObject *o, const char *what, int64_t out[3]) {
-    PyObject *seq = PySequence_Fast(o, "");
+    PyObject *seq = PyList_Check(o) || PyTuple_Check(o) ? PySequence_Fast(o, "") : NULL;
     if (!seq || PySequence_Fast_GET_SIZE(seq) != 3) {
         Py_XDECREF(seq);
         PyErr_Clear();
@@ -168,11 +240,37 @@ static int dims3(PyObject *o, const char *what, int64_t out[3]) {
         return -1;
     }
     for (int d = 0; d < 3; d++)
-        if (dim_value(PySequence_Fast_GET_ITEM(seq, d), &out[d]) < 0) {
+        if (dim_value(PySequence_Fast_GET_ITEM(seq, d), what, &out[d]) < 0) {
             Py_DECREF(seq);
             return -1;
         }
     Py_DECREF(seq);
+    return 0;
+}
+
+/* An output shape: a sequence of ints (dim_value's rules). */
+static int out_shape(PyObject *o, int *ndim, int64_t *shape) {
+    if (PyUnicode_Check(o) || PyBytes_Check(o) || !PySequence_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "[metal_kernel] Each of `output_shapes` must be a sequence of ints, not %s.",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(o, "[metal_kernel] Each of `output_shapes` must be a sequence of ints.");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MK_MAX_NDIM) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "[metal_kernel] Output shapes of more than %d dimensions are not supported.",
+                     MK_MAX_NDIM);
+        return -1;
+    }
+    for (Py_ssize_t d = 0; d < n; d++)
+        if (dim_value(PySequence_Fast_GET_ITEM(seq, d), "output_shapes", &shape[d]) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    Py_DECREF(seq);
+    *ndim = (int)n;
     return 0;
 }
 
@@ -210,6 +308,10 @@ static int write_stdout(const char *text) {
 
 static int parse_template(PyObject *obj, mkk_call *c) {
     if (!obj || obj == Py_None) return 0;
+    if (!PyList_Check(obj) && !PyTuple_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "[metal_kernel] `template` must be a list of (name, value) pairs.");
+        return -1;
+    }
     PyObject *seq = PySequence_Fast(obj, "[metal_kernel] `template` must be a list of (name, value) pairs.");
     if (!seq) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -228,23 +330,49 @@ static int parse_template(PyObject *obj, mkk_call *c) {
         }
         PyObject *v = PyTuple_GET_ITEM(pair, 1);
         mkk_targ *t = &c->templ[i];
+        const char *tname = utf8_no_nul(PyTuple_GET_ITEM(pair, 0), "template");
+        if (!tname) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (!(t->name = strdup(tname))) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
         c->ntemplate = (int)i + 1;
-        t->name = strdup(PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 0)));
         if (PyMkDtype_Check(v)) {
             t->kind = MKK_TARG_DTYPE;
             t->value = ((PyMkDtype *)v)->dtype;
+            if (t->value == MK_FLOAT64 && !c->allow_non_metal) {
+                PyErr_Format(PyExc_ValueError,
+                             "[metal_kernel] Template argument `%s` is float64: Metal does not support double "
+                             "(use float32).",
+                             t->name);
+                Py_DECREF(seq);
+                return -1;
+            }
         } else if (PyBool_Check(v)) {
             t->kind = MKK_TARG_BOOL;
             t->value = v == Py_True;
         } else if (PyLong_Check(v)) {
             t->kind = MKK_TARG_INT;
-            t->value = PyLong_AsLongLong(v);
-            if (t->value == -1 && PyErr_Occurred()) {
+            int overflow;
+            long long iv = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (iv == -1 && PyErr_Occurred()) {
                 Py_DECREF(seq);
                 return -1;
             }
+            /* MLX's template ints are C ints */
+            if (overflow || iv < INT32_MIN || iv > INT32_MAX) {
+                PyErr_SetString(PyExc_ValueError,
+                                "[metal_kernel] Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.");
+                Py_DECREF(seq);
+                return -1;
+            }
+            t->value = iv;
         } else {
-            PyErr_SetString(PyExc_TypeError,
+            PyErr_SetString(PyExc_ValueError,
                             "[metal_kernel] Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.");
             Py_DECREF(seq);
             return -1;
@@ -293,9 +421,23 @@ static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size
         /* Python scalars: float -> float32, int -> int32, bool -> bool */
         if (!(inputs[n_in] = mkpy_to_array(PySequence_Fast_GET_ITEM(in_seq, n_in), -1))) goto error;
     }
+    c->allow_non_metal = k->allow_non_metal;
     for (int i = 0; i < k->noutputs; i++) {
-        if (mkpy_parse_shape(PySequence_Fast_GET_ITEM(shp_seq, i), &ndims[i], shapes[i]) < 0) goto error;
+        if (out_shape(PySequence_Fast_GET_ITEM(shp_seq, i), &ndims[i], shapes[i]) < 0) goto error;
         if (mkpy_parse_dtype(PySequence_Fast_GET_ITEM(dt_seq, i), &c->output_dtypes[i]) < 0) goto error;
+    }
+    /* MLX's array constructor refuses float64 on a GPU stream */
+    if (!k->allow_non_metal) {
+        for (int i = 0; i < k->ninputs; i++)
+            if (inputs[i]->dtype == MK_FLOAT64) {
+                PyErr_SetString(PyExc_ValueError, "float64 is not supported on the GPU");
+                goto error;
+            }
+        for (int i = 0; i < k->noutputs; i++)
+            if (c->output_dtypes[i] == MK_FLOAT64) {
+                PyErr_SetString(PyExc_ValueError, "float64 is not supported on the GPU");
+                goto error;
+            }
     }
     if (dims3(a[3], "grid", c->grid) < 0 || dims3(a[4], "threadgroup", c->threadgroup) < 0) goto error;
     if (parse_template(a[5], c) < 0) goto error;
@@ -451,6 +593,41 @@ static PyObject *py_precompile_runtime(PyObject *m, PyObject *unused) {
     return PyUnicode_FromString(msg);
 }
 
+/* mkpy.metal._launch_geometry(grid, threadgroup, group): the dispatcher's
+ * arithmetic for one launch, for tests (grids near 2^32 without running 4
+ * billion threads): ((ngroups), total groups, (threads of linear group
+ * `group` per dimension), (its first thread's position)). */
+static PyObject *py_launch_geometry(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    (void)m;
+    int64_t grid[3], tg[3], g;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "_launch_geometry(grid, threadgroup, group)");
+        return NULL;
+    }
+    if (dims3(args[0], "grid", grid) < 0 || dims3(args[1], "threadgroup", tg) < 0) return NULL;
+    if (mkpy_parse_int(args[2], &g) < 0) return NULL;
+    mkk_launch L;
+    uint64_t total;
+    if (mkk_plan_launch("_launch_geometry", grid, tg, &L, &total) < 0) return mkpy_raise();
+    if (g < 0 || (uint64_t)g >= total) {
+        PyErr_SetString(PyExc_IndexError, "group out of range");
+        return NULL;
+    }
+    /* linear group -> position, as mkpy::group_attrs */
+    const uint64_t nx = L.ngroups[0], ny = L.ngroups[1];
+    const uint64_t b[3] = {(uint64_t)g % nx, ((uint64_t)g / nx) % ny, (uint64_t)g / (nx * ny)};
+    uint32_t ext[3];
+    uint64_t origin[3];
+    for (int d = 0; d < 3; d++) {
+        ext[d] = mkpy_group_extent(L.grid[d], L.tg[d], b[d]);
+        origin[d] = b[d] * L.tg[d];
+    }
+    return Py_BuildValue("((kkk)K(kkk)(KKK))", (unsigned long)L.ngroups[0], (unsigned long)L.ngroups[1],
+                         (unsigned long)L.ngroups[2], (unsigned long long)total, (unsigned long)ext[0],
+                         (unsigned long)ext[1], (unsigned long)ext[2], (unsigned long long)origin[0],
+                         (unsigned long long)origin[1], (unsigned long long)origin[2]);
+}
+
 PyMethodDef mkpy_fast_functions[] = {
     {"metal_kernel", FN(py_metal_kernel), FASTKW, metal_kernel_doc},
     {NULL},
@@ -468,5 +645,6 @@ PyMethodDef mkpy_kernel_cache_functions[] = {
      "time. Returns a message saying what was built."},
     {"_set_runtime_dir", py_set_runtime_dir, METH_O, NULL},
     {"_disk_cache", py_disk_cache, METH_O, NULL},
+    {"_launch_geometry", (PyCFunction)(void (*)(void))py_launch_geometry, METH_FASTCALL, NULL},
     {NULL},
 };

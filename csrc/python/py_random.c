@@ -318,7 +318,9 @@ static PyObject *py_categorical(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (!PyMkArray_Check(a[0]) || (a[1] && !PyLong_Check(a[1])) || !is_shape_arg(a[2], 1) ||
         (a[3] && a[3] != Py_None && !PyLong_Check(a[3])) || !is_key_arg(a[4]))
         return mkpy_bad_call("categorical", sig, args, nargs, kwnames);
-    if ((a[1] && mkpy_parse_int(a[1], &axis) < 0) || shape_arg(a[2], &ndim, shape) < 0 ||
+    int axis32 = -1;
+    if ((a[1] && (mkpy_parse_int(a[1], &axis) < 0 || mkpy_int32_value(axis, &axis32) < 0)) ||
+        shape_arg(a[2], &ndim, shape) < 0 ||
         (a[3] && a[3] != Py_None && mkpy_parse_int(a[3], &num) < 0))
         return NULL;
     int has_shape = a[2] && a[2] != Py_None, has_num = a[3] && a[3] != Py_None;
@@ -329,7 +331,7 @@ static PyObject *py_categorical(PyObject *m, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_ValueError, "[categorical] At most one of shape or num_samples can be specified.");
         return NULL;
     }
-    return finish(mk_random_categorical(MKARR(a[0]), (int)axis, has_shape ? 1 : has_num ? 2 : 0, ndim, shape, num,
+    return finish(mk_random_categorical(MKARR(a[0]), axis32, has_shape ? 1 : has_num ? 2 : 0, ndim, shape, num,
                                         key),
                   key, NULL, NULL);
 }
@@ -345,10 +347,13 @@ static PyObject *py_permutation(PyObject *m, PyObject *const *args, Py_ssize_t n
     int is_int = PyLong_Check(a[0]) && !PyBool_Check(a[0]);
     if ((!is_int && !PyMkArray_Check(a[0])) || (a[1] && !PyLong_Check(a[1])) || !is_key_arg(a[2]))
         return mkpy_bad_call("permutation", sig, args, nargs, kwnames);
-    if ((a[1] && mkpy_parse_int(a[1], &axis) < 0) || (is_int && mkpy_parse_int(a[0], &n) < 0)) return NULL;
+    int axis32 = 0;
+    if ((a[1] && (mkpy_parse_int(a[1], &axis) < 0 || mkpy_int32_value(axis, &axis32) < 0)) ||
+        (is_int && mkpy_parse_int(a[0], &n) < 0))
+        return NULL;
     mk_array *key = key_arg(a[2]);
     if (!key) return NULL;
-    mk_array *r = is_int ? mk_random_permutation_n(n, key) : mk_random_permutation(MKARR(a[0]), (int)axis, key);
+    mk_array *r = is_int ? mk_random_permutation_n(n, key) : mk_random_permutation(MKARR(a[0]), axis32, key);
     return finish(r, key, NULL, NULL);
 }
 

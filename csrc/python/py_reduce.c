@@ -26,8 +26,7 @@ static int parse_reduce(const char *fname, bool with_ddof, PyObject *const *args
     r->ddof = 0;
     if (with_ddof && a[3]) {
         int64_t d;
-        if (mkpy_parse_int(a[3], &d) < 0) return -1;
-        r->ddof = (int)d;
+        if (mkpy_parse_int(a[3], &d) < 0 || mkpy_int32_value(d, &r->ddof) < 0) return -1;
     }
     r->x = mkpy_to_array(a[0], -1);
     return r->x ? 0 : -1;
@@ -99,11 +98,12 @@ static PyObject *call_arg(int which, const char *name, PyObject *const *args, Py
     int keepdims;
     if (mkpy_parse(name, args, nargs, kwnames, names, 1, a) < 0) return NULL;
     bool has_axis = a[1] && a[1] != Py_None;
-    if (has_axis && mkpy_parse_int(a[1], &axis) < 0) return NULL;
+    int axis32 = 0;
+    if (has_axis && (mkpy_parse_int(a[1], &axis) < 0 || mkpy_int32_value(axis, &axis32) < 0)) return NULL;
     if (mkpy_parse_bool(a[2], 0, &keepdims) < 0) return NULL;
     mk_array *x = mkpy_to_array(a[0], -1);
     if (!x) return NULL;
-    mk_array *out = which == 0 ? mk_argmax(x, (int)axis, has_axis, keepdims) : mk_argmin(x, (int)axis, has_axis, keepdims);
+    mk_array *out = which == 0 ? mk_argmax(x, axis32, has_axis, keepdims) : mk_argmin(x, axis32, has_axis, keepdims);
     mk_decref(x);
     return mkpy_wrap(out);
 }

@@ -34,10 +34,10 @@ inline const mkpy_coop_api *api = nullptr;
 // into a resume point; the fiber engine just calls through them.
 extern "C" {
 __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_barrier(const char *file, int line, int col) {
-    mkpy::api->barrier(file, line);
+    mkpy::api->barrier(file, line, col);
 }
 __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_simd_barrier(const char *file, int line, int col) {
-    mkpy::api->simd_barrier(file, line);
+    mkpy::api->simd_barrier(file, line, col);
 }
 __attribute__((noinline, weak, noduplicate, nomerge)) unsigned char *mkpy_sync_exchange(const void *value, size_t size,
                                                                   uint32_t *mask, uint32_t *lane,

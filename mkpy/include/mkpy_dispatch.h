@@ -43,7 +43,7 @@ inline unsigned group_attrs(const mkpy_launch *L, uint64_t g, mkpy_thread_attrs 
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
         // the last threadgroups along a dimension may be partial (non-uniform)
-        unsigned a = (b[d] + 1) * L->tg[d] <= L->grid[d] ? L->tg[d] : L->grid[d] - b[d] * L->tg[d];
+        unsigned a = mkpy_group_extent(L->grid[d], L->tg[d], b[d]);
         t.threadgroup_position_in_grid[d] = b[d];
         t.threads_per_threadgroup[d] = a;
         count *= a;
@@ -88,8 +88,8 @@ inline void thread_attrs_at(const mkpy_launch *L, unsigned i, unsigned x, unsign
 // a time, threads in thread_index_in_threadgroup order. The attributes of a
 // group are set once; each thread then takes a fresh copy in which only its
 // position changes, and the innermost loop walks one row of the group by
-// position in the grid, a counter that cannot wrap (it stays below the row's
-// end). So no division runs per thread, and clang can vectorise the loop
+// offset in the row (its position in the grid, ox + x, stays below 2^32; the
+// row's end may not). So no division runs per thread, and clang can vectorise the loop
 // across threads when the kernel body allows it.
 template <typename F>
 inline void run_threadgroups(const mkpy_launch *L, F &&fn) {
@@ -105,10 +105,11 @@ inline void run_threadgroups(const mkpy_launch *L, F &&fn) {
         unsigned row = 0; // thread_index_in_threadgroup of the row's first thread
         for (unsigned z = 0; z < az; z++)
             for (unsigned y = 0; y < ay; y++, row += ax) {
-                const unsigned end = ox + ax;
-                for (unsigned px = ox; px < end; px++) {
+                // by offset in the row: ox + ax may be 2^32 (a grid near 2^32)
+                for (unsigned x = 0; x < ax; x++) {
+                    const unsigned px = ox + x;
                     mkpy_thread_attrs t = g_attrs;
-                    const unsigned index = row + (px - ox);
+                    const unsigned index = row + x;
                     t.thread_position_in_threadgroup[0] = px - ox;
                     t.thread_position_in_threadgroup[1] = y;
                     t.thread_position_in_threadgroup[2] = z;

@@ -28,6 +28,15 @@ struct mkpy_launch {
     uint64_t group_begin, group_end; /* linear threadgroup ids this call runs */
 };
 
+/* The threads of threadgroup b along one dimension: tg, or fewer for the
+ * last, partial threadgroup. In 64 bits: b * tg + tg may pass 2^32 when the
+ * grid is near it. Shared by the dispatcher, both cooperative engines and the
+ * kernels' own loop (mkpy_dispatch.h). */
+static inline uint32_t mkpy_group_extent(uint32_t grid, uint32_t tg, uint64_t b) {
+    const uint64_t start = b * tg;
+    return start + tg <= grid ? tg : (uint32_t)(grid - start);
+}
+
 /* The bytes one lane may contribute to a SIMD-group exchange (a long4). */
 #define MKPY_SIMD_SLOT 32
 #define MKPY_SIMD_WIDTH 32
@@ -43,8 +52,8 @@ struct mkpy_launch {
 /* The cooperative runtime, called by kernel code running on a fiber. */
 struct mkpy_coop_api {
     /* threadgroup_barrier / simdgroup_barrier at a source location */
-    void (*barrier)(const char *file, int line);
-    void (*simd_barrier)(const char *file, int line);
+    void (*barrier)(const char *file, int line, int column);
+    void (*simd_barrier)(const char *file, int line, int column);
     /* Deposits `size` bytes for this lane at a call site (file, line,
      * column), waits for the lanes of the SIMD-group that take part (the
      * active lanes at that call site), and returns the exchange buffer (see
