@@ -450,7 +450,23 @@ mk_array *mk_node(const mk_opdef *op, void *params, mk_dtype dtype, int ndim, co
     return out;
 }
 
-/* Runs one primitive whose inputs are all evaluated, then detaches it. */
+static _Thread_local int trace_depth;
+void mk_trace_push(void) { trace_depth++; }
+void mk_trace_pop(void) { trace_depth--; }
+bool mk_tracing(void) { return trace_depth > 0; }
+
+/* Drops an evaluated array's link to the primitive that made it (kept while
+ * tracing). */
+static void detach_output(mk_array *a) {
+    mk_prim *p = a->prim;
+    if (!p) return;
+    a->prim = NULL;
+    p->outputs[a->out_index] = NULL;
+    prim_decref(p);
+}
+
+/* Runs one primitive whose inputs are all evaluated, then detaches it
+ * (unless tracing: then outputs and inputs stay linked). */
 static int run_prim(mk_prim *p) {
     mk_array *stack_outs[4];
     mk_array **outs = p->noutputs <= 4 ? stack_outs : malloc(p->noutputs * sizeof *outs);
@@ -479,15 +495,17 @@ static int run_prim(mk_prim *p) {
         if (p->outputs[i] != outs[i]) {
             mk_decref(outs[i]);
         } else if (rc == 0) {
-            outs[i]->prim = NULL;
-            p->outputs[i] = NULL;
-            prim_decref(p); /* the caller still holds a reference */
+            if (!trace_depth) {
+                outs[i]->prim = NULL;
+                p->outputs[i] = NULL;
+                prim_decref(p); /* the caller still holds a reference */
+            }
         } else if (outs[i]->buf) {
             mk_buffer_decref(outs[i]->buf);
             outs[i]->buf = NULL;
         }
     }
-    if (rc == 0) {
+    if (rc == 0 && !trace_depth) {
         /* detach: the inputs are no longer needed by this node */
         int n = p->ninputs;
         p->ninputs = 0;
@@ -515,6 +533,11 @@ int mk_eval(mk_array *const *arrays, int n) {
     if (!stack || !order) goto nomem;
 
     for (int r = 0; r < n; r++) {
+        if (mk_is_evaluated(arrays[r])) {
+            /* evaluated while tracing: let the graph go now */
+            if (!trace_depth) detach_output(arrays[r]);
+            continue;
+        }
         mk_prim *root = arrays[r]->prim;
         if (!root || root->mark == mark) continue;
         root->mark = mark;
@@ -522,7 +545,8 @@ int mk_eval(mk_array *const *arrays, int n) {
         while (sn) {
             frame *f = &stack[sn - 1];
             if (f->next < f->p->ninputs) {
-                mk_prim *q = f->p->inputs[f->next++]->prim;
+                mk_array *in = f->p->inputs[f->next++];
+                mk_prim *q = in->buf ? NULL : in->prim;
                 if (q && q->mark != mark) {
                     q->mark = mark;
                     if (sn == scap) {
