@@ -24,6 +24,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "types.h"
 
@@ -399,7 +400,9 @@ static int gather_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef gather_def = {"gather", gather_eval, NULL};
+static int gather_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int gather_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static const mk_opdef gather_def = {"gather", gather_eval, NULL, gather_vjp, gather_jvp, NULL, false};
 
 mk_array *mk_gather(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos) {
     gs_params *p = malloc(sizeof *p);
@@ -645,7 +648,8 @@ static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) 
     return 0;
 }
 
-static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL};
+static int scatter_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL, scatter_vjp, NULL, NULL, false};
 
 mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
                      mk_array *updates, mk_scatter_op op) {
@@ -806,7 +810,9 @@ static int take_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out
     return 0;
 }
 
-static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL};
+static int take_axis_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int take_axis_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL, take_axis_vjp, take_axis_jvp, NULL, false};
 
 static int axis_checks(const char *op, mk_array **x, mk_array *idx, int *axis, bool has_axis, mk_array **flat) {
     *flat = NULL;
@@ -870,7 +876,7 @@ static void put_axis_rows(void *v, const int64_t *off, const int64_t *st, int64_
 }
 
 static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
-    int axis = *(const int *)pr->params;
+    int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
     mk_array *o = out[0], *x = in[0], *idx = in[1], *upd = in[2];
     if (init_from(o, x) < 0) return -1;
     if (o->size == 0 || idx->size == 0) return 0;
@@ -881,7 +887,8 @@ static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out)
     mk_broadcast_strides(upd, o->ndim, o->shape, su);
     axis_ctx c = {mk_data(o), NULL, mk_data(idx), mk_data(upd), mk_dtype_size(o->dtype), idx->dtype,
                   mk_dtype_size(idx->dtype), o->shape[axis], o->strides[axis], idx->strides[axis],
-                  upd->shape[axis] == 1 ? 0 : upd->strides[axis], idx->shape[axis], NULL};
+                  upd->shape[axis] == 1 ? 0 : upd->strides[axis], idx->shape[axis],
+                  op != MK_SCATTER_NONE ? scatter_fns[op][o->dtype] : NULL};
     const int64_t *strides[3] = {o->strides, si, su};
     mk_iter it;
     mk_iter_init(&it, o->ndim, lshape, 3, strides);
@@ -890,7 +897,8 @@ static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out)
     return 0;
 }
 
-static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL};
+static int put_axis_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL, put_axis_vjp, NULL, NULL, false};
 
 mk_array *mk_put_along_axis(mk_array *x0, mk_array *idx, mk_array *values, int axis, bool has_axis) {
     mk_array *x = x0, *flat, *r = NULL, *upd = NULL, *t = NULL, *ib = NULL, *ub = NULL;
@@ -924,12 +932,13 @@ mk_array *mk_put_along_axis(mk_array *x0, mk_array *idx, mk_array *values, int a
     ishape[axis] = s2[axis];
     if (!(ib = mk_broadcast_to(idx, nd, ishape)) || !(ub = mk_broadcast_to(upd, nd, ishape))) goto done;
     if (!(t = mk_broadcast_to(x, nd, shape))) goto done;
-    int *params = malloc(sizeof *params);
+    int *params = malloc(2 * sizeof *params);
     if (!params) {
         mk_nomem();
         goto done;
     }
-    *params = axis;
+    params[0] = axis;
+    params[1] = MK_SCATTER_NONE;
     mk_array *inputs[3] = {t, ib, ub};
     r = mk_node(&put_axis_def, params, x->dtype, nd, shape, 3, inputs);
     if (r && !has_axis) {
@@ -1105,4 +1114,117 @@ done:
     mk_xdecref(t);
     mk_xdecref(flat);
     return r;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* gather: the cotangent adds into zeros at the gathered positions */
+static int gather_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const gs_params *p = pr->params;
+    if (!want[0] || !cots[0]) return 0;
+    mk_array *x = pr->inputs[0];
+    mk_array *z = mk_zeros(x->ndim, x->shape, x->dtype);
+    if (!z) return -1;
+    grads[0] = mk_scatter(z, p->dims, p->narr, pr->inputs + 1, p->bpos, cots[0], MK_SCATTER_SUM);
+    mk_decref(z);
+    return grads[0] ? 0 : -1;
+}
+
+static int gather_jvp(mk_prim *pr, mk_array *const *tans, mk_array **out) {
+    const gs_params *p = pr->params;
+    if (!tans[0]) return 0;
+    out[0] = mk_gather(tans[0], p->dims, p->narr, pr->inputs + 1, p->bpos);
+    return out[0] ? 0 : -1;
+}
+
+static int scatter_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const gs_params *p = pr->params;
+    int nu = p->narr + 1;
+    mk_array *upd = pr->inputs[nu];
+    if (!cots[0]) return 0;
+    if (p->op != MK_SCATTER_NONE && p->op != MK_SCATTER_SUM) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for scatter_%s",
+                     p->op == MK_SCATTER_PROD ? "prod" : p->op == MK_SCATTER_MAX ? "max" : "min");
+        return -1;
+    }
+    mk_arena A = {0};
+    int rc = 0;
+    if (want[0]) {
+        if (p->op == MK_SCATTER_SUM) {
+            grads[0] = mk_ar_out(cots[0]);
+        } else {
+            mk_array *z = mk_ar_scalar(&A, cots[0], 0.0);
+            grads[0] = z ? mk_scatter(cots[0], p->dims, p->narr, pr->inputs + 1, p->bpos, z, MK_SCATTER_NONE) : NULL;
+        }
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && want[nu]) {
+        mk_array *g = mk_ar_keep(&A, mk_gather(cots[0], p->dims, p->narr, pr->inputs + 1, p->bpos));
+        grads[nu] = mk_ar_out(mk_ar_sum_to(&A, g, upd->ndim, upd->shape));
+        if (!grads[nu]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+/* A put_along_axis node with an accumulation op (x, idx, upd of one shape
+ * but along the axis). */
+static mk_array *put_axis_node(mk_array *x, mk_array *idx, mk_array *upd, int axis, int op) {
+    int *params = malloc(2 * sizeof *params);
+    if (!params) return mk_nomem();
+    params[0] = axis;
+    params[1] = op;
+    mk_array *inputs[3] = {x, idx, upd};
+    return mk_node(&put_axis_def, params, x->dtype, x->ndim, x->shape, 3, inputs);
+}
+
+static int take_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    int axis = *(const int *)pr->params;
+    mk_array *x = pr->inputs[0], *idx = pr->inputs[1];
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    mk_array *c = cots[0];
+    int64_t zs[MK_MAX_NDIM];
+    memcpy(zs, c->shape, c->ndim * sizeof *zs);
+    zs[axis] = x->shape[axis];
+    mk_array *z = mk_ar_keep(&A, mk_zeros(c->ndim, zs, x->dtype));
+    mk_array *ib = mk_ar_broadcast(&A, idx, c->ndim, c->shape);
+    mk_array *g = z && ib ? mk_ar_keep(&A, put_axis_node(z, ib, c, axis, MK_SCATTER_SUM)) : NULL;
+    grads[0] = mk_ar_out(mk_ar_sum_to(&A, g, x->ndim, x->shape));
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int take_axis_jvp(mk_prim *pr, mk_array *const *tans, mk_array **out) {
+    int axis = *(const int *)pr->params;
+    if (!tans[0]) return 0;
+    out[0] = mk_take_along_axis(tans[0], pr->inputs[1], axis, true);
+    return out[0] ? 0 : -1;
+}
+
+static int put_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
+    mk_array *idx = pr->inputs[1], *upd = pr->inputs[2];
+    if (!cots[0]) return 0;
+    if (op != MK_SCATTER_NONE && op != MK_SCATTER_SUM) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for this scatter op");
+        return -1;
+    }
+    mk_arena A = {0};
+    int rc = 0;
+    if (want[0]) {
+        if (op == MK_SCATTER_SUM)
+            grads[0] = mk_ar_out(cots[0]);
+        else {
+            mk_array *z = mk_ar_zeros_like(&A, upd);
+            grads[0] = z ? put_axis_node(cots[0], idx, z, axis, MK_SCATTER_NONE) : NULL;
+        }
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && want[2]) {
+        grads[2] = mk_take_along_axis(cots[0], idx, axis, true);
+        if (!grads[2]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
 }

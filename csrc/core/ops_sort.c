@@ -37,6 +37,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "types.h"
 
@@ -496,7 +497,10 @@ static int sort_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef sort_def = {"sort", sort_eval, NULL};
+static int sort_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int sort_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int sort_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef sort_def = {"sort", sort_eval, NULL, sort_vjp, sort_jvp, sort_vmap, false};
 
 /* ------------------------------------------------------------ constructors */
 
@@ -850,7 +854,9 @@ static int scan_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef scan_def = {"scan", scan_eval, NULL};
+static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef scan_def = {"scan", scan_eval, NULL, scan_vjp, NULL, scan_vmap, false};
 
 static const char *const scan_names[5] = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"};
 
@@ -887,4 +893,81 @@ mk_array *mk_scan(mk_scan_op op, mk_array *x, int axis, bool has_axis, bool reve
     mk_array *r = scan_axis(op, f, 0, reverse, inclusive);
     mk_decref(f);
     return r;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* sort and partition permute x along the axis: the cotangent goes back
+ * through the permutation (argsort / argpartition) */
+static int sort_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const sort_params *sp = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0] || sp->kind == SK_ARGSORT || sp->kind == SK_ARGPART) return 0;
+    mk_arena A = {0};
+    mk_array *idx = mk_ar_keep(&A, sort_node(sp->kind == SK_SORT ? SK_ARGSORT : SK_ARGPART,
+                                             sp->kind == SK_SORT ? "argsort" : "argpartition", x, sp->axis, sp->kth));
+    mk_array *z = mk_ar_zeros_like(&A, x);
+    grads[0] = idx && z ? mk_put_along_axis(z, idx, cots[0], sp->axis, true) : NULL;
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int sort_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const sort_params *sp = p->params;
+    if (sp->kind == SK_ARGSORT || sp->kind == SK_ARGPART) return 0;
+    mk_arena A = {0};
+    mk_array *idx = mk_ar_keep(&A, sort_node(sp->kind == SK_SORT ? SK_ARGSORT : SK_ARGPART,
+                                             sp->kind == SK_SORT ? "argsort" : "argpartition", p->inputs[0], sp->axis,
+                                             sp->kth));
+    out[0] = idx ? mk_take_along_axis(tans[0], idx, sp->axis, true) : NULL;
+    mk_ar_free(&A);
+    return out[0] ? 0 : -1;
+}
+
+static int sort_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const sort_params *sp = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    outs[0] = x ? sort_node(sp->kind, "sort", x, sp->axis + 1, sp->kth) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const scan_params *sp = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    mk_array *g = NULL;
+    switch (sp->op) {
+    case MK_SCAN_SUM: g = mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, cots[0], sp->axis, true, !sp->reverse, sp->inclusive)); break;
+    case MK_SCAN_PROD:
+        if (sp->inclusive) {
+            /* d out_j / d x_i = out_j / x_i for j >= i (as MLX, where x has no zeros) */
+            mk_array *out = mk_ar_output(&A, p, 0);
+            if (!out) out = mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x, sp->axis, true, sp->reverse, true));
+            mk_array *s = mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, mk_ar_mul(&A, cots[0], out), sp->axis, true,
+                                                   !sp->reverse, true));
+            g = mk_ar_div(&A, s, x);
+            break;
+        }
+        /* fall through */
+    default:
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for %s.", scan_names[sp->op]);
+        break;
+    }
+    grads[0] = mk_ar_out(g);
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const scan_params *sp = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    outs[0] = x ? scan_axis(sp->op, x, sp->axis + 1, sp->reverse, sp->inclusive) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
 }
