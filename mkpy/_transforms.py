@@ -218,13 +218,127 @@ def _wrappable(fun):
     return hasattr(fun, "__name__")
 
 
+# ---------------------------------------------------------------- vmap
+
+def _flat_axes(tree, axes, output):
+    flat = []
+    seen_tuple = [False]
+
+    def leaf(x, ax):
+        if not isinstance(x, array):
+            raise ValueError("[vmap] The arguments should contain only arrays")
+        if isinstance(ax, tuple):
+            seen_tuple[0] = True
+            if len(ax) == 1 and (ax[0] is None or isinstance(ax[0], int)):
+                ax = ax[0]
+            else:
+                raise ValueError("[vmap] axis must be int or None.")
+        if ax is None:
+            flat.append(-1)
+            return
+        if not isinstance(ax, int) or isinstance(ax, bool):
+            raise ValueError("[vmap] axis must be int or None.")
+        nd = x.ndim + (1 if output else 0)
+        a = ax + nd if ax < 0 else ax
+        if a < 0 or a >= nd:
+            kind = " output " if output else " "
+            shape = "(" + ",".join(str(d) for d in x.shape) + ")"
+            raise ValueError(f"[vmap] Invalid{kind}vectorization axis {a} for array with shape {shape}")
+        flat.append(a)
+
+    def visit(t, ax):
+        if isinstance(t, (list, tuple)):
+            if isinstance(ax, (list, tuple)) and not (isinstance(ax, tuple) and len(ax) == 1 and isinstance(t, array)):
+                if type(ax) is not type(t) or len(ax) != len(t):
+                    raise ValueError("[tree_visit] The trees should have the same structure")
+                for a, b in zip(t, ax):
+                    visit(a, b)
+            else:
+                for a in t:
+                    visit(a, ax)
+        elif isinstance(t, dict):
+            if isinstance(ax, dict):
+                for k, v in t.items():
+                    if k not in ax:
+                        raise ValueError("[tree_visit] The trees should have the same structure")
+                    visit(v, ax[k])
+            else:
+                for v in t.values():
+                    visit(v, ax)
+        else:
+            leaf(t, ax)
+
+    visit(tree, axes)
+    if seen_tuple[0] and not isinstance(tree, array):
+        raise ValueError("[vmap] axis must be int or None.")
+    return flat
+
+
 def vmap(fun, in_axes=0, out_axes=0):
-    raise NotImplementedError
+    """vmap(fun: Callable, in_axes: object = 0, out_axes: object = 0) -> Callable
+
+    Returns a vectorized version of ``fun``: it maps ``fun`` over the axes
+    ``in_axes`` of its inputs and stacks the results along ``out_axes``.
+    """
+    def vmapped(*args):
+        inputs = _flatten(args, strict=True)
+        axes = _flat_axes(args[0] if len(args) == 1 else args, in_axes, False)
+        size = None
+        for x, a in zip(inputs, axes):
+            if a < 0:
+                continue
+            if x.ndim == 0:
+                raise ValueError("[vmap] Cannot vmap an input with zero dimensions.")
+            if size is not None and x.shape[a] != size:
+                raise ValueError(f"[vmap] Inconsistent axis sizes: {x.shape[a]} and {size}.")
+            size = x.shape[a]
+        if size is None:
+            raise ValueError("At least one of in_axes must be non-None.")
+        holder = {}
+
+        def flat_fun(xs):
+            out = fun(*_fill(list(args), iter(xs)))
+            holder["out"] = out
+            return _flatten(out, strict=True)
+
+        outs, oaxes = _core._vmap(flat_fun, inputs, axes)
+        want = _flat_axes(holder["out"], out_axes, True)
+        if len(want) != len(outs):
+            raise ValueError(f"[vmap] The number of out axes ({len(want)}) must match the number of outputs "
+                             f"({len(outs)}).")
+        results = []
+        for o, a, w in zip(outs, oaxes, want):
+            if a < 0:
+                # the output does not depend on a mapped input: repeat it
+                w = 0 if w < 0 else w
+                o = _core.repeat(_core.expand_dims(o, w), size, w)
+            elif w < 0:
+                o = _core.moveaxis(o, a, -1)
+            elif a != w:
+                if w >= o.ndim:
+                    raise ValueError(f"[vmap] Axis {w} invalid for output with {o.ndim} dimensions.")
+                o = _core.moveaxis(o, a, w)
+            results.append(o)
+        return _fill(holder["out"], iter(results))
+
+    return functools.wraps(fun)(vmapped) if _wrappable(fun) else vmapped
+
+
+# ---------------------------------------------------------------- checkpoint
+
+def checkpoint(fun):
+    """checkpoint(fun: Callable) -> Callable
+
+    Returns a function computing the same values and gradients as ``fun``.
+    MLX's checkpoint recomputes ``fun``'s intermediates in the backward pass
+    to save memory; mkpy keeps them (the same results, without the saving).
+    """
+    @functools.wraps(fun)
+    def wrapped(*args, **kwargs):
+        return fun(*args, **kwargs)
+
+    return wrapped
 
 
 def custom_function(f):
-    raise NotImplementedError
-
-
-def checkpoint(fun):
-    raise NotImplementedError
+    raise NotImplementedError("mx.custom_function is not implemented in mkpy yet")
