@@ -1,4 +1,4 @@
-"""mx.grad, mx.value_and_grad, mx.vjp, mx.jvp, mx.vmap, mx.custom_function, mx.checkpoint.
+"""mx.grad, mx.value_and_grad, mx.vjp, mx.jvp, mx.vmap, mx.checkpoint.
 
 The transformations themselves run in C (csrc/core/transforms.c: the graph
 walks; the per-primitive rules beside each evaluator in csrc/core/ops_*.c),
@@ -12,7 +12,7 @@ import functools
 from . import _core
 from ._core import array
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "vmap", "custom_function", "checkpoint"]
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "vmap", "checkpoint"]
 
 
 # ---------------------------------------------------------------- pytrees
@@ -43,7 +43,8 @@ def _fill(tree, it):
     if isinstance(tree, list):
         return [_fill(t, it) for t in tree]
     if isinstance(tree, tuple):
-        return tuple(_fill(t, it) for t in tree)
+        items = [_fill(t, it) for t in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
     if isinstance(tree, dict):
         return {k: _fill(v, it) for k, v in tree.items()}
     return tree
@@ -339,6 +340,3 @@ def checkpoint(fun):
 
     return wrapped
 
-
-def custom_function(f):
-    raise NotImplementedError("mx.custom_function is not implemented in mkpy yet")
