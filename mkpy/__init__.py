@@ -20,7 +20,7 @@ del random, fast, metal  # noqa: F821
 from . import random, fast, metal  # noqa: F401,E402
 from ._compile import compile, disable_compile, enable_compile  # noqa: F401,A001
 from ._transforms import (  # noqa: F401,E402
-    grad, value_and_grad, vjp, jvp, vmap, checkpoint,
+    grad, value_and_grad, vjp, jvp, vmap, custom_function, checkpoint,
 )
 from ._device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,

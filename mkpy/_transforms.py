@@ -1,4 +1,4 @@
-"""mx.grad, mx.value_and_grad, mx.vjp, mx.jvp, mx.vmap, mx.checkpoint.
+"""mx.grad, mx.value_and_grad, mx.vjp, mx.jvp, mx.vmap, mx.custom_function, mx.checkpoint.
 
 The transformations themselves run in C (csrc/core/transforms.c: the graph
 walks; the per-primitive rules beside each evaluator in csrc/core/ops_*.c),
@@ -12,7 +12,7 @@ import functools
 from . import _core
 from ._core import array
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "vmap", "checkpoint"]
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "vmap", "custom_function", "checkpoint"]
 
 
 # ---------------------------------------------------------------- pytrees
@@ -340,3 +340,122 @@ def checkpoint(fun):
 
     return wrapped
 
+
+
+# ---------------------------------------------------------------- custom_function
+
+class custom_function:
+    """custom_function(fun: Callable)
+
+    Set up a function for custom gradient and vmap definitions: decorate the
+    rules with ``.vjp``, ``.jvp`` and ``.vmap``. A rule left out is taken
+    from ``fun``'s own graph, as MLX does. The rules may call any op,
+    including Metal kernels.
+    """
+
+    def __init__(self, fun):
+        self._fun = fun
+        self._vjp = None
+        self._jvp = None
+        self._vmap = None
+        functools.update_wrapper(self, fun)
+
+    def vjp(self, fun):
+        """vjp(fun: Callable) -> custom_function
+
+        Define a custom vjp: fun(primals, cotangents, outputs) returns the primals' cotangents."""
+        self._vjp = fun
+        return self
+
+    def jvp(self, fun):
+        """jvp(fun: Callable) -> custom_function
+
+        Define a custom jvp: fun(primals, tangents) returns the outputs' tangents."""
+        self._jvp = fun
+        return self
+
+    def vmap(self, fun):
+        """vmap(fun: Callable) -> custom_function
+
+        Define a custom vmap: fun(inputs, axes) returns the outputs and their vectorization axes."""
+        self._vmap = fun
+        return self
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        """__call__(*args, **kwargs) -> Any
+
+        Calls the function; under a transformation its rules apply.
+        """
+        if self._vjp is None and self._jvp is None and self._vmap is None:
+            return self._fun(*args, **kwargs)
+        inputs = _flatten((args, kwargs))
+        holder = {}
+
+        def rebuild(xs):
+            a, k = _fill((list(args), dict(kwargs)), iter(xs))
+            return a, k
+
+        def flat_fun(xs):
+            a, k = rebuild(xs)
+            out = self._fun(*a, **k)
+            holder["out"] = out
+            return _flatten(out)
+
+        def one(a):
+            return a[0] if len(a) == 1 else tuple(a)
+
+        def flat_vjp(primals, cots, outs):
+            a, k = rebuild(primals)
+            c = _fill(holder["out"], iter(cots))
+            o = _fill(holder["out"], iter(outs))
+            res = _flatten(self._vjp(one(a), c, o, **k))
+            return res + [None] * (len(primals) - len(res))
+
+        def flat_jvp(primals, tans):
+            a, k = rebuild(primals)
+            if k:
+                raise ValueError("[custom jvp] Function should only accept positional arguments")
+            t, _ = rebuild(tans)
+            return _flatten(self._jvp(one(a), one(t)))
+
+        def flat_vmap(xs, axes):
+            a, k = rebuild(xs)
+            if k:
+                raise ValueError("[custom vmap] Function should only accept positional arguments")
+            ax_it = iter(axes)
+            ax = _fill_leaves(list(args), lambda leaf: next(ax_it) if isinstance(leaf, array) else None)
+            res = self._vmap(one(a), one(ax))
+            if not isinstance(res, tuple) or len(res) != 2:
+                raise ValueError("[custom vmap] Vmap function should return a tuple with 2 items.")
+            outs, oax = [], []
+            _pairs(res[0], res[1], outs, oax)
+            return outs, oax
+
+        outs = _core._custom(flat_fun, inputs, flat_vjp if self._vjp else None, flat_jvp if self._jvp else None,
+                             flat_vmap if self._vmap else None)
+        return _fill(holder["out"], iter(outs))
+
+
+def _fill_leaves(tree, fn):
+    if isinstance(tree, list):
+        return [_fill_leaves(t, fn) for t in tree]
+    if isinstance(tree, tuple):
+        return tuple(_fill_leaves(t, fn) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _fill_leaves(v, fn) for k, v in tree.items()}
+    return fn(tree)
+
+
+def _pairs(tree, axes, outs, oax):
+    if isinstance(tree, array):
+        outs.append(tree)
+        oax.append(-1 if axes is None else axes)
+    elif isinstance(tree, (list, tuple)):
+        for i, t in enumerate(tree):
+            _pairs(t, axes[i] if isinstance(axes, (list, tuple)) else axes, outs, oax)
+    elif isinstance(tree, dict):
+        for k, t in tree.items():
+            _pairs(t, axes[k] if isinstance(axes, dict) else axes, outs, oax)

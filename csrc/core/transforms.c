@@ -722,3 +722,118 @@ mk_array *mk_ar_batch_front(mk_arena *A, mk_array *x, int ax, int64_t n) {
     mk_array *e = mk_ar_keep(A, mk_expand_dims(x, 1, &zero));
     return mk_ar_broadcast(A, e, x->ndim + 1, shape);
 }
+
+/* ------------------------------------------------------------ custom functions */
+
+typedef struct {
+    int n, m;
+    mk_custom_rules r;
+} custom_params;
+
+static void custom_free(void *params) {
+    custom_params *c = params;
+    if (c->r.free_ctx) c->r.free_ctx(c->r.ctx);
+    free(c);
+}
+
+static int custom_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const custom_params *c = p->params;
+    for (int j = 0; j < c->m; j++) {
+        const mk_array *x = in[c->n + j];
+        mk_set_view(out[j], x, x->offset, x->strides);
+    }
+    return 0;
+}
+
+static int custom_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const custom_params *c = p->params;
+    if (!c->r.vjp) {
+        /* through the function's own graph */
+        for (int j = 0; j < c->m; j++)
+            if (want[c->n + j] && cots[j]) grads[c->n + j] = mk_ar_out(cots[j]);
+        return 0;
+    }
+    mk_arena A = {0};
+    mk_array **cz = calloc(c->m, sizeof *cz), **outs = calloc(c->m, sizeof *outs);
+    int rc = cz && outs ? 0 : -1;
+    if (rc) mk_nomem();
+    for (int j = 0; rc == 0 && j < c->m; j++) {
+        outs[j] = p->inputs[c->n + j];
+        cz[j] = cots[j] ? cots[j] : mk_ar_zeros_like(&A, outs[j]);
+        if (!cz[j]) rc = -1;
+    }
+    if (rc == 0) rc = c->r.vjp(c->r.ctx, c->n, p->inputs, c->m, cz, outs, grads);
+    for (int i = 0; rc == 0 && i < c->n; i++)
+        if (!want[i] && grads[i]) {
+            mk_decref(grads[i]);
+            grads[i] = NULL;
+        }
+    free(cz);
+    free(outs);
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int custom_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const custom_params *c = p->params;
+    if (!c->r.jvp) {
+        for (int j = 0; j < c->m; j++) out[j] = mk_ar_out(tans[c->n + j]);
+        return 0;
+    }
+    mk_arena A = {0};
+    mk_array **tz = calloc(c->n ? c->n : 1, sizeof *tz);
+    int rc = tz ? 0 : -1;
+    if (rc) mk_nomem();
+    for (int i = 0; rc == 0 && i < c->n; i++) {
+        tz[i] = tans[i] ? tans[i] : mk_ar_zeros_like(&A, p->inputs[i]);
+        if (!tz[i]) rc = -1;
+    }
+    if (rc == 0) rc = c->r.jvp(c->r.ctx, c->n, p->inputs, tz, c->m, out);
+    free(tz);
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int custom_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const custom_params *c = p->params;
+    if (!c->r.vmap) {
+        for (int j = 0; j < c->m; j++) {
+            outs[j] = mk_ar_out(in[c->n + j]);
+            out_axes[j] = axes[c->n + j];
+        }
+        return 0;
+    }
+    return c->r.vmap(c->r.ctx, c->n, in, axes, c->m, outs, out_axes);
+}
+
+static const mk_opdef custom_def = {"CustomTransforms", custom_eval, custom_free, custom_vjp, custom_jvp,
+                                    custom_vmap, false};
+
+int mk_custom(int n, mk_array *const *primals, int m, mk_array *const *fwd, const mk_custom_rules *rules,
+              mk_array **outs) {
+    custom_params *c = calloc(1, sizeof *c);
+    mk_array **in = calloc(n + m, sizeof *in);
+    mk_outdesc *d = calloc(m ? m : 1, sizeof *d);
+    if (!c || !in || !d) {
+        free(c);
+        free(in);
+        free(d);
+        if (rules->free_ctx) rules->free_ctx(rules->ctx);
+        mk_nomem();
+        return -1;
+    }
+    c->n = n;
+    c->m = m;
+    c->r = *rules;
+    for (int i = 0; i < n; i++) in[i] = primals[i];
+    for (int j = 0; j < m; j++) {
+        in[n + j] = fwd[j];
+        d[j].dtype = fwd[j]->dtype;
+        d[j].ndim = fwd[j]->ndim;
+        memcpy(d[j].shape, fwd[j]->shape, fwd[j]->ndim * sizeof *d[j].shape);
+    }
+    int rc = mk_prim_make(&custom_def, c, n + m, in, m, d, outs);
+    free(in);
+    free(d);
+    return rc;
+}

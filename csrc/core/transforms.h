@@ -33,6 +33,23 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
 int mk_vmap_graph(int nin, mk_array *const *ins, mk_array *const *bins, const int *in_axes, int nout,
                   mk_array *const *outs, mk_array **bouts, int *out_axes);
 
+/* A function with its own transformation rules (mx.custom_function). The
+ * node's outputs are the m outputs `fwd` of the function's own graph on the
+ * n primals (the node is an identity on them); a missing rule falls back to
+ * that graph. The rules are callbacks with an opaque context (the binding's
+ * Python functions); each returns 0 or -1 with an error set. */
+typedef struct {
+    int (*vjp)(void *ctx, int n, mk_array *const *primals, int m, mk_array *const *cots, mk_array *const *outs,
+               mk_array **grads);
+    int (*jvp)(void *ctx, int n, mk_array *const *primals, mk_array *const *tans, int m, mk_array **out_tans);
+    int (*vmap)(void *ctx, int n, mk_array *const *inputs, const int *axes, int m, mk_array **outs, int *out_axes);
+    void (*free_ctx)(void *ctx);
+    void *ctx;
+} mk_custom_rules;
+/* outs gets m new references. Takes ownership of rules->ctx (even on failure). */
+int mk_custom(int n, mk_array *const *primals, int m, mk_array *const *fwd, const mk_custom_rules *rules,
+              mk_array **outs);
+
 /* ---------------------------------------------------------------------
  * Helpers for writing rules. A rule's temporaries go in an arena that frees
  * them at the end; every helper takes NULL inputs (a failed step) and then

@@ -294,6 +294,183 @@ error:
     return result;
 }
 
+
+/* ------------------------------------------------------------ custom functions */
+
+/* ctx: a tuple (vjp, jvp, vmap) of Python callables or None, over flat lists. */
+
+static PyObject *wrap_list_borrowed(mk_array *const *a, int n) {
+    PyObject *l = PyList_New(n);
+    if (!l) return NULL;
+    for (int i = 0; i < n; i++) {
+        mk_incref(a[i]);
+        PyObject *o = mkpy_wrap(a[i]);
+        if (!o) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, i, o);
+    }
+    return l;
+}
+
+/* A Python failure stays the pending Python exception (the core error is
+ * cleared so the binding re-raises it as is). */
+static int py_failed(void) {
+    mk_error_clear();
+    return -1;
+}
+
+/* res: a sequence of n arrays (None: zero, when allow_none) into new refs. */
+static int take_results(const char *what, PyObject *res, int n, bool allow_none, mk_array **out) {
+    PyObject *fast = PySequence_Fast(res, "");
+    if (!fast || PySequence_Fast_GET_SIZE(fast) != n) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "[custom_function] The %s should return %d arrays.", what, n);
+        Py_XDECREF(fast);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
+        if (o == Py_None && allow_none) {
+            out[i] = NULL;
+            continue;
+        }
+        if (!PyMkArray_Check(o)) {
+            PyErr_Format(PyExc_ValueError, "[custom_function] The %s should return arrays.", what);
+            for (int k = 0; k < i; k++) {
+                mk_xdecref(out[k]);
+                out[k] = NULL;
+            }
+            Py_DECREF(fast);
+            return -1;
+        }
+        out[i] = MKARR(o);
+        mk_incref(out[i]);
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+static int cb_vjp(void *ctx, int n, mk_array *const *primals, int m, mk_array *const *cots, mk_array *const *outs,
+                  mk_array **grads) {
+    PyGILState_STATE st = PyGILState_Ensure();
+    int rc = -1;
+    PyObject *lp = wrap_list_borrowed(primals, n), *lc = lp ? wrap_list_borrowed(cots, m) : NULL;
+    PyObject *lo = lc ? wrap_list_borrowed(outs, m) : NULL, *res = NULL;
+    if (lo) res = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM((PyObject *)ctx, 0), lp, lc, lo, NULL);
+    if (res) rc = take_results("vjp function", res, n, true, grads);
+    Py_XDECREF(lp);
+    Py_XDECREF(lc);
+    Py_XDECREF(lo);
+    Py_XDECREF(res);
+    if (rc < 0) py_failed();
+    PyGILState_Release(st);
+    return rc;
+}
+
+static int cb_jvp(void *ctx, int n, mk_array *const *primals, mk_array *const *tans, int m, mk_array **out_tans) {
+    PyGILState_STATE st = PyGILState_Ensure();
+    int rc = -1;
+    PyObject *lp = wrap_list_borrowed(primals, n), *lt = lp ? wrap_list_borrowed(tans, n) : NULL, *res = NULL;
+    if (lt) res = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM((PyObject *)ctx, 1), lp, lt, NULL);
+    if (res) rc = take_results("jvp function", res, m, false, out_tans);
+    Py_XDECREF(lp);
+    Py_XDECREF(lt);
+    Py_XDECREF(res);
+    if (rc < 0) py_failed();
+    PyGILState_Release(st);
+    return rc;
+}
+
+static int cb_vmap(void *ctx, int n, mk_array *const *inputs, const int *axes, int m, mk_array **outs,
+                   int *out_axes) {
+    PyGILState_STATE st = PyGILState_Ensure();
+    int rc = -1;
+    PyObject *li = wrap_list_borrowed(inputs, n), *la = li ? PyList_New(n) : NULL, *res = NULL;
+    for (int i = 0; la && i < n; i++) {
+        PyObject *v = axes[i] < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(axes[i]);
+        if (!v) {
+            Py_CLEAR(la);
+            break;
+        }
+        PyList_SET_ITEM(la, i, v);
+    }
+    if (la) res = PyObject_CallFunctionObjArgs(PyTuple_GET_ITEM((PyObject *)ctx, 2), li, la, NULL);
+    if (res) {
+        if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
+            PyErr_SetString(PyExc_ValueError, "[custom_function] The vmap function should return the outputs and "
+                                              "their vectorization axes.");
+        } else if (take_results("vmap function", PyTuple_GET_ITEM(res, 0), m, false, outs) == 0) {
+            PyObject *ax = PySequence_Fast(PyTuple_GET_ITEM(res, 1), "[custom_function] vmap axes must be a sequence");
+            rc = ax && PySequence_Fast_GET_SIZE(ax) == m ? 0 : -1;
+            for (int j = 0; rc == 0 && j < m; j++) {
+                PyObject *o = PySequence_Fast_GET_ITEM(ax, j);
+                long v = o == Py_None ? -1 : PyLong_AsLong(o);
+                if (v == -1 && PyErr_Occurred()) rc = -1;
+                out_axes[j] = (int)v;
+            }
+            if (rc < 0 && !PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "[custom_function] The vmap function should return one axis per output.");
+            Py_XDECREF(ax);
+            if (rc < 0)
+                for (int j = 0; j < m; j++) {
+                    mk_xdecref(outs[j]);
+                    outs[j] = NULL;
+                }
+        }
+    }
+    Py_XDECREF(li);
+    Py_XDECREF(la);
+    Py_XDECREF(res);
+    if (rc < 0) py_failed();
+    PyGILState_Release(st);
+    return rc;
+}
+
+static void cb_free(void *ctx) {
+    if (!ctx || _Py_IsFinalizing()) return;
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_DECREF((PyObject *)ctx);
+    PyGILState_Release(st);
+}
+
+/* _custom(fun, inputs, vjp, jvp, vmap) -> outputs: fun(inputs) (flat lists)
+ * wrapped in a node carrying the given rules (None: through fun's graph). */
+static PyObject *py_custom(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"fun", "inputs", "vjp", "jvp", "vmap", NULL};
+    PyObject *a[5];
+    (void)m;
+    if (mkpy_parse("_custom", args, nargs, kwnames, names, 5, a) < 0) return NULL;
+    Py_ssize_t ni = 0, no = 0;
+    mk_array **in = NULL, **fwd = NULL, **outs = NULL;
+    PyObject *result = NULL;
+    if (!(in = arrays_of("custom_function", "inputs", a[1], &ni))) goto error;
+    PyObject *targs = list_of(in, ni);
+    if (!targs) goto error;
+    PyObject *res = PyObject_CallOneArg(a[0], targs);
+    Py_DECREF(targs);
+    if (!res) goto error;
+    fwd = arrays_of("custom_function", "the function's outputs", res, &no);
+    Py_DECREF(res);
+    if (!fwd) goto error;
+    outs = PyMem_Calloc(no ? no : 1, sizeof *outs);
+    PyObject *ctx = outs ? PyTuple_Pack(3, a[2], a[3], a[4]) : NULL;
+    if (!ctx) goto error;
+    mk_custom_rules r = {a[2] != Py_None ? cb_vjp : NULL, a[3] != Py_None ? cb_jvp : NULL,
+                         a[4] != Py_None ? cb_vmap : NULL, cb_free, ctx};
+    if (mk_custom((int)ni, in, (int)no, fwd, &r, outs) < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    result = list_of(outs, no);
+error:
+    free_arrays(in, ni);
+    free_arrays(fwd, no);
+    free_arrays(outs, no);
+    return result;
+}
+
 PyMethodDef mkpy_transforms_functions[] = {
     {"_vjp", FN(py_vjp_flat), FASTKW,
      "_vjp(fun, primals, cotangents, argnums=None)\n--\n\nvjp over flat lists (fun takes and returns a list)."},
@@ -301,5 +478,7 @@ PyMethodDef mkpy_transforms_functions[] = {
      "_jvp(fun, primals, tangents)\n--\n\njvp over flat lists (fun takes and returns a list)."},
     {"_vmap", FN(py_vmap_flat), FASTKW,
      "_vmap(fun, inputs, in_axes)\n--\n\nvmap over flat lists; returns the outputs and their batch axes."},
+    {"_custom", FN(py_custom), FASTKW,
+     "_custom(fun, inputs, vjp, jvp, vmap)\n--\n\nfun(inputs) as a node with its own rules (flat lists)."},
     {NULL, NULL, 0, NULL},
 };
