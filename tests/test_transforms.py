@@ -329,3 +329,38 @@ def test_custom_function_pytree_outputs_and_grad_of_grad():
     # the rule is built from ops, so it differentiates again
     g2 = mx.grad(mx.grad(lambda x: f({"x": x})["s"]))(mx.array(0.3))
     assert g2.item() == pytest.approx(-np.sin(0.3), rel=1e-6)
+
+
+FAST_OPS = [
+    ("rms_norm", lambda a: mx.fast.rms_norm(a, _arr(B2), 1e-5)),
+    ("rms_norm_no_weight", lambda a: mx.fast.rms_norm(a, None, 1e-5)),
+    ("layer_norm", lambda a: mx.fast.layer_norm(a, _arr(B2), _arr(B2 * 0.5), 1e-5)),
+    ("layer_norm_bias_only", lambda a: mx.fast.layer_norm(a, None, _arr(B2), 1e-5)),
+    ("sdpa", lambda a: mx.fast.scaled_dot_product_attention(
+        a.reshape(1, 1, 3, 4), a.reshape(1, 1, 3, 4) * 0.5, a.reshape(1, 1, 3, 4).square(), scale=0.7)),
+    ("sdpa_causal", lambda a: mx.fast.scaled_dot_product_attention(
+        a.reshape(1, 1, 3, 4), a.reshape(1, 1, 3, 4) * 0.5, a.reshape(1, 1, 3, 4), scale=0.5, mask="causal")),
+    ("sdpa_gqa_mask", lambda a: mx.fast.scaled_dot_product_attention(
+        mx.concatenate([a, a * 2]).reshape(1, 2, 3, 4), a.reshape(1, 1, 3, 4), a.reshape(1, 1, 3, 4),
+        scale=0.5, mask=mx.array([[True, False, True]] * 3))),
+]
+
+
+@pytest.mark.parametrize("name,fn", FAST_OPS, ids=[f[0] for f in FAST_OPS])
+def test_fast_ops_grad_and_jvp(name, fn):
+    # the fused ops compute in float32: compare with the differences of the float64 inputs loosely
+    _check_grad(fn, ANY, rtol=2e-2, atol=2e-3)
+    a = _arr(ANY)
+    t = _arr(RNG.standard_normal(a.shape))
+    (out,), (jv,) = mx.jvp(fn, [a], [t])
+    u = _arr(RNG.standard_normal(out.shape))
+    _, (vj,) = mx.vjp(fn, [a], [u])
+    assert (u * jv).sum().item() == pytest.approx((vj * t).sum().item(), rel=1e-4, abs=1e-5)
+
+
+def test_fast_ops_vmap_matches_a_loop():
+    x = mx.array(RNG.standard_normal((4, 3, 5)).astype(np.float32))
+    w = mx.array(RNG.standard_normal((5,)).astype(np.float32))
+    got = mx.vmap(lambda r: mx.fast.rms_norm(r, w, 1e-5))(x)
+    want = mx.stack([mx.fast.rms_norm(x[i], w, 1e-5) for i in range(4)])
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-6)
