@@ -364,3 +364,29 @@ def test_fast_ops_vmap_matches_a_loop():
     got = mx.vmap(lambda r: mx.fast.rms_norm(r, w, 1e-5))(x)
     want = mx.stack([mx.fast.rms_norm(x[i], w, 1e-5) for i in range(4)])
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_of_indexing_matches_a_loop():
+    x = mx.array(np.arange(24, dtype=np.float32).reshape(4, 6))
+    idx = mx.array([[0, 5], [1, 1], [2, 3], [4, 0]])
+
+    def setf(r, i):
+        r = r * 1
+        r[i] = 0.0
+        return r
+
+    cases = [
+        (lambda r, i: r[i], (x, idx), lambda k: x[k][idx[k]]),
+        (setf, (x, idx), lambda k: setf(x[k], idx[k])),
+        (lambda r, i: mx.take_along_axis(r, i, axis=0), (x, idx), lambda k: mx.take_along_axis(x[k], idx[k], axis=0)),
+        (lambda r, i: mx.put_along_axis(r, i, mx.array(-1.0), axis=0), (x, idx),
+         lambda k: mx.put_along_axis(x[k], idx[k], mx.array(-1.0), axis=0)),
+    ]
+    for f, args, one in cases:
+        assert mx.array_equal(mx.vmap(f)(*args), mx.stack([one(k) for k in range(4)])).item()
+    # a 0-d index array per batch element: a gather, not a Python int
+    i = mx.array([0, 2, 3])
+    assert mx.array_equal(mx.vmap(lambda j: x[j])(i), x[i]).item()
+    y = mx.array(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    got = mx.vmap(lambda m: m[mx.array([0, 2]), 1:3], in_axes=2)(y)
+    assert mx.array_equal(got, mx.stack([y[:, :, k][mx.array([0, 2]), 1:3] for k in range(4)])).item()

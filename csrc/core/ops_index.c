@@ -402,7 +402,8 @@ static int gather_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
 
 static int gather_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int gather_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
-static const mk_opdef gather_def = {"gather", gather_eval, NULL, gather_vjp, gather_jvp, NULL, false};
+static int gather_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef gather_def = {"gather", gather_eval, NULL, gather_vjp, gather_jvp, gather_vmap, false};
 
 mk_array *mk_gather(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos) {
     gs_params *p = malloc(sizeof *p);
@@ -649,7 +650,8 @@ static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) 
 }
 
 static int scatter_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
-static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL, scatter_vjp, NULL, NULL, false};
+static int scatter_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL, scatter_vjp, NULL, scatter_vmap, false};
 
 mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
                      mk_array *updates, mk_scatter_op op) {
@@ -812,7 +814,8 @@ static int take_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out
 
 static int take_axis_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int take_axis_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
-static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL, take_axis_vjp, take_axis_jvp, NULL, false};
+static int take_axis_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL, take_axis_vjp, take_axis_jvp, take_axis_vmap, false};
 
 static int axis_checks(const char *op, mk_array **x, mk_array *idx, int *axis, bool has_axis, mk_array **flat) {
     *flat = NULL;
@@ -898,7 +901,8 @@ static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out)
 }
 
 static int put_axis_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
-static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL, put_axis_vjp, NULL, NULL, false};
+static int put_axis_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL, put_axis_vjp, NULL, put_axis_vmap, false};
 
 mk_array *mk_put_along_axis(mk_array *x0, mk_array *idx, mk_array *values, int axis, bool has_axis) {
     mk_array *x = x0, *flat, *r = NULL, *upd = NULL, *t = NULL, *ib = NULL, *ub = NULL;
@@ -1227,4 +1231,116 @@ static int put_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk
     }
     mk_ar_free(&A);
     return rc;
+}
+
+/* ---------------------------------------------------------- batching rules */
+
+/* The batch size of a rule's inputs (1 when none is batched). */
+static int64_t batch_size(int n, mk_array *const *in, const int *axes) {
+    for (int i = 0; i < n; i++)
+        if (axes[i] >= 0) return in[i]->shape[axes[i]];
+    return 1;
+}
+
+/* A batched gather/scatter plan: the target gets the batch as dim 0, indexed
+ * by arange(B) (shaped to lead the index broadcast), and every index array
+ * a leading batch dim (size 1 when unbatched), so the index shape becomes
+ * (B,) + the old one. Fills x, dims and idx (arena references). */
+static int batched_plan(mk_arena *A, const gs_params *p, mk_array *const *in, const int *axes, int64_t B,
+                        mk_array **x, mk_index_dim *dims, mk_array **idx) {
+    *x = mk_ar_batch_front(A, in[0], axes[0], B);
+    if (!*x) return -1;
+    int nB = p->nB;
+    for (int k = 0; k < p->narr; k++) {
+        mk_array *ix = in[k + 1];
+        int ax = axes[k + 1];
+        if (ax > 0) ix = mk_ar_keep(A, mk_moveaxis(ix, ax, 0));
+        if (!ix) return -1;
+        int r = ix->ndim - (ax >= 0);
+        int64_t shape[MK_MAX_NDIM];
+        int m = 0;
+        shape[m++] = ax >= 0 ? ix->shape[0] : 1;
+        for (int d = r; d < nB; d++) shape[m++] = 1;
+        for (int d = 0; d < r; d++) shape[m++] = ix->shape[d + (ax >= 0)];
+        if (!(idx[k] = mk_ar_reshape(A, ix, m, shape))) return -1;
+    }
+    int64_t ashape[MK_MAX_NDIM];
+    ashape[0] = B;
+    for (int d = 0; d < nB; d++) ashape[d + 1] = 1;
+    mk_array *ar = mk_ar_keep(A, mk_arange(0, (double)B, 1, MK_INT32));
+    if (!(idx[p->narr] = mk_ar_reshape(A, ar, nB + 1, ashape))) return -1;
+    dims[0] = (mk_index_dim){MK_IDX_ARRAY, p->narr, 0, 1, 0};
+    for (int d = 0; d < p->xnd; d++) dims[d + 1] = p->dims[d];
+    return 0;
+}
+
+static int gather_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const gs_params *p = pr->params;
+    if (p->xnd + 1 > MK_MAX_NDIM || p->narr + 1 > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[gather] Too many dimensions to vmap.");
+        return -1;
+    }
+    mk_arena A = {0};
+    mk_array *x, *idx[MK_MAX_NDIM + 1];
+    mk_index_dim dims[MK_MAX_NDIM + 1];
+    int64_t B = batch_size(pr->ninputs, in, axes);
+    int rc = batched_plan(&A, p, in, axes, B, &x, dims, idx);
+    if (rc == 0) {
+        outs[0] = mk_gather(x, dims, p->narr + 1, idx, p->bpos);
+        out_axes[0] = p->bpos;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int scatter_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const gs_params *p = pr->params;
+    if (p->xnd + 1 > MK_MAX_NDIM || p->narr + 1 > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] Too many dimensions to vmap.");
+        return -1;
+    }
+    mk_arena A = {0};
+    mk_array *x, *idx[MK_MAX_NDIM + 1];
+    mk_index_dim dims[MK_MAX_NDIM + 1];
+    int64_t B = batch_size(pr->ninputs, in, axes);
+    int nu = p->narr + 1;
+    int rc = batched_plan(&A, p, in, axes, B, &x, dims, idx);
+    /* updates: (B,) + the old gather shape, then the batch moved to bpos */
+    mk_array *u = rc == 0 ? mk_ar_batch_front(&A, in[nu], axes[nu], B) : NULL;
+    if (u) u = mk_ar_keep(&A, mk_moveaxis(u, 0, p->bpos));
+    if (!u) rc = -1;
+    if (rc == 0) {
+        /* x may be a broadcast view of an unbatched target: the scatter writes into a copy */
+        outs[0] = mk_scatter(x, dims, p->narr + 1, idx, p->bpos, u, p->op);
+        out_axes[0] = 0;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int take_axis_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    int axis = *(const int *)pr->params;
+    mk_arena A = {0};
+    int64_t B = batch_size(2, in, axes);
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], B), *i = mk_ar_batch_front(&A, in[1], axes[1], B);
+    outs[0] = x && i ? mk_take_along_axis(x, i, axis + 1, true) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int put_axis_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
+    mk_arena A = {0};
+    int64_t B = batch_size(3, in, axes);
+    mk_array *b[3];
+    int rc = 0;
+    for (int k = 0; k < 3; k++)
+        if (!(b[k] = mk_ar_batch_front(&A, in[k], axes[k], B))) rc = -1;
+    outs[0] = rc == 0 ? put_axis_node(b[0], b[1], b[2], axis + 1, op) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
 }
