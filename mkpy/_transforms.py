@@ -50,6 +50,42 @@ def _fill(tree, it):
     return tree
 
 
+def _fill_inplace(tree, it):
+    """_fill, but lists and dicts are updated in place (as MLX's tree_fill)."""
+    if isinstance(tree, array):
+        return next(it)
+    if isinstance(tree, list):
+        for i, t in enumerate(tree):
+            tree[i] = _fill_inplace(t, it)
+        return tree
+    if isinstance(tree, dict):
+        for k in tree:
+            tree[k] = _fill_inplace(tree[k], it)
+        return tree
+    if isinstance(tree, tuple):
+        items = [_fill_inplace(t, it) for t in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    return tree
+
+
+def _update_leaves(tree, fn):
+    """Replaces, in place where possible, each array leaf by fn(leaf)."""
+    if isinstance(tree, array):
+        return fn(tree)
+    if isinstance(tree, list):
+        for i, t in enumerate(tree):
+            tree[i] = _update_leaves(t, fn)
+        return tree
+    if isinstance(tree, dict):
+        for k in tree:
+            tree[k] = _update_leaves(tree[k], fn)
+        return tree
+    if isinstance(tree, tuple):
+        items = [_update_leaves(t, fn) for t in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    return tree
+
+
 def _type_name(o):
     t = type(o)
     return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
@@ -134,10 +170,20 @@ def _value_and_grad(fun, argnums, argnames, tag, scalar_only):
         holder = {}
 
         def flat_fun(xs):
-            it = iter(xs)
-            a2 = _fill(list(args), it)
-            k2 = _fill(dict(kwargs), it)
-            out = fun(*a2, **k2)
+            # the tracers go into the caller's containers (as MLX); afterwards the
+            # originals come back wherever the function did not store something else
+            tree = _fill_inplace([list(args), kwargs], iter(xs))
+            try:
+                out = fun(*tree[0], **tree[1])
+            finally:
+                pos = [0]
+
+                def back(leaf):
+                    i = pos[0]
+                    pos[0] += 1
+                    return arrays[i] if i < len(xs) and leaf is xs[i] else leaf
+
+                _update_leaves(tree, back)
             holder["out"] = out
             if not isinstance(out, array):
                 if scalar_only:

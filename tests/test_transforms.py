@@ -390,3 +390,26 @@ def test_vmap_of_indexing_matches_a_loop():
     y = mx.array(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
     got = mx.vmap(lambda m: m[mx.array([0, 2]), 1:3], in_axes=2)(y)
     assert mx.array_equal(got, mx.stack([y[:, :, k][mx.array([0, 2]), 1:3] for k in range(4)])).item()
+
+
+def test_index_gradients_need_stop_gradient():
+    x = mx.array([1.0, 2.0, 3.0, 4.0])
+    with pytest.raises(ValueError, match=r"\[gather\] Cannot calculate VJP with respect to indices"):
+        mx.vjp(lambda a, i: mx.take(a, i), [x, mx.array([1, 3])], [mx.ones((2,))])
+    g = mx.grad(lambda w: mx.take(w, mx.stop_gradient(mx.argsort(w)[:2])).sum())(mx.array([4.0, 3.0, 2.0, 1.0]))
+    assert g.tolist() == [0.0, 0.0, 1.0, 1.0]
+    # second order through sort (its rule's permutation is not differentiated)
+    h = mx.grad(lambda v: mx.grad(lambda w: (mx.sort(w) ** 3).sum())(v).sum())(mx.array([3.0, 1.0, 2.0]))
+    assert h.tolist() == [18.0, 6.0, 12.0]
+
+
+def test_grad_restores_the_callers_containers():
+    def loss(model):
+        model[1] = mx.array(2.0)
+        return model[0] * 3
+
+    model = [mx.array(1.0), mx.array(1.0)]
+    first = model[0]
+    g = mx.grad(loss)(model)
+    assert g[0].item() == 3.0
+    assert model[0] is first and model[1].item() == 2.0

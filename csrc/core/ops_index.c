@@ -1123,8 +1123,22 @@ done:
 /* ---------------------------------------------------------- transformation rules */
 
 /* gather: the cotangent adds into zeros at the gathered positions */
+/* MLX refuses gradients into index arrays (they need a stop_gradient). */
+static int index_grad_check(const char *op, int from, int to, const bool *want) {
+    for (int i = from; i < to; i++)
+        if (want[i]) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[%s] Cannot calculate VJP with respect to indices. Use stop_gradient on indices to stop "
+                         "gradients from being computed.",
+                         op);
+            return -1;
+        }
+    return 0;
+}
+
 static int gather_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
     const gs_params *p = pr->params;
+    if (index_grad_check("gather", 1, p->narr + 1, want) < 0) return -1;
     if (!want[0] || !cots[0]) return 0;
     mk_array *x = pr->inputs[0];
     mk_array *z = mk_zeros(x->ndim, x->shape, x->dtype);
@@ -1145,6 +1159,7 @@ static int scatter_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_
     const gs_params *p = pr->params;
     int nu = p->narr + 1;
     mk_array *upd = pr->inputs[nu];
+    if (index_grad_check("scatter", 1, nu, want) < 0) return -1;
     if (!cots[0]) return 0;
     if (p->op != MK_SCATTER_NONE && p->op != MK_SCATTER_SUM) {
         mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for scatter_%s",
@@ -1185,6 +1200,7 @@ static mk_array *put_axis_node(mk_array *x, mk_array *idx, mk_array *upd, int ax
 static int take_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
     int axis = *(const int *)pr->params;
     mk_array *x = pr->inputs[0], *idx = pr->inputs[1];
+    if (index_grad_check("gather_axis", 1, 2, want) < 0) return -1;
     if (!want[0] || !cots[0]) return 0;
     mk_arena A = {0};
     mk_array *c = cots[0];
@@ -1209,6 +1225,7 @@ static int take_axis_jvp(mk_prim *pr, mk_array *const *tans, mk_array **out) {
 static int put_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
     int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
     mk_array *idx = pr->inputs[1], *upd = pr->inputs[2];
+    if (index_grad_check("scatter_axis", 1, 2, want) < 0) return -1;
     if (!cots[0]) return 0;
     if (op != MK_SCATTER_NONE && op != MK_SCATTER_SUM) {
         mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for this scatter op");

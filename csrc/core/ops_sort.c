@@ -906,6 +906,7 @@ static int sort_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
     mk_arena A = {0};
     mk_array *idx = mk_ar_keep(&A, sort_node(sp->kind == SK_SORT ? SK_ARGSORT : SK_ARGPART,
                                              sp->kind == SK_SORT ? "argsort" : "argpartition", x, sp->axis, sp->kth));
+    idx = mk_ar_un(&A, MK_UNARY_stop_gradient, idx);
     mk_array *z = mk_ar_zeros_like(&A, x);
     grads[0] = idx && z ? mk_put_along_axis(z, idx, cots[0], sp->axis, true) : NULL;
     mk_ar_free(&A);
@@ -919,6 +920,7 @@ static int sort_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
     mk_array *idx = mk_ar_keep(&A, sort_node(sp->kind == SK_SORT ? SK_ARGSORT : SK_ARGPART,
                                              sp->kind == SK_SORT ? "argsort" : "argpartition", p->inputs[0], sp->axis,
                                              sp->kth));
+    idx = mk_ar_un(&A, MK_UNARY_stop_gradient, idx);
     out[0] = idx ? mk_take_along_axis(tans[0], idx, sp->axis, true) : NULL;
     mk_ar_free(&A);
     return out[0] ? 0 : -1;

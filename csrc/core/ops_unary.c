@@ -346,6 +346,8 @@ static int unary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arr
 static int unary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int unary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef unary_def = {"unary", unary_eval, NULL, unary_vjp, unary_jvp, unary_vmap, false};
+/* stop_gradient: the identity, where differentiation stops (nondiff) */
+static const mk_opdef stop_gradient_def = {"StopGradient", unary_eval, NULL, NULL, NULL, unary_vmap, true};
 
 mk_array *mk_unary(mk_unary_op op, mk_array *x) {
     const unary_spec *spec = &specs[op];
@@ -380,7 +382,8 @@ mk_array *mk_unary(mk_unary_op op, mk_array *x) {
     mk_array *out = NULL;
     if (params) {
         *params = op;
-        out = mk_node(&unary_def, params, out_t, x->ndim, x->shape, 1, &xin);
+        out = mk_node(op == MK_UNARY_stop_gradient ? &stop_gradient_def : &unary_def, params, out_t, x->ndim,
+                      x->shape, 1, &xin);
     } else {
         mk_nomem();
     }
@@ -465,7 +468,11 @@ static int unary_deriv(mk_arena *A, mk_unary_op op, mk_array *x, mk_array *out, 
     case MK_UNARY_arcsinh: *d = mk_ar_un(A, MK_UNARY_rsqrt, mk_ar_add(A, mk_ar_un(A, MK_UNARY_square, x), ONE(x))); break;
     case MK_UNARY_arccosh: *d = mk_ar_un(A, MK_UNARY_rsqrt, mk_ar_sub(A, mk_ar_un(A, MK_UNARY_square, x), ONE(x))); break;
     case MK_UNARY_arctanh: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_sub(A, ONE(x), mk_ar_un(A, MK_UNARY_square, x))); break;
-    case MK_UNARY_sigmoid: *d = mk_ar_mul(A, OUT(), mk_ar_sub(A, ONE(x), OUT())); break;
+    case MK_UNARY_sigmoid: {
+        mk_array *o = OUT();
+        *d = mk_ar_mul(A, o, mk_ar_sub(A, ONE(x), o));
+        break;
+    }
     case MK_UNARY_erf:
         *d = mk_ar_scale(A, mk_ar_un(A, MK_UNARY_exp, mk_ar_neg(A, mk_ar_un(A, MK_UNARY_square, x))),
                          1.12837916709551257390);

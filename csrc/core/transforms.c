@@ -146,7 +146,9 @@ typedef struct {
     bool dep;
 } tframe;
 
-static int topo_build(topo *t, int nout, mk_array *const *outs, int nin, mk_array *const *ins) {
+/* diff: a walk that differentiates; a nondiff primitive (stop_gradient...)
+ * then cuts the dependence on the tracers */
+static int topo_build(topo *t, int nout, mk_array *const *outs, int nin, mk_array *const *ins, bool diff) {
     memset(t, 0, sizeof *t);
     size_t scap = 64, ocap = 64, sn = 0;
     tframe *stack = malloc(scap * sizeof *stack);
@@ -188,7 +190,7 @@ static int topo_build(topo *t, int nout, mk_array *const *outs, int nin, mk_arra
                 }
                 stack[sn++] = (tframe){q, 0, false};
             } else {
-                bool dep = f->dep;
+                bool dep = f->dep && !(diff && f->p->op->nondiff);
                 pm_find(&t->seen, f->p)->aux |= dep ? 2 : 0;
                 if (dep) {
                     if (t->n == ocap) {
@@ -263,7 +265,7 @@ int mk_vjp_graph(int nout, mk_array *const *outs, mk_array *const *cots, int nin
     ptrmap acc = {0};
     int rc = -1;
     for (int i = 0; i < nin; i++) grads[i] = NULL;
-    if (topo_build(&t, nout, outs, nin, ins) < 0) return -1;
+    if (topo_build(&t, nout, outs, nin, ins, true) < 0) return -1;
     mk_trace_push();
     for (int i = 0; i < nout; i++) {
         if (!cots[i] || !topo_array_dep(&t, outs[i])) continue;
@@ -369,7 +371,7 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
     ptrmap tm = {0};
     int rc = -1;
     for (int i = 0; i < nout; i++) out_tans[i] = NULL;
-    if (topo_build(&t, nout, outs, nin, ins) < 0) return -1;
+    if (topo_build(&t, nout, outs, nin, ins, true) < 0) return -1;
     mk_trace_push();
     for (int i = 0; i < nin; i++) {
         if (!tans[i]) continue;
@@ -484,7 +486,7 @@ int mk_vmap_graph(int nin, mk_array *const *ins, mk_array *const *bins, const in
     ptrmap bm = {0}; /* array -> batched array (aux: axis) */
     int rc = -1;
     for (int i = 0; i < nout; i++) bouts[i] = NULL;
-    if (topo_build(&t, nout, outs, nin, ins) < 0) return -1;
+    if (topo_build(&t, nout, outs, nin, ins, false) < 0) return -1;
     mk_trace_push();
     for (int i = 0; i < nin; i++) {
         pm_slot *s = pm_get(&bm, ins[i]);
