@@ -115,6 +115,8 @@ SHAPE_OPS = [
     ("topk", lambda a: mx.topk(a, 2, axis=1)),
     ("cumsum", lambda a: mx.cumsum(a, axis=1)),
     ("cumsum_reverse", lambda a: mx.cumsum(a, axis=0, reverse=True)),
+    ("cummax", lambda a: mx.cummax(a, axis=1)),
+    ("cummin_reverse", lambda a: mx.cummin(a, axis=0, reverse=True)),
 ]
 
 
@@ -143,6 +145,17 @@ def test_reductions_and_matmul_grad(name, fn):
 def test_prod_grad_with_a_zero_is_exact():
     g = mx.grad(lambda a: a.prod())(mx.array([2.0, 0.0, 3.0]))
     assert g.tolist() == [0.0, 6.0, 0.0]
+
+
+def test_cumulative_gradients_with_zeros_and_ties():
+    f = lambda y: mx.cumprod(y).sum()  # noqa: E731
+    assert mx.grad(f)(mx.array([2.0, 1.0, 2.0, 2.0, 3.0])).tolist() == [20.0, 38.0, 18.0, 16.0, 8.0]
+    assert mx.grad(f)(mx.array([2.0, 0.0, 2.0, 2.0, 3.0])).tolist() == [1.0, 38.0, 0.0, 0.0, 0.0]
+    w = mx.array([1.0, 2.0, 3.0, 4.0])
+    # a tie goes to the latest element in scan order
+    assert mx.grad(lambda y: (mx.cummax(y) * w).sum())(mx.array([1.0, 3.0, 2.0, 3.0])).tolist() == [1, 5, 0, 4]
+    g = mx.grad(lambda y: (mx.cummin(y, reverse=True) * w).sum())(mx.array([1.0, 3.0, 2.0, 3.0]))
+    assert g.tolist() == [1, 0, 5, 4]
 
 
 def test_max_ties_share_the_gradient():

@@ -944,17 +944,55 @@ static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
     mk_array *g = NULL;
     switch (sp->op) {
     case MK_SCAN_SUM: g = mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, cots[0], sp->axis, true, !sp->reverse, sp->inclusive)); break;
-    case MK_SCAN_PROD:
-        if (sp->inclusive) {
-            /* d out_j / d x_i = out_j / x_i for j >= i (as MLX, where x has no zeros) */
-            mk_array *out = mk_ar_output(&A, p, 0);
-            if (!out) out = mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x, sp->axis, true, sp->reverse, true));
-            mk_array *s = mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, mk_ar_mul(&A, cots[0], out), sp->axis, true,
-                                                   !sp->reverse, true));
-            g = mk_ar_div(&A, s, x);
+    case MK_SCAN_PROD: {
+        /* exact with zeros (MLX's scheme): before the first zero along a line,
+         * (reverse cumsum of c * out) / x; at the first zero, the same with that
+         * zero replaced by 1; after it, 0 */
+        mk_array *out = mk_ar_output(&A, p, 0);
+        if (!out) out = mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x, sp->axis, true, sp->reverse, sp->inclusive));
+        mk_array *other = mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x, sp->axis, true, sp->reverse, !sp->inclusive));
+        mk_array *incl = sp->inclusive ? out : other, *excl = sp->inclusive ? other : out;
+        mk_array *z = mk_ar_scalar(&A, x, 0.0);
+        mk_array *eqz = mk_ar_bin(&A, MK_BINARY_equal, incl, z);
+        mk_array *first = mk_ar_bin(&A, MK_BINARY_logical_and, eqz, mk_ar_bin(&A, MK_BINARY_not_equal, excl, z));
+        mk_array *x1 = mk_ar_where(&A, first, mk_ar_scalar(&A, x, 1.0), x);
+        mk_array *out1 = x1 ? mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x1, sp->axis, true, sp->reverse, sp->inclusive)) : NULL;
+        mk_array *m = mk_ar_mul(&A, cots[0], out), *m1 = mk_ar_mul(&A, cots[0], out1);
+        mk_array *s = m ? mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, m, sp->axis, true, !sp->reverse, sp->inclusive)) : NULL;
+        mk_array *s1 = m1 ? mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, m1, sp->axis, true, !sp->reverse, sp->inclusive)) : NULL;
+        mk_array *regular = mk_ar_div(&A, s, x);
+        g = mk_ar_where(&A, first, s1, mk_ar_where(&A, eqz, z, regular));
+        break;
+    }
+    case MK_SCAN_MAX:
+    case MK_SCAN_MIN: {
+        if (!sp->inclusive) {
+            mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for exclusive %s.", scan_names[sp->op]);
             break;
         }
-        /* fall through */
+        /* each position's cotangent goes to the element holding the running
+         * extreme there (ties: the latest in scan order): where x equals the
+         * output mark the index, and a running max (min for reverse scans)
+         * of the marks finds the owner; then a scatter-add along the axis,
+         * taken as the vjp of take_along_axis(zeros, owner) */
+        mk_array *out = mk_ar_output(&A, p, 0);
+        if (!out) out = mk_ar_keep(&A, mk_scan(sp->op, x, sp->axis, true, sp->reverse, true));
+        int64_t n = x->shape[sp->axis], ishape[MK_MAX_NDIM];
+        for (int d = 0; d < x->ndim; d++) ishape[d] = d == sp->axis ? n : 1;
+        mk_array *iota = mk_ar_reshape(&A, mk_ar_keep(&A, mk_arange(0, (double)n, 1, MK_INT32)), x->ndim, ishape);
+        mk_array *fill = mk_ar_keep(&A, mk_scalar_i64(MK_INT32, sp->reverse ? n : -1));
+        mk_array *marked = mk_ar_where(&A, mk_ar_bin(&A, MK_BINARY_equal, x, out), iota, fill);
+        mk_array *owner = marked ? mk_ar_keep(&A, mk_scan(sp->reverse ? MK_SCAN_MIN : MK_SCAN_MAX, marked, sp->axis,
+                                                          true, sp->reverse, true))
+                                 : NULL;
+        owner = mk_ar_un(&A, MK_UNARY_stop_gradient, owner);
+        mk_array *zz = mk_ar_zeros_like(&A, x);
+        mk_array *zt = zz ? mk_ar_keep(&A, mk_tracer(zz)) : NULL;
+        mk_array *taken = zt && owner ? mk_ar_keep(&A, mk_take_along_axis(zt, owner, sp->axis, true)) : NULL;
+        mk_array *gz = NULL;
+        if (taken && mk_vjp_graph(1, &taken, cots, 1, &zt, &gz) == 0) g = mk_ar_keep(&A, gz);
+        break;
+    }
     default:
         mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for %s.", scan_names[sp->op]);
         break;
