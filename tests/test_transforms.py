@@ -426,3 +426,14 @@ def test_grad_restores_the_callers_containers():
     g = mx.grad(loss)(model)
     assert g[0].item() == 3.0
     assert model[0] is first and model[1].item() == 2.0
+
+
+def test_scatter_max_min_grads():
+    x = mx.array([1.0, 5.0, 3.0])
+    u = mx.array([4.0, 2.0])
+    i = mx.array([0, 1])
+    w = mx.array([1.0, 2.0, 3.0])
+    gx, gu = mx.grad(lambda a, b: (a.at[i].maximum(b) * w).sum(), argnums=(0, 1))(x, u)
+    assert gx.tolist() == [0.0, 2.0, 3.0] and gu.tolist() == [1.0, 0.0]
+    gx, gu = mx.grad(lambda a, b: (a.at[i].minimum(b) * w).sum(), argnums=(0, 1))(x, u)
+    assert gx.tolist() == [1.0, 0.0, 3.0] and gu.tolist() == [0.0, 2.0]

@@ -1161,15 +1161,23 @@ static int scatter_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_
     mk_array *upd = pr->inputs[nu];
     if (index_grad_check("scatter", 1, nu, want) < 0) return -1;
     if (!cots[0]) return 0;
-    if (p->op != MK_SCATTER_NONE && p->op != MK_SCATTER_SUM) {
-        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for scatter_%s",
-                     p->op == MK_SCATTER_PROD ? "prod" : p->op == MK_SCATTER_MAX ? "max" : "min");
+    if (p->op == MK_SCATTER_PROD) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for scatter_prod");
         return -1;
     }
     mk_arena A = {0};
     int rc = 0;
-    if (want[0]) {
-        if (p->op == MK_SCATTER_SUM) {
+    bool ext = p->op == MK_SCATTER_MAX || p->op == MK_SCATTER_MIN;
+    /* max/min: the cotangent goes where the value survived (x or an update equal to the result) */
+    mk_array *res = ext ? mk_ar_output(&A, pr, 0) : NULL;
+    if (ext && !res)
+        res = mk_ar_keep(&A, mk_scatter(pr->inputs[0], p->dims, p->narr, pr->inputs + 1, p->bpos, upd, p->op));
+    if (ext && !res) rc = -1;
+    if (rc == 0 && want[0]) {
+        if (ext) {
+            mk_array *keep = mk_ar_bin(&A, MK_BINARY_equal, res, pr->inputs[0]);
+            grads[0] = mk_ar_out(mk_ar_where(&A, keep, cots[0], mk_ar_scalar(&A, cots[0], 0.0)));
+        } else if (p->op == MK_SCATTER_SUM) {
             grads[0] = mk_ar_out(cots[0]);
         } else {
             mk_array *z = mk_ar_scalar(&A, cots[0], 0.0);
@@ -1179,6 +1187,10 @@ static int scatter_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_
     }
     if (rc == 0 && want[nu]) {
         mk_array *g = mk_ar_keep(&A, mk_gather(cots[0], p->dims, p->narr, pr->inputs + 1, p->bpos));
+        if (ext && g) {
+            mk_array *gr = mk_ar_keep(&A, mk_gather(res, p->dims, p->narr, pr->inputs + 1, p->bpos));
+            g = mk_ar_mul(&A, g, mk_ar_cast(&A, mk_ar_bin(&A, MK_BINARY_equal, gr, upd), g->dtype));
+        }
         grads[nu] = mk_ar_out(mk_ar_sum_to(&A, g, upd->ndim, upd->shape));
         if (!grads[nu]) rc = -1;
     }
