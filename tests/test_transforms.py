@@ -117,6 +117,8 @@ SHAPE_OPS = [
     ("cumsum_reverse", lambda a: mx.cumsum(a, axis=0, reverse=True)),
     ("cummax", lambda a: mx.cummax(a, axis=1)),
     ("cummin_reverse", lambda a: mx.cummin(a, axis=0, reverse=True)),
+    ("cummax_exclusive", lambda a: mx.cummax(a, axis=1, inclusive=False)[:, 1:]),
+    ("cummin_exclusive_reverse", lambda a: mx.cummin(a, axis=1, reverse=True, inclusive=False)[:, :-1]),
 ]
 
 
@@ -260,6 +262,11 @@ def test_grad_of_vmap_and_vmap_of_grad():
     g2 = mx.vmap(mx.grad(lambda r: mx.sin(r).sum()))(x)
     np.testing.assert_allclose(np.array(g1), np.cos(np.array(x)), rtol=1e-6)
     np.testing.assert_allclose(np.array(g2), np.cos(np.array(x)), rtol=1e-6)
+
+
+def test_jvp_of_integer_and_bool_outputs_is_float32_zero():
+    _, (t,) = mx.jvp(lambda a: a > 0, [mx.array([1.0, -1.0])], [mx.array([1.0, 1.0])])
+    assert t.dtype == mx.float32 and t.tolist() == [0.0, 0.0]
 
 
 def test_errors_as_mlx():

@@ -936,6 +936,29 @@ static int sort_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array 
     return outs[0] ? 0 : -1;
 }
 
+/* Inclusive cummax/cummin: each position's cotangent goes to the element
+ * holding the running extreme there (ties: the latest in scan order). Where
+ * x equals the output, mark the index; a running max (min for reverse
+ * scans) of the marks finds the owner; the scatter-add along the axis is
+ * the vjp of take_along_axis(zeros, owner). */
+static mk_array *extreme_route(mk_arena *A, const scan_params *sp, mk_array *x, mk_array *out, mk_array *cot) {
+    int64_t n = x->shape[sp->axis], ishape[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) ishape[d] = d == sp->axis ? n : 1;
+    mk_array *iota = mk_ar_reshape(A, mk_ar_keep(A, mk_arange(0, (double)n, 1, MK_INT32)), x->ndim, ishape);
+    mk_array *fill = mk_ar_keep(A, mk_scalar_i64(MK_INT32, sp->reverse ? n : -1));
+    mk_array *marked = mk_ar_where(A, mk_ar_bin(A, MK_BINARY_equal, x, out), iota, fill);
+    mk_array *owner = marked ? mk_ar_keep(A, mk_scan(sp->reverse ? MK_SCAN_MIN : MK_SCAN_MAX, marked, sp->axis, true,
+                                                      sp->reverse, true))
+                             : NULL;
+    owner = mk_ar_un(A, MK_UNARY_stop_gradient, owner);
+    mk_array *zz = mk_ar_zeros_like(A, x);
+    mk_array *zt = zz ? mk_ar_keep(A, mk_tracer(zz)) : NULL;
+    mk_array *taken = zt && owner ? mk_ar_keep(A, mk_take_along_axis(zt, owner, sp->axis, true)) : NULL;
+    mk_array *gz = NULL;
+    if (taken && mk_vjp_graph(1, &taken, &cot, 1, &zt, &gz) == 0) return mk_ar_keep(A, gz);
+    return NULL;
+}
+
 static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
     const scan_params *sp = p->params;
     mk_array *x = p->inputs[0];
@@ -966,31 +989,41 @@ static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
     }
     case MK_SCAN_MAX:
     case MK_SCAN_MIN: {
-        if (!sp->inclusive) {
-            mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for exclusive %s.", scan_names[sp->op]);
+        mk_array *out = mk_ar_output(&A, p, 0);
+        if (!out) out = mk_ar_keep(&A, mk_scan(sp->op, x, sp->axis, true, sp->reverse, sp->inclusive));
+        int64_t n = x->shape[sp->axis];
+        if (sp->inclusive || n < 2) {
+            g = sp->inclusive ? extreme_route(&A, sp, x, out, cots[0]) : mk_ar_zeros_like(&A, x);
             break;
         }
-        /* each position's cotangent goes to the element holding the running
-         * extreme there (ties: the latest in scan order): where x equals the
-         * output mark the index, and a running max (min for reverse scans)
-         * of the marks finds the owner; then a scatter-add along the axis,
-         * taken as the vjp of take_along_axis(zeros, owner) */
-        mk_array *out = mk_ar_output(&A, p, 0);
-        if (!out) out = mk_ar_keep(&A, mk_scan(sp->op, x, sp->axis, true, sp->reverse, true));
-        int64_t n = x->shape[sp->axis], ishape[MK_MAX_NDIM];
-        for (int d = 0; d < x->ndim; d++) ishape[d] = d == sp->axis ? n : 1;
-        mk_array *iota = mk_ar_reshape(&A, mk_ar_keep(&A, mk_arange(0, (double)n, 1, MK_INT32)), x->ndim, ishape);
-        mk_array *fill = mk_ar_keep(&A, mk_scalar_i64(MK_INT32, sp->reverse ? n : -1));
-        mk_array *marked = mk_ar_where(&A, mk_ar_bin(&A, MK_BINARY_equal, x, out), iota, fill);
-        mk_array *owner = marked ? mk_ar_keep(&A, mk_scan(sp->reverse ? MK_SCAN_MIN : MK_SCAN_MAX, marked, sp->axis,
-                                                          true, sp->reverse, true))
-                                 : NULL;
-        owner = mk_ar_un(&A, MK_UNARY_stop_gradient, owner);
-        mk_array *zz = mk_ar_zeros_like(&A, x);
-        mk_array *zt = zz ? mk_ar_keep(&A, mk_tracer(zz)) : NULL;
-        mk_array *taken = zt && owner ? mk_ar_keep(&A, mk_take_along_axis(zt, owner, sp->axis, true)) : NULL;
-        mk_array *gz = NULL;
-        if (taken && mk_vjp_graph(1, &taken, cots, 1, &zt, &gz) == 0) g = mk_ar_keep(&A, gz);
+        /* exclusive: out[j] is the inclusive extreme of the elements before
+         * j (after j for reverse scans), so route out's window over x's */
+        int64_t st[MK_MAX_NDIM], sx[MK_MAX_NDIM], so[MK_MAX_NDIM], step[MK_MAX_NDIM];
+        for (int d = 0; d < x->ndim; d++) {
+            st[d] = so[d] = 0;
+            sx[d] = x->shape[d];
+            step[d] = 1;
+        }
+        int64_t ex[MK_MAX_NDIM], eo[MK_MAX_NDIM];
+        memcpy(ex, sx, sizeof ex);
+        memcpy(eo, sx, sizeof eo);
+        int a = sp->axis;
+        if (sp->reverse) {
+            st[a] = 1;        /* x[1:] */
+            eo[a] = n - 1;    /* out[:-1] */
+        } else {
+            ex[a] = n - 1;    /* x[:-1] */
+            so[a] = 1;        /* out[1:] */
+        }
+        mk_array *xw = mk_ar_keep(&A, mk_slice(x, st, ex, step));
+        mk_array *ow = mk_ar_keep(&A, mk_slice(out, so, eo, step));
+        mk_array *cw = mk_ar_keep(&A, mk_slice(cots[0], so, eo, step));
+        mk_array *gw = xw && ow && cw ? extreme_route(&A, sp, xw, ow, cw) : NULL;
+        int64_t pw[MK_MAX_NDIM][2];
+        memset(pw, 0, sizeof pw);
+        pw[a][sp->reverse ? 0 : 1] = 1;
+        mk_array *zero = mk_ar_scalar(&A, x, 0.0);
+        g = gw && zero ? mk_ar_keep(&A, mk_pad(gw, (const int64_t(*)[2])pw, zero)) : NULL;
         break;
     }
     default:

@@ -424,7 +424,9 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
         if (s && s->val) {
             out_tans[i] = s->val;
             mk_incref(s->val);
-        } else if (!(out_tans[i] = zeros_like(outs[i]))) {
+        } else if (!(out_tans[i] = mk_zeros(outs[i]->ndim, outs[i]->shape,
+                                            mk_is_inexact(outs[i]->dtype) ? outs[i]->dtype : MK_FLOAT32))) {
+            /* integer and bool outputs get float32 zero tangents, as MLX */
             goto done;
         }
     }
