@@ -19,6 +19,9 @@ from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
 del random, fast, metal  # noqa: F821
 from . import random, fast, metal  # noqa: F401,E402
 from ._compile import compile, disable_compile, enable_compile  # noqa: F401,A001
+from ._transforms import (  # noqa: F401,E402
+    grad, value_and_grad, vjp, jvp, vmap, custom_function, checkpoint,
+)
 from ._device import (  # noqa: F401
     Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
     default_stream, new_stream, stream, is_available, device_count,

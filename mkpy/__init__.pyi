@@ -270,6 +270,14 @@ class array:
     def view(self, dtype: Dtype, stream: StreamOrDevice = None) -> array:
         """See mkpy.view."""
 
+class custom_function:
+    """custom_function(fun: Callable)"""
+    def __init__(self, fun: Callable[..., Any]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def jvp(self, fun: Callable[..., Any]) -> custom_function: ...
+    def vjp(self, fun: Callable[..., Any]) -> custom_function: ...
+    def vmap(self, fun: Callable[..., Any]) -> custom_function: ...
+
 bfloat16: Dtype
 bool_: Dtype
 complex64: Dtype
@@ -390,6 +398,9 @@ def broadcast_to(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = 
 
 def ceil(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise ceil."""
+
+def checkpoint(fun: Any) -> Any:
+    """Returns a function computing the same values and gradients as ``fun``."""
 
 def clear_cache() -> None:
     """Free the buffers held in the buffer cache."""
@@ -513,6 +524,9 @@ def get_memory_limit() -> int:
 def get_peak_memory() -> int:
     """Highest get_active_memory() since the last reset."""
 
+def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+    """Returns a function which computes the gradient of ``fun`` (which must return a scalar array) with respect to the arguments in ``argnums`` and ``argnames``."""
+
 def greater(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise greater with broadcasting."""
 
@@ -551,6 +565,9 @@ def isposinf(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def issubdtype(arg1: Union[Dtype, DtypeCategory], arg2: Union[Dtype, DtypeCategory]) -> bool:
     """Whether arg1 (a Dtype or DtypeCategory) is arg2 or falls under it."""
+
+def jvp(fun: Any, primals: Any, tangents: Any) -> Any:
+    """Compute the Jacobian-vector product: the outputs of ``fun`` at ``primals`` and the products of its Jacobian with ``tangents``."""
 
 def left_shift(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise left_shift with broadcasting."""
@@ -788,11 +805,20 @@ def unflatten(a: array, /, axis: int, shape: Sequence[int], *, stream: StreamOrD
 def unstack(x: array, /, *, axis: int = 0, stream: StreamOrDevice = None) -> tuple[array, ...]:
     """Split an array along an axis, removing that axis."""
 
+def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+    """Returns a function which computes the value and gradient of ``fun``."""
+
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Variance over the given axes, divided by N - ddof."""
 
 def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
     """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""
+
+def vjp(fun: Any, primals: Any, cotangents: Any) -> Any:
+    """Compute the vector-Jacobian product: the outputs of ``fun`` at ``primals`` and the products of ``cotangents`` with its Jacobian."""
+
+def vmap(fun: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
+    """Returns a vectorized version of ``fun``: it maps ``fun`` over the axes ``in_axes`` of its inputs and stacks the results along ``out_axes``."""
 
 def where(condition: Union[scalar, array], x: Union[scalar, array], y: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """x where condition is true, else y."""

@@ -470,6 +470,18 @@ def render_py_class(cls):
     return "".join(lines)
 
 
+def render_decorator_class(cls):
+    """A decorator class of mkpy/_transforms.py (custom_function): __init__(fun), __call__ and
+    the methods that register rules (each takes a function and returns the object)."""
+    name = cls.__name__
+    lines = [f"class {name}:\n", docline(cls.__doc__, ""),
+             "    def __init__(self, fun: Callable[..., Any]) -> None: ...\n",
+             "    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...\n"]
+    for m in sorted(k for k, v in vars(cls).items() if callable(v) and not k.startswith("_")):
+        lines.append(f"    def {m}(self, fun: Callable[..., Any]) -> {name}: ...\n")
+    return "".join(lines)
+
+
 def render_enum(cls):
     return f"class {cls.__name__}(enum.Enum):\n" + "".join(f"    {m.name} = {m.value!r}\n" for m in cls)
 
@@ -525,6 +537,8 @@ def gen_init():
                 classes.append(render_enum(obj))
             elif obj.__module__ == "mkpy._device":
                 classes.append(render_py_class(obj))
+            elif obj.__module__ == "mkpy._transforms":
+                classes.append(render_decorator_class(obj))
             else:
                 classes.append(render_cext_class(obj, names))
         elif isinstance(obj, enum.Enum):

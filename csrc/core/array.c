@@ -628,9 +628,21 @@ static bool try_incref(mk_array *a) {
     return false;
 }
 
-/* Runs one primitive whose inputs are all evaluated, then detaches it; or,
- * when another thread is running it, waits for that thread and takes its
- * outcome (its error too). The caller holds a reference to p. */
+/* Tracing (function transformations, transforms.c): while a thread traces,
+ * the primitives it runs keep their outputs and inputs linked (state DONE),
+ * so that the graph a transformation walks survives evaluations inside the
+ * traced function. Such outputs read as unevaluated (mk_is_evaluated): a
+ * reader goes through mk_eval, which finds the primitive done under the
+ * graph lock, and, once no trace is running, unlinks the output. */
+static _Thread_local int trace_depth;
+void mk_trace_push(void) { trace_depth++; }
+void mk_trace_pop(void) { trace_depth--; }
+bool mk_tracing(void) { return trace_depth > 0; }
+
+/* Runs one primitive whose inputs are all evaluated, then detaches it
+ * (unless tracing); or, when another thread is running it, waits for that
+ * thread and takes its outcome (its error too). The caller holds a
+ * reference to p. */
 static int run_prim(mk_prim *p) {
     const int n = p->noutputs;
     mk_array *stack_outs[4];
@@ -700,16 +712,18 @@ static int run_prim(mk_prim *p) {
     int drops = 0, nin = 0;
     graph_lock();
     if (rc == 0) {
-        for (int i = 0; i < n; i++)
-            if (!temp[i]) {
-                /* publishes the buffer and layout (mk_is_evaluated) */
-                atomic_store_explicit(&outs[i]->prim, NULL, memory_order_release);
-                p->outputs[i] = NULL;
-                drops++;
-            }
-        /* detach: the inputs are no longer needed by this node */
-        nin = p->ninputs;
-        p->ninputs = 0;
+        if (!trace_depth) {
+            for (int i = 0; i < n; i++)
+                if (!temp[i]) {
+                    /* publishes the buffer and layout (mk_is_evaluated) */
+                    atomic_store_explicit(&outs[i]->prim, NULL, memory_order_release);
+                    p->outputs[i] = NULL;
+                    drops++;
+                }
+            /* detach: the inputs are no longer needed by this node */
+            nin = p->ninputs;
+            p->ninputs = 0;
+        }
         p->state = MK_PRIM_DONE;
     } else {
         p->state = MK_PRIM_PENDING;
@@ -748,10 +762,13 @@ int mk_eval(mk_array *const *arrays, int n) {
     size_t scap = 64, ocap = 64, sn = 0, on = 0;
     frame *stack = malloc(scap * sizeof *stack);
     mk_prim **order = malloc(ocap * sizeof *order);
+    mk_prim **unlinked = malloc((size_t)(n > 0 ? n : 1) * sizeof *unlinked);
+    size_t nunlinked = 0;
     int rc = 0;
-    if (!stack || !order) {
+    if (!stack || !order || !unlinked) {
         free(stack);
         free(order);
+        free(unlinked);
         mk_nomem();
         return -1;
     }
@@ -760,6 +777,15 @@ int mk_eval(mk_array *const *arrays, int n) {
     uint64_t mark = ++eval_epoch;
     for (int r = 0; r < n; r++) {
         mk_prim *root = atomic_load_explicit(&arrays[r]->prim, memory_order_relaxed);
+        if (root && root->state == MK_PRIM_DONE) {
+            /* evaluated while tracing: once no trace runs, unlink it now */
+            if (!trace_depth) {
+                atomic_store_explicit(&arrays[r]->prim, NULL, memory_order_release);
+                root->outputs[arrays[r]->out_index] = NULL;
+                unlinked[nunlinked++] = root; /* its reference, dropped after the lock */
+            }
+            continue;
+        }
         if (!root || root->mark == mark) continue;
         root->mark = mark;
         stack[sn++] = (frame){root, 0};
@@ -767,6 +793,7 @@ int mk_eval(mk_array *const *arrays, int n) {
             frame *f = &stack[sn - 1];
             if (f->next < f->p->ninputs) {
                 mk_prim *q = atomic_load_explicit(&f->p->inputs[f->next++]->prim, memory_order_relaxed);
+                if (q && q->state == MK_PRIM_DONE) q = NULL; /* done while tracing */
                 if (q && q->mark != mark) {
                     q->mark = mark;
                     if (sn == scap) {
@@ -791,6 +818,8 @@ int mk_eval(mk_array *const *arrays, int n) {
     graph_unlock();
     free(stack);
     stack = NULL;
+    for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
+    free(unlinked);
 
     size_t i = 0;
     for (; i < on; i++) {
@@ -811,6 +840,8 @@ int mk_eval(mk_array *const *arrays, int n) {
     return rc;
 nomem:
     graph_unlock();
+    for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
+    free(unlinked);
     for (size_t k = 0; k < on; k++) prim_decref(order[k]);
     free(stack);
     free(order);

@@ -85,10 +85,28 @@ struct mk_array {
  * (mk_alloc_out or a view of an input). Returns 0, or -1 with mk_error_set. */
 typedef int (*mk_eval_fn)(mk_prim *p, mk_array *const *inputs, mk_array *const *outputs);
 
+/* A primitive's transformation rules (csrc/core/transforms.h), built from
+ * lazy ops so that they can be differentiated again.
+ * vjp: given the cotangent of each output (NULL: zero), sets grads[i] to the
+ * cotangent of input i (a new reference, or NULL for zero) for every i with
+ * want[i]. jvp: given the tangent of each input (NULL: zero), sets the
+ * tangent of each output (NULL: zero). vmap: given inputs with a batch axis
+ * each (axes[i], or -1 for none), sets the outputs and their batch axes.
+ * All return 0, or -1 with the error set. */
+typedef int (*mk_vjp_fn)(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+typedef int (*mk_jvp_fn)(mk_prim *p, mk_array *const *tans, mk_array **out_tans);
+typedef int (*mk_vmap_fn)(mk_prim *p, mk_array *const *inputs, const int *axes, mk_array **outs, int *out_axes);
+
 typedef struct mk_opdef {
     const char *name;
     mk_eval_fn eval;
     void (*free_params)(void *params); /* NULL: free() */
+    mk_vjp_fn vjp;                     /* NULL: not differentiable (an error) */
+    mk_jvp_fn jvp;                     /* NULL: derived from vjp (transforms.c) */
+    mk_vmap_fn vmap;                   /* NULL: no batching rule (an error) */
+    /* set when no input has a gradient through this op (comparisons, random
+     * bits, argsort): the gradient stops here without an error */
+    bool nondiff;
 } mk_opdef;
 
 typedef struct {
@@ -180,6 +198,14 @@ mk_array *mk_node(const mk_opdef *op, void *params, mk_dtype dtype, int ndim, co
 /* Evaluates arrays (and everything they depend on). Thread-safe with respect
  * to Python: call it with the GIL released. Returns 0 or -1. */
 int mk_eval(mk_array *const *arrays, int n);
+
+/* Tracing (function transformations): while this thread's trace depth is
+ * above 0, evaluated arrays keep their primitive and its inputs, so the
+ * graph a transformation walks survives evaluations inside the traced
+ * function. */
+void mk_trace_push(void);
+void mk_trace_pop(void);
+bool mk_tracing(void);
 static inline int mk_eval1(mk_array *a) { return mk_is_evaluated(a) ? 0 : mk_eval(&a, 1); }
 
 #endif

@@ -12,6 +12,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "transforms.h"
 #include "simd.h"
 #include "types.h"
 
@@ -304,7 +305,10 @@ static int binary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef binary_def = {"binary", binary_eval, NULL};
+static int binary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int binary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int binary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef binary_def = {"binary", binary_eval, NULL, binary_vjp, binary_jvp, binary_vmap, false};
 
 mk_array *mk_binary(mk_binary_op op, mk_array *a, mk_array *b) {
     const binary_spec *spec = &specs[op];
@@ -385,7 +389,10 @@ static int where_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef where_def = {"where", where_eval, NULL};
+static int where_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int where_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int where_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef where_def = {"where", where_eval, NULL, where_vjp, where_jvp, where_vmap, false};
 
 mk_array *mk_where(mk_array *cond, mk_array *x, mk_array *y) {
     int64_t s1[MK_MAX_NDIM], shape[MK_MAX_NDIM];
@@ -399,4 +406,178 @@ mk_array *mk_where(mk_array *cond, mk_array *x, mk_array *y) {
     if (in[0] && in[1] && in[2]) out = mk_node(&where_def, NULL, t, n, shape, 3, in);
     for (int k = 0; k < 3; k++) mk_xdecref(in[k]);
     return out;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* The partial derivatives of a binary op at (a, b) (out: its value, or
+ * NULL), broadcast against each other as the op is. Returns 0 with da/db set
+ * (NULL: that partial is zero), or -1. */
+static int binary_partials(mk_arena *A, mk_binary_op op, mk_array *a, mk_array *b, mk_array *out, mk_array **da,
+                           mk_array **db) {
+#define ONE(like) mk_ar_scalar(A, like, 1.0)
+    *da = *db = NULL;
+    switch (op) {
+    case MK_BINARY_add: *da = ONE(a), *db = ONE(b); break;
+    case MK_BINARY_subtract: *da = ONE(a), *db = mk_ar_scalar(A, b, -1.0); break;
+    case MK_BINARY_multiply: *da = b, *db = a; break;
+    case MK_BINARY_divide:
+        *da = mk_ar_un(A, MK_UNARY_reciprocal, b);
+        *db = mk_ar_neg(A, mk_ar_div(A, a, mk_ar_un(A, MK_UNARY_square, b)));
+        break;
+    case MK_BINARY_remainder:
+        *da = ONE(a);
+        *db = mk_ar_neg(A, mk_ar_un(A, MK_UNARY_floor, mk_ar_div(A, a, b)));
+        break;
+    case MK_BINARY_power: {
+        if (!out) out = mk_ar_bin(A, op, a, b);
+        /* b * a^(b-1), and log(a) * a^b with log taken where a > 0 (0 elsewhere, as MLX) */
+        *da = mk_ar_mul(A, b, mk_ar_bin(A, MK_BINARY_power, a, mk_ar_sub(A, b, ONE(b))));
+        mk_array *pos = mk_ar_bin(A, MK_BINARY_greater, a, mk_ar_scalar(A, a, 0.0));
+        mk_array *la = mk_ar_un(A, MK_UNARY_log, mk_ar_where(A, pos, a, ONE(a)));
+        *db = mk_ar_mul(A, la, out);
+        break;
+    }
+    case MK_BINARY_arctan2: {
+        mk_array *r = mk_ar_add(A, mk_ar_un(A, MK_UNARY_square, a), mk_ar_un(A, MK_UNARY_square, b));
+        *da = mk_ar_div(A, b, r);
+        *db = mk_ar_neg(A, mk_ar_div(A, a, r));
+        break;
+    }
+    case MK_BINARY_maximum:
+    case MK_BINARY_minimum: {
+        /* ties go to a, as MLX */
+        mk_array *ma = mk_ar_bin(A, op == MK_BINARY_maximum ? MK_BINARY_greater_equal : MK_BINARY_less_equal, a, b);
+        *da = mk_ar_cast(A, ma, a->dtype);
+        *db = mk_ar_sub(A, ONE(b), *da);
+        break;
+    }
+    case MK_BINARY_logaddexp:
+        *da = mk_ar_un(A, MK_UNARY_sigmoid, mk_ar_sub(A, a, b));
+        *db = mk_ar_un(A, MK_UNARY_sigmoid, mk_ar_sub(A, b, a));
+        break;
+    case MK_BINARY_floor_divide:
+    default: return 0; /* comparisons, logic, bitwise, floor_divide: zero */
+    }
+#undef ONE
+    return *da && *db ? 0 : -1;
+}
+
+static int binary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    mk_binary_op op = *(mk_binary_op *)p->params;
+    mk_array *a = p->inputs[0], *b = p->inputs[1];
+    if (!cots[0]) return 0;
+    mk_arena A = {0};
+    mk_array *da, *db;
+    int rc = binary_partials(&A, op, a, b, mk_ar_output(&A, p, 0), &da, &db);
+    mk_array *d[2] = {da, db};
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        if (!want[i] || !d[i]) continue;
+        mk_array *x = p->inputs[i];
+        grads[i] = mk_ar_out(mk_ar_sum_to(&A, mk_ar_mul(&A, cots[0], d[i]), x->ndim, x->shape));
+        if (!grads[i]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int binary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    mk_binary_op op = *(mk_binary_op *)p->params;
+    mk_arena A = {0};
+    mk_array *da, *db, *r = NULL;
+    int rc = binary_partials(&A, op, p->inputs[0], p->inputs[1], mk_ar_output(&A, p, 0), &da, &db);
+    mk_array *d[2] = {da, db};
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        if (!tans[i] || !d[i]) continue;
+        mk_array *term = mk_ar_mul(&A, tans[i], d[i]);
+        r = r ? mk_ar_add(&A, r, term) : term;
+        if (!r) rc = -1;
+    }
+    if (rc == 0 && r) {
+        /* a zero partial against a broadcast input still gives the output's shape */
+        r = mk_ar_broadcast(&A, r, p->outdesc[0].ndim, p->outdesc[0].shape);
+        out[0] = mk_ar_out(r);
+        if (!out[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+/* Moves batch axes to the front so that both operands line up (the
+ * unbatched one gains a leading size-1 dim after matching ranks). */
+static int align_batched(mk_arena *A, int n, mk_array *const *in, const int *axes, mk_array **out) {
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        int r = in[i]->ndim - (axes[i] >= 0);
+        if (r > nd) nd = r;
+    }
+    for (int i = 0; i < n; i++) {
+        mk_array *x = in[i];
+        int r = x->ndim - (axes[i] >= 0);
+        if (axes[i] > 0) x = mk_ar_keep(A, mk_moveaxis(x, axes[i], 0));
+        if (!x) return -1;
+        /* pad the non-batch rank to nd with leading 1s after the batch axis */
+        int64_t shape[MK_MAX_NDIM];
+        int k = 0;
+        shape[k++] = axes[i] >= 0 ? x->shape[0] : 1;
+        for (int d = r; d < nd; d++) shape[k++] = 1;
+        for (int d = 0; d < r; d++) shape[k++] = x->shape[d + (axes[i] >= 0)];
+        x = mk_ar_reshape(A, x, k, shape);
+        if (!x) return -1;
+        out[i] = x;
+    }
+    return 0;
+}
+
+static int binary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    mk_arena A = {0};
+    mk_array *x[2];
+    int rc = align_batched(&A, 2, in, axes, x);
+    if (rc == 0) {
+        outs[0] = mk_binary(*(mk_binary_op *)p->params, x[0], x[1]);
+        out_axes[0] = 0;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int where_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    if (!cots[0]) return 0;
+    mk_arena A = {0};
+    int rc = 0;
+    mk_array *z = mk_ar_scalar(&A, cots[0], 0.0);
+    for (int i = 1; rc == 0 && i < 3; i++) {
+        if (!want[i]) continue;
+        mk_array *x = p->inputs[i];
+        mk_array *g = i == 1 ? mk_ar_where(&A, p->inputs[0], cots[0], z) : mk_ar_where(&A, p->inputs[0], z, cots[0]);
+        grads[i] = mk_ar_out(mk_ar_sum_to(&A, g, x->ndim, x->shape));
+        if (!grads[i]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int where_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    mk_arena A = {0};
+    mk_array *t1 = tans[1] ? tans[1] : mk_ar_zeros_like(&A, p->inputs[1]);
+    mk_array *t2 = tans[2] ? tans[2] : mk_ar_zeros_like(&A, p->inputs[2]);
+    out[0] = mk_ar_out(tans[1] || tans[2] ? mk_ar_where(&A, p->inputs[0], t1, t2) : NULL);
+    int rc = (tans[1] || tans[2]) && !out[0] ? -1 : 0;
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int where_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    (void)p;
+    mk_arena A = {0};
+    mk_array *x[3];
+    int rc = align_batched(&A, 3, in, axes, x);
+    if (rc == 0) {
+        outs[0] = mk_where(x[0], x[1], x[2]);
+        out_axes[0] = 0;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
 }

@@ -22,6 +22,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "types.h"
 
@@ -301,7 +302,10 @@ static int norm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef norm_def = {"norm", norm_eval, NULL};
+static int norm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int norm_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int norm_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef norm_def = {"norm", norm_eval, NULL, norm_vjp, norm_jvp, norm_vmap, false};
 
 /* The shared checks of rms_norm and layer_norm for weight or bias `a`
  * (`what` is how MLX names it in the message). */
@@ -1017,7 +1021,10 @@ done:
     return rc;
 }
 
-static const mk_opdef sdpa_def = {"scaled_dot_product_attention", sdpa_eval, NULL};
+static int sdpa_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int sdpa_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int sdpa_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef sdpa_def = {"scaled_dot_product_attention", sdpa_eval, NULL, sdpa_vjp, sdpa_jvp, sdpa_vmap, false};
 
 #define SDPA_SET(...) mk_error_set(MK_ERR_VALUE, "[scaled_dot_product_attention] " __VA_ARGS__)
 #define SDPA_ERR(...) (SDPA_SET(__VA_ARGS__), (mk_array *)NULL)
@@ -1117,4 +1124,87 @@ mk_array *mk_sdpa(mk_array *q, mk_array *k, mk_array *v, float scale, bool causa
 error:
     for (int i = 0; i < 5; i++) mk_xdecref(in[i]);
     return r;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* The fused ops' rules come from compositions of simpler ops computing the
+ * same function (transforms.c differentiates / batches those). */
+
+static int norm_compose(mk_prim *p, mk_array *const *in, mk_array **outs) {
+    const norm_params *np_ = p->params;
+    mk_arena A = {0};
+    int last = in[0]->ndim - 1;
+    mk_array *x = mk_ar_cast(&A, in[0], MK_FLOAT32), *y;
+    mk_array *eps = mk_ar_keep(&A, mk_scalar_f64(MK_FLOAT32, np_->eps));
+    if (np_->layer) {
+        mk_array *mu = x ? mk_ar_keep(&A, mk_mean(x, 1, &last, true)) : NULL;
+        mk_array *d = mk_ar_sub(&A, x, mu);
+        mk_array *var = d ? mk_ar_keep(&A, mk_mean(mk_ar_un(&A, MK_UNARY_square, d), 1, &last, true)) : NULL;
+        y = mk_ar_mul(&A, d, mk_ar_un(&A, MK_UNARY_rsqrt, mk_ar_add(&A, var, eps)));
+    } else {
+        mk_array *ms = x ? mk_ar_keep(&A, mk_mean(mk_ar_un(&A, MK_UNARY_square, x), 1, &last, true)) : NULL;
+        y = mk_ar_mul(&A, x, mk_ar_un(&A, MK_UNARY_rsqrt, mk_ar_add(&A, ms, eps)));
+    }
+    y = mk_ar_cast(&A, y, p->outdesc[0].dtype);
+    if (p->ninputs > 1) y = mk_ar_mul(&A, y, in[1]);
+    if (p->ninputs > 2) y = mk_ar_add(&A, y, in[2]);
+    y = mk_ar_cast(&A, y, p->outdesc[0].dtype);
+    outs[0] = mk_ar_out(y);
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int norm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    return mk_vjp_by_composition(p, norm_compose, cots, want, grads);
+}
+static int norm_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    return mk_jvp_by_composition(p, norm_compose, tans, out);
+}
+static int norm_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    return mk_vmap_by_composition(p, norm_compose, in, axes, outs, out_axes);
+}
+
+static int sdpa_compose(mk_prim *p, mk_array *const *in, mk_array **outs) {
+    const sdpa_params *sp = p->params;
+    if (sp->has_sinks) {
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for scaled_dot_product_attention with sinks.");
+        return -1;
+    }
+    mk_arena A = {0};
+    mk_array *q = in[0], *k = in[1], *v = in[2];
+    int64_t rep = q->shape[1] / k->shape[1];
+    if (rep > 1) {
+        k = mk_ar_keep(&A, mk_repeat(k, rep, 1, true));
+        v = k ? mk_ar_keep(&A, mk_repeat(v, rep, 1, true)) : NULL;
+    }
+    mk_array *s = mk_ar_matmul(&A, mk_ar_scale(&A, q, sp->scale), k ? mk_ar_keep(&A, mk_swapaxes(k, -1, -2)) : NULL);
+    if (s && sp->causal) {
+        int64_t L = q->shape[2], S = in[1]->shape[2];
+        mk_array *ri = mk_ar_keep(&A, mk_arange(0, (double)L, 1, MK_INT32));
+        mk_array *ci = mk_ar_keep(&A, mk_arange(0, (double)S, 1, MK_INT32));
+        int64_t col[2] = {L, 1};
+        mk_array *lim = mk_ar_add(&A, mk_ar_reshape(&A, ri, 2, col), mk_ar_keep(&A, mk_scalar_i64(MK_INT32, S - L)));
+        mk_array *c = mk_ar_bin(&A, MK_BINARY_less_equal, ci, lim);
+        s = mk_ar_where(&A, c, s, mk_ar_scalar(&A, s, -INFINITY));
+    }
+    if (s && sp->has_mask) {
+        mk_array *m = in[3];
+        s = m->dtype == MK_BOOL ? mk_ar_where(&A, m, s, mk_ar_scalar(&A, s, -INFINITY)) : mk_ar_add(&A, s, m);
+    }
+    int last = -1;
+    mk_array *w = s ? mk_ar_keep(&A, mk_softmax(s, 1, &last, true)) : NULL;
+    outs[0] = mk_ar_out(mk_ar_cast(&A, mk_ar_matmul(&A, w, v), p->outdesc[0].dtype));
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int sdpa_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    return mk_vjp_by_composition(p, sdpa_compose, cots, want, grads);
+}
+static int sdpa_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    return mk_jvp_by_composition(p, sdpa_compose, tans, out);
+}
+static int sdpa_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    return mk_vmap_by_composition(p, sdpa_compose, in, axes, outs, out_axes);
 }

@@ -24,6 +24,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "types.h"
 
@@ -399,7 +400,10 @@ static int gather_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef gather_def = {"gather", gather_eval, NULL};
+static int gather_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int gather_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int gather_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef gather_def = {"gather", gather_eval, NULL, gather_vjp, gather_jvp, gather_vmap, false};
 
 mk_array *mk_gather(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos) {
     gs_params *p = malloc(sizeof *p);
@@ -645,7 +649,9 @@ static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) 
     return 0;
 }
 
-static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL};
+static int scatter_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int scatter_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL, scatter_vjp, NULL, scatter_vmap, false};
 
 mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
                      mk_array *updates, mk_scatter_op op) {
@@ -806,7 +812,10 @@ static int take_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out
     return 0;
 }
 
-static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL};
+static int take_axis_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int take_axis_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int take_axis_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef take_axis_def = {"take_along_axis", take_axis_eval, NULL, take_axis_vjp, take_axis_jvp, take_axis_vmap, false};
 
 static int axis_checks(const char *op, mk_array **x, mk_array *idx, int *axis, bool has_axis, mk_array **flat) {
     *flat = NULL;
@@ -870,7 +879,7 @@ static void put_axis_rows(void *v, const int64_t *off, const int64_t *st, int64_
 }
 
 static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
-    int axis = *(const int *)pr->params;
+    int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
     mk_array *o = out[0], *x = in[0], *idx = in[1], *upd = in[2];
     if (init_from(o, x) < 0) return -1;
     if (o->size == 0 || idx->size == 0) return 0;
@@ -881,7 +890,8 @@ static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out)
     mk_broadcast_strides(upd, o->ndim, o->shape, su);
     axis_ctx c = {mk_data(o), NULL, mk_data(idx), mk_data(upd), mk_dtype_size(o->dtype), idx->dtype,
                   mk_dtype_size(idx->dtype), o->shape[axis], o->strides[axis], idx->strides[axis],
-                  upd->shape[axis] == 1 ? 0 : upd->strides[axis], idx->shape[axis], NULL};
+                  upd->shape[axis] == 1 ? 0 : upd->strides[axis], idx->shape[axis],
+                  op != MK_SCATTER_NONE ? scatter_fns[op][o->dtype] : NULL};
     const int64_t *strides[3] = {o->strides, si, su};
     mk_iter it;
     mk_iter_init(&it, o->ndim, lshape, 3, strides);
@@ -890,7 +900,9 @@ static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out)
     return 0;
 }
 
-static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL};
+static int put_axis_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int put_axis_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef put_axis_def = {"put_along_axis", put_axis_eval, NULL, put_axis_vjp, NULL, put_axis_vmap, false};
 
 mk_array *mk_put_along_axis(mk_array *x0, mk_array *idx, mk_array *values, int axis, bool has_axis) {
     mk_array *x = x0, *flat, *r = NULL, *upd = NULL, *t = NULL, *ib = NULL, *ub = NULL;
@@ -924,12 +936,13 @@ mk_array *mk_put_along_axis(mk_array *x0, mk_array *idx, mk_array *values, int a
     ishape[axis] = s2[axis];
     if (!(ib = mk_broadcast_to(idx, nd, ishape)) || !(ub = mk_broadcast_to(upd, nd, ishape))) goto done;
     if (!(t = mk_broadcast_to(x, nd, shape))) goto done;
-    int *params = malloc(sizeof *params);
+    int *params = malloc(2 * sizeof *params);
     if (!params) {
         mk_nomem();
         goto done;
     }
-    *params = axis;
+    params[0] = axis;
+    params[1] = MK_SCATTER_NONE;
     mk_array *inputs[3] = {t, ib, ub};
     r = mk_node(&put_axis_def, params, x->dtype, nd, shape, 3, inputs);
     if (r && !has_axis) {
@@ -1105,4 +1118,258 @@ done:
     mk_xdecref(t);
     mk_xdecref(flat);
     return r;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* gather: the cotangent adds into zeros at the gathered positions */
+/* MLX refuses gradients into index arrays (they need a stop_gradient). */
+static int index_grad_check(const char *op, int from, int to, const bool *want) {
+    for (int i = from; i < to; i++)
+        if (want[i]) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[%s] Cannot calculate VJP with respect to indices. Use stop_gradient on indices to stop "
+                         "gradients from being computed.",
+                         op);
+            return -1;
+        }
+    return 0;
+}
+
+static int gather_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const gs_params *p = pr->params;
+    if (index_grad_check("gather", 1, p->narr + 1, want) < 0) return -1;
+    if (!want[0] || !cots[0]) return 0;
+    mk_array *x = pr->inputs[0];
+    mk_array *z = mk_zeros(x->ndim, x->shape, x->dtype);
+    if (!z) return -1;
+    grads[0] = mk_scatter(z, p->dims, p->narr, pr->inputs + 1, p->bpos, cots[0], MK_SCATTER_SUM);
+    mk_decref(z);
+    return grads[0] ? 0 : -1;
+}
+
+static int gather_jvp(mk_prim *pr, mk_array *const *tans, mk_array **out) {
+    const gs_params *p = pr->params;
+    if (!tans[0]) return 0;
+    out[0] = mk_gather(tans[0], p->dims, p->narr, pr->inputs + 1, p->bpos);
+    return out[0] ? 0 : -1;
+}
+
+static int scatter_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const gs_params *p = pr->params;
+    int nu = p->narr + 1;
+    mk_array *upd = pr->inputs[nu];
+    if (index_grad_check("scatter", 1, nu, want) < 0) return -1;
+    if (!cots[0]) return 0;
+    if (p->op == MK_SCATTER_PROD) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for scatter_prod");
+        return -1;
+    }
+    mk_arena A = {0};
+    int rc = 0;
+    bool ext = p->op == MK_SCATTER_MAX || p->op == MK_SCATTER_MIN;
+    /* max/min: the cotangent goes where the value survived (x or an update equal to the result) */
+    mk_array *res = ext ? mk_ar_output(&A, pr, 0) : NULL;
+    if (ext && !res)
+        res = mk_ar_keep(&A, mk_scatter(pr->inputs[0], p->dims, p->narr, pr->inputs + 1, p->bpos, upd, p->op));
+    if (ext && !res) rc = -1;
+    if (rc == 0 && want[0]) {
+        if (ext) {
+            mk_array *keep = mk_ar_bin(&A, MK_BINARY_equal, res, pr->inputs[0]);
+            grads[0] = mk_ar_out(mk_ar_where(&A, keep, cots[0], mk_ar_scalar(&A, cots[0], 0.0)));
+        } else if (p->op == MK_SCATTER_SUM) {
+            grads[0] = mk_ar_out(cots[0]);
+        } else {
+            mk_array *z = mk_ar_scalar(&A, cots[0], 0.0);
+            grads[0] = z ? mk_scatter(cots[0], p->dims, p->narr, pr->inputs + 1, p->bpos, z, MK_SCATTER_NONE) : NULL;
+        }
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && want[nu]) {
+        mk_array *g = mk_ar_keep(&A, mk_gather(cots[0], p->dims, p->narr, pr->inputs + 1, p->bpos));
+        if (ext && g) {
+            mk_array *gr = mk_ar_keep(&A, mk_gather(res, p->dims, p->narr, pr->inputs + 1, p->bpos));
+            g = mk_ar_mul(&A, g, mk_ar_cast(&A, mk_ar_bin(&A, MK_BINARY_equal, gr, upd), g->dtype));
+        }
+        grads[nu] = mk_ar_out(mk_ar_sum_to(&A, g, upd->ndim, upd->shape));
+        if (!grads[nu]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+/* A put_along_axis node with an accumulation op (x, idx, upd of one shape
+ * but along the axis). */
+static mk_array *put_axis_node(mk_array *x, mk_array *idx, mk_array *upd, int axis, int op) {
+    int *params = malloc(2 * sizeof *params);
+    if (!params) return mk_nomem();
+    params[0] = axis;
+    params[1] = op;
+    mk_array *inputs[3] = {x, idx, upd};
+    return mk_node(&put_axis_def, params, x->dtype, x->ndim, x->shape, 3, inputs);
+}
+
+static int take_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    int axis = *(const int *)pr->params;
+    mk_array *x = pr->inputs[0], *idx = pr->inputs[1];
+    if (index_grad_check("gather_axis", 1, 2, want) < 0) return -1;
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    mk_array *c = cots[0];
+    int64_t zs[MK_MAX_NDIM];
+    memcpy(zs, c->shape, c->ndim * sizeof *zs);
+    zs[axis] = x->shape[axis];
+    mk_array *z = mk_ar_keep(&A, mk_zeros(c->ndim, zs, x->dtype));
+    mk_array *ib = mk_ar_broadcast(&A, idx, c->ndim, c->shape);
+    mk_array *g = z && ib ? mk_ar_keep(&A, put_axis_node(z, ib, c, axis, MK_SCATTER_SUM)) : NULL;
+    grads[0] = mk_ar_out(mk_ar_sum_to(&A, g, x->ndim, x->shape));
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int take_axis_jvp(mk_prim *pr, mk_array *const *tans, mk_array **out) {
+    int axis = *(const int *)pr->params;
+    if (!tans[0]) return 0;
+    out[0] = mk_take_along_axis(tans[0], pr->inputs[1], axis, true);
+    return out[0] ? 0 : -1;
+}
+
+static int put_axis_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_array **grads) {
+    int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
+    mk_array *idx = pr->inputs[1], *upd = pr->inputs[2];
+    if (index_grad_check("scatter_axis", 1, 2, want) < 0) return -1;
+    if (!cots[0]) return 0;
+    if (op != MK_SCATTER_NONE && op != MK_SCATTER_SUM) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for this scatter op");
+        return -1;
+    }
+    mk_arena A = {0};
+    int rc = 0;
+    if (want[0]) {
+        if (op == MK_SCATTER_SUM)
+            grads[0] = mk_ar_out(cots[0]);
+        else {
+            mk_array *z = mk_ar_zeros_like(&A, upd);
+            grads[0] = z ? put_axis_node(cots[0], idx, z, axis, MK_SCATTER_NONE) : NULL;
+        }
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && want[2]) {
+        grads[2] = mk_take_along_axis(cots[0], idx, axis, true);
+        if (!grads[2]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+/* ---------------------------------------------------------- batching rules */
+
+/* The batch size of a rule's inputs (1 when none is batched). */
+static int64_t batch_size(int n, mk_array *const *in, const int *axes) {
+    for (int i = 0; i < n; i++)
+        if (axes[i] >= 0) return in[i]->shape[axes[i]];
+    return 1;
+}
+
+/* A batched gather/scatter plan: the target gets the batch as dim 0, indexed
+ * by arange(B) (shaped to lead the index broadcast), and every index array
+ * a leading batch dim (size 1 when unbatched), so the index shape becomes
+ * (B,) + the old one. Fills x, dims and idx (arena references). */
+static int batched_plan(mk_arena *A, const gs_params *p, mk_array *const *in, const int *axes, int64_t B,
+                        mk_array **x, mk_index_dim *dims, mk_array **idx) {
+    *x = mk_ar_batch_front(A, in[0], axes[0], B);
+    if (!*x) return -1;
+    int nB = p->nB;
+    for (int k = 0; k < p->narr; k++) {
+        mk_array *ix = in[k + 1];
+        int ax = axes[k + 1];
+        if (ax > 0) ix = mk_ar_keep(A, mk_moveaxis(ix, ax, 0));
+        if (!ix) return -1;
+        int r = ix->ndim - (ax >= 0);
+        int64_t shape[MK_MAX_NDIM];
+        int m = 0;
+        shape[m++] = ax >= 0 ? ix->shape[0] : 1;
+        for (int d = r; d < nB; d++) shape[m++] = 1;
+        for (int d = 0; d < r; d++) shape[m++] = ix->shape[d + (ax >= 0)];
+        if (!(idx[k] = mk_ar_reshape(A, ix, m, shape))) return -1;
+    }
+    int64_t ashape[MK_MAX_NDIM];
+    ashape[0] = B;
+    for (int d = 0; d < nB; d++) ashape[d + 1] = 1;
+    mk_array *ar = mk_ar_keep(A, mk_arange(0, (double)B, 1, MK_INT32));
+    if (!(idx[p->narr] = mk_ar_reshape(A, ar, nB + 1, ashape))) return -1;
+    dims[0] = (mk_index_dim){MK_IDX_ARRAY, p->narr, 0, 1, 0};
+    for (int d = 0; d < p->xnd; d++) dims[d + 1] = p->dims[d];
+    return 0;
+}
+
+static int gather_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const gs_params *p = pr->params;
+    if (p->xnd + 1 > MK_MAX_NDIM || p->narr + 1 > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[gather] Too many dimensions to vmap.");
+        return -1;
+    }
+    mk_arena A = {0};
+    mk_array *x, *idx[MK_MAX_NDIM + 1];
+    mk_index_dim dims[MK_MAX_NDIM + 1];
+    int64_t B = batch_size(pr->ninputs, in, axes);
+    int rc = batched_plan(&A, p, in, axes, B, &x, dims, idx);
+    if (rc == 0) {
+        outs[0] = mk_gather(x, dims, p->narr + 1, idx, p->bpos);
+        out_axes[0] = p->bpos;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int scatter_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const gs_params *p = pr->params;
+    if (p->xnd + 1 > MK_MAX_NDIM || p->narr + 1 > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[scatter] Too many dimensions to vmap.");
+        return -1;
+    }
+    mk_arena A = {0};
+    mk_array *x, *idx[MK_MAX_NDIM + 1];
+    mk_index_dim dims[MK_MAX_NDIM + 1];
+    int64_t B = batch_size(pr->ninputs, in, axes);
+    int nu = p->narr + 1;
+    int rc = batched_plan(&A, p, in, axes, B, &x, dims, idx);
+    /* updates: (B,) + the old gather shape, then the batch moved to bpos */
+    mk_array *u = rc == 0 ? mk_ar_batch_front(&A, in[nu], axes[nu], B) : NULL;
+    if (u) u = mk_ar_keep(&A, mk_moveaxis(u, 0, p->bpos));
+    if (!u) rc = -1;
+    if (rc == 0) {
+        /* x may be a broadcast view of an unbatched target: the scatter writes into a copy */
+        outs[0] = mk_scatter(x, dims, p->narr + 1, idx, p->bpos, u, p->op);
+        out_axes[0] = 0;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int take_axis_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    int axis = *(const int *)pr->params;
+    mk_arena A = {0};
+    int64_t B = batch_size(2, in, axes);
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], B), *i = mk_ar_batch_front(&A, in[1], axes[1], B);
+    outs[0] = x && i ? mk_take_along_axis(x, i, axis + 1, true) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int put_axis_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
+    mk_arena A = {0};
+    int64_t B = batch_size(3, in, axes);
+    mk_array *b[3];
+    int rc = 0;
+    for (int k = 0; k < 3; k++)
+        if (!(b[k] = mk_ar_batch_front(&A, in[k], axes[k], B))) rc = -1;
+    outs[0] = rc == 0 ? put_axis_node(b[0], b[1], b[2], axis + 1, op) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
 }

@@ -33,6 +33,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "types.h"
 
@@ -444,7 +445,10 @@ done:
     return rc;
 }
 
-static const mk_opdef gemm_def = {"matmul", gemm_eval, NULL};
+static int gemm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int gemm_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int gemm_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef gemm_def = {"matmul", gemm_eval, NULL, gemm_vjp, gemm_jvp, gemm_vmap, false};
 
 /* a (..., M, K) and b (..., K, N) of the output dtype; c NULL or of the
  * output's shape and dtype. */
@@ -771,4 +775,96 @@ mk_array *mk_outer(mk_array *a, mk_array *b) {
     mk_xdecref(x);
     mk_xdecref(y);
     return out;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* x with its last two axes swapped */
+static mk_array *swap_last(mk_arena *A, mk_array *x) {
+    return x ? mk_ar_keep(A, mk_swapaxes(x, -1, -2)) : NULL;
+}
+
+static int gemm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const gemm_params *gp = p->params;
+    mk_array *a = p->inputs[0], *b = p->inputs[1], *c = cots[0];
+    if (!c) return 0;
+    mk_arena A = {0};
+    int rc = 0;
+    if (gp->alpha != 1.0f) c = mk_ar_scale(&A, c, gp->alpha);
+    if (want[0]) {
+        grads[0] = mk_ar_out(mk_ar_sum_to(&A, mk_ar_matmul(&A, c, swap_last(&A, b)), a->ndim, a->shape));
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && want[1]) {
+        grads[1] = mk_ar_out(mk_ar_sum_to(&A, mk_ar_matmul(&A, swap_last(&A, a), c), b->ndim, b->shape));
+        if (!grads[1]) rc = -1;
+    }
+    if (rc == 0 && gp->has_c && want[2]) {
+        mk_array *cc = p->inputs[2];
+        grads[2] = mk_ar_out(mk_ar_sum_to(&A, mk_ar_scale(&A, cots[0], gp->beta), cc->ndim, cc->shape));
+        if (!grads[2]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int gemm_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const gemm_params *gp = p->params;
+    mk_arena A = {0};
+    mk_array *r = NULL;
+    if (tans[0]) r = mk_ar_matmul(&A, tans[0], p->inputs[1]);
+    if (tans[1]) {
+        mk_array *t = mk_ar_matmul(&A, p->inputs[0], tans[1]);
+        r = r ? mk_ar_add(&A, r, t) : t;
+    }
+    if (r && gp->alpha != 1.0f) r = mk_ar_scale(&A, r, gp->alpha);
+    if (gp->has_c && tans[2]) {
+        mk_array *t = mk_ar_scale(&A, tans[2], gp->beta);
+        r = r ? mk_ar_add(&A, r, t) : t;
+    }
+    if (r) r = mk_ar_broadcast(&A, r, p->outdesc[0].ndim, p->outdesc[0].shape);
+    out[0] = mk_ar_out(r);
+    mk_ar_free(&A);
+    return out[0] ? 0 : -1;
+}
+
+/* batch axes to the front, the non-batch ranks padded to match (unbatched
+ * operands get a leading 1) */
+static int gemm_align(mk_arena *A, int n, mk_array *const *in, const int *axes, mk_array **out) {
+    int nd = 0;
+    for (int i = 0; i < n; i++) {
+        int r = in[i]->ndim - (axes[i] >= 0);
+        if (r > nd) nd = r;
+    }
+    for (int i = 0; i < n; i++) {
+        mk_array *x = in[i];
+        int r = x->ndim - (axes[i] >= 0);
+        if (axes[i] > 0) x = mk_ar_keep(A, mk_moveaxis(x, axes[i], 0));
+        if (!x) return -1;
+        int64_t shape[MK_MAX_NDIM];
+        int k = 0;
+        shape[k++] = axes[i] >= 0 ? x->shape[0] : 1;
+        for (int d = r; d < nd; d++) shape[k++] = 1;
+        for (int d = 0; d < r; d++) shape[k++] = x->shape[d + (axes[i] >= 0)];
+        if (!(out[i] = mk_ar_reshape(A, x, k, shape))) return -1;
+    }
+    return 0;
+}
+
+static int gemm_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const gemm_params *gp = p->params;
+    mk_arena A = {0};
+    mk_array *x[3];
+    int rc = gemm_align(&A, p->ninputs, in, axes, x);
+    if (rc == 0) {
+        outs[0] = gp->has_c ? mk_addmm(x[2], x[0], x[1], gp->alpha, gp->beta) : NULL;
+        if (!gp->has_c) {
+            mk_array *m = mk_ar_matmul(&A, x[0], x[1]);
+            outs[0] = mk_ar_out(gp->alpha != 1.0f ? mk_ar_scale(&A, m, gp->alpha) : m);
+        }
+        out_axes[0] = 0;
+        if (!outs[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
 }

@@ -35,6 +35,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "simd.h"
 #include "types.h"
@@ -654,7 +655,10 @@ static int reduce_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return run_reduce(rp->k, in[0], rp->red, rp->keep_order, out[0]);
 }
 
-static const mk_opdef reduce_def = {"reduce", reduce_eval, NULL};
+static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int reduce_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int reduce_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef reduce_def = {"reduce", reduce_eval, NULL, reduce_vjp, reduce_jvp, reduce_vmap, false};
 
 /* ============================================================ constructors */
 
@@ -1175,7 +1179,10 @@ static int lastax_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef lastax_def = {"softmax", lastax_eval, NULL};
+static int lastax_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int lastax_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int lastax_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef lastax_def = {"softmax", lastax_eval, NULL, lastax_vjp, lastax_jvp, lastax_vmap, false};
 
 static mk_array *lastax_node(lastax_kind kind, mk_array *x, int ndim, const int64_t *shape) {
     lastax_params *lp = malloc(sizeof *lp);
@@ -1306,4 +1313,195 @@ mk_array *mk_softmax(mk_array *x, int naxes, const int *axes_in, bool precise) {
     mk_array *r = mk_as_dtype(q, x->dtype);
     mk_decref(q);
     return r;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* Which reduction a node is (-1: an arg reduction, not differentiable). */
+static int reduce_which(const reduce_params *rp) {
+    const rkern *base = &reduce_kernels[0][0];
+    if (rp->k < base || rp->k >= base + 6 * MK_NDTYPES) return -1;
+    return (int)((rp->k - base) / MK_NDTYPES);
+}
+
+/* x's shape with the reduced dims set to 1 */
+static int keep_shape(const mk_array *x, const bool *red, int64_t *shape) {
+    for (int d = 0; d < x->ndim; d++) shape[d] = red[d] ? 1 : x->shape[d];
+    return x->ndim;
+}
+
+static int red_axes(const mk_array *x, const bool *red, int *axes) {
+    int n = 0;
+    for (int d = 0; d < x->ndim; d++)
+        if (red[d]) axes[n++] = d;
+    return n;
+}
+
+/* d(prod)/dx exactly (zeros included): the products of the elements before
+ * and after each one along the flattened reduced dims. */
+static mk_array *prod_partial(mk_arena *A, mk_array *x, const bool *red) {
+    int nd = x->ndim, perm[MK_MAX_NDIM], inv[MK_MAX_NDIM], n = 0;
+    int64_t shape[MK_MAX_NDIM], L = 1;
+    for (int d = 0; d < nd; d++)
+        if (!red[d]) {
+            perm[n] = d;
+            shape[n++] = x->shape[d];
+        }
+    int nkeep = n;
+    for (int d = 0; d < nd; d++)
+        if (red[d]) {
+            perm[n++] = d;
+            L *= x->shape[d];
+        }
+    for (int k = 0; k < nd; k++) inv[perm[k]] = k;
+    shape[nkeep] = L;
+    mk_array *t = mk_ar_reshape(A, mk_ar_transpose(A, x, nd, perm), nkeep + 1, shape);
+    mk_array *left = t ? mk_ar_keep(A, mk_scan(MK_SCAN_PROD, t, nkeep, true, false, false)) : NULL;
+    mk_array *right = t ? mk_ar_keep(A, mk_scan(MK_SCAN_PROD, t, nkeep, true, true, false)) : NULL;
+    mk_array *g = mk_ar_mul(A, left, right);
+    if (!g) return NULL;
+    int64_t tshape[MK_MAX_NDIM];
+    for (int k = 0; k < nd; k++) tshape[k] = x->shape[perm[k]];
+    g = mk_ar_reshape(A, g, nd, tshape);
+    return mk_ar_transpose(A, g, nd, inv);
+}
+
+/* The derivative factor of sum/prod/max/min against x (NULL for sum,
+ * meaning 1), in x's shape. */
+static int reduce_factor(mk_arena *A, mk_prim *p, mk_array **f) {
+    const reduce_params *rp = p->params;
+    mk_array *x = p->inputs[0];
+    int which = reduce_which(rp);
+    int64_t ks[MK_MAX_NDIM];
+    int axes[MK_MAX_NDIM], na = red_axes(x, rp->red, axes);
+    keep_shape(x, rp->red, ks);
+    *f = NULL;
+    switch (which) {
+    case MK_REDUCE_SUM: return 0;
+    case MK_REDUCE_PROD: *f = prod_partial(A, x, rp->red); break;
+    case MK_REDUCE_MAX:
+    case MK_REDUCE_MIN: {
+        /* ties share the gradient equally, as MLX */
+        mk_array *out = mk_ar_output(A, p, 0);
+        if (!out) out = mk_ar_keep(A, mk_reduce(which, x, na, axes, false));
+        mk_array *mask = mk_ar_cast(A, mk_ar_bin(A, MK_BINARY_equal, x, mk_ar_reshape(A, out, x->ndim, ks)), x->dtype);
+        *f = mk_ar_div(A, mask, mk_ar_sum(A, mask, na, axes, true));
+        break;
+    }
+    default: return 1;
+    }
+    return *f ? 0 : -1;
+}
+
+static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const reduce_params *rp = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    mk_array *f;
+    int rc = reduce_factor(&A, p, &f);
+    if (rc == 0) {
+        int64_t ks[MK_MAX_NDIM];
+        keep_shape(x, rp->red, ks);
+        mk_array *c = mk_ar_broadcast(&A, mk_ar_reshape(&A, mk_ar_cast(&A, cots[0], x->dtype), x->ndim, ks), x->ndim, x->shape);
+        if (f) c = mk_ar_mul(&A, c, f);
+        grads[0] = mk_ar_out(c);
+        if (!grads[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc < 0 ? -1 : 0;
+}
+
+static int reduce_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const reduce_params *rp = p->params;
+    mk_array *x = p->inputs[0];
+    mk_arena A = {0};
+    mk_array *f;
+    int rc = reduce_factor(&A, p, &f);
+    if (rc == 0) {
+        int axes[MK_MAX_NDIM], na = red_axes(x, rp->red, axes);
+        mk_array *t = f ? mk_ar_mul(&A, tans[0], f) : tans[0];
+        t = mk_ar_sum(&A, t, na, axes, p->outdesc[0].ndim == x->ndim);
+        out[0] = mk_ar_out(mk_ar_cast(&A, t, p->outdesc[0].dtype));
+        if (!out[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc < 0 ? -1 : 0;
+}
+
+static int reduce_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const reduce_params *rp = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    bool red[MK_MAX_NDIM] = {false};
+    for (int d = 0; d + 1 < MK_MAX_NDIM; d++) red[d + 1] = rp->red[d];
+    const rkern *k = rp->k;
+    /* the kernel is per dtype; the batched input has the same dtype */
+    outs[0] = x ? reduce_node(k, x, red, rp->keep_order, p->outdesc[0].ndim == p->inputs[0]->ndim,
+                              p->outdesc[0].dtype)
+                : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int lastax_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const lastax_params *lp = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    int last = x->ndim - 1;
+    mk_array *out = mk_ar_output(&A, p, 0), *g;
+    if (!out) out = mk_ar_keep(&A, lastax_node(lp->kind, x, p->outdesc[0].ndim, p->outdesc[0].shape));
+    if (lp->kind == LA_LSE) {
+        int64_t ks[MK_MAX_NDIM];
+        memcpy(ks, x->shape, x->ndim * sizeof *ks);
+        ks[last] = 1;
+        mk_array *sm = mk_ar_un(&A, MK_UNARY_exp, mk_ar_sub(&A, x, mk_ar_reshape(&A, out, x->ndim, ks)));
+        g = mk_ar_mul(&A, mk_ar_reshape(&A, cots[0], x->ndim, ks), sm);
+    } else {
+        mk_array *cs = mk_ar_mul(&A, cots[0], out);
+        g = mk_ar_sub(&A, cs, mk_ar_mul(&A, out, mk_ar_sum(&A, cs, 1, &last, true)));
+    }
+    grads[0] = mk_ar_out(g);
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int lastax_jvp(mk_prim *p, mk_array *const *tans, mk_array **res) {
+    const lastax_params *lp = p->params;
+    mk_array *x = p->inputs[0];
+    mk_arena A = {0};
+    int last = x->ndim - 1;
+    mk_array *out = mk_ar_output(&A, p, 0), *g;
+    if (!out) out = mk_ar_keep(&A, lastax_node(lp->kind, x, p->outdesc[0].ndim, p->outdesc[0].shape));
+    if (lp->kind == LA_LSE) {
+        int64_t ks[MK_MAX_NDIM];
+        memcpy(ks, x->shape, x->ndim * sizeof *ks);
+        ks[last] = 1;
+        mk_array *sm = mk_ar_un(&A, MK_UNARY_exp, mk_ar_sub(&A, x, mk_ar_reshape(&A, out, x->ndim, ks)));
+        g = mk_ar_reshape(&A, mk_ar_sum(&A, mk_ar_mul(&A, tans[0], sm), 1, &last, true), p->outdesc[0].ndim,
+                          p->outdesc[0].shape);
+    } else {
+        mk_array *ts = mk_ar_mul(&A, tans[0], out);
+        g = mk_ar_sub(&A, ts, mk_ar_mul(&A, out, mk_ar_sum(&A, ts, 1, &last, true)));
+    }
+    res[0] = mk_ar_out(g);
+    mk_ar_free(&A);
+    return res[0] ? 0 : -1;
+}
+
+static int lastax_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const lastax_params *lp = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    int64_t shape[MK_MAX_NDIM];
+    if (x) {
+        shape[0] = x->shape[0];
+        memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
+    }
+    outs[0] = x ? lastax_node(lp->kind, x, p->outdesc[0].ndim + 1, shape) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
 }

@@ -9,6 +9,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 
 /* ------------------------------------------------------------ strided copy */
@@ -133,7 +134,10 @@ static int concat_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef concat_def = {"concatenate", concat_eval, NULL};
+static int concat_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int concat_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int concat_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef concat_def = {"concatenate", concat_eval, NULL, concat_vjp, concat_jvp, concat_vmap, false};
 
 static mk_array *concat_flat(int n, mk_array *const *xs) {
     mk_array **flat = calloc((unsigned)n, sizeof *flat), *r = NULL;
@@ -515,7 +519,9 @@ done:
     return rc;
 }
 
-static const mk_opdef pad_def = {"pad", pad_eval, NULL};
+static int pad_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int pad_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef pad_def = {"pad", pad_eval, NULL, pad_vjp, NULL, pad_vmap, false};
 
 static const char *const pad_mode_names[] = {"constant", "edge", "reflect", "symmetric"};
 
@@ -575,4 +581,114 @@ mk_array *mk_pad_ex(mk_array *x, const int64_t (*pad_width)[2], mk_array *value,
 
 mk_array *mk_pad(mk_array *x, const int64_t (*pad_width)[2], mk_array *value) {
     return mk_pad_ex(x, pad_width, value, MK_PAD_CONSTANT);
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+static int concat_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    int axis = *(const int *)p->params;
+    mk_array *c = cots[0];
+    if (!c) return 0;
+    int64_t start[MK_MAX_NDIM], stop[MK_MAX_NDIM], step[MK_MAX_NDIM], pos = 0;
+    for (int d = 0; d < c->ndim; d++) {
+        start[d] = 0;
+        stop[d] = c->shape[d];
+        step[d] = 1;
+    }
+    for (int i = 0; i < p->ninputs; i++) {
+        int64_t n = p->inputs[i]->shape[axis];
+        if (want[i]) {
+            start[axis] = pos;
+            stop[axis] = pos + n;
+            if (!(grads[i] = mk_slice(c, start, stop, step))) return -1;
+        }
+        pos += n;
+    }
+    return 0;
+}
+
+static int concat_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    int axis = *(const int *)p->params, n = p->ninputs;
+    mk_arena A = {0};
+    mk_array **t = calloc(n, sizeof *t);
+    int rc = t ? 0 : -1;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        t[i] = tans[i] ? tans[i] : mk_ar_zeros_like(&A, p->inputs[i]);
+        if (!t[i]) rc = -1;
+    }
+    if (rc == 0 && !(out[0] = mk_concatenate(n, t, axis, true))) rc = -1;
+    if (!t) mk_nomem();
+    free(t);
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int concat_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    int axis = *(const int *)p->params, n = p->ninputs;
+    int64_t B = 1;
+    for (int i = 0; i < n; i++)
+        if (axes[i] >= 0) B = in[i]->shape[axes[i]];
+    mk_arena A = {0};
+    mk_array **t = calloc(n, sizeof *t);
+    int rc = t ? 0 : -1;
+    for (int i = 0; rc == 0 && i < n; i++)
+        if (!(t[i] = mk_ar_batch_front(&A, in[i], axes[i], B))) rc = -1;
+    if (rc == 0 && !(outs[0] = mk_concatenate(n, t, axis + 1, true))) rc = -1;
+    out_axes[0] = 0;
+    if (!t) mk_nomem();
+    free(t);
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int pad_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const pad_params *pp = p->params;
+    mk_array *x = p->inputs[0], *c = cots[0];
+    if (!c) return 0;
+    if (pp->mode != MK_PAD_CONSTANT) {
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for pad with mode %s.", pad_mode_names[pp->mode]);
+        return -1;
+    }
+    int64_t start[MK_MAX_NDIM], stop[MK_MAX_NDIM], step[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) {
+        start[d] = pp->pad[d][0];
+        stop[d] = pp->pad[d][0] + x->shape[d];
+        step[d] = 1;
+    }
+    mk_arena A = {0};
+    int rc = 0;
+    mk_array *inner = mk_ar_keep(&A, mk_slice(c, start, stop, step));
+    if (want[0]) {
+        grads[0] = mk_ar_out(inner);
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && p->ninputs > 1 && want[1]) {
+        /* the padding value: every element outside x */
+        mk_array *v = p->inputs[1];
+        mk_array *g = mk_ar_sub(&A, mk_ar_sum(&A, c, -1, NULL, false), mk_ar_sum(&A, inner, -1, NULL, false));
+        grads[1] = mk_ar_out(mk_ar_broadcast(&A, mk_ar_scale(&A, g, 1.0 / (v->size ? (double)v->size : 1.0)), v->ndim, v->shape));
+        if (!grads[1]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int pad_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const pad_params *pp = p->params;
+    if (p->ninputs > 1 && axes[1] >= 0) {
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vmap] Not implemented for pad with a batched padding value.");
+        return -1;
+    }
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    int64_t pw[MK_MAX_NDIM][2];
+    pw[0][0] = pw[0][1] = 0;
+    for (int d = 0; d < p->inputs[0]->ndim && d + 1 < MK_MAX_NDIM; d++) {
+        pw[d + 1][0] = pp->pad[d][0];
+        pw[d + 1][1] = pp->pad[d][1];
+    }
+    outs[0] = x ? mk_pad_ex(x, (const int64_t(*)[2])pw, p->ninputs > 1 ? in[1] : NULL, pp->mode) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
 }

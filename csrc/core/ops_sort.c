@@ -37,6 +37,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "transforms.h"
 #include "pool.h"
 #include "types.h"
 
@@ -496,7 +497,10 @@ static int sort_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef sort_def = {"sort", sort_eval, NULL};
+static int sort_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int sort_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int sort_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef sort_def = {"sort", sort_eval, NULL, sort_vjp, sort_jvp, sort_vmap, false};
 
 /* ------------------------------------------------------------ constructors */
 
@@ -850,7 +854,9 @@ static int scan_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef scan_def = {"scan", scan_eval, NULL};
+static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef scan_def = {"scan", scan_eval, NULL, scan_vjp, NULL, scan_vmap, false};
 
 static const char *const scan_names[5] = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"};
 
@@ -887,4 +893,154 @@ mk_array *mk_scan(mk_scan_op op, mk_array *x, int axis, bool has_axis, bool reve
     mk_array *r = scan_axis(op, f, 0, reverse, inclusive);
     mk_decref(f);
     return r;
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* sort and partition permute x along the axis: the cotangent goes back
+ * through the permutation (argsort / argpartition) */
+static int sort_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const sort_params *sp = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0] || sp->kind == SK_ARGSORT || sp->kind == SK_ARGPART) return 0;
+    mk_arena A = {0};
+    mk_array *idx = mk_ar_keep(&A, sort_node(sp->kind == SK_SORT ? SK_ARGSORT : SK_ARGPART,
+                                             sp->kind == SK_SORT ? "argsort" : "argpartition", x, sp->axis, sp->kth));
+    idx = mk_ar_un(&A, MK_UNARY_stop_gradient, idx);
+    mk_array *z = mk_ar_zeros_like(&A, x);
+    grads[0] = idx && z ? mk_put_along_axis(z, idx, cots[0], sp->axis, true) : NULL;
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int sort_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const sort_params *sp = p->params;
+    if (sp->kind == SK_ARGSORT || sp->kind == SK_ARGPART) return 0;
+    mk_arena A = {0};
+    mk_array *idx = mk_ar_keep(&A, sort_node(sp->kind == SK_SORT ? SK_ARGSORT : SK_ARGPART,
+                                             sp->kind == SK_SORT ? "argsort" : "argpartition", p->inputs[0], sp->axis,
+                                             sp->kth));
+    idx = mk_ar_un(&A, MK_UNARY_stop_gradient, idx);
+    out[0] = idx ? mk_take_along_axis(tans[0], idx, sp->axis, true) : NULL;
+    mk_ar_free(&A);
+    return out[0] ? 0 : -1;
+}
+
+static int sort_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const sort_params *sp = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    outs[0] = x ? sort_node(sp->kind, "sort", x, sp->axis + 1, sp->kth) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+/* Inclusive cummax/cummin: each position's cotangent goes to the element
+ * holding the running extreme there (ties: the latest in scan order). Where
+ * x equals the output, mark the index; a running max (min for reverse
+ * scans) of the marks finds the owner; the scatter-add along the axis is
+ * the vjp of take_along_axis(zeros, owner). */
+static mk_array *extreme_route(mk_arena *A, const scan_params *sp, mk_array *x, mk_array *out, mk_array *cot) {
+    int64_t n = x->shape[sp->axis], ishape[MK_MAX_NDIM];
+    for (int d = 0; d < x->ndim; d++) ishape[d] = d == sp->axis ? n : 1;
+    mk_array *iota = mk_ar_reshape(A, mk_ar_keep(A, mk_arange(0, (double)n, 1, MK_INT32)), x->ndim, ishape);
+    mk_array *fill = mk_ar_keep(A, mk_scalar_i64(MK_INT32, sp->reverse ? n : -1));
+    mk_array *marked = mk_ar_where(A, mk_ar_bin(A, MK_BINARY_equal, x, out), iota, fill);
+    mk_array *owner = marked ? mk_ar_keep(A, mk_scan(sp->reverse ? MK_SCAN_MIN : MK_SCAN_MAX, marked, sp->axis, true,
+                                                      sp->reverse, true))
+                             : NULL;
+    owner = mk_ar_un(A, MK_UNARY_stop_gradient, owner);
+    mk_array *zz = mk_ar_zeros_like(A, x);
+    mk_array *zt = zz ? mk_ar_keep(A, mk_tracer(zz)) : NULL;
+    mk_array *taken = zt && owner ? mk_ar_keep(A, mk_take_along_axis(zt, owner, sp->axis, true)) : NULL;
+    mk_array *gz = NULL;
+    if (taken && mk_vjp_graph(1, &taken, &cot, 1, &zt, &gz) == 0) return mk_ar_keep(A, gz);
+    return NULL;
+}
+
+static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const scan_params *sp = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    mk_array *g = NULL;
+    switch (sp->op) {
+    case MK_SCAN_SUM: g = mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, cots[0], sp->axis, true, !sp->reverse, sp->inclusive)); break;
+    case MK_SCAN_PROD: {
+        /* exact with zeros (MLX's scheme): before the first zero along a line,
+         * (reverse cumsum of c * out) / x; at the first zero, the same with that
+         * zero replaced by 1; after it, 0 */
+        mk_array *out = mk_ar_output(&A, p, 0);
+        if (!out) out = mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x, sp->axis, true, sp->reverse, sp->inclusive));
+        mk_array *other = mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x, sp->axis, true, sp->reverse, !sp->inclusive));
+        mk_array *incl = sp->inclusive ? out : other, *excl = sp->inclusive ? other : out;
+        mk_array *z = mk_ar_scalar(&A, x, 0.0);
+        mk_array *eqz = mk_ar_bin(&A, MK_BINARY_equal, incl, z);
+        mk_array *first = mk_ar_bin(&A, MK_BINARY_logical_and, eqz, mk_ar_bin(&A, MK_BINARY_not_equal, excl, z));
+        mk_array *x1 = mk_ar_where(&A, first, mk_ar_scalar(&A, x, 1.0), x);
+        mk_array *out1 = x1 ? mk_ar_keep(&A, mk_scan(MK_SCAN_PROD, x1, sp->axis, true, sp->reverse, sp->inclusive)) : NULL;
+        mk_array *m = mk_ar_mul(&A, cots[0], out), *m1 = mk_ar_mul(&A, cots[0], out1);
+        mk_array *s = m ? mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, m, sp->axis, true, !sp->reverse, sp->inclusive)) : NULL;
+        mk_array *s1 = m1 ? mk_ar_keep(&A, mk_scan(MK_SCAN_SUM, m1, sp->axis, true, !sp->reverse, sp->inclusive)) : NULL;
+        mk_array *regular = mk_ar_div(&A, s, x);
+        g = mk_ar_where(&A, first, s1, mk_ar_where(&A, eqz, z, regular));
+        break;
+    }
+    case MK_SCAN_MAX:
+    case MK_SCAN_MIN: {
+        mk_array *out = mk_ar_output(&A, p, 0);
+        if (!out) out = mk_ar_keep(&A, mk_scan(sp->op, x, sp->axis, true, sp->reverse, sp->inclusive));
+        int64_t n = x->shape[sp->axis];
+        if (sp->inclusive || n < 2) {
+            g = sp->inclusive ? extreme_route(&A, sp, x, out, cots[0]) : mk_ar_zeros_like(&A, x);
+            break;
+        }
+        /* exclusive: out[j] is the inclusive extreme of the elements before
+         * j (after j for reverse scans), so route out's window over x's */
+        int64_t st[MK_MAX_NDIM], sx[MK_MAX_NDIM], so[MK_MAX_NDIM], step[MK_MAX_NDIM];
+        for (int d = 0; d < x->ndim; d++) {
+            st[d] = so[d] = 0;
+            sx[d] = x->shape[d];
+            step[d] = 1;
+        }
+        int64_t ex[MK_MAX_NDIM], eo[MK_MAX_NDIM];
+        memcpy(ex, sx, sizeof ex);
+        memcpy(eo, sx, sizeof eo);
+        int a = sp->axis;
+        if (sp->reverse) {
+            st[a] = 1;        /* x[1:] */
+            eo[a] = n - 1;    /* out[:-1] */
+        } else {
+            ex[a] = n - 1;    /* x[:-1] */
+            so[a] = 1;        /* out[1:] */
+        }
+        mk_array *xw = mk_ar_keep(&A, mk_slice(x, st, ex, step));
+        mk_array *ow = mk_ar_keep(&A, mk_slice(out, so, eo, step));
+        mk_array *cw = mk_ar_keep(&A, mk_slice(cots[0], so, eo, step));
+        mk_array *gw = xw && ow && cw ? extreme_route(&A, sp, xw, ow, cw) : NULL;
+        int64_t pw[MK_MAX_NDIM][2];
+        memset(pw, 0, sizeof pw);
+        pw[a][sp->reverse ? 0 : 1] = 1;
+        mk_array *zero = mk_ar_scalar(&A, x, 0.0);
+        g = gw && zero ? mk_ar_keep(&A, mk_pad(gw, (const int64_t(*)[2])pw, zero)) : NULL;
+        break;
+    }
+    default:
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for %s.", scan_names[sp->op]);
+        break;
+    }
+    grads[0] = mk_ar_out(g);
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const scan_params *sp = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    outs[0] = x ? scan_axis(sp->op, x, sp->axis + 1, sp->reverse, sp->inclusive) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
 }

@@ -11,6 +11,7 @@
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
+#include "transforms.h"
 #include "simd.h"
 #include "types.h"
 
@@ -341,7 +342,12 @@ static int unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef unary_def = {"unary", unary_eval, NULL};
+static int unary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int unary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int unary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef unary_def = {"unary", unary_eval, NULL, unary_vjp, unary_jvp, unary_vmap, false};
+/* stop_gradient: the identity, where differentiation stops (nondiff) */
+static const mk_opdef stop_gradient_def = {"StopGradient", unary_eval, NULL, NULL, NULL, unary_vmap, true};
 
 mk_array *mk_unary(mk_unary_op op, mk_array *x) {
     const unary_spec *spec = &specs[op];
@@ -376,7 +382,8 @@ mk_array *mk_unary(mk_unary_op op, mk_array *x) {
     mk_array *out = NULL;
     if (params) {
         *params = op;
-        out = mk_node(&unary_def, params, out_t, x->ndim, x->shape, 1, &xin);
+        out = mk_node(op == MK_UNARY_stop_gradient ? &stop_gradient_def : &unary_def, params, out_t, x->ndim,
+                      x->shape, 1, &xin);
     } else {
         mk_nomem();
     }
@@ -405,7 +412,10 @@ static int astype_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef astype_def = {"astype", astype_eval, NULL};
+static int astype_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int astype_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int astype_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef astype_def = {"astype", astype_eval, NULL, astype_vjp, astype_jvp, astype_vmap, false};
 
 mk_array *mk_astype(mk_array *x, mk_dtype dtype) {
     return mk_node(&astype_def, NULL, dtype, x->ndim, x->shape, 1, &x);
@@ -419,4 +429,135 @@ mk_array *mk_as_dtype(mk_array *x, mk_dtype dtype) {
         return x;
     }
     return mk_astype(x, dtype);
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* The derivative of a unary op at x (out: its value there, or NULL).
+ * Returns 0 with *d set, 1 when the derivative is zero (no gradient), or -1. */
+static int unary_deriv(mk_arena *A, mk_unary_op op, mk_array *x, mk_array *out, mk_array **d) {
+    *d = NULL;
+#define OUT() (out ? out : (out = mk_ar_un(A, op, x)))
+#define ONE(like) mk_ar_scalar(A, like, 1.0)
+    switch (op) {
+    case MK_UNARY_abs: *d = mk_ar_un(A, MK_UNARY_sign, x); break;
+    case MK_UNARY_negative: *d = mk_ar_scalar(A, x, -1.0); break;
+    case MK_UNARY_square: *d = mk_ar_scale(A, x, 2.0); break;
+    case MK_UNARY_sqrt: *d = mk_ar_div(A, mk_ar_scalar(A, x, 0.5), OUT()); break;
+    case MK_UNARY_rsqrt: *d = mk_ar_div(A, mk_ar_scale(A, OUT(), -0.5), x); break;
+    case MK_UNARY_reciprocal: *d = mk_ar_neg(A, mk_ar_un(A, MK_UNARY_square, OUT())); break;
+    case MK_UNARY_exp: *d = OUT(); break;
+    case MK_UNARY_expm1: *d = mk_ar_un(A, MK_UNARY_exp, x); break;
+    case MK_UNARY_log: *d = mk_ar_un(A, MK_UNARY_reciprocal, x); break;
+    case MK_UNARY_log1p: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_add(A, x, ONE(x))); break;
+    case MK_UNARY_log2: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_scale(A, x, 0.69314718055994530942)); break;
+    case MK_UNARY_log10: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_scale(A, x, 2.30258509299404568402)); break;
+    case MK_UNARY_sin: *d = mk_ar_un(A, MK_UNARY_cos, x); break;
+    case MK_UNARY_cos: *d = mk_ar_neg(A, mk_ar_un(A, MK_UNARY_sin, x)); break;
+    case MK_UNARY_tan: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_un(A, MK_UNARY_square, mk_ar_un(A, MK_UNARY_cos, x))); break;
+    case MK_UNARY_arcsin:
+    case MK_UNARY_arccos: {
+        mk_array *r = mk_ar_un(A, MK_UNARY_rsqrt, mk_ar_sub(A, ONE(x), mk_ar_un(A, MK_UNARY_square, x)));
+        *d = op == MK_UNARY_arcsin ? r : mk_ar_neg(A, r);
+        break;
+    }
+    case MK_UNARY_arctan: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_add(A, ONE(x), mk_ar_un(A, MK_UNARY_square, x))); break;
+    case MK_UNARY_sinh: *d = mk_ar_un(A, MK_UNARY_cosh, x); break;
+    case MK_UNARY_cosh: *d = mk_ar_un(A, MK_UNARY_sinh, x); break;
+    case MK_UNARY_tanh: *d = mk_ar_sub(A, ONE(x), mk_ar_un(A, MK_UNARY_square, OUT())); break;
+    case MK_UNARY_arcsinh: *d = mk_ar_un(A, MK_UNARY_rsqrt, mk_ar_add(A, mk_ar_un(A, MK_UNARY_square, x), ONE(x))); break;
+    case MK_UNARY_arccosh: *d = mk_ar_un(A, MK_UNARY_rsqrt, mk_ar_sub(A, mk_ar_un(A, MK_UNARY_square, x), ONE(x))); break;
+    case MK_UNARY_arctanh: *d = mk_ar_un(A, MK_UNARY_reciprocal, mk_ar_sub(A, ONE(x), mk_ar_un(A, MK_UNARY_square, x))); break;
+    case MK_UNARY_sigmoid: {
+        mk_array *o = OUT();
+        *d = mk_ar_mul(A, o, mk_ar_sub(A, ONE(x), o));
+        break;
+    }
+    case MK_UNARY_erf:
+        *d = mk_ar_scale(A, mk_ar_un(A, MK_UNARY_exp, mk_ar_neg(A, mk_ar_un(A, MK_UNARY_square, x))),
+                         1.12837916709551257390);
+        break;
+    case MK_UNARY_erfinv:
+        *d = mk_ar_scale(A, mk_ar_un(A, MK_UNARY_exp, mk_ar_un(A, MK_UNARY_square, OUT())), 0.88622692545275801365);
+        break;
+    case MK_UNARY_degrees: *d = mk_ar_scalar(A, x, 57.29577951308232087680); break;
+    case MK_UNARY_radians: *d = mk_ar_scalar(A, x, 0.01745329251994329577); break;
+    case MK_UNARY_sign:
+    case MK_UNARY_floor:
+    case MK_UNARY_ceil:
+    case MK_UNARY_round:
+    case MK_UNARY_isnan:
+    case MK_UNARY_isinf:
+    case MK_UNARY_isfinite:
+    case MK_UNARY_isposinf:
+    case MK_UNARY_isneginf:
+    case MK_UNARY_logical_not:
+    case MK_UNARY_bitwise_invert:
+    case MK_UNARY_stop_gradient: return 1;
+    default:
+        mk_error_set(MK_ERR_VALUE, "[%s] Gradients of complex parts are not supported.", mk_unary_names[op]);
+        return -1;
+    }
+#undef OUT
+#undef ONE
+    return *d ? 0 : -1;
+}
+
+static int unary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    mk_unary_op op = *(mk_unary_op *)p->params;
+    if (!want[0] || !cots[0]) return 0;
+    if (op == MK_UNARY_conjugate) {
+        grads[0] = mk_unary(MK_UNARY_conjugate, cots[0]);
+        return grads[0] ? 0 : -1;
+    }
+    mk_arena A = {0};
+    mk_array *d;
+    int rc = unary_deriv(&A, op, p->inputs[0], mk_ar_output(&A, p, 0), &d);
+    if (rc == 0) {
+        grads[0] = mk_ar_out(mk_ar_mul(&A, cots[0], d));
+        if (!grads[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc < 0 ? -1 : 0;
+}
+
+static int unary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    mk_unary_op op = *(mk_unary_op *)p->params;
+    if (op == MK_UNARY_conjugate) {
+        out[0] = mk_unary(MK_UNARY_conjugate, tans[0]);
+        return out[0] ? 0 : -1;
+    }
+    mk_arena A = {0};
+    mk_array *d;
+    int rc = unary_deriv(&A, op, p->inputs[0], mk_ar_output(&A, p, 0), &d);
+    if (rc == 0) {
+        out[0] = mk_ar_out(mk_ar_mul(&A, tans[0], d));
+        if (!out[0]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc < 0 ? -1 : 0;
+}
+
+/* element-wise: the op on the batched input, batch axis unchanged */
+static int unary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    outs[0] = mk_unary(*(mk_unary_op *)p->params, in[0]);
+    out_axes[0] = axes[0];
+    return outs[0] ? 0 : -1;
+}
+
+static int astype_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    if (!want[0] || !cots[0]) return 0;
+    grads[0] = mk_as_dtype(cots[0], p->inputs[0]->dtype);
+    return grads[0] ? 0 : -1;
+}
+
+static int astype_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    out[0] = mk_as_dtype(tans[0], p->outdesc[0].dtype);
+    return out[0] ? 0 : -1;
+}
+
+static int astype_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    outs[0] = mk_astype(in[0], p->outdesc[0].dtype);
+    out_axes[0] = axes[0];
+    return outs[0] ? 0 : -1;
 }

@@ -7,6 +7,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "transforms.h"
 #include "types.h"
 
 int mk_norm_axis(const char *op, int axis, int ndim) {
@@ -49,7 +50,10 @@ static int view_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef view_def = {"view", view_eval, NULL};
+static int view_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int view_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int view_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef view_def = {"view", view_eval, NULL, view_vjp, view_jvp, view_vmap, false};
 
 static view_params *view_new(const mk_array *x, int ndim) {
     view_params *v = calloc(1, sizeof *v);
@@ -133,7 +137,10 @@ static int reshape_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return copy_dense(x, o);
 }
 
-static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL};
+static int reshape_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int reshape_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL, reshape_vjp, reshape_jvp, reshape_vmap, false};
 
 mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
     int64_t shape[MK_MAX_NDIM];
@@ -440,7 +447,8 @@ static int diagonal_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) 
     return 0;
 }
 
-static const mk_opdef diagonal_def = {"diagonal", diagonal_eval, NULL};
+static int diagonal_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static const mk_opdef diagonal_def = {"diagonal", diagonal_eval, NULL, diagonal_vjp, NULL, NULL, false};
 
 mk_array *mk_diagonal(mk_array *x, int64_t offset, int axis1, int axis2) {
     int nd = x->ndim;
@@ -488,7 +496,8 @@ static int diag_matrix_eval(mk_prim *p, mk_array *const *in, mk_array *const *ou
     return 0;
 }
 
-static const mk_opdef diag_matrix_def = {"diag", diag_matrix_eval, NULL};
+static int diag_matrix_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static const mk_opdef diag_matrix_def = {"diag", diag_matrix_eval, NULL, diag_matrix_vjp, NULL, NULL, false};
 
 mk_array *mk_diag(mk_array *x, int64_t k) {
     if (x->ndim == 2) return mk_diagonal(x, k, 0, 1);
@@ -548,4 +557,176 @@ mk_array *mk_view_dtype(mk_array *x, mk_dtype dtype) {
         shape[x->ndim - 1] = bytes / (int64_t)osz;
     }
     return mk_node(&dtype_view_def, NULL, dtype, x->ndim, shape, 1, &x);
+}
+
+/* ---------------------------------------------------------- transformation rules */
+
+/* vjp of a strided view: the cotangent summed over the view's new and
+ * broadcast dims, laid out along the input's dims, then written into zeros
+ * at the positions the view reads (a slice update), unless it covers all. */
+static int view_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const view_params *v = p->params;
+    mk_array *x = p->inputs[0];
+    if (!want[0] || !cots[0]) return 0;
+    mk_arena A = {0};
+    int sum_axes[MK_MAX_NDIM], ns = 0, kept[MK_MAX_NDIM], nk = 0;
+    for (int k = 0; k < v->ndim; k++) {
+        if (v->map[k] < 0)
+            sum_axes[ns++] = k;
+        else
+            kept[nk++] = k;
+    }
+    mk_array *c = cots[0];
+    if (ns) c = mk_ar_sum(&A, c, ns, sum_axes, false);
+    /* order the kept dims by the input dim they map to */
+    int perm[MK_MAX_NDIM];
+    for (int i = 0; i < nk; i++) perm[i] = i;
+    for (int i = 1; i < nk; i++)
+        for (int j = i; j > 0 && v->map[kept[perm[j - 1]]] > v->map[kept[perm[j]]]; j--) {
+            int t = perm[j];
+            perm[j] = perm[j - 1];
+            perm[j - 1] = t;
+        }
+    bool identity = true;
+    for (int i = 0; i < nk; i++) identity &= perm[i] == i;
+    if (!identity) c = mk_ar_transpose(&A, c, nk, perm);
+    int64_t shape[MK_MAX_NDIM];
+    mk_index_dim dims[MK_MAX_NDIM];
+    bool whole = true;
+    for (int d = 0; d < x->ndim; d++) {
+        shape[d] = 1;
+        dims[d] = (mk_index_dim){MK_IDX_SLICE, 0, v->start[d], 1, 1};
+    }
+    for (int i = 0; i < nk; i++) {
+        int k = kept[perm[i]], d = v->map[k];
+        shape[d] = p->outdesc[0].shape[k];
+        dims[d].step = v->mult[k];
+        dims[d].len = shape[d];
+    }
+    for (int d = 0; d < x->ndim; d++)
+        whole &= dims[d].start == 0 && dims[d].len == x->shape[d] && (dims[d].step == 1 || dims[d].len <= 1);
+    c = mk_ar_reshape(&A, c, x->ndim, shape);
+    if (c && !whole) {
+        mk_array *z = mk_ar_zeros_like(&A, x);
+        c = z ? mk_ar_keep(&A, mk_scatter(z, dims, 0, NULL, 0, c, MK_SCATTER_NONE)) : NULL;
+    }
+    grads[0] = mk_ar_out(c);
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int view_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    view_params *v = malloc(sizeof *v);
+    if (!v) {
+        mk_nomem();
+        return -1;
+    }
+    memcpy(v, p->params, sizeof *v);
+    out[0] = mk_node(&view_def, v, tans[0]->dtype, p->outdesc[0].ndim, p->outdesc[0].shape, 1, &tans[0]);
+    return out[0] ? 0 : -1;
+}
+
+/* the same view with a leading batch dim passed through */
+static int view_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const view_params *v0 = p->params;
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    view_params *v = x ? calloc(1, sizeof *v) : NULL;
+    if (!v) {
+        mk_ar_free(&A);
+        if (x) mk_nomem();
+        return -1;
+    }
+    v->ndim = v0->ndim + 1;
+    v->in_ndim = v0->in_ndim + 1;
+    v->map[0] = 0;
+    v->mult[0] = 1;
+    v->start[0] = 0;
+    for (int k = 0; k < v0->ndim; k++) {
+        v->map[k + 1] = v0->map[k] < 0 ? -1 : v0->map[k] + 1;
+        v->mult[k + 1] = v0->mult[k];
+    }
+    for (int d = 0; d < v0->in_ndim; d++) v->start[d + 1] = v0->start[d];
+    int64_t shape[MK_MAX_NDIM];
+    shape[0] = x->shape[0];
+    memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
+    outs[0] = mk_node(&view_def, v, x->dtype, v->ndim, shape, 1, &x);
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static int reshape_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    if (!want[0] || !cots[0]) return 0;
+    grads[0] = mk_reshape(cots[0], p->inputs[0]->ndim, p->inputs[0]->shape);
+    return grads[0] ? 0 : -1;
+}
+
+static int reshape_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    out[0] = mk_reshape(tans[0], p->outdesc[0].ndim, p->outdesc[0].shape);
+    return out[0] ? 0 : -1;
+}
+
+static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    mk_arena A = {0};
+    mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    int64_t shape[MK_MAX_NDIM];
+    if (x) {
+        shape[0] = x->shape[0];
+        memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
+    }
+    outs[0] = x ? mk_reshape(x, p->outdesc[0].ndim + 1, shape) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+/* the diagonal: its cotangent goes back onto the diagonal of zeros, as a
+ * column (padded to the rows) times the eye mask of that diagonal */
+static int diagonal_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    if (!want[0] || !cots[0]) return 0;
+    const diagonal_params *d = p->params;
+    mk_array *x = p->inputs[0];
+    mk_arena A = {0};
+    int a1 = d->ax1, a2 = d->ax2, nd = x->ndim;
+    int64_t n1 = x->shape[a1], n2 = x->shape[a2];
+    /* mask[i, j] = (j - i == offset) */
+    mk_array *m = mk_ar_keep(&A, mk_eye(n1, n2, d->off2 - d->off1, x->dtype));
+    int nr = 0;
+    for (int k = 0; k < nd; k++)
+        if (k != a1 && k != a2) nr++;
+    /* cot has shape rest + (L,); place it along the diagonal: for row i the
+     * diagonal element is index i - max(0,-offset) */
+    int64_t r0 = d->off1;
+    int64_t L = cots[0]->shape[cots[0]->ndim - 1];
+    /* pad the diagonal vector to length n1 (rows) and broadcast over columns */
+    int64_t pw[MK_MAX_NDIM][2];
+    memset(pw, 0, sizeof pw);
+    pw[cots[0]->ndim - 1][0] = r0;
+    pw[cots[0]->ndim - 1][1] = n1 - r0 - L;
+    mk_array *zero = mk_ar_scalar(&A, cots[0], 0.0);
+    mk_array *cp = zero ? mk_ar_keep(&A, mk_pad(cots[0], (const int64_t(*)[2])pw, zero)) : NULL;
+    int64_t es[MK_MAX_NDIM];
+    int ne = 0;
+    if (cp) {
+        for (int k = 0; k < cp->ndim; k++) es[ne++] = cp->shape[k];
+        es[ne++] = 1;
+    }
+    mk_array *col = mk_ar_reshape(&A, cp, ne, es); /* rest + (n1, 1) */
+    mk_array *full = mk_ar_mul(&A, col, m);        /* rest + (n1, n2) */
+    /* move the two last axes back to a1, a2 */
+    int perm[MK_MAX_NDIM];
+    for (int k = 0, ri = 0; k < nd; k++) perm[k] = k == a1 ? nr : k == a2 ? nr + 1 : ri++;
+    /* perm[k] as built indexes the source axis of full for output axis k */
+    mk_array *g = full ? mk_ar_transpose(&A, full, nd, perm) : NULL;
+    grads[0] = mk_ar_out(g);
+    mk_ar_free(&A);
+    return grads[0] ? 0 : -1;
+}
+
+static int diag_matrix_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    if (!want[0] || !cots[0]) return 0;
+    int64_t k = *(const int64_t *)p->params;
+    grads[0] = mk_diagonal(cots[0], k, 0, 1);
+    return grads[0] ? 0 : -1;
 }

@@ -9,13 +9,15 @@
 
 /* A key that indexes like an int: Python ints, objects with __index__ that
  * are not sequences (numpy integers, 0-d numpy arrays), 0-d integer mkpy
- * arrays. Bools are not ints here (MLX refuses them). */
+ * arrays (but for tracing). Bools are not ints here (MLX refuses them). */
 static int is_int_key(PyObject *o) {
     if (PyBool_Check(o)) return 0;
     if (PyLong_Check(o)) return 1;
     if (PyMkArray_Check(o)) {
+        /* while a transformation traces, its value must stay in the graph
+         * (a gather by a 0-d index array, as MLX always does) */
         mk_array *a = MKARR(o);
-        return a->ndim == 0 && mk_is_integral(a->dtype);
+        return a->ndim == 0 && mk_is_integral(a->dtype) && !mk_tracing();
     }
     if (PyFloat_Check(o) || !PyIndex_Check(o)) return 0;
     /* numpy: a 0-d integer array or an integer scalar has a working __index__ */
