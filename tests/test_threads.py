@@ -401,7 +401,7 @@ def test_1000_short_lived_threads_leave_no_stacks():
         if engine == "fibers":
             env["MKPY_ENGINE"] = "fibers"
         procs[engine] = subprocess.Popen([sys.executable, "-c", SHORT_LIVED, "1000", TREE_SOURCE], env=env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PKG_PARENT)
     for engine, p in procs.items():
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, (engine, err)
