@@ -19,6 +19,8 @@ import pytest
 import mkpy as mx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+UNDER_TSAN = "libtsan" in os.environ.get("LD_PRELOAD", "")
+PKG_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(mx.__file__)))
 
 
 def _cc():
@@ -35,15 +37,18 @@ def pool_binary(tmp_path_factory):
         pytest.skip("no C compiler")
     exe = str(tmp_path_factory.mktemp("pool") / "test_pool")
     src = os.path.join(ROOT, "tests", "cpp", "test_pool.c")
-    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", os.path.join(ROOT, "csrc"),
-                    src, "-o", exe], check=True, capture_output=True, timeout=120)
+    # under `make tsan` the stress program is itself built with ThreadSanitizer
+    sanitize = ["-fsanitize=thread", "-g"] if UNDER_TSAN else []
+    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", *sanitize, "-I",
+                    os.path.join(ROOT, "csrc"), src, "-o", exe], check=True, capture_output=True, timeout=120)
     return exe
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 def test_pool_stress_c(pool_binary, threads):
     env = dict(os.environ, MKPY_NUM_THREADS=str(threads))
-    r = subprocess.run([pool_binary], env=env, capture_output=True, text=True, timeout=120)
+    env.pop("LD_PRELOAD", None)  # the program links its own TSan runtime when it has one
+    r = subprocess.run([pool_binary], env=env, capture_output=True, text=True, timeout=600 if UNDER_TSAN else 120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok %d threads" % threads
 
@@ -118,9 +123,10 @@ def test_results_do_not_depend_on_the_thread_count():
     the same way with any MKPY_NUM_THREADS."""
     outs = set()
     for threads in (1, 2, 3):
-        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_NUM_THREADS=str(threads))
+        # the mkpy under test (the tree, or `make tsan`'s instrumented build)
+        env = dict(os.environ, PYTHONPATH=PKG_PARENT, MKPY_NUM_THREADS=str(threads))
         proc = subprocess.run([sys.executable, "-c", DETERMINISM], env=env, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=600, cwd=PKG_PARENT)
         assert proc.returncode == 0, proc.stderr
         outs.add(proc.stdout)
     assert len(outs) == 1

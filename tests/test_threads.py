@@ -401,9 +401,16 @@ def test_1000_short_lived_threads_leave_no_stacks():
         if engine == "fibers":
             env["MKPY_ENGINE"] = "fibers"
         procs[engine] = subprocess.Popen([sys.executable, "-c", SHORT_LIVED, "1000", TREE_SOURCE], env=env,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PKG_PARENT)
+    try:
+        outs = {engine: p.communicate(timeout=300) for engine, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for engine, p in procs.items():
-        out, err = p.communicate(timeout=300)
+        out, err = outs[engine]
         assert p.returncode == 0, (engine, err)
         assert ("`thr_tree_sum` runs on fibers" if engine == "fibers" else
                 "`thr_tree_sum` runs on the lockstep engine") in out, out
