@@ -16,8 +16,10 @@ def grid_sample_ref(x, grid):
     ix = ((grid[..., 0] + 1) * W_in - 1) / 2
     iy = ((grid[..., 1] + 1) * H_in - 1) / 2
 
-    ix_nw = mx.floor(ix).astype(mx.int32)
-    iy_nw = mx.floor(iy).astype(mx.int32)
+    # integer corner indices: no gradient flows into them (MLX asks for stop_gradient
+    # on indices that depend on a differentiated input; the values are unchanged)
+    ix_nw = mx.stop_gradient(mx.floor(ix).astype(mx.int32))
+    iy_nw = mx.stop_gradient(mx.floor(iy).astype(mx.int32))
 
     ix_ne = ix_nw + 1
     iy_ne = iy_nw

@@ -410,7 +410,7 @@ def clip(a: array, /, a_min: Union[scalar, array, None], a_max: Union[scalar, ar
 
 @overload
 def compile(fun: _F, inputs: Optional[Any] = None, outputs: Optional[Any] = None, shapeless: bool = False) -> _F:
-    """Returns a function that produces the same output as ``fun``."""
+    """Returns a compiled function which produces the same output as ``fun``: ``fun`` is traced once per signature of its arguments (their structure, the dtypes and shapes of the arrays, or only their number of dimensions with ``shapeless=True``, and the constants) and the graph is replayed on later calls."""
 @overload
 def compile(fun: None = None, inputs: Optional[Any] = None, outputs: Optional[Any] = None, shapeless: bool = False) -> Callable[[_F], _F]: ...
 
@@ -465,7 +465,7 @@ def diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: 
     """Return specified diagonals: the 2-D sub-arrays over axis1 and axis2 lose those axes and their diagonal at offset becomes the last axis (a view of a)."""
 
 def disable_compile() -> None:
-    """Globally disable compilation (mkpy never fuses, so this changes nothing observable)."""
+    """Globally disable compilation: compiled functions call the function as is."""
 
 def divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise divide with broadcasting."""

@@ -444,3 +444,43 @@ def test_scatter_max_min_grads():
     assert gx.tolist() == [0.0, 2.0, 3.0] and gu.tolist() == [1.0, 0.0]
     gx, gu = mx.grad(lambda a, b: (a.at[i].minimum(b) * w).sum(), argnums=(0, 1))(x, u)
     assert gx.tolist() == [1.0, 0.0, 3.0] and gu.tolist() == [0.0, 2.0]
+
+
+def test_compile_traces_once_and_replays():
+    calls = [0]
+    x = mx.array(1.0)
+
+    def f(a):
+        calls[0] += 1
+        return mx.exp(a) * x
+
+    c = mx.compile(f)
+    assert c(mx.array(0.0)).item() == 1.0
+    x = mx.array(5.0)  # closures are captured at trace time
+    assert c(mx.array(1.0)).item() == pytest.approx(np.e)
+    assert calls[0] == 1
+    # a new shape traces again; shapeless does not
+    c(mx.ones((2,)))
+    assert calls[0] == 2
+    s = mx.compile(lambda a: a.sum(axis=-1) * 2, shapeless=True)
+    assert s(mx.ones((2, 3))).tolist() == [6.0, 6.0] and s(mx.ones((4, 5))).tolist() == [10.0] * 4
+    # composes with grad and vmap (the (2,) trace captured x = 5)
+    g = mx.grad(lambda a: c(a).sum())(mx.array([0.0, 1.0]))
+    np.testing.assert_allclose(np.array(g), 5 * np.exp([0.0, 1.0]), rtol=1e-6)
+    v = mx.vmap(c)(mx.array([0.0, 1.0]))
+    np.testing.assert_allclose(np.array(v), np.exp([0.0, 1.0]), rtol=1e-6)
+
+
+def test_compile_refuses_bad_inputs_as_mlx():
+    class Thing:
+        value = 1
+
+    with pytest.raises(ValueError, match=r"\[compile\] Function arguments must be trees of arrays or constants"):
+        mx.compile(lambda a, b: a + b.value)(mx.array(0.0), Thing())
+    y = mx.array([1.0, 2.0]) + 2
+
+    def f(a):
+        return a + (y + 1)
+
+    with pytest.raises(ValueError, match=r"uncaptured inputs"):
+        mx.compile(f)(y)

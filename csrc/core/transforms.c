@@ -572,6 +572,55 @@ done:
     return rc;
 }
 
+int mk_graph_reaches(int nout, mk_array *const *outs, int nin, mk_array *const *ins, int nf, mk_array *const *forbid) {
+    ptrmap stop = {0}, bad = {0}, seen = {0};
+    size_t cap = 64, n = 0;
+    mk_array **stack = malloc(cap * sizeof *stack);
+    int rc = 0;
+    if (!stack) goto nomem;
+    for (int i = 0; i < nin; i++)
+        if (!pm_get(&stop, ins[i])) goto fail;
+    for (int i = 0; i < nf; i++)
+        if (!pm_get(&bad, forbid[i])) goto fail;
+    for (int i = 0; i < nout && !rc; i++) {
+        if (n == cap) {
+            mk_array **s2 = realloc(stack, (cap *= 2) * sizeof *stack);
+            if (!s2) goto nomem;
+            stack = s2;
+        }
+        stack[n++] = outs[i];
+        while (n && !rc) {
+            mk_array *a = stack[--n];
+            if (pm_find(&stop, a) || pm_find(&seen, a)) continue;
+            if (pm_find(&bad, a)) {
+                rc = 1;
+                break;
+            }
+            if (!pm_get(&seen, a)) goto fail;
+            if (!a->prim) continue;
+            for (int k = 0; k < a->prim->ninputs; k++) {
+                if (n == cap) {
+                    mk_array **s2 = realloc(stack, (cap *= 2) * sizeof *stack);
+                    if (!s2) goto nomem;
+                    stack = s2;
+                }
+                stack[n++] = a->prim->inputs[k];
+            }
+        }
+    }
+    goto done;
+nomem:
+    mk_nomem();
+fail:
+    rc = -1;
+done:
+    free(stack);
+    pm_free(&stop);
+    pm_free(&bad);
+    pm_free(&seen);
+    return rc;
+}
+
 /* ------------------------------------------------------------ composition */
 
 static int compose_tracers(mk_prim *p, mk_compose_fn build, mk_array ***tr, mk_array ***outs) {

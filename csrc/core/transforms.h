@@ -33,6 +33,12 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
 int mk_vmap_graph(int nin, mk_array *const *ins, mk_array *const *bins, const int *in_axes, int nout,
                   mk_array *const *outs, mk_array **bouts, int *out_axes);
 
+/* 1 when the graph behind `outs` (not looking behind the tracers `ins`)
+ * reads one of the arrays `forbid` directly: mx.compile's inputs, which a
+ * compiled function may only read through its tracers (MLX's "uncaptured
+ * inputs"); 0 if not, -1 on error. */
+int mk_graph_reaches(int nout, mk_array *const *outs, int nin, mk_array *const *ins, int nf, mk_array *const *forbid);
+
 /* A function with its own transformation rules (mx.custom_function). The
  * node's outputs are the m outputs `fwd` of the function's own graph on the
  * n primals (the node is an identity on them); a missing rule falls back to

@@ -471,6 +471,106 @@ error:
     return result;
 }
 
+
+/* _trace(fun, inputs) -> (tracers, outputs): fun(list of tracers) -> list,
+ * for mx.compile, which replays the graph later with _replay. Raises
+ * ValueError when the graph reads an input array other than through its
+ * tracer (MLX's uncaptured inputs: a closure holding the input, or state
+ * computed from it before). */
+static PyObject *py_trace(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"fun", "inputs", NULL};
+    PyObject *a[2];
+    (void)m;
+    if (mkpy_parse("_trace", args, nargs, kwnames, names, 2, a) < 0) return NULL;
+    Py_ssize_t ni = 0, no = 0;
+    mk_array **in = NULL, **tr = NULL, **outs = NULL;
+    PyObject *result = NULL, *lt = NULL, *lo = NULL;
+    if (!(in = arrays_of("compile", "inputs", a[1], &ni))) goto error;
+    if (!(tr = tracers_of(in, ni))) goto error;
+    if (call_traced("compile", a[0], tr, ni, &outs, &no) < 0) goto error;
+    int bad = mk_graph_reaches((int)no, outs, (int)ni, tr, (int)ni, in);
+    if (bad < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError,
+                        "[compile] Attempting to compile a function with uncaptured inputs is not allowed.");
+        goto error;
+    }
+    lt = list_of(tr, ni);
+    lo = lt ? list_of(outs, no) : NULL;
+    if (lo) result = PyTuple_Pack(2, lt, lo);
+error:
+    Py_XDECREF(lt);
+    Py_XDECREF(lo);
+    free_arrays(in, ni);
+    free_arrays(tr, ni);
+    free_arrays(outs, no);
+    return result;
+}
+
+/* _replay(tracers, outputs, inputs) -> outputs: the traced graph from the
+ * tracers to the outputs, rebuilt on new inputs (a vmap with a batch of one:
+ * each primitive's batching rule re-creates it on the new arrays). Outputs
+ * that do not depend on the inputs are returned as traced (constants). */
+static PyObject *py_replay(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"tracers", "outputs", "inputs", NULL};
+    PyObject *a[3];
+    (void)m;
+    if (mkpy_parse("_replay", args, nargs, kwnames, names, 3, a) < 0) return NULL;
+    Py_ssize_t nt = 0, no = 0, ni = 0;
+    mk_array **tr = NULL, **outs = NULL, **in = NULL, **bin = NULL, **bo = NULL;
+    int *axes = NULL, *oax = NULL;
+    PyObject *result = NULL;
+    if (!(tr = arrays_of("compile", "tracers", a[0], &nt))) goto error;
+    if (!(outs = arrays_of("compile", "outputs", a[1], &no))) goto error;
+    if (!(in = arrays_of("compile", "inputs", a[2], &ni))) goto error;
+    if (ni != nt) {
+        PyErr_SetString(PyExc_ValueError, "_replay(): one input per tracer");
+        goto error;
+    }
+    bin = PyMem_Calloc(ni ? ni : 1, sizeof *bin);
+    axes = PyMem_Calloc(ni ? ni : 1, sizeof *axes);
+    bo = PyMem_Calloc(no ? no : 1, sizeof *bo);
+    oax = PyMem_Calloc(no ? no : 1, sizeof *oax);
+    if (!bin || !axes || !bo || !oax) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < ni; i++) {
+        int zero = 0;
+        if (!(bin[i] = mk_expand_dims(in[i], 1, &zero))) {
+            mkpy_raise();
+            goto error;
+        }
+    }
+    if (mk_vmap_graph((int)ni, tr, bin, axes, (int)no, outs, bo, oax) < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    for (Py_ssize_t j = 0; j < no; j++) {
+        if (oax[j] < 0) continue;
+        mk_array *r = mk_squeeze(bo[j], 1, &oax[j]);
+        if (!r) {
+            mkpy_raise();
+            goto error;
+        }
+        mk_decref(bo[j]);
+        bo[j] = r;
+    }
+    result = list_of(bo, no);
+error:
+    free_arrays(tr, nt);
+    free_arrays(outs, no);
+    free_arrays(in, ni);
+    free_arrays(bin, ni);
+    free_arrays(bo, no);
+    PyMem_Free(axes);
+    PyMem_Free(oax);
+    return result;
+}
+
 PyMethodDef mkpy_transforms_functions[] = {
     {"_vjp", FN(py_vjp_flat), FASTKW,
      "_vjp(fun, primals, cotangents, argnums=None)\n--\n\nvjp over flat lists (fun takes and returns a list)."},
@@ -480,5 +580,8 @@ PyMethodDef mkpy_transforms_functions[] = {
      "_vmap(fun, inputs, in_axes)\n--\n\nvmap over flat lists; returns the outputs and their batch axes."},
     {"_custom", FN(py_custom), FASTKW,
      "_custom(fun, inputs, vjp, jvp, vmap)\n--\n\nfun(inputs) as a node with its own rules (flat lists)."},
+    {"_trace", FN(py_trace), FASTKW, "_trace(fun, inputs)\n--\n\nTraces fun on tracers of inputs (flat lists)."},
+    {"_replay", FN(py_replay), FASTKW,
+     "_replay(tracers, outputs, inputs)\n--\n\nRebuilds a traced graph on new inputs."},
     {NULL, NULL, 0, NULL},
 };
