@@ -1,5 +1,6 @@
 """Namespaces MLX code reaches for: mkpy.cuda, mkpy.distributed (a singleton group when no
 backend is configured), devices and per-thread streams, and mkpy.contiguous."""
+import gc
 import threading
 
 import numpy as np
@@ -14,6 +15,8 @@ def test_cuda():
     assert mx.cuda.is_available() is False
     import mkpy.cuda
     assert mkpy.cuda.is_available is mx.cuda.is_available
+    from mkpy.distributed import Group, init
+    assert isinstance(init(), Group) and mx.distributed.Group is Group
     with pytest.raises(TypeError):
         mx.cuda.is_available(1)
 
@@ -254,6 +257,7 @@ def test_contiguous_shares_or_copies():
     # a row-contiguous input is not copied: the active memory does not grow
     x = mx.arange(1024 * 1024, dtype=mx.float32).reshape(1024, 1024)
     mx.eval(x)
+    gc.collect()
     before = mx.get_active_memory()
     y = mx.contiguous(x)
     mx.eval(y)
