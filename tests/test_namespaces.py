@@ -1,6 +1,9 @@
 """Namespaces MLX code reaches for: mkpy.cuda, mkpy.distributed (a singleton group when no
 backend is configured), devices and per-thread streams, and mkpy.contiguous."""
 import gc
+import os
+import shutil
+import subprocess
 import threading
 
 import numpy as np
@@ -122,6 +125,23 @@ def test_distributed_threads():
     for t in ts:
         t.join()
     assert out == [(1, [1, 2])] * 4
+
+
+def test_distributed_layer_two_ranks_c(tmp_path):
+    """The ops' path for a group of two (lazy nodes evaluated through the backend table), with a
+    recording two-rank backend: tests/cpp/test_distributed.c."""
+    cc = next((shutil.which(n) for n in (os.environ.get("CC", ""), "cc", "gcc", "clang") if n and shutil.which(n)),
+              None)
+    if cc is None:
+        pytest.skip("no C compiler")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    exe = str(tmp_path / "test_distributed")
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", os.path.join(root, "csrc"),
+                    os.path.join(root, "tests", "cpp", "test_distributed.c"), "-o", exe],
+                   check=True, capture_output=True, timeout=120)
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
 
 
 # ------------------------------------------------------- devices, streams
