@@ -13,18 +13,18 @@ _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 from . import _core
 from ._core import *  # noqa: F401,F403
 from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
-# the star import bound random, fast and metal to the extension's submodules;
+# the star import bound random, fast, metal, distributed and cuda to the extension's submodules;
 # drop those so the import below loads the package's wrapper modules
 # (mkpy/random.py, ...) and binds them, as `import mkpy.random` would
-del random, fast, metal  # noqa: F821
-from . import random, fast, metal  # noqa: F401,E402
+del random, fast, metal, distributed, cuda  # noqa: F821
+from . import random, fast, metal, distributed, cuda  # noqa: F401,E402
 from ._compile import compile, disable_compile, enable_compile  # noqa: F401,A001
 from ._transforms import (  # noqa: F401,E402
     grad, value_and_grad, vjp, jvp, vmap, custom_function, checkpoint,
 )
 from ._device import (  # noqa: F401
-    Device, DeviceType, Stream, cpu, gpu, default_device, set_default_device,
-    default_stream, new_stream, stream, is_available, device_count,
+    Device, DeviceType, Stream, StreamContext, cpu, gpu, default_device, get_default_device,
+    set_default_device, default_stream, set_default_stream, new_stream, stream, is_available, device_count,
 )
 
 # the kernel runtime headers ship in mkpy/include

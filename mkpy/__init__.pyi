@@ -2,9 +2,9 @@
 # Regenerate: PYTHONPATH=. python3 scripts/gen_stubs.py
 import enum
 import types
-from typing import Any, Callable, ClassVar, ContextManager, Iterator, Optional, Sequence, TypeVar, Union, final, overload
+from typing import Any, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import fast as fast, metal as metal, random as random
+from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -83,6 +83,12 @@ class Stream:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
     def __repr__(self) -> str: ...
+
+class StreamContext:
+    """Context manager making a stream (or a device's default stream) the default: the default device becomes its device, and this thread's default stream for it; both are restored on exit."""
+    def __init__(self, s: Union[Stream, Device, DeviceType]) -> None: ...
+    def __enter__(self) -> StreamContext: ...
+    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None) -> bool: ...
 
 @final
 class array:
@@ -426,6 +432,9 @@ def conj(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def conjugate(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise conjugate."""
 
+def contiguous(a: array, /, allow_col_major: bool = False, *, stream: StreamOrDevice = None) -> array:
+    """a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major, column-major counts as contiguous too)."""
+
 def cos(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cos."""
 
@@ -447,7 +456,8 @@ def cumsum(a: array, /, axis: Optional[int] = None, *, reverse: bool = False, in
 def default_device() -> Device:
     """The default device (``Device(gpu, 0)``, as on a Mac)."""
 
-def default_stream(device: Union[Device, DeviceType]) -> Stream: ...
+def default_stream(device: Union[Device, DeviceType]) -> Stream:
+    """This thread's default stream on a device."""
 
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
@@ -517,6 +527,9 @@ def get_active_memory() -> int:
 
 def get_cache_memory() -> int:
     """Bytes in the buffer cache: freed large buffers kept for reuse."""
+
+def get_default_device() -> Device:
+    """Same as default_device()."""
 
 def get_memory_limit() -> int:
     """The memory limit (see set_memory_limit)."""
@@ -638,7 +651,8 @@ def multiply(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: Str
 def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise negative."""
 
-def new_stream(device: Union[Device, DeviceType]) -> Stream: ...
+def new_stream(device: Union[Device, DeviceType]) -> Stream:
+    """A new stream on a device."""
 
 def not_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise not_equal with broadcasting."""
@@ -706,6 +720,9 @@ def set_cache_limit(limit: int) -> int:
 def set_default_device(device: Union[Device, DeviceType]) -> None:
     """Set the default device; accepts a Device or mkpy.cpu / mkpy.gpu."""
 
+def set_default_stream(stream: Stream) -> None:
+    """Make a stream this thread's default for its device (the default device is unchanged)."""
+
 def set_memory_limit(limit: int) -> int:
     """Set the memory limit; returns the previous one (not enforced)."""
 
@@ -751,8 +768,8 @@ def std(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: boo
 def stop_gradient(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise stop_gradient."""
 
-def stream(s: Union[Stream, Device, DeviceType]) -> ContextManager[None]:
-    """Context manager selecting a stream or device, as mlx.core.stream."""
+def stream(s: Union[Stream, Device, DeviceType]) -> StreamContext:
+    """Context manager selecting a stream or device, as mlx.core.stream: ``with mx.stream(mx.cpu):``."""
 
 def subtract(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise subtract with broadcasting."""

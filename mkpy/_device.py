@@ -5,8 +5,8 @@ mkpy has one back-end, the CPU, which runs both CPU ops and Metal kernels.
 These objects carry no computation; they exist so that MLX code that picks
 devices or streams runs unchanged.
 """
-import contextlib
 import enum
+import threading
 
 
 class DeviceType(enum.Enum):
@@ -61,37 +61,77 @@ class Stream:
         return f"Stream({self.device}, {self.index})"
 
 
-_default = Device(gpu, 0)
-_streams = {}
+_default = Device(gpu, 0)  # global, as MLX's default device
+_lock = threading.Lock()
 _stream_count = 0
+_main = threading.main_thread()
+_local = threading.local()  # per thread: {Device: its default Stream}
+
+
+def _next_index():
+    global _stream_count
+    with _lock:
+        _stream_count += 1
+        return _stream_count
+
+
+def _to_device(device, fname):
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, DeviceType):
+        return Device(device, 0)
+    raise TypeError(f"{fname}(): device must be a mkpy.Device or mkpy.cpu / mkpy.gpu, not {type(device).__name__}")
+
+
+def _thread_defaults():
+    d = getattr(_local, "defaults", None)
+    if d is None:
+        d = _local.defaults = {}
+    return d
 
 
 def default_device():
-    """The default device (``Device(gpu, 0)``, as on a Mac)."""
+    """The default device (``Device(gpu, 0)``, as on a Mac). Shared by all threads, as in MLX."""
+    return _default
+
+
+def get_default_device():
+    """Same as default_device()."""
     return _default
 
 
 def set_default_device(device):
     """Set the default device; accepts a Device or mkpy.cpu / mkpy.gpu."""
     global _default
-    _default = device if isinstance(device, Device) else Device(device, 0)
+    _default = _to_device(device, "set_default_device")
 
 
 def default_stream(device):
-    device = device if isinstance(device, Device) else Device(device, 0)
-    return _streams.setdefault(device, Stream(0, device))
+    """This thread's default stream on a device. Streams are per thread, as in MLX: the main
+    thread's default streams have index 0, another thread gets streams of its own."""
+    device = _to_device(device, "default_stream")
+    d = _thread_defaults()
+    s = d.get(device)
+    if s is None:
+        s = d[device] = Stream(0 if threading.current_thread() is _main else _next_index(), device)
+    return s
+
+
+def set_default_stream(stream):
+    """Make a stream this thread's default for its device (the default device is unchanged)."""
+    if not isinstance(stream, Stream):
+        raise TypeError(f"set_default_stream(): expected a mkpy.Stream, not {type(stream).__name__}")
+    _thread_defaults()[stream.device] = stream
 
 
 def new_stream(device):
-    global _stream_count
-    device = device if isinstance(device, Device) else Device(device, 0)
-    _stream_count += 1
-    return Stream(_stream_count, device)
+    """A new stream on a device."""
+    return Stream(_next_index(), _to_device(device, "new_stream"))
 
 
 def is_available(device):
     """Whether a device can be used: both are (the CPU back-end serves mkpy.gpu)."""
-    device = device if isinstance(device, Device) else Device(device, 0)
+    _to_device(device, "is_available")
     return True
 
 
@@ -101,16 +141,32 @@ def device_count(device_type):
     return 1
 
 
-@contextlib.contextmanager
+class StreamContext:
+    """Context manager making a stream (or a device's default stream) the default: the default
+    device becomes its device, and this thread's default stream for it; both are restored on exit."""
+
+    def __init__(self, s):
+        if s is None:
+            raise RuntimeError("[StreamContext] Invalid argument, please specify a stream or device.")
+        if not isinstance(s, Stream):
+            _to_device(s, "stream")
+        self._s = s
+        self._saved = []
+
+    def __enter__(self):
+        s = self._s if isinstance(self._s, Stream) else default_stream(self._s)
+        self._saved.append(default_stream(default_device()))
+        set_default_device(s.device)
+        set_default_stream(s)
+        return self
+
+    def __exit__(self, exc_type=None, exc_value=None, traceback=None):
+        old = self._saved.pop()
+        set_default_device(old.device)
+        set_default_stream(old)
+        return False
+
+
 def stream(s):
-    """Context manager selecting a stream or device, as mlx.core.stream."""
-    global _default
-    old = _default
-    if isinstance(s, Stream):
-        _default = s.device
-    elif isinstance(s, (Device, DeviceType)):
-        set_default_device(s)
-    try:
-        yield
-    finally:
-        _default = old
+    """Context manager selecting a stream or device, as mlx.core.stream: ``with mx.stream(mx.cpu):``."""
+    return StreamContext(s)

@@ -11,13 +11,15 @@ import sys
 import pytest
 
 import mkpy
+import mkpy.cuda
+import mkpy.distributed
 import mkpy.fast
 import mkpy.metal
 import mkpy.random
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "mkpy")
-STUBS = {"__init__.pyi": mkpy, "fast.pyi": mkpy.fast, "random.pyi": mkpy.random, "metal.pyi": mkpy.metal}
+STUBS = {"__init__.pyi": mkpy, "cuda.pyi": mkpy.cuda, "distributed.pyi": mkpy.distributed, "fast.pyi": mkpy.fast, "random.pyi": mkpy.random, "metal.pyi": mkpy.metal}
 STUB_ONLY = {"scalar", "StreamOrDevice", "_F"}  # type aliases, as in MLX's stubs
 REGEN = "PYTHONPATH=. python3 scripts/gen_stubs.py"
 

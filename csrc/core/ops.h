@@ -110,6 +110,9 @@ mk_array *mk_diag(mk_array *x, int64_t k);
 /* The bytes of x read as another dtype (MLX's view): the last axis scales by
  * the ratio of the item sizes. */
 mk_array *mk_view_dtype(mk_array *x, mk_dtype dtype);
+/* MLX's contiguous(a, allow_col_major): row-contiguous (or, allowed, column-
+ * contiguous) layout; shares x's buffer when it already has it (lazy). */
+mk_array *mk_contiguous(mk_array *x, bool allow_col_major);
 mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis);
 mk_array *mk_stack(int n, mk_array *const *xs, int axis);
 /* Splits at the given indices (nidx index positions along axis): nidx + 1 parts into outs.

@@ -729,4 +729,27 @@ static int diag_matrix_vjp(mk_prim *p, mk_array *const *cots, const bool *want, 
     int64_t k = *(const int64_t *)p->params;
     grads[0] = mk_diagonal(cots[0], k, 0, 1);
     return grads[0] ? 0 : -1;
+
+/* ---- contiguous: x's elements in dense row-major storage (MLX's
+ * Contiguous): a view of x when x already is (or, with allow_col_major, is
+ * dense column-major), else a copy. Decided at evaluation, when the layout
+ * is known. */
+
+static int contiguous_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const mk_array *x = in[0];
+    bool allow_col = *(const bool *)p->params;
+    if ((x->flags & MK_ROW_CONTIG) || (allow_col && (x->flags & MK_COL_CONTIG))) {
+        mk_set_view(out[0], x, x->offset, x->strides);
+        return 0;
+    }
+    return copy_dense(x, out[0]);
+}
+
+static const mk_opdef contiguous_def = {"contiguous", contiguous_eval, NULL};
+
+mk_array *mk_contiguous(mk_array *x, bool allow_col_major) {
+    bool *params = malloc(sizeof *params);
+    if (!params) return mk_nomem();
+    *params = allow_col_major;
+    return mk_node(&contiguous_def, params, x->dtype, x->ndim, x->shape, 1, &x);
 }

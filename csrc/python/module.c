@@ -9,6 +9,7 @@ extern PyMethodDef mkpy_kernel_cache_functions[];
 extern PyMethodDef mkpy_transforms_functions[];
 int mkpy_dtype_init(PyObject *m);
 int mkpy_fast_init(void);
+int mkpy_distributed_init(PyObject *m); /* py_distributed.c: mkpy.distributed, mkpy.cuda */
 
 static PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
@@ -54,6 +55,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     }
     if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
     if (mkpy_fast_init() < 0) goto error;
+    if (mkpy_distributed_init(m) < 0) goto error;
     PyObject *metal = PyObject_GetAttrString(m, "metal");
     int rc = metal ? PyModule_AddFunctions(metal, mkpy_kernel_cache_functions) : -1;
     Py_XDECREF(metal);

@@ -287,6 +287,18 @@ static PyObject *py_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return mkpy_wrap(r);
 }
 
+static PyObject *py_contiguous(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"a", "allow_col_major", "*stream", NULL};
+    PARSE("contiguous", 1);
+    int allow_col = 0;
+    if (mkpy_parse_bool(a[1], 0, &allow_col) < 0) return NULL;
+    mk_array *x = mkpy_to_array_arg(a[0], -1);
+    if (!x) return NULL;
+    mk_array *r = mk_contiguous(x, allow_col);
+    mk_decref(x);
+    return mkpy_wrap(r);
+}
+
 static PyObject *py_flatten(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "start_axis", "end_axis", "*stream", NULL};
     PARSE("flatten", 1);
@@ -972,6 +984,10 @@ PyMethodDef mkpy_shape_functions[] = {
      "expand_dims(a, /, axis, *, stream=None)\n--\n\nAdd a size one dimension at the given axis."},
     {"squeeze", FN(py_squeeze), FASTKW,
      "squeeze(a, /, axis=None, *, stream=None)\n--\n\nRemove length one axes from an array."},
+    {"contiguous", FN(py_contiguous), FASTKW,
+     "contiguous(a, /, allow_col_major=False, *, stream=None)\n--\n\n"
+     "a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major,\n"
+     "column-major counts as contiguous too)."},
     {"flatten", FN(py_flatten), FASTKW,
      "flatten(a, /, start_axis=0, end_axis=-1, *, stream=None)\n--\n\n"
      "Flatten an array; the axes from start_axis to end_axis (inclusive) become one."},
