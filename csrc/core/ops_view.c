@@ -729,6 +729,7 @@ static int diag_matrix_vjp(mk_prim *p, mk_array *const *cots, const bool *want, 
     int64_t k = *(const int64_t *)p->params;
     grads[0] = mk_diagonal(cots[0], k, 0, 1);
     return grads[0] ? 0 : -1;
+}
 
 /* ---- contiguous: x's elements in dense row-major storage (MLX's
  * Contiguous): a view of x when x already is (or, with allow_col_major, is
