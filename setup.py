@@ -31,7 +31,7 @@ ext = Extension(
     depends=HEADERS,  # else a change to a header alone leaves the extension "up-to-date"
     include_dirs=include_dirs,
     extra_compile_args=cflags,
-    libraries=["openblas", "m", "pthread"],
+    libraries=["openblas", "z", "m", "pthread"],
 )
 # The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,
 # mkpy/mkpy-cbs-pass, linked with LLVM 15's C API (Debian's llvm-15-dev) and run

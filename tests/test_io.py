@@ -1,0 +1,297 @@
+"""mx.save / mx.load / mx.savez / mx.savez_compressed / mx.save_safetensors:
+round trips with NumPy's own .npy/.npz code, and malformed files."""
+import io
+import json
+import struct
+import zipfile
+
+import numpy as np
+import pytest
+
+import mkpy as mx
+
+NP_DTYPES = [np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
+             np.int64, np.float16, np.float32, np.float64, np.complex64]
+ALL = [mx.bool_, mx.uint8, mx.uint16, mx.uint32, mx.uint64, mx.int8, mx.int16, mx.int32,
+       mx.int64, mx.float16, mx.float32, mx.float64, mx.bfloat16, mx.complex64]
+
+
+def sample(dt, shape=(2, 3)):
+    n = int(np.prod(shape))
+    x = (np.arange(n) % 7 - 2).reshape(shape)
+    if dt == np.complex64:
+        return (x + 1j * x[::-1]).astype(dt)
+    return x.astype(dt)
+
+
+def mx_sample(dt, shape=(2, 3)):
+    return (mx.arange(int(np.prod(shape))) % 7 - 2).reshape(shape).astype(dt)
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and mx.array_equal(a, b).item()
+
+
+# ------------------------------------------------------------------- npy
+
+@pytest.mark.parametrize("dt", NP_DTYPES)
+def test_npy_numpy_roundtrip(tmp_path, dt):
+    x = sample(dt)
+    np.save(tmp_path / "a.npy", x)
+    a = mx.load(str(tmp_path / "a.npy"))
+    assert a.shape == (2, 3)
+    np.testing.assert_array_equal(np.array(a), x)
+    mx.save(str(tmp_path / "b"), a)  # .npy appended
+    y = np.load(tmp_path / "b.npy")
+    assert y.dtype == x.dtype
+    np.testing.assert_array_equal(y, x)
+
+
+@pytest.mark.parametrize("dt", ALL)
+def test_npy_mx_roundtrip_every_dtype(tmp_path, dt):
+    for shape in [(), (0,), (3, 0, 2), (5,), (2, 3, 4)]:
+        a = mx_sample(dt, shape)
+        mx.save(str(tmp_path / "x.npy"), a)
+        assert same(mx.load(str(tmp_path / "x.npy")), a)
+
+
+def test_npy_header_alignment_and_noncontiguous(tmp_path):
+    a = mx.arange(24).reshape(2, 3, 4).transpose(2, 0, 1)[:, ::2]
+    mx.save(str(tmp_path / "t.npy"), a)
+    raw = (tmp_path / "t.npy").read_bytes()
+    hlen = struct.unpack("<H", raw[8:10])[0]
+    assert (10 + hlen) % 64 == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), np.array(a))
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("fortran", [False, True])
+def test_npy_byteorder_and_fortran(tmp_path, order, fortran):
+    for dt in ["i2", "u4", "i8", "f2", "f4", "f8", "c8"]:
+        x = np.arange(24).reshape(2, 3, 4).astype(order + dt)
+        if dt == "c8":
+            x = x + 1j
+        if fortran:
+            x = np.asfortranarray(x)
+        np.save(tmp_path / "f.npy", x)
+        assert np.lib.format.read_magic(open(tmp_path / "f.npy", "rb"))
+        a = mx.load(str(tmp_path / "f.npy"))
+        np.testing.assert_array_equal(np.array(a), x.astype("=" + dt))
+
+
+def test_npy_file_objects_and_pathlike(tmp_path):
+    a = mx.array([[1.5, 2.0], [3.0, -4.0]])
+    buf = io.BytesIO()
+    mx.save(buf, a)
+    buf.seek(0)
+    np.testing.assert_array_equal(np.load(buf), np.array(a))
+    buf.seek(0)
+    assert same(mx.load(buf, format="npy"), a)
+    p = tmp_path / "p.npy"
+    mx.save(p, a)
+    assert same(mx.load(p), a)
+    with open(p, "rb") as f:  # format from the file object's name
+        assert same(mx.load(f), a)
+
+
+def test_load_format_errors(tmp_path):
+    with pytest.raises(ValueError, match="Could not infer file format"):
+        mx.load(str(tmp_path / "noext"))
+    with pytest.raises(ValueError, match="Unknown file format xyz"):
+        mx.load(str(tmp_path / "a.xyz"))
+    with pytest.raises(ValueError, match="metadata not supported for format npy"):
+        mx.load(str(tmp_path / "a.npy"), return_metadata=True)
+    with pytest.raises(ValueError, match="Failed to open"):
+        mx.load(str(tmp_path / "missing.npy"))
+    with pytest.raises(ValueError, match="Input must be a file-like object"):
+        mx.save(3, mx.array(1))
+
+
+def npy_bytes(x):
+    b = io.BytesIO()
+    np.save(b, x)
+    return b.getvalue()
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda b: b[:5],                                      # shorter than the preamble
+    lambda b: b"\x00" + b[1:],                            # wrong magic
+    lambda b: b[:60],                                     # truncated header
+    lambda b: b[:-1],                                     # truncated data
+    lambda b: b.replace(b"(2, 3)", b"(9999999, 99999999)"),  # huge declared shape
+    lambda b: b.replace(b"(2, 3)", b"(99999999999999999999,"),
+    lambda b: b.replace(b"'<f4'", b"'<U4'"),              # unsupported dtype
+    lambda b: b.replace(b"'fortran_order': False", b"'fortran_order': Maybe"),
+    lambda b: b[:6] + b"\x09" + b[7:],                    # unknown version
+])
+def test_npy_malformed(tmp_path, mutate):
+    p = tmp_path / "bad.npy"
+    p.write_bytes(mutate(npy_bytes(np.ones((2, 3), np.float32))))
+    with pytest.raises(RuntimeError, match=r"\[load\]"):
+        mx.load(str(p))
+
+
+def test_npy_object_and_structured_refused(tmp_path):
+    np.save(tmp_path / "s.npy", np.zeros(2, dtype=[("a", "i4")]))
+    with pytest.raises(RuntimeError, match="Unsupported .npy dtype"):
+        mx.load(str(tmp_path / "s.npy"))
+
+
+# ------------------------------------------------------------------- npz
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_roundtrip_with_numpy(tmp_path, compressed):
+    save = mx.savez_compressed if compressed else mx.savez
+    arrs = {d.__str__().split(".")[-1]: mx_sample(d, (3, 4)) for d in ALL}
+    save(str(tmp_path / "z"), mx.array([1, 2]), mx.zeros((0, 2)), **arrs)
+    got = mx.load(str(tmp_path / "z.npz"))
+    assert set(got) == {"arr_0", "arr_1", *arrs}
+    for k, v in arrs.items():
+        assert same(got[k], v)
+    assert same(got["arr_0"], mx.array([1, 2]))
+    with np.load(tmp_path / "z.npz") as npz:
+        np.testing.assert_array_equal(npz["arr_0"], [1, 2])
+        np.testing.assert_array_equal(npz["float32"], np.array(arrs["float32"]))
+    info = zipfile.ZipFile(tmp_path / "z.npz").infolist()
+    assert {i.compress_type for i in info} == {zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED}
+    assert zipfile.ZipFile(tmp_path / "z.npz").testzip() is None
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_written_by_numpy(tmp_path, compressed):
+    save = np.savez_compressed if compressed else np.savez
+    xs = {"a": np.arange(1000, dtype=np.int64).reshape(10, 100), "b": np.float32(3.5),
+          "c": np.asfortranarray(np.ones((3, 2), ">f8"))}
+    save(tmp_path / "n.npz", np.eye(3), **xs)
+    got = mx.load(str(tmp_path / "n.npz"))
+    assert set(got) == {"arr_0", "a", "b", "c"}
+    np.testing.assert_array_equal(np.array(got["arr_0"]), np.eye(3))
+    for k, v in xs.items():
+        np.testing.assert_array_equal(np.array(got[k]), v)
+
+
+def test_npz_file_object_and_errors(tmp_path):
+    buf = io.BytesIO()
+    mx.savez(buf, x=mx.array([1.0, 2.0]))
+    buf.seek(0)
+    assert same(mx.load(buf, format="npz")["x"], mx.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="Cannot use un-named variables and keyword arr_0"):
+        mx.savez(str(tmp_path / "e"), mx.array(1), arr_0=mx.array(2))
+    with pytest.raises(ValueError, match="metadata not supported for format npz"):
+        mx.load(str(tmp_path / "e.npz"), return_metadata=True)
+
+
+def npz_bytes(compressed):
+    b = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(b, a=np.arange(100.0))
+    return b.getvalue()
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+@pytest.mark.parametrize("mutate", [
+    lambda b: b[:10],
+    lambda b: b"",
+    lambda b: b[:-30],                        # truncated central directory / end record
+    lambda b: b[:40] + bytes(200) + b[240:],  # corrupt member data
+    lambda b: b.replace(b"PK\x05\x06", b"PK\x05\x07"),
+])
+def test_npz_malformed(tmp_path, compressed, mutate):
+    p = tmp_path / "bad.npz"
+    p.write_bytes(mutate(npz_bytes(compressed)))
+    with pytest.raises((ValueError, RuntimeError)):
+        mx.load(str(p))
+
+
+def test_npz_huge_declared_size(tmp_path):
+    raw = bytearray(npz_bytes(True))
+    cd = raw.rfind(b"PK\x01\x02")
+    raw[cd + 24:cd + 28] = struct.pack("<I", 0xFFFFFFF0)  # uncompressed size
+    p = tmp_path / "bomb.npz"
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="declared size"):
+        mx.load(str(p))
+
+
+# ----------------------------------------------------------- safetensors
+
+def test_safetensors_roundtrip_metadata(tmp_path):
+    arrs = {str(d).split(".")[-1]: mx_sample(d, (2, 5)) for d in ALL}
+    arrs["scalar"] = mx.array(3.0, mx.bfloat16)
+    arrs["empty"] = mx.zeros((0, 3), mx.float16)
+    arrs["strided"] = mx.arange(12).reshape(3, 4).T
+    meta = {"format": "mlx", "note": 'quotes " and \\ and \n and é'}
+    mx.save_safetensors(str(tmp_path / "w"), arrs, metadata=meta)
+    got, md = mx.load(str(tmp_path / "w.safetensors"), return_metadata=True)
+    assert md == meta
+    assert set(got) == set(arrs)
+    for k, v in arrs.items():
+        assert same(got[k], v), k
+    assert isinstance(mx.load(str(tmp_path / "w.safetensors")), dict)
+
+
+def test_safetensors_layout_matches_spec(tmp_path):
+    a = mx.array([[1.0, 2.0]], mx.bfloat16)
+    b = mx.array([True, False, True])
+    mx.save_safetensors(str(tmp_path / "s.safetensors"), {"a": a, "b": b})
+    raw = (tmp_path / "s.safetensors").read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    assert n % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    assert header["a"] == {"dtype": "BF16", "shape": [1, 2], "data_offsets": [0, 4]}
+    assert header["b"] == {"dtype": "BOOL", "shape": [3], "data_offsets": [4, 7]}
+    data = raw[8 + n:]
+    # bfloat16 1.0 = 0x3f80, 2.0 = 0x4000, little-endian
+    assert data == b"\x80\x3f\x00\x40\x01\x00\x01"
+
+
+def test_safetensors_hand_written_file(tmp_path):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = np.array([1, -2], np.int16)
+    header = {"y": {"dtype": "I16", "shape": [2], "data_offsets": [24, 28]},
+              "x": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24], "extra": [1, {"a": None}]},
+              "__metadata__": {"k\u00e9y": "v\\u"}}
+    h = json.dumps(header).encode()
+    buf = io.BytesIO(struct.pack("<Q", len(h)) + h + x.tobytes() + y.tobytes())
+    got, md = mx.load(buf, format="safetensors", return_metadata=True)
+    np.testing.assert_array_equal(np.array(got["x"]), x)
+    np.testing.assert_array_equal(np.array(got["y"]), y)
+    assert md == {"k\u00e9y": "v\\u"}
+
+
+def st_file(header, data=b"\x00" * 16):
+    h = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x01\x02",
+    struct.pack("<Q", 1 << 60) + b"{}",
+    st_file(b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]'),  # unterminated
+    st_file(b'{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}} x'),
+    st_file(b"[1, 2]"),
+    st_file(b'{"a": "' + b"[" * 10 + b'"}'),
+    st_file(b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}"),
+    st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 800]}}),   # out of range
+    st_file({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}),     # size mismatch
+    st_file({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}),
+    st_file({"a": {"dtype": "F32", "shape": [1 << 40, 1 << 40], "data_offsets": [0, 8]}}),
+    st_file({"a": {"dtype": "X9", "shape": [2], "data_offsets": [0, 8]}}),
+    st_file({"a": {"dtype": "F32", "shape": [2]}}),
+    st_file({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}),
+    st_file({"__metadata__": {"a": 1}}),
+    st_file(b'{"a\\ud800": 1}'),
+])
+def test_safetensors_malformed(tmp_path, raw):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(raw)
+    with pytest.raises((RuntimeError, ValueError)):
+        mx.load(str(p))
+
+
+def test_save_safetensors_errors(tmp_path):
+    with pytest.raises(ValueError, match="Metadata must be a dictionary with string keys and values"):
+        mx.save_safetensors(str(tmp_path / "e"), {"a": mx.array(1)}, metadata={"a": 1})
+    buf = io.BytesIO()
+    mx.save_safetensors(buf, {"a": mx.array([1, 2])})
+    buf.seek(0)
+    assert same(mx.load(buf, format="safetensors")["a"], mx.array([1, 2]))
