@@ -2,7 +2,7 @@
 # Regenerate: PYTHONPATH=. python3 scripts/gen_stubs.py
 import enum
 import types
-from typing import Any, Callable, ClassVar, ContextManager, Iterator, Optional, Sequence, TypeVar, Union, final, overload
+from typing import Any, BinaryIO, Callable, ClassVar, ContextManager, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
 from . import fast as fast, metal as metal, random as random
 
@@ -564,6 +564,9 @@ def less_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def linspace(start: scalar, stop: scalar, num: int = 50, endpoint: bool = True, dtype: Optional[Dtype] = float32, stream: StreamOrDevice = None) -> array:
     """num evenly spaced values from start to stop."""
 
+def load(file: Union[str, BinaryIO], /, format: Optional[str] = None, return_metadata: bool = False, *, stream: StreamOrDevice = None) -> Union[array, dict[str, array], tuple[dict[str, array], dict[str, str]]]:
+    """Loads arrays from a .npy, .npz or .safetensors file (a path or a binary file object)."""
+
 def log(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise log."""
 
@@ -682,6 +685,18 @@ def round(a: array, /, decimals: int = 0, *, stream: StreamOrDevice = None) -> a
 
 def rsqrt(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise rsqrt."""
+
+def save(file: Union[str, BinaryIO], arr: array) -> None:
+    """Saves an array to a binary file in .npy format (\".npy\" is appended to a path that lacks it); file may be a path or a file object with write()."""
+
+def save_safetensors(file: Union[str, BinaryIO], arrays: dict[str, array], metadata: Optional[dict[str, str]] = None) -> None:
+    """Saves a dict of arrays to a .safetensors file (\".safetensors\" is appended to a path that lacks it), with optional str -> str metadata."""
+
+def savez(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
+    """Saves several arrays to an uncompressed .npz archive: positional arrays as arr_0, arr_1, ..., keyword arrays under their names (\".npz\" is appended to a path that lacks it)."""
+
+def savez_compressed(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
+    """As savez, with each member deflate-compressed (zlib)."""
 
 def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""

@@ -295,3 +295,13 @@ def test_save_safetensors_errors(tmp_path):
     mx.save_safetensors(buf, {"a": mx.array([1, 2])})
     buf.seek(0)
     assert same(mx.load(buf, format="safetensors")["a"], mx.array([1, 2]))
+
+
+def test_npz_crc_checked(tmp_path):
+    raw = bytearray(npz_bytes(False))
+    at = raw.find(b"\x00\x00\xf0\x3f")  # the 1.0 of arange(100.0), inside stored data
+    raw[at + 3] ^= 0x01
+    p = tmp_path / "crc.npz"
+    p.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="CRC mismatch"):
+        mx.load(str(p))
