@@ -288,6 +288,16 @@ def test_safetensors_malformed(tmp_path, raw):
         mx.load(str(p))
 
 
+def test_safetensors_error_wording(tmp_path):
+    p = tmp_path / "w.safetensors"
+    p.write_bytes(st_file({"a": {"dtype": "F8_E9", "shape": [2], "data_offsets": [0, 2]}}))
+    with pytest.raises(RuntimeError, match=r"\[safetensor\] unsupported dtype F8_E9"):
+        mx.load(str(p))
+    p.write_bytes(struct.pack("<Q", 0) + b"{}")
+    with pytest.raises(RuntimeError, match="Invalid json header length"):
+        mx.load(str(p))
+
+
 def test_save_safetensors_errors(tmp_path):
     with pytest.raises(ValueError, match="Metadata must be a dictionary with string keys and values"):
         mx.save_safetensors(str(tmp_path / "e"), {"a": mx.array(1)}, metadata={"a": 1})

@@ -765,7 +765,7 @@ static int st_tensor(jp *j, const uint8_t *base, size_t avail, char *name, mk_na
                 for (int t = 0; d && t < MK_NDTYPES; t++)
                     if (!strcmp(d, ST_NAMES[t])) dtype = t;
                 if (d && dtype < 0) {
-                    mk_error_set(MK_ERR_RUNTIME, "[load_safetensors] Unsupported dtype %.32s", d);
+                    mk_error_set(MK_ERR_RUNTIME, "[safetensor] unsupported dtype %.32s", d);
                     rc = -1;
                 }
                 free(d);
@@ -823,6 +823,11 @@ int mk_safetensors_read(const uint8_t *p, size_t n, mk_named *out) {
     memset(out, 0, sizeof *out);
     if (n < 8) return st_bad("shorter than its 8-byte header size");
     uint64_t hl = get_le(p, 8);
+    /* MLX's (and the Rust reference's) limit on the JSON header */
+    if (hl == 0 || hl >= 100000000) {
+        mk_error_set(MK_ERR_RUNTIME, "[load_safetensors] Invalid json header length");
+        return -1;
+    }
     if (hl > n - 8) return st_bad("header size past the end of the file");
     jp j = {(const char *)p + 8, (const char *)p + 8 + hl};
     const uint8_t *base = p + 8 + hl;
