@@ -564,8 +564,8 @@ def less_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def linspace(start: scalar, stop: scalar, num: int = 50, endpoint: bool = True, dtype: Optional[Dtype] = float32, stream: StreamOrDevice = None) -> array:
     """num evenly spaced values from start to stop."""
 
-def load(file: Union[str, BinaryIO], /, format: Optional[str] = None, return_metadata: bool = False, *, stream: StreamOrDevice = None) -> Union[array, dict[str, array], tuple[dict[str, array], dict[str, str]]]:
-    """Loads arrays from a .npy, .npz or .safetensors file (a path or a binary file object)."""
+def load(file: Union[str, BinaryIO], /, format: Optional[str] = None, return_metadata: bool = False, *, stream: StreamOrDevice = None) -> Union[array, dict[str, array], tuple[dict[str, array], dict[str, Union[str, array, list[str]]]]]:
+    """Loads arrays from a .npy, .npz, .safetensors or .gguf file (a path or a binary file object)."""
 
 def log(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise log."""
@@ -688,6 +688,9 @@ def rsqrt(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def save(file: Union[str, BinaryIO], arr: array) -> None:
     """Saves an array to a binary file in .npy format (\".npy\" is appended to a path that lacks it); file may be a path or a file object with write()."""
+
+def save_gguf(file: str, arrays: dict[str, array], metadata: Optional[dict[str, Union[array, str, list[str]]]] = None) -> None:
+    """Saves a dict of arrays (float32, float16, int8, int16, int32) to a .gguf file (\".gguf\" is appended to a path that lacks it), with metadata values that are str, list of str, or arrays (0-d for a scalar, 1-d for a GGUF array)."""
 
 def save_safetensors(file: Union[str, BinaryIO], arrays: dict[str, array], metadata: Optional[dict[str, str]] = None) -> None:
     """Saves a dict of arrays to a .safetensors file (\".safetensors\" is appended to a path that lacks it), with optional str -> str metadata."""

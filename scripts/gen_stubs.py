@@ -127,6 +127,8 @@ PARAM_BY_FUNC = {
     ":load": {"file": FILE, "format": "Optional[str]", "return_metadata": "bool"},
     ":savez": {"file": FILE, "args": A, "kwargs": A},
     ":savez_compressed": {"file": FILE, "args": A, "kwargs": A},
+    ":save_gguf": {"file": "str", "arrays": "dict[str, array]",
+                   "metadata": "Optional[dict[str, Union[array, str, list[str]]]]"},
     ":save_safetensors": {"file": FILE, "arrays": "dict[str, array]",
                           "metadata": "Optional[dict[str, str]]"},
 }
@@ -156,7 +158,9 @@ RETURNS = {
     "metal:precompile_runtime": "str", "metal:start_capture": "None",
     "metal:stop_capture": "None",
     "save": "None", "savez": "None", "savez_compressed": "None", "save_safetensors": "None",
-    "load": "Union[array, dict[str, array], tuple[dict[str, array], dict[str, str]]]",
+    "save_gguf": "None",
+    "load": ("Union[array, dict[str, array], tuple[dict[str, array], "
+             "dict[str, Union[str, array, list[str]]]]]"),
 }
 
 # ------------------------------------------------------------- class members

@@ -315,3 +315,98 @@ def test_npz_crc_checked(tmp_path):
     p.write_bytes(bytes(raw))
     with pytest.raises(ValueError, match="CRC mismatch"):
         mx.load(str(p))
+
+
+# ------------------------------------------------------------------ GGUF
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def test_gguf_roundtrip_with_metadata(tmp_path):
+    arrs = {"f32": mx_sample(mx.float32, (3, 5)), "f16": mx_sample(mx.float16, (7,)),
+            "i8": mx_sample(mx.int8, (2, 3, 4)), "i16": mx_sample(mx.int16, (1, 2)),
+            "i32": mx.arange(12).reshape(3, 4).T, "scalar": mx.array(2.5)}
+    meta = {"name": "model", "tokens": ["a", "bé", ""], "n": mx.array(7, mx.uint32),
+            "v": mx.array([1.5, -2.0]), "flags": mx.array([True, False]), "big": mx.array(2**40, mx.int64)}
+    mx.save_gguf(str(tmp_path / "m"), arrs, meta)
+    got, md = mx.load(str(tmp_path / "m.gguf"), return_metadata=True)
+    assert set(got) == set(arrs)
+    for k, v in arrs.items():
+        assert same(got[k], v), k
+    assert md["name"] == "model" and md["tokens"] == ["a", "bé", ""]
+    for k in ("n", "v", "flags", "big"):
+        assert same(md[k], meta[k]), k
+    assert set(mx.load(str(tmp_path / "m.gguf"))) == set(arrs)
+
+
+def test_gguf_layout(tmp_path):
+    mx.save_gguf(str(tmp_path / "l.gguf"), {"w": mx.array([[1.0, 2.0, 3.0]])}, {"k": "v"})
+    raw = (tmp_path / "l.gguf").read_bytes()
+    assert raw[:4] == b"GGUF" and struct.unpack("<IQQ", raw[4:24]) == (3, 1, 1)
+    kv = gstr("k") + struct.pack("<I", 8) + gstr("v")
+    ti = gstr("w") + struct.pack("<IQQIQ", 2, 3, 1, 0, 0)  # dims innermost first, F32, offset 0
+    head = raw[:24] + kv + ti
+    assert raw.startswith(head)
+    data_at = (len(head) + 31) // 32 * 32
+    assert raw[data_at:] == np.array([1, 2, 3], np.float32).tobytes()
+
+
+def gguf_file(tensors=(), kvs=b"", nkv=0, alignment=32, version=3):
+    infos, data = b"", b""
+    for name, dims, ttype, payload in tensors:
+        infos += gstr(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        infos += struct.pack("<IQ", ttype, len(data))
+        data += payload
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), nkv) + kvs + infos
+    return head + bytes(-len(head) % alignment) + data
+
+
+def test_gguf_hand_written(tmp_path):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    kvs = (gstr("general.alignment") + struct.pack("<II", 4, 64) + gstr("d") + struct.pack("<Id", 12, 0.5)
+           + gstr("arr") + struct.pack("<IIQ", 9, 5, 3) + struct.pack("<3i", 1, -2, 3))
+    p = tmp_path / "h.gguf"
+    p.write_bytes(gguf_file([("x", (3, 2), 0, x.tobytes())], kvs, 3, alignment=64))
+    got, md = mx.load(str(p), return_metadata=True)
+    np.testing.assert_array_equal(np.array(got["x"]), x)
+    assert md["d"].dtype == mx.float32 and md["d"].item() == 0.5  # float64 values load as float32, as MLX
+    assert md["general.alignment"].item() == 64
+    assert md["arr"].tolist() == [1, -2, 3]
+
+
+@pytest.mark.parametrize("raw", [
+    b"GGU",
+    b"GGUX" + bytes(20),
+    b"GGUF" + struct.pack("<IQQ", 9, 0, 0),
+    b"GGUF" + struct.pack("<IQQ", 3, 1 << 60, 0),
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("k") + struct.pack("<IQ", 8, 1 << 50),
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("k") + struct.pack("<IIQ", 9, 0, 1 << 50),
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("k") + struct.pack("<IIQ", 9, 9, 1),
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("k") + struct.pack("<I", 77) + bytes(8),
+    b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("general.alignment") + struct.pack("<II", 4, 3),
+    gguf_file([("x", (4,), 0, bytes(8))]),                    # data past the end
+    gguf_file([("x", (1 << 40, 1 << 40), 0, bytes(8))]),
+    gguf_file([("x", (2,), 2, bytes(18))]),                   # Q4_0: not supported
+    gguf_file([("x", (2,), 0, bytes(8)), ("x", (2,), 0, bytes(8))]),
+    gguf_file([("x", (2,), 0, bytes(8))])[:40],
+])
+def test_gguf_malformed(tmp_path, raw):
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(raw)
+    with pytest.raises((RuntimeError, ValueError), match=r"\[load_gguf\]"):
+        mx.load(str(p))
+
+
+def test_save_gguf_errors(tmp_path):
+    with pytest.raises(RuntimeError, match=r"\[save_gguf\] dtype float64 is not supported"):
+        mx.save_gguf(str(tmp_path / "e"), {"a": mx.array([1.0], mx.float64)})
+    with pytest.raises(RuntimeError, match="more than one dimension"):
+        mx.save_gguf(str(tmp_path / "e"), {}, {"m": mx.zeros((2, 2))})
+    with pytest.raises(RuntimeError, match="Cannot save empty arrays"):
+        mx.save_gguf(str(tmp_path / "e"), {}, {"m": mx.zeros((0,))})
+    with pytest.raises(ValueError, match="not support for metadata"):
+        mx.save_gguf(str(tmp_path / "e"), {}, {"m": mx.array([1.0], mx.float16)})
+    with pytest.raises(ValueError, match=r"\[save_gguf\] Input must be a string"):
+        mx.save_gguf(io.BytesIO(), {})

@@ -949,3 +949,341 @@ error:
     mk_bytes_free(&h);
     return -1;
 }
+
+/* ---------------------------------------------------------------- GGUF */
+
+enum { G_U8, G_I8, G_U16, G_I16, G_U32, G_I32, G_F32, G_BOOL, G_STR, G_ARR, G_U64, G_I64, G_F64 };
+
+static int gguf_bad(const char *what) {
+    mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Invalid GGUF file: %s", what);
+    return -1;
+}
+
+/* value type -> dtype and size (strings and arrays: -1) */
+static int gguf_value_dtype(unsigned t, size_t *sz) {
+    static const int dt[] = {MK_UINT8, MK_INT8, MK_UINT16, MK_INT16, MK_UINT32, MK_INT32, MK_FLOAT32, MK_BOOL,
+                             -1,       -1,      MK_UINT64, MK_INT64, MK_FLOAT64};
+    static const size_t size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    if (t > G_F64 || dt[t] < 0) return -1;
+    *sz = size[t];
+    return dt[t];
+}
+
+static int gguf_tensor_dtype(unsigned t) {
+    switch (t) {
+    case 0: return MK_FLOAT32;
+    case 1: return MK_FLOAT16;
+    case 24: return MK_INT8;
+    case 25: return MK_INT16;
+    case 26: return MK_INT32;
+    default: return -1;
+    }
+}
+
+static int gguf_tensor_type(mk_dtype t) {
+    switch (t) {
+    case MK_FLOAT32: return 0;
+    case MK_FLOAT16: return 1;
+    case MK_INT8: return 24;
+    case MK_INT16: return 25;
+    case MK_INT32: return 26;
+    default: return -1;
+    }
+}
+
+typedef struct {
+    const uint8_t *p;
+    size_t n, at;
+} gr;
+
+static int gr_u(gr *r, int nb, uint64_t *v) {
+    if (r->n - r->at < (size_t)nb) return gguf_bad("truncated");
+    *v = get_le(r->p + r->at, nb);
+    r->at += (size_t)nb;
+    return 0;
+}
+
+static char *gr_str(gr *r) {
+    uint64_t len;
+    if (gr_u(r, 8, &len) < 0) return NULL;
+    if (len > r->n - r->at) {
+        gguf_bad("string past the end of the file");
+        return NULL;
+    }
+    char *s = malloc((size_t)len + 1);
+    if (!s) return mk_nomem();
+    memcpy(s, r->p + r->at, (size_t)len);
+    s[len] = 0;
+    r->at += (size_t)len;
+    return s;
+}
+
+/* A scalar (ndim 0) or 1-d array of count values of type t, stored as MLX does (f64 -> float32). */
+static mk_array *gr_values(gr *r, unsigned t, uint64_t count, int ndim) {
+    size_t sz;
+    int dt = gguf_value_dtype(t, &sz);
+    if (dt < 0) {
+        gguf_bad("unexpected value type");
+        return NULL;
+    }
+    if (count > (r->n - r->at) / sz) {
+        gguf_bad("array past the end of the file");
+        return NULL;
+    }
+    int64_t shape[1] = {(int64_t)count};
+    mk_array *a = mk_array_empty((mk_dtype)dt, ndim, shape);
+    if (!a) return NULL;
+    if (count) memcpy(mk_data(a), r->p + r->at, (size_t)count * sz);
+    r->at += (size_t)count * sz;
+    if (dt == MK_BOOL) /* normalise bytes to 0/1 */
+        for (uint64_t i = 0; i < count; i++) ((uint8_t *)mk_data(a))[i] = ((uint8_t *)mk_data(a))[i] != 0;
+    if (dt == MK_FLOAT64) {
+        mk_array *f = mk_astype(a, MK_FLOAT32);
+        mk_decref(a);
+        if (!f || mk_eval1(f) < 0) {
+            mk_xdecref(f);
+            return NULL;
+        }
+        a = f;
+    }
+    return a;
+}
+
+void mk_gguf_kvs_free(mk_gguf_kv *kv, int n) {
+    for (int i = 0; kv && i < n; i++) {
+        free(kv[i].key);
+        free(kv[i].str);
+        for (int64_t j = 0; j < kv[i].nstrs; j++) free(kv[i].strs[j]);
+        free(kv[i].strs);
+        mk_xdecref(kv[i].arr);
+    }
+    free(kv);
+}
+
+int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out, int *nkv_out) {
+    memset(out, 0, sizeof *out);
+    *kvs_out = NULL;
+    *nkv_out = 0;
+    gr r = {p, n, 0};
+    uint64_t magic, version, ntensors, nkv;
+    mk_gguf_kv *kvs = NULL;
+    int nk = 0;
+    uint64_t alignment = 32;
+    if (n < 4 || memcmp(p, "GGUF", 4) != 0) return gguf_bad("no GGUF magic");
+    if (gr_u(&r, 4, &magic) < 0 || gr_u(&r, 4, &version) < 0) return -1;
+    if (version != 2 && version != 3) {
+        mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Unsupported GGUF version %llu", (unsigned long long)version);
+        return -1;
+    }
+    if (gr_u(&r, 8, &ntensors) < 0 || gr_u(&r, 8, &nkv) < 0) return -1;
+    /* each key-value takes at least 12 bytes, each tensor info at least 24 */
+    if (nkv > (n - r.at) / 12 || ntensors > (n - r.at) / 24) return gguf_bad("counts larger than the file");
+    kvs = calloc((size_t)nkv + 1, sizeof *kvs);
+    if (!kvs) return mk_nomem(), -1;
+    for (; (uint64_t)nk < nkv; nk++) {
+        mk_gguf_kv *kv = &kvs[nk];
+        uint64_t t;
+        if (!(kv->key = gr_str(&r)) || gr_u(&r, 4, &t) < 0) goto error;
+        if (t == G_STR) {
+            kv->kind = MK_GGUF_STR;
+            if (!(kv->str = gr_str(&r))) goto error;
+        } else if (t == G_ARR) {
+            uint64_t et, count;
+            if (gr_u(&r, 4, &et) < 0 || gr_u(&r, 8, &count) < 0) goto error;
+            if (et == G_ARR) {
+                mk_error_set(MK_ERR_VALUE, "[load_gguf] Only supports loading 1-layer of nested arrays.");
+                goto error;
+            }
+            if (et == G_STR) {
+                kv->kind = MK_GGUF_STRS;
+                if (count > (n - r.at) / 8) {
+                    gguf_bad("string array past the end of the file");
+                    goto error;
+                }
+                if (!(kv->strs = calloc((size_t)count + 1, sizeof *kv->strs))) {
+                    mk_nomem();
+                    goto error;
+                }
+                for (; (uint64_t)kv->nstrs < count; kv->nstrs++)
+                    if (!(kv->strs[kv->nstrs] = gr_str(&r))) goto error;
+            } else {
+                kv->kind = MK_GGUF_ARRAY;
+                if (!(kv->arr = gr_values(&r, (unsigned)et, count, 1))) goto error;
+            }
+        } else {
+            kv->kind = MK_GGUF_ARRAY;
+            if (!(kv->arr = gr_values(&r, (unsigned)t, 1, 0))) goto error;
+            if (!strcmp(kv->key, "general.alignment") && t == G_U32) {
+                alignment = *(uint32_t *)mk_data(kv->arr);
+                if (alignment == 0 || (alignment & (alignment - 1))) {
+                    gguf_bad("general.alignment is not a power of two");
+                    nk++;
+                    goto error;
+                }
+            }
+        }
+    }
+    typedef struct {
+        int dtype, ndim;
+        int64_t shape[MK_MAX_NDIM];
+        uint64_t off;
+    } tinfo;
+    tinfo *ti = calloc((size_t)ntensors + 1, sizeof *ti);
+    char **tn = calloc((size_t)ntensors + 1, sizeof *tn);
+    if (!ti || !tn) {
+        free(ti);
+        free(tn);
+        mk_nomem();
+        goto error;
+    }
+    uint64_t i;
+    for (i = 0; i < ntensors; i++) {
+        uint64_t nd, t;
+        if (!(tn[i] = gr_str(&r)) || gr_u(&r, 4, &nd) < 0) goto terror;
+        if (nd > MK_MAX_NDIM) {
+            gguf_bad("too many dimensions");
+            goto terror;
+        }
+        ti[i].ndim = (int)nd;
+        for (uint64_t d = 0; d < nd; d++) {
+            uint64_t v;
+            if (gr_u(&r, 8, &v) < 0) goto terror;
+            if (v > INT64_MAX) {
+                gguf_bad("dimension too large");
+                goto terror;
+            }
+            ti[i].shape[nd - 1 - d] = (int64_t)v; /* GGML lists dims innermost first */
+        }
+        if (gr_u(&r, 4, &t) < 0 || gr_u(&r, 8, &ti[i].off) < 0) goto terror;
+        ti[i].dtype = gguf_tensor_dtype((unsigned)t);
+        if (ti[i].dtype < 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Unsupported GGUF tensor type %llu (tensor '%.200s')",
+                         (unsigned long long)t, tn[i]);
+            goto terror;
+        }
+    }
+    size_t base = r.at + (size_t)((alignment - r.at % alignment) % alignment);
+    if (base > n) base = n;
+    for (i = 0; i < ntensors; i++) {
+        int64_t size = mk_shape_size(ti[i].ndim, ti[i].shape);
+        if (size < 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' is too large", tn[i]);
+            goto terror;
+        }
+        size_t isz = mk_dtype_size((mk_dtype)ti[i].dtype), avail = n - base;
+        if (ti[i].off > avail || (uint64_t)size > (avail - ti[i].off) / isz) {
+            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
+            goto terror;
+        }
+        for (int j = 0; j < out->n; j++)
+            if (!strcmp(out->names[j], tn[i])) {
+                mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Duplicate parameter name %.200s", tn[i]);
+                goto terror;
+            }
+        mk_array *a = mk_array_empty((mk_dtype)ti[i].dtype, ti[i].ndim, ti[i].shape);
+        if (!a) goto terror;
+        if (size) memcpy(mk_data(a), p + base + ti[i].off, (size_t)size * isz);
+        char *name = tn[i];
+        tn[i] = NULL;
+        if (named_add(out, name, a) < 0) goto terror;
+    }
+    for (i = 0; i < ntensors; i++) free(tn[i]);
+    free(tn);
+    free(ti);
+    *kvs_out = kvs;
+    *nkv_out = nk;
+    return 0;
+terror:
+    for (i = 0; i < ntensors; i++) free(tn[i]);
+    free(tn);
+    free(ti);
+error:
+    mk_gguf_kvs_free(kvs, nk + 1); /* calloc'd nkv + 1 entries: the partial one too */
+    mk_named_free(out);
+    return -1;
+}
+
+static int put_gstr(mk_bytes *b, const char *s) {
+    size_t l = strlen(s);
+    return put_le(b, l, 8) < 0 || mk_bytes_put(b, s, l) < 0 ? -1 : 0;
+}
+
+static int gguf_value_type(mk_dtype t) {
+    switch (t) {
+    case MK_UINT8: return G_U8;
+    case MK_INT8: return G_I8;
+    case MK_UINT16: return G_U16;
+    case MK_INT16: return G_I16;
+    case MK_UINT32: return G_U32;
+    case MK_INT32: return G_I32;
+    case MK_FLOAT32: return G_F32;
+    case MK_BOOL: return G_BOOL;
+    case MK_UINT64: return G_U64;
+    case MK_INT64: return G_I64;
+    default: return -1;
+    }
+}
+
+int mk_gguf_write(mk_bytes *out, int n, const char *const *names, mk_array *const *arrays, int nkv,
+                  const mk_gguf_kv *kvs) {
+    for (int i = 0; i < n; i++)
+        if (gguf_tensor_type(arrays[i]->dtype) < 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[save_gguf] dtype %s is not supported", mk_dtype_name(arrays[i]->dtype));
+            return -1;
+        }
+    if (mk_bytes_put(out, "GGUF", 4) < 0 || put_le(out, 3, 4) < 0 || put_le(out, (uint64_t)n, 8) < 0 ||
+        put_le(out, (uint64_t)nkv, 8) < 0)
+        return -1;
+    for (int i = 0; i < nkv; i++) {
+        const mk_gguf_kv *kv = &kvs[i];
+        if (put_gstr(out, kv->key) < 0) return -1;
+        if (kv->kind == MK_GGUF_STR) {
+            if (put_le(out, G_STR, 4) < 0 || put_gstr(out, kv->str) < 0) return -1;
+        } else if (kv->kind == MK_GGUF_STRS) {
+            if (put_le(out, G_ARR, 4) < 0 || put_le(out, G_STR, 4) < 0 || put_le(out, (uint64_t)kv->nstrs, 8) < 0)
+                return -1;
+            for (int64_t j = 0; j < kv->nstrs; j++)
+                if (put_gstr(out, kv->strs[j]) < 0) return -1;
+        } else {
+            const mk_array *a = kv->arr;
+            int vt = gguf_value_type(a->dtype);
+            if (a->ndim > 1) {
+                mk_error_set(MK_ERR_RUNTIME, "[save_gguf] Cannot save arrays with more than one dimension.");
+                return -1;
+            }
+            if (a->size == 0) {
+                mk_error_set(MK_ERR_RUNTIME, "[save_gguf] Cannot save empty arrays.");
+                return -1;
+            }
+            if (vt < 0) {
+                mk_error_set(MK_ERR_VALUE, "[save_gguf] array type %s not support for metadata.",
+                             mk_dtype_name(a->dtype));
+                return -1;
+            }
+            if (a->ndim == 1 &&
+                (put_le(out, G_ARR, 4) < 0 || put_le(out, (uint64_t)vt, 4) < 0 || put_le(out, (uint64_t)a->size, 8) < 0))
+                return -1;
+            if (a->ndim == 0 && put_le(out, (uint64_t)vt, 4) < 0) return -1;
+            if (put_array_data(out, a) < 0) return -1;
+        }
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const mk_array *a = arrays[i];
+        off += (32 - off % 32) % 32;
+        if (put_gstr(out, names[i]) < 0 || put_le(out, (uint64_t)a->ndim, 4) < 0) return -1;
+        for (int d = a->ndim - 1; d >= 0; d--)
+            if (put_le(out, (uint64_t)a->shape[d], 8) < 0) return -1;
+        if (put_le(out, (uint64_t)gguf_tensor_type(a->dtype), 4) < 0 || put_le(out, off, 8) < 0) return -1;
+        off += (uint64_t)a->size * mk_dtype_size(a->dtype);
+    }
+    static const uint8_t zeros[32];
+    size_t start = 0;
+    if (mk_bytes_put(out, zeros, (32 - out->len % 32) % 32) < 0) return -1;
+    start = out->len;
+    for (int i = 0; i < n; i++) {
+        if (mk_bytes_put(out, zeros, (32 - (out->len - start) % 32) % 32) < 0) return -1;
+        if (put_array_data(out, arrays[i]) < 0) return -1;
+    }
+    return 0;
+}

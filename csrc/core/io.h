@@ -46,3 +46,21 @@ int mk_safetensors_write(mk_bytes *out, int n, const char *const *names, mk_arra
                          const char *const *meta_keys, const char *const *meta_values);
 
 #endif
+
+/* GGUF (version 3 written; 2 and 3 read). Tensors: float32, float16, int8,
+ * int16, int32, as MLX. Metadata values: a string, a list of strings, or an
+ * array (0-d for a scalar, 1-d for a GGUF array). */
+enum { MK_GGUF_STR, MK_GGUF_STRS, MK_GGUF_ARRAY };
+typedef struct {
+    char *key;
+    int kind;
+    char *str;      /* MK_GGUF_STR */
+    int64_t nstrs;  /* MK_GGUF_STRS */
+    char **strs;
+    mk_array *arr;  /* MK_GGUF_ARRAY */
+} mk_gguf_kv;
+void mk_gguf_kvs_free(mk_gguf_kv *kv, int n);
+int mk_gguf_read(const uint8_t *p, size_t n, mk_named *tensors, mk_gguf_kv **kvs, int *nkv);
+/* kv values: arrays evaluated, at most 1-d, non-empty. Keys owned by the caller. */
+int mk_gguf_write(mk_bytes *out, int n, const char *const *names, mk_array *const *arrays, int nkv,
+                  const mk_gguf_kv *kvs);

@@ -301,6 +301,126 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- GGUF */
+
+static PyObject *py_save_gguf(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    static const char *const names[] = {"file", "arrays", "metadata", NULL};
+    PyObject *v[3];
+    if (mkpy_parse("save_gguf", args, nargs, kw, names, 2, v) < 0) return NULL;
+    PyObject *file = v[0], *arrays = v[1], *meta = v[2] == Py_None ? NULL : v[2], *path = NULL, *ret = NULL;
+    if (!is_path(file)) {
+        PyErr_SetString(PyExc_ValueError, "[save_gguf] Input must be a string");
+        return NULL;
+    }
+    if (!PyDict_Check(arrays) || (meta && !PyDict_Check(meta))) {
+        PyErr_SetString(PyExc_TypeError, "save_gguf(): arrays and metadata must be dicts keyed by str");
+        return NULL;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(arrays), nm = meta ? PyDict_GET_SIZE(meta) : 0, cnt = 0, km = 0;
+    mk_array **arrs = PyMem_Calloc((size_t)n + 1, sizeof *arrs);
+    const char **cn = PyMem_Calloc((size_t)n + 1, sizeof *cn);
+    mk_gguf_kv *kvs = PyMem_Calloc((size_t)nm + 1, sizeof *kvs);
+    mk_bytes b = {0};
+    if (!arrs || !cn || !kvs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(path = path_with_ext(file, ".gguf"))) goto done;
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(arrays, &pos, &k, &val)) {
+        if (!PyUnicode_Check(k)) {
+            PyErr_SetString(PyExc_TypeError, "save_gguf(): array names must be str");
+            goto done;
+        }
+        if (!(cn[cnt] = PyUnicode_AsUTF8(k)) || !(arrs[cnt] = eval_arg(val))) goto done;
+        cnt++;
+    }
+    pos = 0;
+    /* keys and strings borrow the dict's UTF-8 buffers (the struct's char * are not freed here) */
+    for (; meta && PyDict_Next(meta, &pos, &k, &val); km++) {
+        mk_gguf_kv *kv = &kvs[km];
+        if (!PyUnicode_Check(k)) {
+            PyErr_SetString(PyExc_TypeError, "save_gguf(): metadata keys must be str");
+            goto done;
+        }
+        if (!(kv->key = (char *)PyUnicode_AsUTF8(k))) goto done;
+        if (PyUnicode_Check(val)) {
+            kv->kind = MK_GGUF_STR;
+            if (!(kv->str = (char *)PyUnicode_AsUTF8(val))) goto done;
+        } else if (PyList_Check(val) && PyList_GET_SIZE(val) > 0 && PyUnicode_Check(PyList_GET_ITEM(val, 0))) {
+            kv->kind = MK_GGUF_STRS;
+            kv->nstrs = PyList_GET_SIZE(val);
+            if (!(kv->strs = PyMem_Calloc((size_t)kv->nstrs, sizeof *kv->strs))) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            for (Py_ssize_t j = 0; j < kv->nstrs; j++) {
+                PyObject *s = PyList_GET_ITEM(val, j);
+                if (!PyUnicode_Check(s)) {
+                    PyErr_SetString(PyExc_RuntimeError, "[save_gguf] Received unexpected type in metadata");
+                    goto done;
+                }
+                if (!(kv->strs[j] = (char *)PyUnicode_AsUTF8(s))) goto done;
+            }
+        } else {
+            kv->kind = MK_GGUF_ARRAY;
+            if (!PyMkArray_Check(val)) {
+                PyErr_SetString(PyExc_RuntimeError, "[save_gguf] Received unexpected type in metadata");
+                goto done;
+            }
+            if (!(kv->arr = eval_arg(val))) goto done;
+        }
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mk_gguf_write(&b, (int)n, cn, arrs, (int)km, kvs);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        mkpy_raise();
+        goto done;
+    }
+    if (write_out(file, path, &b, "save_gguf") < 0) goto done;
+    ret = Py_NewRef(Py_None);
+done:
+    for (Py_ssize_t i = 0; arrs && i < cnt; i++) mk_xdecref(arrs[i]);
+    for (Py_ssize_t i = 0; kvs && i <= km && i < nm; i++) {
+        PyMem_Free(kvs[i].strs);
+        mk_xdecref(kvs[i].arr);
+    }
+    PyMem_Free(arrs);
+    PyMem_Free(cn);
+    PyMem_Free(kvs);
+    mk_bytes_free(&b);
+    Py_XDECREF(path);
+    return ret;
+}
+
+static PyObject *gguf_meta_dict(mk_gguf_kv *kvs, int nkv) {
+    PyObject *r = PyDict_New();
+    for (int i = 0; r && i < nkv; i++) {
+        PyObject *v = NULL;
+        if (kvs[i].kind == MK_GGUF_STR) {
+            v = PyUnicode_DecodeUTF8(kvs[i].str, (Py_ssize_t)strlen(kvs[i].str), "replace");
+        } else if (kvs[i].kind == MK_GGUF_STRS) {
+            v = PyList_New((Py_ssize_t)kvs[i].nstrs);
+            for (int64_t j = 0; v && j < kvs[i].nstrs; j++) {
+                PyObject *s = PyUnicode_DecodeUTF8(kvs[i].strs[j], (Py_ssize_t)strlen(kvs[i].strs[j]), "replace");
+                if (!s) Py_CLEAR(v);
+                else PyList_SET_ITEM(v, (Py_ssize_t)j, s);
+            }
+        } else {
+            v = mkpy_wrap(kvs[i].arr);
+            kvs[i].arr = NULL;
+        }
+        PyObject *key = v ? PyUnicode_DecodeUTF8(kvs[i].key, (Py_ssize_t)strlen(kvs[i].key), "replace") : NULL;
+        if (!key || PyDict_SetItem(r, key, v) < 0) Py_CLEAR(r);
+        Py_XDECREF(key);
+        Py_XDECREF(v);
+    }
+    return r;
+}
+
 /* ------------------------------------------------------------------ load */
 
 static PyObject *named_dict(mk_named *d) {
@@ -369,7 +489,8 @@ static PyObject *py_load(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize
         goto done;
     }
     int is_npy = !strcmp(f, "npy"), is_npz = !strcmp(f, "npz"), is_st = !strcmp(f, "safetensors");
-    if (!is_npy && !is_npz && !is_st) {
+    int is_gguf = !strcmp(f, "gguf");
+    if (!is_npy && !is_npz && !is_st && !is_gguf) {
         PyErr_Format(PyExc_ValueError, "[load] Unknown file format %s", f);
         goto done;
     }
@@ -390,6 +511,28 @@ static PyObject *py_load(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize
     }
     mk_named d;
     int rc;
+    if (is_gguf) {
+        mk_gguf_kv *kvs;
+        int nkv;
+        Py_BEGIN_ALLOW_THREADS
+        rc = mk_gguf_read(p, n, &d, &kvs, &nkv);
+        Py_END_ALLOW_THREADS
+        if (rc < 0) {
+            mkpy_raise();
+            goto done;
+        }
+        PyObject *dict = named_dict(&d), *md = dict && want_meta ? gguf_meta_dict(kvs, nkv) : NULL;
+        mk_named_free(&d);
+        mk_gguf_kvs_free(kvs, nkv);
+        if (want_meta) {
+            ret = dict && md ? PyTuple_Pack(2, dict, md) : NULL;
+            Py_XDECREF(dict);
+            Py_XDECREF(md);
+        } else {
+            ret = dict;
+        }
+        goto done;
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = is_npz ? mk_npz_read(p, n, &d) : mk_safetensors_read(p, n, &d);
     Py_END_ALLOW_THREADS
@@ -419,9 +562,9 @@ PyMethodDef mkpy_io_functions[] = {
      "file may be a path or a file object with write()."},
     {"load", FN(py_load), FASTKW,
      "load(file, /, format=None, return_metadata=False, *, stream=None)\n--\n\n"
-     "Loads arrays from a .npy, .npz or .safetensors file (a path or a binary file object). The\n"
-     "format comes from the extension unless given. .npy gives an array; .npz and .safetensors a\n"
-     "dict; return_metadata=True (safetensors only) gives (dict, metadata)."},
+     "Loads arrays from a .npy, .npz, .safetensors or .gguf file (a path or a binary file object). The\n"
+     "format comes from the extension unless given. .npy gives an array; the others a\n"
+     "dict; return_metadata=True (safetensors, gguf) gives (dict, metadata)."},
     {"savez", FN(py_savez), METH_VARARGS | METH_KEYWORDS,
      "savez(file, *args, **kwargs)\n--\n\n"
      "Saves several arrays to an uncompressed .npz archive: positional arrays as arr_0, arr_1, ...,\n"
@@ -433,5 +576,10 @@ PyMethodDef mkpy_io_functions[] = {
      "save_safetensors(file, arrays, metadata=None)\n--\n\n"
      "Saves a dict of arrays to a .safetensors file (\".safetensors\" is appended to a path that\n"
      "lacks it), with optional str -> str metadata."},
+    {"save_gguf", FN(py_save_gguf), FASTKW,
+     "save_gguf(file, arrays, metadata=None)\n--\n\n"
+     "Saves a dict of arrays (float32, float16, int8, int16, int32) to a .gguf file (\".gguf\" is\n"
+     "appended to a path that lacks it), with metadata values that are str, list of str, or arrays\n"
+     "(0-d for a scalar, 1-d for a GGUF array)."},
     {NULL, NULL, 0, NULL},
 };
