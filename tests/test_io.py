@@ -439,7 +439,7 @@ def test_random_corruptions_raise_cleanly(tmp_path):
             r = bytearray(raw)
             for _ in range(int(rng.integers(1, 4))):
                 op = rng.random()
-                if op < 0.6:
+                if op < 0.6 and r:
                     r[int(rng.integers(len(r)))] = int(rng.integers(256))
                 elif op < 0.8:
                     r = r[:int(rng.integers(len(r) + 1))]
