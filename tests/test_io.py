@@ -388,7 +388,9 @@ def test_gguf_hand_written(tmp_path):
     b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gstr("general.alignment") + struct.pack("<II", 4, 3),
     gguf_file([("x", (4,), 0, bytes(8))]),                    # data past the end
     gguf_file([("x", (1 << 40, 1 << 40), 0, bytes(8))]),
-    gguf_file([("x", (2,), 2, bytes(18))]),                   # Q4_0: not supported
+    gguf_file([("x", (2,), 2, bytes(18))]),                   # Q4_0 with a last dim not a multiple of 32
+    gguf_file([("x", (64,), 2, bytes(18))]),                  # Q4_0 data past the end
+    gguf_file([("x", (32,), 12, bytes(144))]),                # Q4_K: not supported
     gguf_file([("x", (2,), 0, bytes(8)), ("x", (2,), 0, bytes(8))]),
     gguf_file([("x", (2,), 0, bytes(8))])[:40],
 ])
@@ -450,3 +452,49 @@ def test_random_corruptions_raise_cleanly(tmp_path):
                 mx.load(io.BytesIO(bytes(r)), format=fmt)
             except (ValueError, RuntimeError):
                 pass
+
+
+def _mlx_dequantize(w, scales, biases, bits):
+    """MLX's affine layout, unpacked independently: element i of a row is bits*(i % per) of
+    uint32 word i // per (low bits first)."""
+    w = np.array(w).astype(np.uint64)
+    per = 32 // bits
+    q = (w[..., :, None] >> (bits * np.arange(per, dtype=np.uint64))) & ((1 << bits) - 1)
+    q = q.reshape(*w.shape[:-1], -1).astype(np.float32)
+    s = np.repeat(np.array(scales).astype(np.float32), 32, axis=-1)
+    b = np.repeat(np.array(biases).astype(np.float32), 32, axis=-1)
+    return q * s + b
+
+
+@pytest.mark.parametrize("qtype", [2, 3, 8])
+def test_gguf_quantized_blocks(tmp_path, qtype):
+    """GGML's Q4_0 / Q4_1 / Q8_0 blocks load as MLX's (weight, scales, biases) triplet."""
+    rng = np.random.default_rng(qtype)
+    rows, cols = 3, 64
+    blocks, want = b"", []
+    for _ in range(rows * cols // 32):
+        d = np.float16(rng.uniform(0.01, 1))
+        if qtype == 8:
+            q = rng.integers(-128, 128, 32).astype(np.int8)
+            blocks += d.tobytes() + q.tobytes()
+            want.append(np.float32(d) * q.astype(np.float32))
+            continue
+        q = rng.integers(0, 16, 32).astype(np.uint8)
+        packed = (q[:16] | (q[16:] << 4)).astype(np.uint8).tobytes()  # GGML: j low, j + 16 high
+        if qtype == 2:
+            blocks += d.tobytes() + packed
+            want.append(np.float32(d) * (q.astype(np.float32) - 8))
+        else:
+            m = np.float16(rng.uniform(-1, 1))
+            blocks += d.tobytes() + m.tobytes() + packed
+            want.append(np.float32(d) * q.astype(np.float32) + np.float32(m))
+    p = tmp_path / "q.gguf"
+    p.write_bytes(gguf_file([("blk.0.weight", (cols, rows), qtype, blocks)]))
+    got = mx.load(str(p))
+    assert set(got) == {"blk.0.weight", "blk.0.scales", "blk.0.biases"}
+    bits = 8 if qtype == 8 else 4
+    w, s, b = got["blk.0.weight"], got["blk.0.scales"], got["blk.0.biases"]
+    assert w.dtype == mx.uint32 and w.shape == (rows, cols * bits // 32)
+    assert s.dtype == b.dtype == mx.float16 and s.shape == b.shape == (rows, cols // 32)
+    np.testing.assert_allclose(_mlx_dequantize(w, s, b, bits),
+                               np.concatenate(want).reshape(rows, cols), rtol=2e-3, atol=2e-3)

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "half.h"
 #include "ops.h"
 
 /* ------------------------------------------------------------- buffers */
@@ -1060,6 +1061,69 @@ void mk_gguf_kvs_free(mk_gguf_kv *kv, int n) {
     free(kv);
 }
 
+/* GGML's Q4_0 (2), Q4_1 (3) and Q8_0 (8) blocks of 32 weights, unpacked as MLX does into
+ * (uint32 weights, float16 scales, float16 biases) of affine quantisation with group size 32. */
+static int gguf_quant_bits(unsigned t) { return t == 2 || t == 3 ? 4 : t == 8 ? 8 : 0; }
+static size_t gguf_quant_block(unsigned t) { return t == 2 ? 18 : t == 3 ? 20 : 34; }
+
+static int gguf_add_quantized(mk_named *out, char *name, unsigned t, int ndim, const int64_t *shape,
+                              const uint8_t *data) {
+    int bits = gguf_quant_bits(t);
+    int64_t wshape[MK_MAX_NDIM], sshape[MK_MAX_NDIM];
+    for (int i = 0; i < ndim; i++) wshape[i] = sshape[i] = shape[i];
+    wshape[ndim - 1] = shape[ndim - 1] * bits / 32;
+    sshape[ndim - 1] = shape[ndim - 1] / 32;
+    mk_array *w = mk_array_empty(MK_UINT32, ndim, wshape), *sc = mk_array_empty(MK_FLOAT16, ndim, sshape),
+             *bi = mk_array_empty(MK_FLOAT16, ndim, sshape);
+    size_t nl = strlen(name), pl = nl >= 7 ? nl - 7 : nl; /* MLX drops ".weight" (any 7 chars) */
+    char *sname = malloc(pl + 8), *bname = malloc(pl + 8);
+    if (!w || !sc || !bi || !sname || !bname) {
+        mk_xdecref(w), mk_xdecref(sc), mk_xdecref(bi);
+        free(sname), free(bname), free(name);
+        if (mk_error_code() == MK_OK) mk_nomem();
+        return -1;
+    }
+    memcpy(sname, name, pl);
+    memcpy(sname + pl, ".scales", 8);
+    memcpy(bname, name, pl);
+    memcpy(bname + pl, ".biases", 8);
+    uint8_t *wd = mk_data(w);
+    mk_f16 *s = mk_data(sc), *b = mk_data(bi);
+    size_t blk = gguf_quant_block(t);
+    for (int64_t g = 0; g < sc->size; g++, data += blk) {
+        memcpy(&s[g], data, 2);
+        float f = mk_f16_to_f32(s[g]);
+        if (t == 3) memcpy(&b[g], data + 2, 2);
+        else b[g] = mk_f32_to_f16((t == 2 ? -8.0f : -128.0f) * f);
+        if (t == 8) {
+            for (int j = 0; j < 32; j++) *wd++ = data[2 + j] ^ 0x80;
+            continue;
+        }
+        const uint8_t *q = data + (t == 3 ? 4 : 2);
+        for (int k = 0; k < 8; k++) wd[k] = (uint8_t)((q[2 * k] & 15) | (q[2 * k + 1] & 15) << 4);
+        for (int k = 0; k < 8; k++) wd[8 + k] = (uint8_t)(q[2 * k] >> 4 | (q[2 * k + 1] >> 4) << 4);
+        wd += 16;
+    }
+    for (int i = 0; i < out->n; i++)
+        if (!strcmp(out->names[i], sname) || !strcmp(out->names[i], bname) || !strcmp(out->names[i], name)) {
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[load_gguf] Duplicate parameter name %.200s this can happend when loading quantized tensors.",
+                         out->names[i]);
+            mk_decref(w), mk_decref(sc), mk_decref(bi);
+            free(sname), free(bname), free(name);
+            return -1;
+        }
+    if (named_add(out, name, w) < 0) {
+        mk_decref(sc), mk_decref(bi), free(sname), free(bname);
+        return -1;
+    }
+    if (named_add(out, sname, sc) < 0) {
+        mk_decref(bi), free(bname);
+        return -1;
+    }
+    return named_add(out, bname, bi);
+}
+
 int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out, int *nkv_out) {
     memset(out, 0, sizeof *out);
     *kvs_out = NULL;
@@ -1124,7 +1188,7 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
         }
     }
     typedef struct {
-        int dtype, ndim;
+        int dtype, ndim, qtype;
         int64_t shape[MK_MAX_NDIM];
         uint64_t off;
     } tinfo;
@@ -1156,7 +1220,13 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
         }
         if (gr_u(&r, 4, &t) < 0 || gr_u(&r, 8, &ti[i].off) < 0) goto terror;
         ti[i].dtype = gguf_tensor_dtype((unsigned)t);
-        if (ti[i].dtype < 0) {
+        ti[i].qtype = gguf_quant_bits((unsigned)t) ? (int)t : 0;
+        if (ti[i].qtype && (nd == 0 || ti[i].shape[nd - 1] % 32 != 0)) {
+            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] tensor %.200shas incompatible last dim shape: %lld", tn[i],
+                         nd ? (long long)ti[i].shape[nd - 1] : 0LL);
+            goto terror;
+        }
+        if (ti[i].dtype < 0 && !ti[i].qtype) {
             mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Unsupported GGUF tensor type %llu (tensor '%.200s')",
                          (unsigned long long)t, tn[i]);
             goto terror;
@@ -1170,7 +1240,20 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
             mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' is too large", tn[i]);
             goto terror;
         }
-        size_t isz = mk_dtype_size((mk_dtype)ti[i].dtype), avail = n - base;
+        size_t avail = n - base;
+        if (ti[i].qtype) {
+            size_t blk = gguf_quant_block((unsigned)ti[i].qtype);
+            if (ti[i].off > avail || (uint64_t)size / 32 > (avail - ti[i].off) / blk) {
+                mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
+                goto terror;
+            }
+            char *name = tn[i];
+            tn[i] = NULL;
+            if (gguf_add_quantized(out, name, (unsigned)ti[i].qtype, ti[i].ndim, ti[i].shape, p + base + ti[i].off) < 0)
+                goto terror;
+            continue;
+        }
+        size_t isz = mk_dtype_size((mk_dtype)ti[i].dtype);
         if (ti[i].off > avail || (uint64_t)size > (avail - ti[i].off) / isz) {
             mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
             goto terror;
