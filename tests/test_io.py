@@ -390,7 +390,8 @@ def test_gguf_hand_written(tmp_path):
     gguf_file([("x", (1 << 40, 1 << 40), 0, bytes(8))]),
     gguf_file([("x", (2,), 2, bytes(18))]),                   # Q4_0 with a last dim not a multiple of 32
     gguf_file([("x", (64,), 2, bytes(18))]),                  # Q4_0 data past the end
-    gguf_file([("x", (32,), 12, bytes(144))]),                # Q4_K: not supported
+    gguf_file([("x", (32,), 12, bytes(144))]),                # Q4_K: not a whole super-block
+    gguf_file([("x", (32,), 11, bytes(144))]),                # Q3_K: not supported
     gguf_file([("x", (2,), 0, bytes(8)), ("x", (2,), 0, bytes(8))]),
     gguf_file([("x", (2,), 0, bytes(8))])[:40],
 ])
@@ -498,3 +499,32 @@ def test_gguf_quantized_blocks(tmp_path, qtype):
     assert s.dtype == b.dtype == mx.float16 and s.shape == b.shape == (rows, cols // 32)
     np.testing.assert_allclose(_mlx_dequantize(w, s, b, bits),
                                np.concatenate(want).reshape(rows, cols), rtol=2e-3, atol=2e-3)
+
+
+def test_gguf_q4_k(tmp_path):
+    rng = np.random.default_rng(12)
+    rows, cols = 2, 256
+    blocks, want = b"", []
+    for _ in range(rows):
+        d, dmin = np.float16(rng.uniform(0.01, 0.1)), np.float16(rng.uniform(0.01, 0.1))
+        sc, mn = rng.integers(0, 64, 8), rng.integers(0, 64, 8)
+        packed = bytearray(12)  # GGML's 6-bit packing of 8 scales and 8 mins
+        for j in range(4):
+            packed[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6)
+            packed[j + 4] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6)
+            packed[j + 8] = (sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4)
+        q = rng.integers(0, 16, 256).astype(np.uint8)
+        qs = b""
+        for c in range(4):  # 64 weights per 32 bytes: 32 in the low nibbles, 32 in the high
+            lo, hi = q[64 * c:64 * c + 32], q[64 * c + 32:64 * c + 64]
+            qs += (lo | (hi << 4)).astype(np.uint8).tobytes()
+        blocks += d.tobytes() + dmin.tobytes() + bytes(packed) + qs
+        for j in range(8):
+            want.append(np.float32(d) * sc[j] * q[32 * j:32 * j + 32] - np.float32(dmin) * mn[j])
+    p = tmp_path / "k.gguf"
+    p.write_bytes(gguf_file([("w.weight", (cols, rows), 12, blocks)]))
+    got = mx.load(str(p))
+    w, s, b = got["w.weight"], got["w.scales"], got["w.biases"]
+    assert w.shape == (rows, cols // 8) and s.shape == (rows, cols // 32)
+    np.testing.assert_allclose(_mlx_dequantize(w, s, b, 4), np.concatenate(want).reshape(rows, cols),
+                               rtol=2e-3, atol=2e-2)

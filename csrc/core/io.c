@@ -1063,8 +1063,38 @@ void mk_gguf_kvs_free(mk_gguf_kv *kv, int n) {
 
 /* GGML's Q4_0 (2), Q4_1 (3) and Q8_0 (8) blocks of 32 weights, unpacked as MLX does into
  * (uint32 weights, float16 scales, float16 biases) of affine quantisation with group size 32. */
-static int gguf_quant_bits(unsigned t) { return t == 2 || t == 3 ? 4 : t == 8 ? 8 : 0; }
-static size_t gguf_quant_block(unsigned t) { return t == 2 ? 18 : t == 3 ? 20 : 34; }
+static int gguf_quant_bits(unsigned t) { return t == 2 || t == 3 || t == 12 ? 4 : t == 8 ? 8 : 0; }
+/* bytes per block and weights per block */
+static size_t gguf_quant_block(unsigned t) { return t == 2 ? 18 : t == 3 ? 20 : t == 12 ? 144 : 34; }
+static int64_t gguf_quant_group(unsigned t) { return t == 12 ? 256 : 32; }
+
+/* Q4_K: super-blocks of 256 weights, 8 sub-blocks of 32 with 6-bit scales and mins. */
+static void gguf_q4k(const uint8_t *data, int64_t nsuper, uint8_t *wd, mk_f16 *s, mk_f16 *b) {
+    for (int64_t g = 0; g < nsuper; g++, data += 144) {
+        mk_f16 h;
+        memcpy(&h, data, 2);
+        float dd = mk_f16_to_f32(h);
+        memcpy(&h, data + 2, 2);
+        float dm = mk_f16_to_f32(h);
+        const uint8_t *sc = data + 4, *q = data + 16;
+        for (int j = 0; j < 8; j++) {
+            uint8_t d, m;
+            if (j < 4) {
+                d = sc[j] & 63;
+                m = sc[j + 4] & 63;
+            } else {
+                d = (uint8_t)((sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4);
+                m = (uint8_t)((sc[j + 4] >> 4) | (sc[j] >> 6) << 4);
+            }
+            s[g * 8 + j] = mk_f32_to_f16(d * dd);
+            b[g * 8 + j] = mk_f32_to_f16(-(m * dm));
+        }
+        for (int c = 0; c < 4; c++, q += 32) {
+            for (int k = 0; k < 16; k++) *wd++ = (uint8_t)((q[2 * k] & 15) | (q[2 * k + 1] & 15) << 4);
+            for (int k = 0; k < 16; k++) *wd++ = (uint8_t)(q[2 * k] >> 4 | (q[2 * k + 1] >> 4) << 4);
+        }
+    }
+}
 
 static int gguf_add_quantized(mk_named *out, char *name, unsigned t, int ndim, const int64_t *shape,
                               const uint8_t *data) {
@@ -1090,7 +1120,8 @@ static int gguf_add_quantized(mk_named *out, char *name, unsigned t, int ndim, c
     uint8_t *wd = mk_data(w);
     mk_f16 *s = mk_data(sc), *b = mk_data(bi);
     size_t blk = gguf_quant_block(t);
-    for (int64_t g = 0; g < sc->size; g++, data += blk) {
+    if (t == 12) gguf_q4k(data, sc->size / 8, wd, s, b);
+    for (int64_t g = 0; t != 12 && g < sc->size; g++, data += blk) {
         memcpy(&s[g], data, 2);
         float f = mk_f16_to_f32(s[g]);
         if (t == 3) memcpy(&b[g], data + 2, 2);
@@ -1243,7 +1274,12 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
         size_t avail = n - base;
         if (ti[i].qtype) {
             size_t blk = gguf_quant_block((unsigned)ti[i].qtype);
-            if (ti[i].off > avail || (uint64_t)size / 32 > (avail - ti[i].off) / blk) {
+            int64_t grp = gguf_quant_group((unsigned)ti[i].qtype);
+            if (size % grp) {
+                mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' is not a whole number of blocks", tn[i]);
+                goto terror;
+            }
+            if (ti[i].off > avail || (uint64_t)(size / grp) > (avail - ti[i].off) / blk) {
                 mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
                 goto terror;
             }
