@@ -39,7 +39,7 @@ ext = Extension(
     include_dirs=include_dirs,
     extra_compile_args=cflags + sanitize_cflags,
     extra_link_args=sanitize_ldflags,
-    libraries=["openblas", "m", "pthread"],
+    libraries=["openblas", "z", "m", "pthread"],
 )
 # The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,
 # mkpy/mkpy-cbs-pass, linked with LLVM 15's C API (Debian's llvm-15-dev) and run

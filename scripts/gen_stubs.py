@@ -103,6 +103,7 @@ REDUCE = "all any sum prod min max mean var std logsumexp squeeze softmax".split
 AXIS_OR_NONE = ("sort argsort partition argpartition topk take_along_axis concatenate "
                 "concat").split()
 NUM = "Union[int, float]"
+FILE = "Union[str, BinaryIO]"
 
 PARAM_BY_FUNC = {
     **{f":{f}": {"a": SA, "b": SA} for f in BINARY},
@@ -127,6 +128,14 @@ PARAM_BY_FUNC = {
     "fast:rope": {"base": "Optional[float]"},
     "fast:scaled_dot_product_attention": {"mask": "Union[None, str, array]"},
     "metal:*": {},
+    ":save": {"file": FILE, "arr": A},
+    ":load": {"file": FILE, "format": "Optional[str]", "return_metadata": "bool"},
+    ":savez": {"file": FILE, "args": A, "kwargs": A},
+    ":savez_compressed": {"file": FILE, "args": A, "kwargs": A},
+    ":save_gguf": {"file": "str", "arrays": "dict[str, array]",
+                   "metadata": "Optional[dict[str, Union[array, str, list[str]]]]"},
+    ":save_safetensors": {"file": FILE, "arrays": "dict[str, array]",
+                          "metadata": "Optional[dict[str, str]]"},
 }
 
 # ---------------------------------------------------------------- return types
@@ -154,6 +163,10 @@ RETURNS = {
     "metal:clear_kernel_cache": "None", "metal:kernel_cache_info": "dict[str, Union[str, int]]",
     "metal:precompile_runtime": "str", "metal:start_capture": "None",
     "metal:stop_capture": "None",
+    "save": "None", "savez": "None", "savez_compressed": "None", "save_safetensors": "None",
+    "save_gguf": "None",
+    "load": ("Union[array, dict[str, array], tuple[dict[str, array], "
+             "dict[str, Union[str, array, list[str]]]]]"),
 }
 
 # ------------------------------------------------------------- class members
@@ -528,7 +541,7 @@ def public(mod, key):
 
 def typing_import(text):
     """'from typing import ...' with the names text uses."""
-    used = sorted(n for n in ("Any", "Callable", "ClassVar", "ContextManager", "Iterator", "final",
+    used = sorted(n for n in ("Any", "BinaryIO", "Callable", "ClassVar", "ContextManager", "Iterator", "final",
                               "Optional", "Sequence", "TypeVar", "Union", "overload",
                               "type_check_only") if re.search(r"\b%s\b" % n, text))
     return f"from typing import {', '.join(used)}\n" if used else ""

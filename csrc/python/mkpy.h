@@ -135,6 +135,7 @@ extern PyMethodDef mkpy_fastops_functions[]; /* py_fastops.c: rms_norm, layer_no
 extern PyMethodDef mkpy_linalg_functions[];  /* py_linalg.c: matmul, addmm, inner, outer, tensordot */
 extern PyMethodDef mkpy_sort_functions[];    /* py_sort.c: sort, argsort, topk, cumulative ops */
 extern PyMethodDef mkpy_indexops_functions[]; /* py_indexops.c: take, take_along_axis, advanced indexing */
+extern PyMethodDef mkpy_io_functions[];       /* py_io.c: save, load, savez, save_safetensors */
 
 /* isclose as a lazy node, from (a, b, rtol, atol, *, equal_nan) arguments
  * (py_ops.c); NULL with the Python error set. */
