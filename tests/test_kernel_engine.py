@@ -37,7 +37,7 @@ def test_lanes_of_a_simdgroup_finish_a_statement_before_the_next(capfd):
         float v = t[0]; t[l] = 0.0f; y[l] = v;""")
     y, = run(k, [mx.array([7.0])], (32, 1, 1), (32, 1, 1), [(32,)])
     np.testing.assert_array_equal(y, np.full(32, 7, np.float32))
-    assert "lockstep engine" in engine_of(k, [mx.array([7.0])], (32, 1, 1), (32, 1, 1), [(32,)], capfd)
+    assert "runs on the lockstep engine" in engine_of(k, [mx.array([7.0])], (32, 1, 1), (32, 1, 1), [(32,)], capfd)
 
 
 def test_simdgroups_advance_together_between_barriers():
@@ -159,7 +159,30 @@ def test_helpers_with_barriers_templates_and_methods(capfd):
     y, z = run(k, *args)
     np.testing.assert_array_equal(y, np.repeat(3 * x.reshape(4, 64).sum(1), 64))
     np.testing.assert_array_equal(z, np.repeat(x.reshape(8, 32).sum(1) + 32, 32))
-    assert "lockstep engine" in engine_of(k, *args, capfd)
+    assert "runs on the lockstep engine" in engine_of(k, *args, capfd)
+
+
+def test_a_value_from_a_loop_with_barriers_feeds_a_simd_function(capfd):
+    # the loop's last value reaches simd_sum across two barriers: it is kept in
+    # the frame, and its store into the exchange's temporary is a use like any
+    # other (this once broke the pass, and the kernel fell back to fibers)
+    k = mx.fast.metal_kernel(name="loop_then_simd_sum", input_names=["x"], output_names=["out"], source="""
+        threadgroup float t[64];
+        uint l = thread_position_in_threadgroup.x;
+        float acc = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            t[l] = x[l * 4 + k];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            acc += t[(l + 1) % 64];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }
+        out[l] = simd_sum(acc);""")
+    x = np.arange(256, dtype=np.float32)
+    args = ([mx.array(x)], (64, 1, 1), (64, 1, 1), [(64,)])
+    y, = run(k, *args)
+    acc = x.reshape(64, 4)[(np.arange(64) + 1) % 64].sum(axis=1)
+    np.testing.assert_array_equal(y, np.repeat([acc[:32].sum(), acc[32:].sum()], 32))
+    assert "runs on the lockstep engine" in engine_of(k, *args, capfd)
 
 
 def test_three_dimensional_threadgroups_and_partial_groups():

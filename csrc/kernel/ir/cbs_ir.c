@@ -963,12 +963,14 @@ static int is_slot_load(pass *p, LLVMValueRef v) {
     return 0;
 }
 
-/* Is `user` the store that keeps v's slot up to date? */
+/* Is `user` the store that keeps v's slot up to date? (Not any store of v
+ * into some slot: v may also be stored into an alloca that moved to the
+ * frame, a use like any other.) */
 static int is_slot_store(pass *p, LLVMValueRef user, LLVMValueRef v) {
     if (!LLVMIsAStoreInst(user) || LLVMGetOperand(user, 0) != v) return 0;
     LLVMValueRef a = LLVMGetOperand(user, 1);
     for (int i = 0; i < p->nslot_addrs; i++)
-        if (a == p->slot_addrs[i]) return 1;
+        if (p->slot_vals[i] == v) return a == p->slot_addrs[i];
     return 0;
 }
 
