@@ -23,7 +23,7 @@ from ._transforms import (  # noqa: F401,E402
     grad, value_and_grad, vjp, jvp, vmap, custom_function, checkpoint,
 )
 from ._device import (  # noqa: F401
-    Device, DeviceType, Stream, StreamContext, cpu, gpu, default_device, get_default_device,
+    Device, DeviceType, Stream, StreamContext, cpu, gpu, default_device,
     set_default_device, default_stream, set_default_stream, new_stream, stream, is_available, device_count,
 )
 

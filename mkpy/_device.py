@@ -95,11 +95,6 @@ def default_device():
     return _default
 
 
-def get_default_device():
-    """Same as default_device()."""
-    return _default
-
-
 def set_default_device(device):
     """Set the default device; accepts a Device or mkpy.cpu / mkpy.gpu."""
     global _default

@@ -156,7 +156,7 @@ RETURNS = {
     "set_wired_limit": "int", "device_count": "int",
     "issubdtype": "bool", "is_available": "bool",
     "default_device": "Device", "default_stream": "Stream", "new_stream": "Stream",
-    "stream": "StreamContext", "get_default_device": "Device", "set_default_stream": "None",
+    "stream": "StreamContext", "set_default_stream": "None",
     "distributed:init": "Group",
     "random:seed": "None", "random:split": "array",
     "fast:metal_kernel": "MetalKernel",

@@ -136,7 +136,7 @@ def test_distributed_layer_two_ranks_c(tmp_path):
         pytest.skip("no C compiler")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     exe = str(tmp_path / "test_distributed")
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-pthread", "-I", os.path.join(root, "csrc"),
+    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Werror", "-pthread", "-I", os.path.join(root, "csrc"),
                     os.path.join(root, "tests", "cpp", "test_distributed.c"), "-o", exe],
                    check=True, capture_output=True, timeout=120)
     r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
@@ -147,11 +147,12 @@ def test_distributed_layer_two_ranks_c(tmp_path):
 # ------------------------------------------------------- devices, streams
 
 def test_default_device_names():
-    assert mx.get_default_device() == mx.default_device()
+    # MLX has no get_default_device (guide 003's snippet fails on a Mac, and here too)
+    assert not hasattr(mx, "get_default_device")
     old = mx.default_device()
     try:
         mx.set_default_device(mx.cpu)
-        assert mx.get_default_device() == mx.Device(mx.cpu)
+        assert mx.default_device() == mx.Device(mx.cpu)
         with pytest.raises(TypeError):
             mx.set_default_device(None)
     finally:
