@@ -2,9 +2,9 @@
 # Regenerate: PYTHONPATH=. python3 scripts/gen_stubs.py
 import enum
 import types
-from typing import Any, BinaryIO, Callable, ClassVar, ContextManager, Iterator, Optional, Sequence, TypeVar, Union, final, overload
+from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import fast as fast, metal as metal, random as random
+from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -83,6 +83,12 @@ class Stream:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
     def __repr__(self) -> str: ...
+
+class StreamContext:
+    """Context manager making a stream (or a device's default stream) the default: the default device becomes its device, and this thread's default stream for it; both are restored on exit."""
+    def __init__(self, s: Union[Stream, Device, DeviceType]) -> None: ...
+    def __enter__(self) -> StreamContext: ...
+    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None) -> bool: ...
 
 @final
 class array:
@@ -270,6 +276,14 @@ class array:
     def view(self, dtype: Dtype, stream: StreamOrDevice = None) -> array:
         """See mkpy.view."""
 
+class custom_function:
+    """custom_function(fun: Callable)"""
+    def __init__(self, fun: Callable[..., Any]) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def jvp(self, fun: Callable[..., Any]) -> custom_function: ...
+    def vjp(self, fun: Callable[..., Any]) -> custom_function: ...
+    def vmap(self, fun: Callable[..., Any]) -> custom_function: ...
+
 bfloat16: Dtype
 bool_: Dtype
 complex64: Dtype
@@ -391,6 +405,9 @@ def broadcast_to(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = 
 def ceil(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise ceil."""
 
+def checkpoint(fun: Any) -> Any:
+    """Returns a function computing the same values and gradients as ``fun``."""
+
 def clear_cache() -> None:
     """Free the buffers held in the buffer cache."""
 
@@ -399,7 +416,7 @@ def clip(a: array, /, a_min: Union[scalar, array, None], a_max: Union[scalar, ar
 
 @overload
 def compile(fun: _F, inputs: Optional[Any] = None, outputs: Optional[Any] = None, shapeless: bool = False) -> _F:
-    """Returns a function that produces the same output as ``fun``."""
+    """Returns a compiled function which produces the same output as ``fun``: ``fun`` is traced once per signature of its arguments (their structure, the dtypes and shapes of the arrays, or only their number of dimensions with ``shapeless=True``, and the constants) and the graph is replayed on later calls."""
 @overload
 def compile(fun: None = None, inputs: Optional[Any] = None, outputs: Optional[Any] = None, shapeless: bool = False) -> Callable[[_F], _F]: ...
 
@@ -414,6 +431,9 @@ def conj(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def conjugate(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise conjugate."""
+
+def contiguous(a: array, /, allow_col_major: bool = False, *, stream: StreamOrDevice = None) -> array:
+    """a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major, column-major counts as contiguous too)."""
 
 def cos(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cos."""
@@ -436,7 +456,8 @@ def cumsum(a: array, /, axis: Optional[int] = None, *, reverse: bool = False, in
 def default_device() -> Device:
     """The default device (``Device(gpu, 0)``, as on a Mac)."""
 
-def default_stream(device: Union[Device, DeviceType]) -> Stream: ...
+def default_stream(device: Union[Device, DeviceType]) -> Stream:
+    """This thread's default stream on a device."""
 
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
@@ -454,7 +475,7 @@ def diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: 
     """Return specified diagonals: the 2-D sub-arrays over axis1 and axis2 lose those axes and their diagonal at offset becomes the last axis (a view of a)."""
 
 def disable_compile() -> None:
-    """Globally disable compilation (mkpy never fuses, so this changes nothing observable)."""
+    """Globally disable compilation: compiled functions call the function as is."""
 
 def divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise divide with broadcasting."""
@@ -513,6 +534,9 @@ def get_memory_limit() -> int:
 def get_peak_memory() -> int:
     """Highest get_active_memory() since the last reset."""
 
+def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+    """Returns a function which computes the gradient of ``fun`` (which must return a scalar array) with respect to the arguments in ``argnums`` and ``argnames``."""
+
 def greater(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise greater with broadcasting."""
 
@@ -551,6 +575,9 @@ def isposinf(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def issubdtype(arg1: Union[Dtype, DtypeCategory], arg2: Union[Dtype, DtypeCategory]) -> bool:
     """Whether arg1 (a Dtype or DtypeCategory) is arg2 or falls under it."""
+
+def jvp(fun: Any, primals: Any, tangents: Any) -> Any:
+    """Compute the Jacobian-vector product: the outputs of ``fun`` at ``primals`` and the products of its Jacobian with ``tangents``."""
 
 def left_shift(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise left_shift with broadcasting."""
@@ -624,7 +651,8 @@ def multiply(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: Str
 def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise negative."""
 
-def new_stream(device: Union[Device, DeviceType]) -> Stream: ...
+def new_stream(device: Union[Device, DeviceType]) -> Stream:
+    """A new stream on a device."""
 
 def not_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise not_equal with broadcasting."""
@@ -707,6 +735,9 @@ def set_cache_limit(limit: int) -> int:
 def set_default_device(device: Union[Device, DeviceType]) -> None:
     """Set the default device; accepts a Device or mkpy.cpu / mkpy.gpu."""
 
+def set_default_stream(stream: Stream) -> None:
+    """Make a stream this thread's default for its device (the default device is unchanged)."""
+
 def set_memory_limit(limit: int) -> int:
     """Set the memory limit; returns the previous one (not enforced)."""
 
@@ -752,8 +783,8 @@ def std(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: boo
 def stop_gradient(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise stop_gradient."""
 
-def stream(s: Union[Stream, Device, DeviceType]) -> ContextManager[None]:
-    """Context manager selecting a stream or device, as mlx.core.stream."""
+def stream(s: Union[Stream, Device, DeviceType]) -> StreamContext:
+    """Context manager selecting a stream or device, as mlx.core.stream: ``with mx.stream(mx.cpu):``."""
 
 def subtract(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise subtract with broadcasting."""
@@ -806,11 +837,20 @@ def unflatten(a: array, /, axis: int, shape: Sequence[int], *, stream: StreamOrD
 def unstack(x: array, /, *, axis: int = 0, stream: StreamOrDevice = None) -> tuple[array, ...]:
     """Split an array along an axis, removing that axis."""
 
+def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+    """Returns a function which computes the value and gradient of ``fun``."""
+
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Variance over the given axes, divided by N - ddof."""
 
 def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
     """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""
+
+def vjp(fun: Any, primals: Any, cotangents: Any) -> Any:
+    """Compute the vector-Jacobian product: the outputs of ``fun`` at ``primals`` and the products of ``cotangents`` with its Jacobian."""
+
+def vmap(fun: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
+    """Returns a vectorized version of ``fun``: it maps ``fun`` over the axes ``in_axes`` of its inputs and stacks the results along ``out_axes``."""
 
 def where(condition: Union[scalar, array], x: Union[scalar, array], y: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """x where condition is true, else y."""
