@@ -31,3 +31,7 @@ from ._device import (  # noqa: F401
 _core.metal._set_runtime_dir(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include"))
 
 __version__ = "0.1.0"
+
+# mkpy.linalg: the package's wrapper module replaces the extension's submodule bound above
+del linalg  # noqa: F821,E402
+from . import linalg  # noqa: F401,E402

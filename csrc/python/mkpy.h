@@ -136,6 +136,8 @@ extern PyMethodDef mkpy_linalg_functions[];  /* py_linalg.c: matmul, addmm, inne
 extern PyMethodDef mkpy_sort_functions[];    /* py_sort.c: sort, argsort, topk, cumulative ops */
 extern PyMethodDef mkpy_indexops_functions[]; /* py_indexops.c: take, take_along_axis, advanced indexing */
 extern PyMethodDef mkpy_io_functions[];       /* py_io.c: save, load, savez, save_safetensors */
+extern PyMethodDef mkpy_linalg_ns_functions[]; /* py_linalg_ns.c: the mkpy.linalg submodule */
+extern PyMethodDef mkpy_einsum_functions[];    /* py_linalg_ns.c: einsum, einsum_path */
 
 /* isclose as a lazy node, from (a, b, rtol, atol, *, equal_nan) arguments
  * (py_ops.c); NULL with the Python error set. */

@@ -55,6 +55,8 @@ PyMODINIT_FUNC PyInit__core(void) {
         if (frc < 0) goto error;
     }
     if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
+    if (add_submodule(m, "linalg", mkpy_linalg_ns_functions) < 0) goto error;
+    if (PyModule_AddFunctions(m, mkpy_einsum_functions) < 0) goto error;
     if (mkpy_fast_init() < 0) goto error;
     if (mkpy_distributed_init(m) < 0) goto error;
     PyObject *metal = PyObject_GetAttrString(m, "metal");
