@@ -4,7 +4,7 @@ import enum
 import types
 from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random
+from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random, linalg as linalg
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -393,6 +393,9 @@ def bitwise_or(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def bitwise_xor(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_xor with broadcasting."""
 
+def block_masked_mm(a: array, b: array, /, block_size: Any = 64, mask_out: Any = None, mask_lhs: Any = None, mask_rhs: Any = None, *, stream: StreamOrDevice = None) -> array:
+    """a @ b with block masks (bool or float, one entry per block_size x block_size tile) applied to a (mask_lhs), b (mask_rhs) and the product (mask_out)."""
+
 def broadcast_arrays(*arrays: array, stream: StreamOrDevice = None) -> list[array]:
     """Broadcast arrays against one another."""
 
@@ -479,6 +482,12 @@ def disable_compile() -> None:
 
 def divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise divide with broadcasting."""
+
+def einsum(subscripts: str, *operands: array, stream: StreamOrDevice = None) -> array:
+    """Einstein summation over the operands (MLX's einsum: ellipses, repeated letters as diagonals, letters of size 1 broadcast; contractions go through matmul)."""
+
+def einsum_path(subscripts: str, *operands: array) -> tuple[list[tuple[int, ...]], str]:
+    """The contraction order einsum uses, as (list of position tuples, report string)."""
 
 def enable_compile() -> None:
     """Globally enable compilation (see disable_compile)."""

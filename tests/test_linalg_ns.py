@@ -297,3 +297,25 @@ def test_transforms():
         mx.grad(lambda x: mx.linalg.inv(x, stream=C).sum())(a[0])
     with pytest.raises(ValueError, match=r"\[Primitive::vmap\] Not implemented for QRF."):
         mx.vmap(lambda x: mx.linalg.qr(x, stream=C)[0])(a)
+
+
+def _expand(mask, bs, Y, X):
+    ty, tx = -(-Y // bs), -(-X // bs)
+    mask = np.broadcast_to(mask, mask.shape[:-2] + (ty, tx))
+    return np.repeat(np.repeat(mask, bs, -2), bs, -1)[..., :Y, :X]
+
+
+def test_block_masked_mm():
+    a, b = rand(2, 70, 40), rand(40, 33)
+    mo = rng.standard_normal((2, 3, 1)) > 0
+    ml = rng.standard_normal((3, 1)).astype(np.float32)
+    mr = rng.standard_normal((1, 1)) > -10
+    r = mx.block_masked_mm(mx.array(a), mx.array(b), 32, mx.array(mo), mx.array(ml), mx.array(mr))
+    ref = ((_expand(ml, 32, 70, 40) * a) @ (_expand(mr, 32, 40, 33) * b)) * _expand(mo, 32, 70, 33)
+    close(r, ref, 1e-3)
+    close(mx.block_masked_mm(mx.array(a), mx.array(b)), a @ b, 1e-3)
+    # gradients through the composition, also for a float mask
+    g = mx.grad(lambda m: mx.block_masked_mm(mx.array(a), mx.array(b), 32, None, m, None).sum())(mx.array(ml))
+    assert g.shape == ml.shape
+    with pytest.raises(ValueError, match=r"\[block_masked_mm\] Only block_sizes 32, 64 are supported."):
+        mx.block_masked_mm(mx.array(a), mx.array(b), 16, mx.array(mo))

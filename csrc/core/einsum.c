@@ -134,11 +134,19 @@ static int add_cand(cands *cs, int nin, const sub *in, const sub *out, const dim
     return cand_push(cs, (cand){removed, cost, keep, popcount(con), p1, p2});
 }
 
-static const dims *sort_dims;
-static int by_size(const void *a, const void *b) {
-    int x = letter(*(const char *)a), y = letter(*(const char *)b);
-    int64_t dx = sort_dims->dim[x], dy = sort_dims->dim[y];
-    return dx < dy ? -1 : dx > dy ? 1 : x - y;
+/* Orders letters by their size, then by letter (insertion sort: few letters). */
+static void sort_by_size(char *s, int n, const dims *d) {
+    for (int i = 1; i < n; i++) {
+        char c = s[i];
+        int lc = letter(c), j = i - 1;
+        while (j >= 0) {
+            int lj = letter(s[j]);
+            if (d->dim[lj] < d->dim[lc] || (d->dim[lj] == d->dim[lc] && lj < lc)) break;
+            s[j + 1] = s[j];
+            j--;
+        }
+        s[j + 1] = c;
+    }
 }
 
 static int greedy(plan *P, int nin, sub *in, const sub *out, const dims *d, int64_t cost_limit, int64_t mem_limit) {
@@ -188,8 +196,7 @@ static int greedy(plan *P, int nin, sub *in, const sub *out, const dims *d, int6
         sub no = {.n = 0, .set = best.out};
         for (int c = 0; c < NL; c++)
             if (best.out >> c & 1) no.s[no.n++] = (char)(c < 26 ? 'a' + c : 'A' + c - 26);
-        sort_dims = d;
-        qsort(no.s, (size_t)no.n, 1, by_size);
+        sort_by_size(no.s, no.n, d);
         s->n = 2;
         s->in[0] = in[best.x];
         s->in[1] = in[best.y];

@@ -40,4 +40,8 @@ mk_array *mk_einsum(const char *subscripts, int n, mk_array *const *operands);
 int mk_einsum_path(const char *subscripts, int n, mk_array *const *operands, int (**path)[2], int *npath,
                    char **report);
 
+/* MLX's block_masked_mm (ops_blockmm.c); masks may be NULL. */
+mk_array *mk_block_masked_mm(mk_array *a, mk_array *b, int block_size, mk_array *mask_out, mk_array *mask_lhs,
+                             mk_array *mask_rhs);
+
 #endif

@@ -458,7 +458,39 @@ static PyObject *py_einsum_path(PyObject *m, PyObject *const *args, Py_ssize_t n
     return res;
 }
 
+/* block_masked_mm(a, b, /, block_size=64, mask_out=None, mask_lhs=None, mask_rhs=None, *, stream=None) */
+#define SIG_BMM                                                                                       \
+    "    1. block_masked_mm(a: array, b: array, /, block_size: int = 64, mask_out: Optional[array] = None, " \
+    "mask_lhs: Optional[array] = None, mask_rhs: Optional[array] = None, *, " SOD ") -> array"
+
+static PyObject *py_block_masked_mm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"a", "b", "block_size", "mask_out", "mask_lhs", "mask_rhs", "*stream", NULL};
+    PyObject *a[7];
+    bool gpu;
+    int bs = 64;
+    mk_array *masks[3] = {NULL, NULL, NULL};
+    (void)m;
+    if (parse("block_masked_mm", SIG_BMM, args, nargs, kwnames, names, 2, a, &gpu) < 0) return NULL;
+    if (a[2]) {
+        int64_t v;
+        if (!PyLong_Check(a[2]) || PyBool_Check(a[2]))
+            return mkpy_bad_call("block_masked_mm", SIG_BMM, args, nargs, kwnames);
+        if (mkpy_parse_int(a[2], &v) < 0 || mkpy_int32_value(v, &bs) < 0) return NULL;
+    }
+    for (int i = 0; i < 3; i++) {
+        PyObject *o = a[3 + i];
+        if (!o || o == Py_None) continue;
+        if (!PyMkArray_Check(o)) return mkpy_bad_call("block_masked_mm", SIG_BMM, args, nargs, kwnames);
+        masks[i] = MKARR(o);
+    }
+    return mkpy_wrap(mk_block_masked_mm(MKARR(a[0]), MKARR(a[1]), bs, masks[0], masks[1], masks[2]));
+}
+
 PyMethodDef mkpy_einsum_functions[] = {
+    {"block_masked_mm", FN(py_block_masked_mm), FASTKW,
+     "block_masked_mm(a, b, /, block_size=64, mask_out=None, mask_lhs=None, mask_rhs=None, *, stream=None)\n--\n\n"
+     "a @ b with block masks (bool or float, one entry per block_size x block_size tile) applied to\n"
+     "a (mask_lhs), b (mask_rhs) and the product (mask_out)."},
     {"einsum", FN(py_einsum), FASTKW,
      "einsum(subscripts, *operands, stream=None)\n--\n\n"
      "Einstein summation over the operands (MLX's einsum: ellipses, repeated letters as\n"
