@@ -393,7 +393,7 @@ def bitwise_or(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def bitwise_xor(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_xor with broadcasting."""
 
-def block_masked_mm(a: array, b: array, /, block_size: Any = 64, mask_out: Any = None, mask_lhs: Any = None, mask_rhs: Any = None, *, stream: StreamOrDevice = None) -> array:
+def block_masked_mm(a: array, b: array, /, block_size: int = 64, mask_out: Optional[array] = None, mask_lhs: Optional[array] = None, mask_rhs: Optional[array] = None, *, stream: StreamOrDevice = None) -> array:
     """a @ b with block masks (bool or float, one entry per block_size x block_size tile) applied to a (mask_lhs), b (mask_rhs) and the product (mask_out)."""
 
 def broadcast_arrays(*arrays: array, stream: StreamOrDevice = None) -> list[array]:

@@ -141,6 +141,7 @@ PARAM_BY_FUNC = {
     "linalg:norm": {"ord": "Union[None, int, float, str]", "axis": "Union[None, int, list[int]]"},
     ":einsum": {"subscripts": "str", "operands": A},
     ":einsum_path": {"subscripts": "str", "operands": A},
+    ":block_masked_mm": {"block_size": "int", "mask_out": OPT_A, "mask_lhs": OPT_A, "mask_rhs": OPT_A},
 }
 
 # ---------------------------------------------------------------- return types

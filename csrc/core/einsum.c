@@ -696,7 +696,7 @@ mk_array *mk_einsum(const char *subscripts, int n, mk_array *const *operands) {
     plan P;
     dims d;
     if (make_plan("einsum", subscripts, n, operands, &P, &d) < 0) return NULL;
-    mk_array **ops = malloc(sizeof *ops * (size_t)(n + 1)), *res = NULL;
+    mk_array **ops = calloc((size_t)(n + 1), sizeof *ops), *res = NULL;
     int nops = n;
     if (!ops) {
         free(P.steps);
