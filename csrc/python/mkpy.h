@@ -136,6 +136,7 @@ extern PyMethodDef mkpy_linalg_functions[];  /* py_linalg.c: matmul, addmm, inne
 extern PyMethodDef mkpy_sort_functions[];    /* py_sort.c: sort, argsort, topk, cumulative ops */
 extern PyMethodDef mkpy_indexops_functions[]; /* py_indexops.c: take, take_along_axis, advanced indexing */
 extern PyMethodDef mkpy_io_functions[];       /* py_io.c: save, load, savez, save_safetensors */
+extern PyMethodDef mkpy_quant_functions[];    /* py_quant.c: quantize, dequantize, quantized_matmul, gather_mm... */
 
 /* isclose as a lazy node, from (a, b, rtol, atol, *, equal_nan) arguments
  * (py_ops.c); NULL with the Python error set. */
