@@ -667,7 +667,7 @@ mk_array *mk_from_fp8(mk_array *x, mk_dtype dtype) {
 typedef struct {
     const uint8_t *w;
     const void *scales, *biases;
-    mk_dtype st;
+    mk_dtype st, xt;
     int gs, bits, mode;
     int64_t cols, wrow_bytes, r0;
     float *dst;
@@ -684,7 +684,10 @@ static void tile_rows(void *c, int64_t a, int64_t b) {
             int64_t gi = R * ng + g, k0 = g * u->gs;
             if (u->mode == MK_QMODE_AFFINE) {
                 float s = ldf(u->st, u->scales, gi), bb = ldf(u->st, u->biases, gi);
-                if (u->bits == 4) {
+                if (u->st != MK_FLOAT32) { /* w rounded to the dtype, as MLX's kernels compute it */
+                    for (int j = 0; j < u->gs; j++)
+                        d[k0 + j] = rnd(u->st, rnd(u->st, s * (float)unpack(row, k0 + j, u->bits)) + bb);
+                } else if (u->bits == 4) {
                     const uint8_t *p = row + k0 / 2;
                     for (int j = 0; j < u->gs; j += 2) {
                         d[k0 + j] = s * (float)(p[j / 2] & 15) + bb;
@@ -702,7 +705,7 @@ static void tile_rows(void *c, int64_t a, int64_t b) {
             float s = u->mode == MK_QMODE_NVFP4 ? mk_fp8_to_float(sb)
                                                  : mk_bf16_to_f32((mk_bf16){(uint16_t)(sb == 0 ? 0x40 : sb << 7)});
             for (int j = 0; j < u->gs; j++)
-                d[k0 + j] = s * (u->bits == 4 ? FP4_LUT[unpack(row, k0 + j, 4)] : mk_fp8_to_float(row[k0 + j]));
+                d[k0 + j] = rnd(u->xt, s * (u->bits == 4 ? FP4_LUT[unpack(row, k0 + j, 4)] : mk_fp8_to_float(row[k0 + j])));
         }
     }
 }
@@ -764,7 +767,7 @@ static int qmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                       b ? (const char *)mk_data(b) + (wbatched ? batch_offset(b, nb, o->shape, bi) : 0) *
                                                          (int64_t)mk_dtype_size(b->dtype)
                         : NULL,
-                      s->dtype, qp->gs, qp->bits, qp->mode, wcols, w->shape[w->ndim - 1] * 4, 0, tile};
+                      s->dtype, x->dtype, qp->gs, qp->bits, qp->mode, wcols, w->shape[w->ndim - 1] * 4, 0, tile};
         if (K == 0) memset(of, 0, (size_t)(M * N) * sizeof *of);
         for (int64_t r0 = 0; r0 < wrows; r0 += tile_rows_n) {
             int64_t nr = wrows - r0 < tile_rows_n ? wrows - r0 : tile_rows_n;
@@ -935,21 +938,29 @@ static int qmm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array
         if (!grads[0]) return -1;
     }
     if (want[2] || (b && want[3])) {
-        /* dw summed over the leading dims, then per group */
+        /* dw (summed over the leading dims of a 2-D w, per matrix of a batch), then per group */
         int nd = w->ndim;
-        if (nd != 2) {
-            mk_error_set(MK_ERR_RUNTIME, "[QuantizedMatmul::vjp] gradients wrt scales and biases need a 2-D w.");
+        if (nd > 2 && x->ndim != nd) {
+            mk_error_set(MK_ERR_RUNTIME, "[QuantizedMatmul::vjp] no gradient wrt scales for this batch layout.");
+            mk_ar_free(&A);
             return -1;
         }
         int64_t K = x->shape[x->ndim - 1], N = c->shape[c->ndim - 1];
-        int64_t fcs[2] = {-1, N}, fxs[2] = {-1, K}, sw[2] = {1, 0};
-        int perm[2] = {1, 0};
-        (void)sw;
-        mk_array *fc = mk_ar_reshape(&A, c, 2, fcs), *fx = mk_ar_reshape(&A, x, 2, fxs);
-        mk_array *dw = qp->transpose ? mk_ar_matmul(&A, mk_ar_transpose(&A, fc, 2, perm), fx)
-                                     : mk_ar_matmul(&A, mk_ar_transpose(&A, fx, 2, perm), fc);
-        int64_t gsh[3] = {dw ? dw->shape[0] : 0, -1, qp->gs};
-        mk_array *dsb = mk_ar_reshape(&A, dw, 3, gsh);
+        int64_t fcs[2] = {-1, N}, fxs[2] = {-1, K};
+        mk_array *fc = nd == 2 ? mk_ar_reshape(&A, c, 2, fcs) : c, *fx = nd == 2 ? mk_ar_reshape(&A, x, 2, fxs) : x;
+        int perm[MK_MAX_NDIM];
+        for (int i = 0; i < nd; i++) perm[i] = i;
+        perm[nd - 2] = nd - 1;
+        perm[nd - 1] = nd - 2;
+        mk_array *dw = qp->transpose ? mk_ar_matmul(&A, mk_ar_transpose(&A, fc, nd, perm), fx)
+                                     : mk_ar_matmul(&A, mk_ar_transpose(&A, fx, nd, perm), fc);
+        int64_t gsh[MK_MAX_NDIM + 1];
+        if (dw) {
+            memcpy(gsh, dw->shape, (size_t)(nd - 1) * sizeof *gsh);
+            gsh[nd - 1] = -1;
+            gsh[nd] = qp->gs;
+        }
+        mk_array *dsb = dw ? mk_ar_reshape(&A, dw, nd + 1, gsh) : NULL;
         int last = -1;
         if (b && want[3]) {
             grads[3] = mk_ar_out(mk_ar_sum(&A, dsb, 1, &last, false));
@@ -961,7 +972,8 @@ static int qmm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array
             mk_array *wq = ones && zeros ? mk_ar_keep(&A, mk_dequantize(w, ones, zeros, qp->gs, qp->bits, qp->mode,
                                                                          NULL, -1))
                                          : NULL;
-            grads[2] = mk_ar_out(mk_ar_sum(&A, mk_ar_mul(&A, dsb, mk_ar_reshape(&A, wq, 3, gsh)), 1, &last, false));
+            grads[2] =
+                mk_ar_out(mk_ar_sum(&A, mk_ar_mul(&A, dsb, wq ? mk_ar_reshape(&A, wq, nd + 1, gsh) : NULL), 1, &last, false));
             if (!grads[2]) rc = -1;
         }
     }
