@@ -726,6 +726,41 @@ static int64_t batch_offset(const mk_array *a, int nb, const int64_t *bshape, in
 
 #define TILE_FLOATS (1 << 22)
 
+/* Few rows of x against a transposed w (the decode case): each output
+ * column n dequantizes row n of w into a buffer that stays in L1 and dots
+ * it with the rows of x, so the dequantized matrix is never written out. */
+#define FEW_ROWS_MAXK 16384
+
+typedef struct {
+    tile_ctx t;
+    const float *xf;
+    float *of;
+    int64_t M, K, N;
+} rows_ctx;
+
+static void dot_cols(void *c, int64_t n0, int64_t n1) {
+    rows_ctx *u = c;
+    float buf[FEW_ROWS_MAXK]; /* K <= FEW_ROWS_MAXK on this path */
+    tile_ctx t = u->t;
+    t.dst = buf;
+    for (int64_t n = n0; n < n1; n++) {
+        t.r0 = n;
+        tile_rows(&t, 0, 1);
+        for (int64_t m = 0; m < u->M; m++) {
+            const float *xr = u->xf + m * u->K;
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t k = 0;
+            for (; k + 8 <= u->K; k += 8)
+                for (int j = 0; j < 8; j++) acc[j] += xr[k + j] * buf[k + j];
+            float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; k < u->K; k++) sum += xr[k] * buf[k];
+            u->of[m * u->N + n] = sum;
+        }
+    }
+}
+
+#define FEW_ROWS 8
+
 static int qmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     const qparams *qp = p->params;
     mk_array *o = out[0];
@@ -769,6 +804,10 @@ static int qmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                         : NULL,
                       s->dtype, x->dtype, qp->gs, qp->bits, qp->mode, wcols, w->shape[w->ndim - 1] * 4, 0, tile};
         if (K == 0) memset(of, 0, (size_t)(M * N) * sizeof *of);
+        if (qp->transpose && M <= FEW_ROWS && K > 0 && K <= FEW_ROWS_MAXK) {
+            rows_ctx rc = {t, xf, of, M, K, N};
+            mk_parallel_for(N, 1 + 65536 / (K * (M + 4)), dot_cols, &rc);
+        } else
         for (int64_t r0 = 0; r0 < wrows; r0 += tile_rows_n) {
             int64_t nr = wrows - r0 < tile_rows_n ? wrows - r0 : tile_rows_n;
             t.r0 = r0;
