@@ -534,6 +534,9 @@ def gather_mm(a: array, b: array, /, lhs_indices: Any = None, rhs_indices: Any =
 def gather_qmm(x: array, w: Any, /, scales: Any, biases: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
     """quantized_matmul of the matrices of x picked by lhs_indices with those of w picked by rhs_indices."""
 
+def gather_qqmm(x: array, w: Any, /, scales: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """gather_mm of x and w.T quantized in the mode (w given quantized, or quantized here)."""
+
 def get_active_memory() -> int:
     """Bytes held by live arrays."""
 
@@ -695,6 +698,9 @@ def prod(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bo
 
 def put_along_axis(a: array, /, indices: array, values: array, axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
     """A copy of a with values put along an axis at the given indices (the last of repeated indices wins; out-of-range indices are skipped)."""
+
+def qqmm(x: array, w: Any, scales: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, stream: StreamOrDevice = None) -> array:
+    """x quantized in the mode times w (quantized, or quantized here): the product of the dequantized values, x @ w.T."""
 
 def quantize(w: Any, /, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, global_scale: Any = None, stream: StreamOrDevice = None) -> array:
     """Quantizes the last axis of w in groups: [w_q, scales, biases] for mode 'affine' (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; defaults 4 and 64), [w_q, scales] for 'mxfp4', 'mxfp8' and 'nvfp4'."""

@@ -377,3 +377,30 @@ def test_metal_kernel_unpacks_affine_4bit():
     x = rng.standard_normal((2, 256)).astype(np.float32)
     np.testing.assert_allclose(np.array(mx.matmul(mx.array(x), out.T)),
                                np.array(mx.quantized_matmul(mx.array(x), wq, s, b)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["nvfp4", "mxfp8", "mxfp4"])
+def test_qqmm_and_gather_qqmm(mode):
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    w = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    gx = mx.array(np.float32(np.abs(x).max())) if mode == "nvfp4" else None
+    gw = mx.array(np.float32(np.abs(w).max())) if mode == "nvfp4" else None
+    wq, s = mx.quantize(mx.array(w[0]), mode=mode, global_scale=gw)
+    xq, xs = mx.quantize(mx.array(x), mode=mode, global_scale=gx)
+    scale_x = 1.0 if gx is None else float(np.array(gx)) / 2688
+    scale_w = 1.0 if gw is None else float(np.array(gw)) / 2688
+    x_hat = fp_ref(xq, xs, mode) * scale_x
+    w_hat = fp_ref(wq, s, mode) * scale_w
+    y = mx.qqmm(mx.array(x), wq, s, mode=mode, global_scale_x=gx, global_scale_w=gw)
+    assert y.shape == (3, 16) and y.dtype == mx.float32
+    np.testing.assert_allclose(np.array(y), x_hat @ w_hat.T, rtol=1e-4, atol=1e-4)
+    # w given unquantized is quantized the same way
+    y2 = mx.qqmm(mx.array(x), mx.array(w[0]), mode=mode, global_scale_x=gx, global_scale_w=gw)
+    np.testing.assert_allclose(np.array(y2), np.array(y), rtol=1e-6, atol=1e-6)
+    wq, s = mx.quantize(mx.array(w), mode=mode, global_scale=gw)
+    y = mx.gather_qqmm(mx.array(x[None]), wq, s, None, mx.array([1, 0]), mode=mode, global_scale_x=gx,
+                       global_scale_w=gw)
+    w_hat = fp_ref(wq, s, mode) * scale_w
+    assert y.shape == (2, 3, 16)
+    np.testing.assert_allclose(np.array(y), np.stack([x_hat @ w_hat[1].T, x_hat @ w_hat[0].T]), rtol=1e-4,
+                               atol=1e-4)

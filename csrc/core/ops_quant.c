@@ -1271,3 +1271,137 @@ mk_array *mk_segmented_mm(mk_array *a, mk_array *b, mk_array *segments) {
     for (int i = 0; i < 3; i++) mk_xdecref(in[i]);
     return r;
 }
+
+/* ------------------------------------------------------------ qqmm */
+
+/* MLX's qqmm: x quantized in the mode (and w too when it is not already),
+ * multiplied as dequantized values: dequantize(quantize(x)) @
+ * dequantize(w).T, computed here as that composition, in x's dtype. */
+mk_array *mk_qqmm(mk_array *x, mk_array *w, mk_array *scales, int gs, int bits, int mode, mk_array *gsx,
+                  mk_array *gsw) {
+    char b1[256], b2[256];
+    mode_defaults(mode, &gs, &bits);
+    mk_array *X = NULL, *xq[3] = {NULL, NULL, NULL}, *wq[3] = {NULL, NULL, NULL}, *xh = NULL, *wh = NULL;
+    mk_array *wt = NULL, *y = NULL, *r = NULL;
+    int ax0 = 0;
+    if (x->ndim == 1) {
+        X = mk_expand_dims(x, 1, &ax0);
+    } else if (w->ndim == 2 && x->ndim > 2) {
+        X = mk_flatten(x, 0, x->ndim - 2);
+    } else {
+        mk_incref(x);
+        X = x;
+    }
+    if (!X) return NULL;
+    if (X->ndim > 2 || w->ndim > 2) {
+        mk_error_set(MK_ERR_VALUE, "[qqmm] Only 2D inputs are supported but x.ndim() == %d and w.ndim() == %d.",
+                     X->ndim, w->ndim);
+        goto done;
+    }
+    if (w->dtype == MK_UINT32) {
+        if (!scales) {
+            mk_error_set(MK_ERR_VALUE, "[qqmm] Scales must be provided if second argument is quantized.");
+            goto done;
+        }
+    } else if (!is_floating(w->dtype) || w->dtype == MK_FLOAT64) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[qqmm] Only real floating types except float64 are supported but second argument dtype == %s.",
+                     mk_dtype_name(w->dtype));
+        goto done;
+    }
+    if (!is_floating(X->dtype) || X->dtype == MK_FLOAT64) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[qqmm] Only real floating types except float64 are supported but first argument dtype == %s.",
+                     mk_dtype_name(X->dtype));
+        goto done;
+    }
+    if (check_gscale("qqmm", mode, gsx) < 0 || check_gscale("qqmm", mode, gsw) < 0) goto done;
+    if (mode == MK_QMODE_NVFP4 && (gsx != NULL) != (gsw != NULL)) {
+        mk_error_set(MK_ERR_VALUE, "[qqmm] For nvfp4 mode, either both global_scale_x and global_scale_w must be "
+                                   "provided, or neither.");
+        goto done;
+    }
+    if (w->dtype != MK_UINT32) {
+        if (X->shape[X->ndim - 1] != w->shape[w->ndim - 1]) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[qqmm] Last dimension of first input with shape %s must match last dimension of second "
+                         "input with shape %s.",
+                         shp(X, b1, sizeof b1), shp(w, b2, sizeof b2));
+            goto done;
+        }
+    } else {
+        int64_t outer;
+        if (qmm_dims("qqmm", X, w, scales, NULL, true, gs, bits, &outer) < 0) goto done;
+    }
+    if (mode == MK_QMODE_AFFINE) {
+        mk_error_set(MK_ERR_VALUE, "[qqmm] Only 'nvfp4', 'mxfp4' and 'mxfp8' quantization modes are supported.");
+        goto done;
+    }
+    if (mk_quantize(X, gs, bits, mode, gsx, xq) < 0) goto done;
+    if (!(xh = mk_dequantize(xq[0], xq[1], NULL, gs, bits, mode, gsx, X->dtype))) goto done;
+    if (w->dtype == MK_UINT32) {
+        wh = mk_dequantize(w, scales, NULL, gs, bits, mode, gsw, X->dtype);
+    } else if (mk_quantize(w, gs, bits, mode, gsw, wq) >= 0) {
+        wh = mk_dequantize(wq[0], wq[1], NULL, gs, bits, mode, gsw, X->dtype);
+    }
+    if (!wh || !(wt = mk_swapaxes(wh, 0, 1)) || !(y = mk_matmul(xh, wt))) goto done;
+    {
+        mk_array *yc = mk_as_dtype(y, X->dtype);
+        if (!yc) goto done;
+        if (x->ndim != 2) {
+            int64_t shape[MK_MAX_NDIM];
+            memcpy(shape, x->shape, (size_t)(x->ndim - 1) * sizeof *shape);
+            shape[x->ndim - 1] = yc->shape[1];
+            r = mk_reshape(yc, x->ndim, shape);
+            mk_decref(yc);
+        } else {
+            r = yc;
+        }
+    }
+done:
+    mk_xdecref(X);
+    for (int i = 0; i < 3; i++) {
+        mk_xdecref(xq[i]);
+        mk_xdecref(wq[i]);
+    }
+    mk_xdecref(xh);
+    mk_xdecref(wh);
+    mk_xdecref(wt);
+    mk_xdecref(y);
+    return r;
+}
+
+/* MLX's gather_qqmm: gather_mm of the dequantized quantizations of x and w. */
+mk_array *mk_gather_qqmm(mk_array *x, mk_array *w, mk_array *scales, mk_array *lhs, mk_array *rhs, int gs, int bits,
+                         int mode, mk_array *gsx, mk_array *gsw, bool sorted) {
+    mode_defaults(mode, &gs, &bits);
+    mk_array *xq[3] = {NULL, NULL, NULL}, *wq[3] = {NULL, NULL, NULL}, *xh = NULL, *wh = NULL, *wt = NULL;
+    mk_array *y = NULL, *r = NULL;
+    if (mode == MK_QMODE_AFFINE) {
+        mk_error_set(MK_ERR_VALUE, "[gather_qqmm] Only 'nvfp4', 'mxfp4' and 'mxfp8' quantization modes are supported.");
+        return NULL;
+    }
+    if (w->dtype == MK_UINT32 && !scales) {
+        mk_error_set(MK_ERR_VALUE, "[gather_qqmm] Scales must be provided if second argument is quantized.");
+        return NULL;
+    }
+    if (check_gscale("gather_qqmm", mode, gsx) < 0 || check_gscale("gather_qqmm", mode, gsw) < 0) return NULL;
+    if (mk_quantize(x, gs, bits, mode, gsx, xq) < 0) goto done;
+    if (!(xh = mk_dequantize(xq[0], xq[1], NULL, gs, bits, mode, gsx, x->dtype))) goto done;
+    if (w->dtype == MK_UINT32)
+        wh = mk_dequantize(w, scales, NULL, gs, bits, mode, gsw, x->dtype);
+    else if (mk_quantize(w, gs, bits, mode, gsw, wq) >= 0)
+        wh = mk_dequantize(wq[0], wq[1], NULL, gs, bits, mode, gsw, x->dtype);
+    if (!wh || !(wt = mk_swapaxes(wh, -1, -2)) || !(y = mk_gather_mm(xh, wt, lhs, rhs, sorted))) goto done;
+    r = mk_as_dtype(y, x->dtype);
+done:
+    for (int i = 0; i < 3; i++) {
+        mk_xdecref(xq[i]);
+        mk_xdecref(wq[i]);
+    }
+    mk_xdecref(xh);
+    mk_xdecref(wh);
+    mk_xdecref(wt);
+    mk_xdecref(y);
+    return r;
+}

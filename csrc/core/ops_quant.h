@@ -26,6 +26,12 @@ mk_array *mk_gather_qmm(mk_array *x, mk_array *w, mk_array *scales, mk_array *bi
                         mk_array *rhs, bool transpose, int group_size, int bits, int mode, bool sorted);
 mk_array *mk_gather_mm(mk_array *a, mk_array *b, mk_array *lhs, mk_array *rhs, bool sorted);
 mk_array *mk_segmented_mm(mk_array *a, mk_array *b, mk_array *segments);
+/* MLX's qqmm: dequantize(quantize(x)) @ dequantize(w).T (w quantized, with
+ * scales, or floating); gsx / gsw: nvfp4 global scales or NULL. */
+mk_array *mk_qqmm(mk_array *x, mk_array *w, mk_array *scales, int group_size, int bits, int mode, mk_array *gsx,
+                  mk_array *gsw);
+mk_array *mk_gather_qqmm(mk_array *x, mk_array *w, mk_array *scales, mk_array *lhs, mk_array *rhs, int group_size,
+                         int bits, int mode, mk_array *gsx, mk_array *gsw, bool sorted);
 mk_array *mk_to_fp8(mk_array *x);
 mk_array *mk_from_fp8(mk_array *x, mk_dtype dtype);
 

@@ -203,7 +203,64 @@ static PyObject *py_from_fp8(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return mkpy_wrap(mk_from_fp8(MKARR(a[0]), t));
 }
 
+#define SIG_QQMM                                                                                       \
+    "    1. qqmm(x: array, w: array, scales: array | None = None, group_size: int | None = None, bits: "  \
+    "int | None = None, mode: str = 'nvfp4', global_scale_x: array | None = None, global_scale_w: "        \
+    "array | None = None, *, stream: StreamOrDevice = None) -> array"
+
+static PyObject *py_qqmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    static const char *const names[] = {"x",    "w",       "scales",         "group_size",     "bits",
+                                        "mode", "global_scale_x", "global_scale_w", "*stream",        NULL};
+    PyObject *a[9];
+    mk_array *scales, *gx, *gw;
+    int gs, bits;
+    (void)m;
+    if (mkpy_parse("qqmm", args, nargs, kw, names, 2, a) < 0) return NULL;
+    if (!PyMkArray_Check(a[0]) || !PyMkArray_Check(a[1]) || opt_array(a[2], &scales) < 0 || opt_int(a[3], &gs) < 0 ||
+        opt_int(a[4], &bits) < 0 || opt_array(a[6], &gx) < 0 || opt_array(a[7], &gw) < 0)
+        return mkpy_bad_call("qqmm", SIG_QQMM, args, nargs, kw);
+    int mode = a[5] ? opt_mode(a[5], "qqmm") : MK_QMODE_NVFP4;
+    if (mode == -2) return mkpy_bad_call("qqmm", SIG_QQMM, args, nargs, kw);
+    if (mode < 0) return NULL;
+    return mkpy_wrap(mk_qqmm(MKARR(a[0]), MKARR(a[1]), scales, gs, bits, mode, gx, gw));
+}
+
+#define SIG_GQQMM                                                                                      \
+    "    1. gather_qqmm(x: array, w: array, /, scales: array | None = None, lhs_indices: array | None = "  \
+    "None, rhs_indices: array | None = None, group_size: int | None = None, bits: int | None = None, "     \
+    "mode: str = 'nvfp4', global_scale_x: array | None = None, global_scale_w: array | None = None, *, "  \
+    "sorted_indices: bool = False, stream: StreamOrDevice = None) -> array"
+
+static PyObject *py_gather_qqmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    static const char *const names[] = {"x",          "w",    "scales",         "lhs_indices",    "rhs_indices",
+                                        "group_size", "bits", "mode",           "global_scale_x", "global_scale_w",
+                                        "*sorted_indices", "*stream", NULL};
+    PyObject *a[12];
+    mk_array *scales, *lhs, *rhs, *gx, *gw;
+    int gs, bits, sorted;
+    (void)m;
+    if (mkpy_parse("gather_qqmm", args, nargs, kw, names, 2, a) < 0) return NULL;
+    if (!PyMkArray_Check(a[0]) || !PyMkArray_Check(a[1]) || opt_array(a[2], &scales) < 0 ||
+        opt_array(a[3], &lhs) < 0 || opt_array(a[4], &rhs) < 0 || opt_int(a[5], &gs) < 0 ||
+        opt_int(a[6], &bits) < 0 || opt_array(a[8], &gx) < 0 || opt_array(a[9], &gw) < 0 ||
+        opt_bool(a[10], 0, &sorted) < 0)
+        return mkpy_bad_call("gather_qqmm", SIG_GQQMM, args, nargs, kw);
+    int mode = a[7] ? opt_mode(a[7], "gather_qqmm") : MK_QMODE_NVFP4;
+    if (mode == -2) return mkpy_bad_call("gather_qqmm", SIG_GQQMM, args, nargs, kw);
+    if (mode < 0) return NULL;
+    return mkpy_wrap(mk_gather_qqmm(MKARR(a[0]), MKARR(a[1]), scales, lhs, rhs, gs, bits, mode, gx, gw, sorted));
+}
+
 PyMethodDef mkpy_quant_functions[] = {
+    {"gather_qqmm", FN(py_gather_qqmm), FASTKW,
+     "gather_qqmm(x, w, /, scales=None, lhs_indices=None, rhs_indices=None, group_size=None, bits=None, "
+     "mode='nvfp4', global_scale_x=None, global_scale_w=None, *, sorted_indices=False, stream=None)\n--\n\n"
+     "gather_mm of x and w.T quantized in the mode (w given quantized, or quantized here)."},
+    {"qqmm", FN(py_qqmm), FASTKW,
+     "qqmm(x, w, scales=None, group_size=None, bits=None, mode='nvfp4', global_scale_x=None, "
+     "global_scale_w=None, *, stream=None)\n--\n\n"
+     "x quantized in the mode times w (quantized, or quantized here): the product of the\n"
+     "dequantized values, x @ w.T."},
     {"quantize", FN(py_quantize), FASTKW,
      "quantize(w, /, group_size=None, bits=None, mode='affine', *, global_scale=None, stream=None)\n--\n\n"
      "Quantizes the last axis of w in groups: [w_q, scales, biases] for mode 'affine' (bits 2, 3, 4,\n"
