@@ -465,6 +465,9 @@ def default_stream(device: Union[Device, DeviceType]) -> Stream:
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
 
+def dequantize(w: Any, /, scales: Any, biases: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'affine', global_scale: Any = None, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
+    """The matrix a quantization represents."""
+
 def device_count(device_type: DeviceType) -> int:
     """Number of devices of a type: one of each."""
 
@@ -525,11 +528,23 @@ def floor(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def floor_divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise floor_divide with broadcasting."""
 
+def from_fp8(x: array, dtype: Optional[Dtype] = bfloat16, *, stream: StreamOrDevice = None) -> array:
+    """uint8 fp8 e4m3 bytes to a floating dtype."""
+
 def full(shape: Union[int, Sequence[int]], vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """An array of the given shape filled with vals (broadcast to shape)."""
 
 def full_like(a: array, vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """vals broadcast to a's shape, in a's dtype."""
+
+def gather_mm(a: array, b: array, /, lhs_indices: Any = None, rhs_indices: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """Matrix products of the matrices of a and b picked by the (broadcast) index arrays."""
+
+def gather_qmm(x: array, w: Any, /, scales: Any, biases: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """quantized_matmul of the matrices of x picked by lhs_indices with those of w picked by rhs_indices."""
+
+def gather_qqmm(x: array, w: Any, /, scales: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """gather_mm of x and w.T quantized in the mode (w given quantized, or quantized here)."""
 
 def get_active_memory() -> int:
     """Bytes held by live arrays."""
@@ -693,6 +708,15 @@ def prod(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bo
 def put_along_axis(a: array, /, indices: array, values: array, axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
     """A copy of a with values put along an axis at the given indices (the last of repeated indices wins; out-of-range indices are skipped)."""
 
+def qqmm(x: array, w: Any, scales: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, stream: StreamOrDevice = None) -> array:
+    """x quantized in the mode times w (quantized, or quantized here): the product of the dequantized values, x @ w.T."""
+
+def quantize(w: Any, /, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, global_scale: Any = None, stream: StreamOrDevice = None) -> array:
+    """Quantizes the last axis of w in groups: [w_q, scales, biases] for mode 'affine' (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; defaults 4 and 64), [w_q, scales] for 'mxfp4', 'mxfp8' and 'nvfp4'."""
+
+def quantized_matmul(x: array, w: Any, /, scales: Any, biases: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, stream: StreamOrDevice = None) -> array:
+    """x @ w.T (transpose=True) or x @ w with w given quantized."""
+
 def radians(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise radians."""
 
@@ -737,6 +761,9 @@ def savez(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
 
 def savez_compressed(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
     """As savez, with each member deflate-compressed (zlib)."""
+
+def segmented_mm(a: array, b: array, /, segments: Any, *, stream: StreamOrDevice = None) -> array:
+    """For each segment [s, e) of the contraction axis, a[:, s:e] @ b[s:e, :]."""
 
 def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""
@@ -824,6 +851,9 @@ def tensordot(a: array, b: array, /, axes: Union[int, Sequence[Sequence[int]]] =
 
 def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice = None) -> array:
     """Repeat an array reps times."""
+
+def to_fp8(x: array, *, stream: StreamOrDevice = None) -> array:
+    """x rounded to fp8 e4m3, as uint8 bytes."""
 
 def topk(a: array, /, k: int, axis: Optional[int] = -1, *, stream: StreamOrDevice = None) -> array:
     """The k largest elements along axis, in no particular order."""

@@ -138,6 +138,7 @@ extern PyMethodDef mkpy_indexops_functions[]; /* py_indexops.c: take, take_along
 extern PyMethodDef mkpy_io_functions[];       /* py_io.c: save, load, savez, save_safetensors */
 extern PyMethodDef mkpy_linalg_ns_functions[]; /* py_linalg_ns.c: the mkpy.linalg submodule */
 extern PyMethodDef mkpy_einsum_functions[];    /* py_linalg_ns.c: einsum, einsum_path */
+extern PyMethodDef mkpy_quant_functions[];    /* py_quant.c: quantize, dequantize, quantized_matmul, gather_mm... */
 
 /* isclose as a lazy node, from (a, b, rtol, atol, *, equal_nan) arguments
  * (py_ops.c); NULL with the Python error set. */

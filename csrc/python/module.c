@@ -43,7 +43,8 @@ PyMODINIT_FUNC PyInit__core(void) {
                              mkpy_reduce_functions, mkpy_shape_functions, mkpy_create_functions,
                              mkpy_linalg_functions, mkpy_sort_functions,  mkpy_indexops_functions,
                              mkpy_transforms_functions,
-                             mkpy_io_functions};
+                             mkpy_io_functions,
+                             mkpy_quant_functions};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0) goto error;
     if (add_submodule(m, "random", mkpy_random_functions) < 0) goto error;
