@@ -95,9 +95,12 @@ def test_dtypes_and_layouts():
 
 
 def test_large_prime_and_long():
-    for n in (1031, 4096 * 3):
-        x = _c((1, n))
-        close(mx.fft.fft(mx.array(x)), np.fft.fft(x), atol=2e-3 * np.sqrt(n), rtol=1e-3)
+    # 7883 is prime (Bluestein), 1259 * 11 a large prime factor, 3**8 and 4096 * 3 small radices
+    for n in (7883, 1259 * 11, 3**8, 4096 * 3, 67, 127 * 2):
+        x = (RNG.random((1, n)) + 1j * RNG.random((1, n))).astype(np.complex64)
+        close(mx.fft.fft(mx.array(x)), np.fft.fft(x), atol=1e-3, rtol=1e-4)
+        close(mx.fft.ifft(mx.array(x)), np.fft.ifft(x), atol=1e-6, rtol=1e-4)
+        close(mx.fft.irfft(mx.array(x)), np.fft.irfft(x), atol=1e-6, rtol=1e-3)
 
 
 def test_shift_and_freq():

@@ -35,10 +35,125 @@ typedef struct {
 static mk_array *fft_node(mk_array *in, int naxes, const int *axes, bool inverse, bool real, int ndim,
                           const int64_t *out_shape);
 
+/* ------------------------------------------------------------------ plans */
+
+/* A transform of one length and direction. KissFFT's butterflies are mixed
+ * radix, but a prime factor p costs O(p) per output and accumulates its
+ * rounding over p terms, so lengths with a prime factor above
+ * BLUESTEIN_MIN_PRIME go through Bluestein's algorithm instead: the DFT as a
+ * circular convolution with the chirp e^{i pi k^2 / n}, done with
+ * power-of-two KissFFTs of length M >= 2n - 1 (chirp and its transform made
+ * once per plan, in double before rounding). */
+#define BLUESTEIN_MIN_PRIME 64
+
+typedef struct {
+    int64_t n;
+    bool inverse;
+    kiss_fft_cfg cfg;        /* direct */
+    int64_t M;               /* Bluestein: */
+    kiss_fft_cfg fwd, inv;
+    kiss_fft_cpx *chirp;     /* n: e^{-i pi k^2 / n} (forward) */
+    kiss_fft_cpx *bhat;      /* M: FFT of the conjugate chirp, scaled by 1/M */
+} fft_plan;
+
+static int64_t largest_prime_factor(int64_t n) {
+    int64_t p = 1;
+    for (int64_t f = 2; f * f <= n; f++)
+        while (n % f == 0) {
+            p = f;
+            n /= f;
+        }
+    return n > 1 ? n : p;
+}
+
+static void plan_free(fft_plan *P) {
+    if (P->cfg) kiss_fft_free(P->cfg);
+    if (P->fwd) kiss_fft_free(P->fwd);
+    if (P->inv) kiss_fft_free(P->inv);
+    free(P->chirp);
+    free(P->bhat);
+}
+
+static int plan_make(fft_plan *P, int64_t n, bool inverse) {
+    memset(P, 0, sizeof *P);
+    P->n = n;
+    P->inverse = inverse;
+    if (n <= 4 || largest_prime_factor(n) <= BLUESTEIN_MIN_PRIME) {
+        P->cfg = kiss_fft_alloc((int)n, inverse, NULL, NULL);
+        if (!P->cfg) goto nomem;
+        return 0;
+    }
+    int64_t M = 1;
+    while (M < 2 * n - 1) M *= 2;
+    if (M > 0x7fffffff) {
+        mk_error_set(MK_ERR_VALUE, "[fftn] FFT size %lld is too large.", (long long)n);
+        return -1;
+    }
+    P->M = M;
+    P->fwd = kiss_fft_alloc((int)M, 0, NULL, NULL);
+    P->inv = kiss_fft_alloc((int)M, 1, NULL, NULL);
+    P->chirp = malloc(sizeof *P->chirp * (size_t)n);
+    P->bhat = calloc((size_t)M, sizeof *P->bhat);
+    kiss_fft_cpx *b = calloc((size_t)M, sizeof *b);
+    if (!P->fwd || !P->inv || !P->chirp || !P->bhat || !b) {
+        free(b);
+        goto nomem;
+    }
+    double sgn = inverse ? 1.0 : -1.0;
+    for (int64_t k = 0; k < n; k++) {
+        /* k^2 mod 2n keeps the angle small and exact */
+        int64_t q = (int64_t)((unsigned __int128)k * (unsigned __int128)k % (unsigned __int128)(2 * n));
+        double ang = M_PI * (double)q / (double)n;
+        P->chirp[k].r = (float)cos(ang);
+        P->chirp[k].i = (float)(sgn * sin(ang));
+        kiss_fft_cpx c = {(float)cos(ang), (float)(-sgn * sin(ang))};
+        b[k] = c;
+        if (k) b[M - k] = c;
+    }
+    kiss_fft(P->fwd, b, P->bhat);
+    for (int64_t k = 0; k < M; k++) {
+        P->bhat[k].r /= (float)M;
+        P->bhat[k].i /= (float)M;
+    }
+    free(b);
+    return 0;
+nomem:
+    plan_free(P);
+    mk_nomem();
+    return -1;
+}
+
+/* out = DFT(in) for contiguous lines; scratch holds 2 * M (Bluestein) */
+static void plan_exec(const fft_plan *P, const kiss_fft_cpx *in, kiss_fft_cpx *out, kiss_fft_cpx *scratch) {
+    if (P->cfg) {
+        kiss_fft(P->cfg, in, out);
+        return;
+    }
+    kiss_fft_cpx *a = scratch, *A = scratch + P->M;
+    for (int64_t k = 0; k < P->n; k++) {
+        kiss_fft_cpx x = in[k], c = P->chirp[k];
+        a[k].r = x.r * c.r - x.i * c.i;
+        a[k].i = x.r * c.i + x.i * c.r;
+    }
+    memset(a + P->n, 0, sizeof *a * (size_t)(P->M - P->n));
+    kiss_fft(P->fwd, a, A);
+    for (int64_t k = 0; k < P->M; k++) {
+        kiss_fft_cpx x = A[k], c = P->bhat[k];
+        A[k].r = x.r * c.r - x.i * c.i;
+        A[k].i = x.r * c.i + x.i * c.r;
+    }
+    kiss_fft(P->inv, A, a);
+    for (int64_t k = 0; k < P->n; k++) {
+        kiss_fft_cpx x = a[k], c = P->chirp[k];
+        out[k].r = x.r * c.r - x.i * c.i;
+        out[k].i = x.r * c.i + x.i * c.r;
+    }
+}
+
 /* ----------------------------------------------------------- evaluator */
 
 typedef struct {
-    kiss_fft_cfg cfg;
+    const fft_plan *plan;
     const char *src; /* complex64 or float32 lines */
     char *dst;       /* complex64 or float32 lines */
     bool src_real, dst_real;
@@ -52,12 +167,13 @@ typedef struct {
 
 static void run_lines(void *ctx, int64_t begin, int64_t end) {
     line_job *j = ctx;
-    kiss_fft_cpx *a = malloc(sizeof *a * (size_t)j->n * 2);
+    int64_t extra = j->plan->M ? 2 * j->plan->M : 0;
+    kiss_fft_cpx *a = malloc(sizeof *a * (size_t)(j->n * 2 + extra));
     if (!a) {
         atomic_store(&j->nomem, 1);
         return;
     }
-    kiss_fft_cpx *b = a + j->n;
+    kiss_fft_cpx *b = a + j->n, *scratch = b + j->n;
     for (int64_t l = begin; l < end; l++) {
         int64_t outer = l / j->inner, inner = l % j->inner;
         int64_t s0 = outer * j->src_axis_len * j->inner + inner;
@@ -80,13 +196,13 @@ static void run_lines(void *ctx, int64_t begin, int64_t end) {
                     a[k].i = -v.i;
                 }
             } else if (j->inner == 1) {
-                kiss_fft(j->cfg, s, b);
+                plan_exec(j->plan, s, b, scratch);
                 goto store;
             } else {
                 for (int64_t k = 0; k < j->n; k++) a[k] = s[k * j->inner];
             }
         }
-        kiss_fft(j->cfg, a, b);
+        plan_exec(j->plan, a, b, scratch);
     store:
         if (j->dst_real) {
             float *d = (float *)j->dst + d0;
@@ -111,11 +227,9 @@ static int fft_pass(const void *src, bool src_real, void *dst, bool dst_real, in
         mk_error_set(MK_ERR_VALUE, "[fftn] FFT size %lld is too large.", (long long)n);
         return -1;
     }
-    j.cfg = kiss_fft_alloc((int)n, inverse, NULL, NULL);
-    if (!j.cfg) {
-        mk_nomem();
-        return -1;
-    }
+    fft_plan plan;
+    if (plan_make(&plan, n, inverse) < 0) return -1;
+    j.plan = &plan;
     j.src = src;
     j.dst = dst;
     j.src_real = src_real;
@@ -133,7 +247,7 @@ static int fft_pass(const void *src, bool src_real, void *dst, bool dst_real, in
     int64_t lines = outer * j.inner;
     int64_t grain = n >= 4096 ? 1 : 4096 / n;
     if (lines > 0 && n > 0) mk_parallel_for(lines, grain, run_lines, &j);
-    kiss_fft_free(j.cfg);
+    plan_free(&plan);
     if (atomic_load(&j.nomem)) {
         mk_nomem();
         return -1;
