@@ -4,7 +4,7 @@ import enum
 import types
 from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random
+from . import cuda as cuda, distributed as distributed, fast as fast, fft as fft, metal as metal, random as random
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -434,6 +434,30 @@ def conjugate(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def contiguous(a: array, /, allow_col_major: bool = False, *, stream: StreamOrDevice = None) -> array:
     """a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major, column-major counts as contiguous too)."""
+
+def conv1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """1D convolution: input (N, L, C_in), weight (C_out, K, C_in / groups)."""
+
+def conv2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """2D convolution: input (N, H, W, C_in), weight (C_out, KH, KW, C_in / groups)."""
+
+def conv3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """3D convolution: input (N, D, H, W, C_in), weight (C_out, KD, KH, KW, C_in)."""
+
+def conv_general(input: array, weight: array, /, stride: Union[int, Sequence[int]] = 1, padding: Union[int, Sequence[int], tuple[Sequence[int], Sequence[int]]] = 0, kernel_dilation: Union[int, Sequence[int]] = 1, input_dilation: Union[int, Sequence[int]] = 1, groups: int = 1, flip: bool = False, *, stream: StreamOrDevice = None) -> array:
+    """General convolution: input (N, ..., C_in), weight (C_out, ..., C_in / groups)."""
+
+def conv_transpose1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, output_padding: int = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """1D transposed convolution."""
+
+def conv_transpose2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, output_padding: Union[int, tuple[int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """2D transposed convolution."""
+
+def conv_transpose3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, output_padding: Union[int, tuple[int, int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """3D transposed convolution."""
+
+def convolve(a: array, v: array, /, mode: str = 'full', *, stream: StreamOrDevice = None) -> array:
+    """The discrete convolution of 1D arrays."""
 
 def cos(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cos."""

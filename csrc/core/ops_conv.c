@@ -130,6 +130,29 @@ static inline void row_pos(const conv_plan *P, int64_t r, int64_t *n, int64_t *o
 DIRECT_KERNEL(float)
 DIRECT_KERNEL(double)
 
+/* depthwise (C_in/g = C_out/g = 1): the weight as (T, G), the loop runs
+ * across the channels, which are contiguous in input, weight and output */
+#define DEPTHWISE_KERNEL(T_)                                                                                   \
+    static void depthwise_rows_##T_(void *ctx, int64_t begin, int64_t end) {                                   \
+        const conv_plan *P = ctx;                                                                              \
+        const T_ *x = P->x, *wt = P->wt;                                                                       \
+        T_ *y = P->y;                                                                                          \
+        for (int64_t r = begin; r < end; r++) {                                                                \
+            int64_t n, o[3];                                                                                   \
+            row_pos(P, r, &n, o);                                                                              \
+            T_ *acc = y + r * P->O;                                                                            \
+            for (int64_t j = 0; j < P->O; j++) acc[j] = 0;                                                     \
+            for (int64_t t = 0; t < P->T; t++) {                                                               \
+                int64_t off = tap_offset(P, n, o, t);                                                          \
+                if (off < 0) continue;                                                                         \
+                const T_ *xr = x + off, *wr = wt + t * P->G;                                                   \
+                for (int64_t g = 0; g < P->G; g++) acc[g] += xr[g] * wr[g];                                    \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+DEPTHWISE_KERNEL(float)
+DEPTHWISE_KERNEL(double)
+
 typedef struct {
     const conv_plan *P;
     int64_t r0;
@@ -196,15 +219,18 @@ static int run_gemm(conv_plan *P) {
     return 0;
 }
 
-/* The measured rule (docs/design.md, "Convolutions"): gemm pays off once the
- * reduction (taps x input channels per group) and the output channels per
- * group are both wide enough for a blocked product. */
+/* The measured rule (docs/design.md, "FFT and convolutions"): gemm unless
+ * the per-group products are too thin for a blocked product to pay for the
+ * column matrix. */
 static bool conv_use_gemm(const conv_plan *P) {
     const char *e = getenv("MKPY_CONV_ALGO");
     if (e && !strcmp(e, "direct")) return false;
     if (e && !strcmp(e, "gemm")) return true;
     int64_t TC = P->T * P->Cg;
-    return TC >= 32 && P->Og >= 16;
+    if (P->Cg == 1 && P->Og == 1) return false;   /* depthwise: the channel-vectorised loop */
+    if (P->G > 1 && P->Og < 16) return false;      /* many small per-group products */
+    if (P->Og < 8 && TC >= 256) return false;      /* a thin product over a long reduction */
+    return true;
 }
 
 typedef struct {
@@ -298,6 +324,8 @@ static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outpu
                 const char *src = (const char *)w0 + (size_t)((o * P.T + ts) * P.Cg) * esz;
                 if (gemm) {
                     memcpy((char *)wflip + (size_t)((o * P.T + t) * P.Cg) * esz, src, (size_t)P.Cg * esz);
+                } else if (P.Cg == 1 && P.Og == 1) {
+                    memcpy((char *)wflip + (size_t)(t * P.G + o) * esz, src, esz); /* (T, G) */
                 } else {
                     int64_t g = o / P.Og, j = o % P.Og;
                     for (int64_t c = 0; c < P.Cg; c++)
@@ -326,7 +354,10 @@ static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outpu
     } else {
         int64_t work = P.T * P.C * P.Og;
         int64_t grain = work >= 4096 ? 1 : 4096 / (work > 0 ? work : 1);
-        mk_parallel_for(P.rows, grain, P.dbl ? direct_rows_double : direct_rows_float, &P);
+        if (P.Cg == 1 && P.Og == 1)
+            mk_parallel_for(P.rows, grain, P.dbl ? depthwise_rows_double : depthwise_rows_float, &P);
+        else
+            mk_parallel_for(P.rows, grain, P.dbl ? direct_rows_double : direct_rows_float, &P);
     }
     if (ybuf) mk_cast_table[ct][out->dtype](ybuf, 1, mk_data(out), 1, out->size);
     rc = 0;
