@@ -229,8 +229,7 @@ static bool conv_use_gemm(const conv_plan *P) {
     int64_t TC = P->T * P->Cg;
     if (P->Cg == 1 && P->Og == 1) return false;   /* depthwise: the channel-vectorised loop */
     if (P->G > 1 && P->Og < 16) return false;      /* many small per-group products */
-    if (P->Og < 8 && TC >= 256) return false;      /* a thin product over a long reduction */
-    return true;
+    return TC >= 1;
 }
 
 typedef struct {
