@@ -280,3 +280,11 @@ def test_jvp_and_vmap():
     wb = f32(3, 3, 3, 4)
     out = mx.vmap(lambda a, b: mx.conv1d(a, b))(mx.array(xb), mx.array(wb))
     check(out, np.stack([ref_conv(xb[i], wb[i], [1], [0], [0], [1], [1]) for i in range(3)]), atol=1e-3)
+
+
+def test_empty():
+    # no input channels: an empty reduction gives zeros; an empty batch an empty result
+    out = mx.conv1d(mx.ones((1, 5, 0)), mx.ones((2, 3, 0)))
+    assert out.shape == (1, 3, 2)
+    assert np.array(out).sum() == 0
+    assert mx.conv2d(mx.ones((0, 4, 4, 2)), mx.ones((3, 2, 2, 2))).shape == (0, 3, 3, 3)

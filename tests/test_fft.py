@@ -103,6 +103,14 @@ def test_large_prime_and_long():
         close(mx.fft.irfft(mx.array(x)), np.fft.irfft(x), atol=1e-6, rtol=1e-3)
 
 
+def test_long_four_step():
+    # one long line: the four-step path (2**16 = 256 * 256, 3 * 2**17 = 512 * 768)
+    for n in (2**16, 3 * 2**17):
+        x = (RNG.random((1, n)) + 1j * RNG.random((1, n))).astype(np.complex64)
+        close(mx.fft.fft(mx.array(x)), np.fft.fft(x), atol=1e-2, rtol=1e-3)
+        close(mx.fft.ifft(mx.array(x)), np.fft.ifft(x), atol=1e-6, rtol=1e-3)
+
+
 def test_shift_and_freq():
     x = np.arange(5 * 6).reshape(5, 6).astype(np.float32)
     a = mx.array(x)

@@ -284,6 +284,10 @@ static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outpu
         P.osp *= P.Out[d];
     }
     P.rows = P.N * P.osp;
+    if (P.T * P.Cg == 0) { /* an empty reduction (no input channels or taps) */
+        memset(mk_data(out), 0, (size_t)out->size * mk_dtype_size(out->dtype));
+        return 0;
+    }
     mk_dtype ct = out->dtype == MK_FLOAT64 ? MK_FLOAT64 : MK_FLOAT32;
     P.dbl = ct == MK_FLOAT64;
     size_t esz = P.dbl ? 8 : 4;

@@ -46,15 +46,24 @@ static mk_array *fft_node(mk_array *in, int naxes, const int *axes, bool inverse
  * once per plan, in double before rounding). */
 #define BLUESTEIN_MIN_PRIME 64
 
-typedef struct {
+typedef struct fft_plan fft_plan;
+struct fft_plan {
     int64_t n;
     bool inverse;
     kiss_fft_cfg cfg;        /* direct */
+    int64_t n1, n2;          /* four-step: n = n1 * n2 */
+    fft_plan *sub;           /* [0]: length n1, [1]: length n2 */
     int64_t M;               /* Bluestein: */
     kiss_fft_cfg fwd, inv;
     kiss_fft_cpx *chirp;     /* n: e^{-i pi k^2 / n} (forward) */
     kiss_fft_cpx *bhat;      /* M: FFT of the conjugate chirp, scaled by 1/M */
-} fft_plan;
+};
+
+/* Long smooth lengths (a single long line does not spread over lines)
+ * use the four-step algorithm: n1 transforms of length n2 along strided
+ * columns, a twiddle, n2 transforms of length n1, each step over the pool,
+ * and every sub-transform fits in cache. */
+#define FOUR_STEP_MIN (1 << 16)
 
 static int64_t largest_prime_factor(int64_t n) {
     int64_t p = 1;
@@ -67,6 +76,11 @@ static int64_t largest_prime_factor(int64_t n) {
 }
 
 static void plan_free(fft_plan *P) {
+    if (P->sub) {
+        plan_free(&P->sub[0]);
+        plan_free(&P->sub[1]);
+        free(P->sub);
+    }
     if (P->cfg) kiss_fft_free(P->cfg);
     if (P->fwd) kiss_fft_free(P->fwd);
     if (P->inv) kiss_fft_free(P->inv);
@@ -78,7 +92,29 @@ static int plan_make(fft_plan *P, int64_t n, bool inverse) {
     memset(P, 0, sizeof *P);
     P->n = n;
     P->inverse = inverse;
-    if (n <= 4 || largest_prime_factor(n) <= BLUESTEIN_MIN_PRIME) {
+    bool smooth = n <= 4 || largest_prime_factor(n) <= BLUESTEIN_MIN_PRIME;
+    if (smooth && n >= FOUR_STEP_MIN) {
+        int64_t n1 = 1;
+        for (int64_t d = 1; d * d <= n; d++)
+            if (n % d == 0) n1 = d;
+        if (n1 >= 64) {
+            P->n1 = n1;
+            P->n2 = n / n1;
+            P->sub = calloc(2, sizeof *P->sub);
+            if (!P->sub) goto nomem;
+            if (plan_make(&P->sub[0], P->n1, inverse) < 0 || plan_make(&P->sub[1], P->n2, inverse) < 0) {
+                plan_free(P);
+                return -1;
+            }
+            if (P->sub[0].cfg && P->sub[1].cfg) return 0;
+            /* a factor that is not a plain KissFFT plan: the direct plan instead */
+            plan_free(P);
+            memset(P, 0, sizeof *P);
+            P->n = n;
+            P->inverse = inverse;
+        }
+    }
+    if (smooth) {
         P->cfg = kiss_fft_alloc((int)n, inverse, NULL, NULL);
         if (!P->cfg) goto nomem;
         return 0;
@@ -123,11 +159,63 @@ nomem:
     return -1;
 }
 
+typedef struct {
+    const fft_plan *P;
+    const kiss_fft_cpx *in;
+    kiss_fft_cpx *A, *out;
+    atomic_int nomem;
+} four_step_job;
+
+/* step 1: for column j2, A[j2][k1] = twiddle^(j2 k1) * DFT_n1(in[n2 j1 + j2]) */
+static void four_step_cols(void *ctx, int64_t begin, int64_t end) {
+    four_step_job *J = ctx;
+    const fft_plan *P = J->P;
+    double sgn = P->inverse ? 1.0 : -1.0;
+    for (int64_t j2 = begin; j2 < end; j2++) {
+        kiss_fft_cpx *row = J->A + j2 * P->n1;
+        kiss_fft_stride(P->sub[0].cfg, J->in + j2, row, (int)P->n2);
+        double ang = sgn * 2.0 * M_PI * (double)j2 / (double)P->n;
+        double sr = cos(ang), si = sin(ang), wr = 1.0, wi = 0.0;
+        for (int64_t k1 = 0; k1 < P->n1; k1++) {
+            float xr = row[k1].r, xi = row[k1].i;
+            row[k1].r = (float)(xr * wr - xi * wi);
+            row[k1].i = (float)(xr * wi + xi * wr);
+            double t = wr * sr - wi * si;
+            wi = wr * si + wi * sr;
+            wr = t;
+        }
+    }
+}
+
+/* step 2: out[k1 + n1 k2] = DFT_n2 over j2 of A[j2][k1] */
+static void four_step_rows(void *ctx, int64_t begin, int64_t end) {
+    four_step_job *J = ctx;
+    const fft_plan *P = J->P;
+    kiss_fft_cpx *t = malloc(sizeof *t * (size_t)P->n2);
+    if (!t) {
+        atomic_store(&J->nomem, 1);
+        return;
+    }
+    for (int64_t k1 = begin; k1 < end; k1++) {
+        kiss_fft_stride(P->sub[1].cfg, J->A + k1, t, (int)P->n1);
+        for (int64_t k2 = 0; k2 < P->n2; k2++) J->out[k1 + P->n1 * k2] = t[k2];
+    }
+    free(t);
+}
+
 /* out = DFT(in) for contiguous lines; scratch holds 2 * M (Bluestein) */
-static void plan_exec(const fft_plan *P, const kiss_fft_cpx *in, kiss_fft_cpx *out, kiss_fft_cpx *scratch) {
+static int plan_exec(const fft_plan *P, const kiss_fft_cpx *in, kiss_fft_cpx *out, kiss_fft_cpx *scratch) {
     if (P->cfg) {
         kiss_fft(P->cfg, in, out);
-        return;
+        return 0;
+    }
+    if (P->sub) {
+        four_step_job J = {P, in, malloc(sizeof(kiss_fft_cpx) * (size_t)P->n), out, 0};
+        if (!J.A) return -1;
+        mk_parallel_for(P->n2, 8, four_step_cols, &J);
+        mk_parallel_for(P->n1, 8, four_step_rows, &J);
+        free(J.A);
+        return atomic_load(&J.nomem) ? -1 : 0;
     }
     kiss_fft_cpx *a = scratch, *A = scratch + P->M;
     for (int64_t k = 0; k < P->n; k++) {
@@ -148,6 +236,7 @@ static void plan_exec(const fft_plan *P, const kiss_fft_cpx *in, kiss_fft_cpx *o
         out[k].r = x.r * c.r - x.i * c.i;
         out[k].i = x.r * c.i + x.i * c.r;
     }
+    return 0;
 }
 
 /* ----------------------------------------------------------- evaluator */
@@ -196,13 +285,13 @@ static void run_lines(void *ctx, int64_t begin, int64_t end) {
                     a[k].i = -v.i;
                 }
             } else if (j->inner == 1) {
-                plan_exec(j->plan, s, b, scratch);
+                if (plan_exec(j->plan, s, b, scratch) < 0) atomic_store(&j->nomem, 1);
                 goto store;
             } else {
                 for (int64_t k = 0; k < j->n; k++) a[k] = s[k * j->inner];
             }
         }
-        plan_exec(j->plan, a, b, scratch);
+        if (plan_exec(j->plan, a, b, scratch) < 0) atomic_store(&j->nomem, 1);
     store:
         if (j->dst_real) {
             float *d = (float *)j->dst + d0;
