@@ -235,3 +235,27 @@ def test_threads():
     for t in ts:
         t.join()
     assert not errs
+
+
+def test_grads_complex_convention():
+    # real losses of complex inputs: the gradient is dL/dRe + i dL/dIm (torch's and MLX's convention)
+    x = _c((2, 7))
+    g = mx.grad(lambda v: (mx.abs(mx.fft.fftn(v)) ** 2).sum())(mx.array(x))
+    close(g, 2 * 14 * x, atol=1e-4)
+    g = mx.grad(lambda v: (mx.abs(mx.fft.ifftn(v)) ** 2).sum())(mx.array(x))
+    close(g, 2 / 14 * x, atol=1e-6)
+    z = np.fft.rfftn(_r((4, 4))).astype(np.complex64)
+
+    def L(v):
+        return float((np.fft.irfftn(v) ** 2).sum())
+
+    eps = 1e-3
+    fd = np.zeros_like(z)
+    for i in np.ndindex(z.shape):
+        for unit in (1, 1j):
+            zp, zm = z.copy(), z.copy()
+            zp[i] += unit * eps
+            zm[i] -= unit * eps
+            fd[i] += unit * (L(zp) - L(zm)) / (2 * eps)
+    g = mx.grad(lambda v: (mx.fft.irfftn(v) ** 2).sum())(mx.array(z))
+    close(g, fd, atol=1e-3, rtol=1e-3)
