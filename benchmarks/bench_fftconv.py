@@ -56,7 +56,7 @@ def np_conv(x, w, stride, pad, groups):
     Cg, Og = x.shape[-1] // groups, w.shape[0] // groups
     outs = []
     for g in range(groups):
-        wg = np.moveaxis(w[g * Og:(g + 1) * Og, ..., g * Cg:(g + 1) * Cg], -1, 1)  # (Og, Cg, K...)
+        wg = np.moveaxis(w[g * Og:(g + 1) * Og], -1, 1)  # (Og, Cg, K...)
         outs.append(np.tensordot(win[..., g * Cg:(g + 1) * Cg, :, :] if nd == 2 else win[..., g * Cg:(g + 1) * Cg, :],
                                  wg, axes=(list(range(nd + 1, 2 * nd + 2)), list(range(1, nd + 2)))))
     return np.concatenate(outs, axis=-1) if groups > 1 else outs[0]
