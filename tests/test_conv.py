@@ -288,3 +288,10 @@ def test_empty():
     assert out.shape == (1, 3, 2)
     assert np.array(out).sum() == 0
     assert mx.conv2d(mx.ones((0, 4, 4, 2)), mx.ones((3, 2, 2, 2))).shape == (0, 3, 3, 3)
+
+
+def test_transpose_rank_errors():
+    with pytest.raises(ValueError, match=r"\[conv\] Invalid strides \(1,1\) for 1D convolution."):
+        mx.conv_transpose2d(mx.ones((1, 5, 4)), mx.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"\[conv\] Invalid weight array"):
+        mx.conv_transpose1d(mx.ones((1, 5, 4)), mx.ones((2, 4)))

@@ -748,19 +748,18 @@ mk_array *mk_conv_general(mk_array *in, mk_array *wt, const mk_conv_args *a) {
 mk_array *mk_conv_transpose(mk_array *in, mk_array *wt, int nd, const int *stride, const int *padding,
                             const int *dilation, const int *output_padding, int groups) {
     mk_conv_args a = {0};
-    if (nd < 1 || nd > 3 || in->ndim < nd + 2 || wt->ndim < nd + 1) {
-        /* let conv_general report the shape problem */
-        a.groups = groups;
-        return mk_conv_general(in, wt, &a);
+    if (nd < 1 || nd > 3) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Only works for inputs with 1-3 spatial dimensions.");
+        return NULL;
     }
     a.nstride = a.npad_lo = a.npad_hi = a.nkdil = a.nidil = nd;
     for (int i = 0; i < nd; i++) {
-        int64_t ws = 1 + (int64_t)dilation[i] * (wt->shape[1 + i] - 1);
+        /* (shapes of mismatched ranks read as 1: conv_general then reports the mismatch) */
+        int64_t K = 1 + i < wt->ndim ? wt->shape[1 + i] : 1, S = 1 + i < in->ndim ? in->shape[1 + i] : 1;
+        int64_t ws = 1 + (int64_t)dilation[i] * (K - 1);
         int64_t lo = ws - padding[i] - 1;
-        int64_t cos_ = (in->shape[i + 1] - 1) * (int64_t)stride[i] - 2 * (int64_t)padding[i] +
-                       (int64_t)dilation[i] * (wt->shape[i + 1] - 1) + 1;
-        int64_t in_size = cos_;
-        int64_t out_size = 1 + (int64_t)stride[i] * (in->shape[1 + i] - 1);
+        int64_t in_size = (S - 1) * (int64_t)stride[i] - 2 * (int64_t)padding[i] + (int64_t)dilation[i] * (K - 1) + 1;
+        int64_t out_size = 1 + (int64_t)stride[i] * (S - 1);
         int64_t hi = in_size - out_size + padding[i] + output_padding[i];
         if (lo < INT_MIN || lo > INT_MAX || hi < INT_MIN || hi > INT_MAX) {
             mk_error_set(MK_ERR_VALUE, "[conv] Padding does not fit in 32 bits.");
