@@ -30,6 +30,10 @@ multiarch = sysconfig.get_config_var("MULTIARCH")
 if multiarch and os.path.isdir(f"/usr/include/{multiarch}/openblas-pthread"):
     include_dirs.append(f"/usr/include/{multiarch}/openblas-pthread")
 
+# KissFFT (Debian's libkissfft-dev, BSD) for mx.fft; its headers live in /usr/include/kissfft.
+if os.path.isdir("/usr/include/kissfft"):
+    include_dirs.append("/usr/include/kissfft")
+
 HEADERS = glob.glob("csrc/**/*.h", recursive=True)
 
 ext = Extension(
@@ -39,7 +43,7 @@ ext = Extension(
     include_dirs=include_dirs,
     extra_compile_args=cflags + sanitize_cflags,
     extra_link_args=sanitize_ldflags,
-    libraries=["openblas", "z", "m", "pthread"],
+    libraries=["openblas", "kissfft-float", "z", "m", "pthread"],
 )
 # The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,
 # mkpy/mkpy-cbs-pass, linked with LLVM 15's C API (Debian's llvm-15-dev) and run

@@ -18,6 +18,8 @@ from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
 # (mkpy/random.py, ...) and binds them, as `import mkpy.random` would
 del random, fast, metal, distributed, cuda  # noqa: F821
 from . import random, fast, metal, distributed, cuda  # noqa: F401,E402
+del fft  # noqa: F821
+from . import fft  # noqa: F401,E402
 from ._compile import compile, disable_compile, enable_compile  # noqa: F401,A001
 from ._transforms import (  # noqa: F401,E402
     grad, value_and_grad, vjp, jvp, vmap, custom_function, checkpoint,

@@ -4,7 +4,7 @@ import enum
 import types
 from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random, linalg as linalg
+from . import cuda as cuda, distributed as distributed, fast as fast, fft as fft, metal as metal, random as random
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -393,9 +393,6 @@ def bitwise_or(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def bitwise_xor(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_xor with broadcasting."""
 
-def block_masked_mm(a: array, b: array, /, block_size: int = 64, mask_out: Optional[array] = None, mask_lhs: Optional[array] = None, mask_rhs: Optional[array] = None, *, stream: StreamOrDevice = None) -> array:
-    """a @ b with block masks (bool or float, one entry per block_size x block_size tile) applied to a (mask_lhs), b (mask_rhs) and the product (mask_out)."""
-
 def broadcast_arrays(*arrays: array, stream: StreamOrDevice = None) -> list[array]:
     """Broadcast arrays against one another."""
 
@@ -438,6 +435,30 @@ def conjugate(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def contiguous(a: array, /, allow_col_major: bool = False, *, stream: StreamOrDevice = None) -> array:
     """a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major, column-major counts as contiguous too)."""
 
+def conv1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """1D convolution: input (N, L, C_in), weight (C_out, K, C_in / groups)."""
+
+def conv2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """2D convolution: input (N, H, W, C_in), weight (C_out, KH, KW, C_in / groups)."""
+
+def conv3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """3D convolution: input (N, D, H, W, C_in), weight (C_out, KD, KH, KW, C_in)."""
+
+def conv_general(input: array, weight: array, /, stride: Union[int, Sequence[int]] = 1, padding: Union[int, Sequence[int], tuple[Sequence[int], Sequence[int]]] = 0, kernel_dilation: Union[int, Sequence[int]] = 1, input_dilation: Union[int, Sequence[int]] = 1, groups: int = 1, flip: bool = False, *, stream: StreamOrDevice = None) -> array:
+    """General convolution: input (N, ..., C_in), weight (C_out, ..., C_in / groups)."""
+
+def conv_transpose1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, output_padding: int = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """1D transposed convolution."""
+
+def conv_transpose2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, output_padding: Union[int, tuple[int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """2D transposed convolution."""
+
+def conv_transpose3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, output_padding: Union[int, tuple[int, int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """3D transposed convolution."""
+
+def convolve(a: array, v: array, /, mode: str = 'full', *, stream: StreamOrDevice = None) -> array:
+    """The discrete convolution of 1D arrays."""
+
 def cos(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cos."""
 
@@ -465,9 +486,6 @@ def default_stream(device: Union[Device, DeviceType]) -> Stream:
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
 
-def dequantize(w: Any, /, scales: Any, biases: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'affine', global_scale: Any = None, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
-    """The matrix a quantization represents."""
-
 def device_count(device_type: DeviceType) -> int:
     """Number of devices of a type: one of each."""
 
@@ -485,12 +503,6 @@ def disable_compile() -> None:
 
 def divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise divide with broadcasting."""
-
-def einsum(subscripts: str, *operands: array, stream: StreamOrDevice = None) -> array:
-    """Einstein summation over the operands (MLX's einsum: ellipses, repeated letters as diagonals, letters of size 1 broadcast; contractions go through matmul)."""
-
-def einsum_path(subscripts: str, *operands: array) -> tuple[list[tuple[int, ...]], str]:
-    """The contraction order einsum uses, as (list of position tuples, report string)."""
 
 def enable_compile() -> None:
     """Globally enable compilation (see disable_compile)."""
@@ -528,23 +540,11 @@ def floor(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def floor_divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise floor_divide with broadcasting."""
 
-def from_fp8(x: array, dtype: Optional[Dtype] = bfloat16, *, stream: StreamOrDevice = None) -> array:
-    """uint8 fp8 e4m3 bytes to a floating dtype."""
-
 def full(shape: Union[int, Sequence[int]], vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """An array of the given shape filled with vals (broadcast to shape)."""
 
 def full_like(a: array, vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """vals broadcast to a's shape, in a's dtype."""
-
-def gather_mm(a: array, b: array, /, lhs_indices: Any = None, rhs_indices: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
-    """Matrix products of the matrices of a and b picked by the (broadcast) index arrays."""
-
-def gather_qmm(x: array, w: Any, /, scales: Any, biases: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
-    """quantized_matmul of the matrices of x picked by lhs_indices with those of w picked by rhs_indices."""
-
-def gather_qqmm(x: array, w: Any, /, scales: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
-    """gather_mm of x and w.T quantized in the mode (w given quantized, or quantized here)."""
 
 def get_active_memory() -> int:
     """Bytes held by live arrays."""
@@ -708,15 +708,6 @@ def prod(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bo
 def put_along_axis(a: array, /, indices: array, values: array, axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
     """A copy of a with values put along an axis at the given indices (the last of repeated indices wins; out-of-range indices are skipped)."""
 
-def qqmm(x: array, w: Any, scales: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, stream: StreamOrDevice = None) -> array:
-    """x quantized in the mode times w (quantized, or quantized here): the product of the dequantized values, x @ w.T."""
-
-def quantize(w: Any, /, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, global_scale: Any = None, stream: StreamOrDevice = None) -> array:
-    """Quantizes the last axis of w in groups: [w_q, scales, biases] for mode 'affine' (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; defaults 4 and 64), [w_q, scales] for 'mxfp4', 'mxfp8' and 'nvfp4'."""
-
-def quantized_matmul(x: array, w: Any, /, scales: Any, biases: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, stream: StreamOrDevice = None) -> array:
-    """x @ w.T (transpose=True) or x @ w with w given quantized."""
-
 def radians(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise radians."""
 
@@ -761,9 +752,6 @@ def savez(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
 
 def savez_compressed(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
     """As savez, with each member deflate-compressed (zlib)."""
-
-def segmented_mm(a: array, b: array, /, segments: Any, *, stream: StreamOrDevice = None) -> array:
-    """For each segment [s, e) of the contraction axis, a[:, s:e] @ b[s:e, :]."""
 
 def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""
@@ -851,9 +839,6 @@ def tensordot(a: array, b: array, /, axes: Union[int, Sequence[Sequence[int]]] =
 
 def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice = None) -> array:
     """Repeat an array reps times."""
-
-def to_fp8(x: array, *, stream: StreamOrDevice = None) -> array:
-    """x rounded to fp8 e4m3, as uint8 bytes."""
 
 def topk(a: array, /, k: int, axis: Optional[int] = -1, *, stream: StreamOrDevice = None) -> array:
     """The k largest elements along axis, in no particular order."""

@@ -240,6 +240,35 @@ typedef enum { MK_SCAN_SUM, MK_SCAN_PROD, MK_SCAN_MAX, MK_SCAN_MIN, MK_SCAN_LOGA
  * and bool become float32 first). */
 mk_array *mk_scan(mk_scan_op op, mk_array *x, int axis, bool has_axis, bool reverse, bool inclusive);
 
+/* ---- fft (ops_fft.c) ------------------------------------------------------ */
+typedef enum { MK_FFT_BACKWARD, MK_FFT_ORTHO, MK_FFT_FORWARD } mk_fft_norm;
+/* MLX's fft_impl: naxes < 0 means all axes (axes ignored); n: the sizes per
+ * axis, or NULL for the input's (irfft: 2 * (last - 1)). */
+mk_array *mk_fftn(mk_array *a, int naxes, const int *axes, const int64_t *n, bool real, bool inverse,
+                  mk_fft_norm norm);
+/* naxes < 0: all axes. */
+mk_array *mk_fftshift(mk_array *a, int naxes, const int *axes, bool inverse);
+mk_array *mk_fftfreq(int64_t n, double d, bool real);
+
+/* ---- convolutions (ops_conv.c) ------------------------------------------ */
+/* MLX's conv_general arguments: each list has n entries (0 or 1: the same
+ * value for every spatial dim). */
+#define MK_CONV_MAXLIST 8
+typedef struct {
+    int nstride, stride[MK_CONV_MAXLIST];
+    int npad_lo, pad_lo[MK_CONV_MAXLIST];
+    int npad_hi, pad_hi[MK_CONV_MAXLIST];
+    int nkdil, kdil[MK_CONV_MAXLIST];
+    int nidil, idil[MK_CONV_MAXLIST];
+    int groups;
+    bool flip;
+} mk_conv_args;
+/* input (N, ..., C_in), weight (C_out, ..., C_in / groups), channels last. */
+mk_array *mk_conv_general(mk_array *in, mk_array *wt, const mk_conv_args *args);
+/* MLX's conv_transpose_general (nd spatial dims, one entry each). */
+mk_array *mk_conv_transpose(mk_array *in, mk_array *wt, int nd, const int *stride, const int *padding,
+                            const int *dilation, const int *output_padding, int groups);
+
 /* Normalises an axis against ndim; -1 with MLX's IndexError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);

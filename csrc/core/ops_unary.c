@@ -510,6 +510,20 @@ static int unary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arr
         grads[0] = mk_unary(MK_UNARY_conjugate, cots[0]);
         return grads[0] ? 0 : -1;
     }
+    if ((op == MK_UNARY_real || op == MK_UNARY_imag) && p->inputs[0]->dtype == MK_COMPLEX64) {
+        /* MLX's rules: real -> cot (as complex), imag -> cot * 1j */
+        mk_array *c = mk_as_dtype(cots[0], MK_COMPLEX64);
+        if (c && op == MK_UNARY_imag) {
+            mk_c64 j = __builtin_complex(0.0f, 1.0f);
+            mk_array *s = mk_scalar(MK_COMPLEX64, &j);
+            mk_array *r = s ? mk_binary(MK_BINARY_multiply, c, s) : NULL;
+            mk_xdecref(s);
+            mk_decref(c);
+            c = r;
+        }
+        grads[0] = c;
+        return c ? 0 : -1;
+    }
     mk_arena A = {0};
     mk_array *d;
     int rc = unary_deriv(&A, op, p->inputs[0], mk_ar_output(&A, p, 0), &d);
@@ -525,6 +539,10 @@ static int unary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
     mk_unary_op op = *(mk_unary_op *)p->params;
     if (op == MK_UNARY_conjugate) {
         out[0] = mk_unary(MK_UNARY_conjugate, tans[0]);
+        return out[0] ? 0 : -1;
+    }
+    if ((op == MK_UNARY_real || op == MK_UNARY_imag) && p->inputs[0]->dtype == MK_COMPLEX64) {
+        out[0] = mk_unary(op, tans[0]); /* linear in the input */
         return out[0] ? 0 : -1;
     }
     mk_arena A = {0};

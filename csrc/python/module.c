@@ -7,6 +7,8 @@
 extern PyMethodDef mkpy_dtype_functions[];
 extern PyMethodDef mkpy_kernel_cache_functions[];
 extern PyMethodDef mkpy_transforms_functions[];
+extern PyMethodDef mkpy_fft_functions[];  /* py_fft.c: the mkpy.fft submodule */
+extern PyMethodDef mkpy_conv_functions[]; /* py_conv.c: conv1d/2d/3d, conv_general, conv_transpose*, convolve */
 int mkpy_dtype_init(PyObject *m);
 int mkpy_fast_init(void);
 int mkpy_distributed_init(PyObject *m); /* py_distributed.c: mkpy.distributed, mkpy.cuda */
@@ -48,6 +50,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++)
         if (PyModule_AddFunctions(m, tables[i]) < 0) goto error;
     if (add_submodule(m, "random", mkpy_random_functions) < 0) goto error;
+    if (add_submodule(m, "fft", mkpy_fft_functions) < 0) goto error;
+    if (PyModule_AddFunctions(m, mkpy_conv_functions) < 0) goto error;
     if (add_submodule(m, "fast", mkpy_fast_functions) < 0) goto error;
     {
         PyObject *fast = PyObject_GetAttrString(m, "fast");

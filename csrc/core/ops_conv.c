@@ -1,0 +1,777 @@
+/* Convolutions: conv_general (and conv1d/2d/3d, conv_transpose*, convolve
+ * on top of it in the binding), channels last as MLX: input (N, S..., C),
+ * weight (O, K..., C / groups), output (N, Out..., O).
+ *
+ * One node ("Convolution") with MLX's parameters: strides, low and high
+ * padding, kernel and input dilation, groups and flip. Output position o
+ * reads, for kernel tap k along a spatial dim, the position
+ * p = o * stride + k * kdil - pad_lo of the input dilated by idil: it is a
+ * real input element when 0 <= p and p % idil == 0 and p / idil < S, and a
+ * zero otherwise. Per dim a table maps (o, k) to that input index or -1.
+ *
+ * Two evaluators (both in float32 for float16/bfloat16/float32, in float64
+ * for float64; inputs are first copied into dense buffers of that type,
+ * flip reverses the weight's taps in that copy):
+ * - direct loops: each output row (one n and spatial position) accumulates
+ *   input value x weight row over its taps, the weight stored (group, tap,
+ *   C_in/g, C_out/g) so the inner loop runs over output channels;
+ * - im2col + gemm: blocks of output rows gather their taps into a column
+ *   matrix (rows, taps * C_in/g) and one OpenBLAS gemm per group multiplies
+ *   it by that group's weight matrix.
+ * conv_pick() chooses by a rule measured on this machine (docs/design.md,
+ * "Convolutions"); MKPY_CONV_ALGO=direct|gemm forces one (tests and
+ * benchmarks).
+ *
+ * The transformation rules follow MLX's: the input's gradient is a
+ * convolution of the cotangent with the (group-)transposed weight, the
+ * weight's a convolution of the (group-)transposed input with the cotangent,
+ * both conv_general nodes again, so they differentiate further. One change:
+ * the input gradient's high padding is is - os + pad_lo (MLX writes pad_hi,
+ * which gives the wrong shape under asymmetric padding). */
+#include <cblas.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iter.h"
+#include "ops.h"
+#include "pool.h"
+#include "transforms.h"
+#include "types.h"
+
+typedef struct {
+    int nd;
+    int stride[3], pad_lo[3], pad_hi[3], kdil[3], idil[3];
+    int groups;
+    bool flip;
+} conv_params;
+
+static mk_array *conv_node(mk_array *in, mk_array *wt, const conv_params *cp);
+
+static char *ivec(int n, const int *v, char *buf, size_t sz) {
+    int64_t t[MK_CONV_MAXLIST];
+    for (int i = 0; i < n && i < MK_CONV_MAXLIST; i++) t[i] = v[i];
+    mk_shape_str(n, t, buf, sz);
+    return buf;
+}
+
+static int64_t dilate_size(int64_t d, int64_t dil) { return 1 + dil * (d - 1); }
+
+/* --------------------------------------------------------------- evaluator */
+
+typedef struct {
+    int nd;
+    int64_t N, C, O, G, Cg, Og;
+    int64_t S[3], K[3], Out[3];
+    int64_t T;       /* taps: prod K */
+    int64_t rows;    /* N * prod Out */
+    int64_t osp;     /* prod Out */
+    int *tab[3];     /* per dim: Out x K -> input index or -1 */
+    bool dbl;
+    const void *x;   /* dense input, compute type */
+    const void *w;   /* dense weight (O, T, Cg), taps flipped if needed */
+    void *wt;        /* direct: (G, T, Cg, Og) */
+    void *y;         /* output rows (rows, O), compute type */
+    /* gemm */
+    int64_t block;
+} conv_plan;
+
+/* input offset (in elements, of channel 0) of tap t for output row r, or -1 */
+static inline int64_t tap_offset(const conv_plan *P, int64_t n, const int64_t *o, int64_t t) {
+    int64_t off = n;
+    int64_t k[3];
+    for (int d = P->nd - 1; d >= 0; d--) {
+        k[d] = t % P->K[d];
+        t /= P->K[d];
+    }
+    for (int d = 0; d < P->nd; d++) {
+        int i = P->tab[d][o[d] * P->K[d] + k[d]];
+        if (i < 0) return -1;
+        off = off * P->S[d] + i;
+    }
+    return off * P->C;
+}
+
+static inline void row_pos(const conv_plan *P, int64_t r, int64_t *n, int64_t *o) {
+    for (int d = P->nd - 1; d >= 0; d--) {
+        o[d] = r % P->Out[d];
+        r /= P->Out[d];
+    }
+    *n = r;
+}
+
+#define DIRECT_KERNEL(T_)                                                                                      \
+    static void direct_rows_##T_(void *ctx, int64_t begin, int64_t end) {                                      \
+        const conv_plan *P = ctx;                                                                              \
+        const T_ *x = P->x, *wt = P->wt;                                                                       \
+        T_ *y = P->y;                                                                                          \
+        for (int64_t r = begin; r < end; r++) {                                                                \
+            int64_t n, o[3];                                                                                   \
+            row_pos(P, r, &n, o);                                                                              \
+            T_ *acc = y + r * P->O;                                                                            \
+            for (int64_t j = 0; j < P->O; j++) acc[j] = 0;                                                     \
+            for (int64_t t = 0; t < P->T; t++) {                                                               \
+                int64_t off = tap_offset(P, n, o, t);                                                          \
+                if (off < 0) continue;                                                                         \
+                const T_ *xr = x + off;                                                                        \
+                for (int64_t g = 0; g < P->G; g++) {                                                           \
+                    const T_ *wg = wt + (g * P->T + t) * P->Cg * P->Og;                                        \
+                    T_ *ag = acc + g * P->Og;                                                                  \
+                    const T_ *xg = xr + g * P->Cg;                                                             \
+                    for (int64_t c = 0; c < P->Cg; c++) {                                                      \
+                        T_ xv = xg[c];                                                                         \
+                        const T_ *wr = wg + c * P->Og;                                                         \
+                        for (int64_t j = 0; j < P->Og; j++) ag[j] += xv * wr[j];                               \
+                    }                                                                                          \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+DIRECT_KERNEL(float)
+DIRECT_KERNEL(double)
+
+/* depthwise (C_in/g = C_out/g = 1): the weight as (T, G), the loop runs
+ * across the channels, which are contiguous in input, weight and output */
+#define DEPTHWISE_KERNEL(T_)                                                                                   \
+    static void depthwise_rows_##T_(void *ctx, int64_t begin, int64_t end) {                                   \
+        const conv_plan *P = ctx;                                                                              \
+        const T_ *x = P->x, *wt = P->wt;                                                                       \
+        T_ *y = P->y;                                                                                          \
+        for (int64_t r = begin; r < end; r++) {                                                                \
+            int64_t n, o[3];                                                                                   \
+            row_pos(P, r, &n, o);                                                                              \
+            T_ *acc = y + r * P->O;                                                                            \
+            for (int64_t j = 0; j < P->O; j++) acc[j] = 0;                                                     \
+            for (int64_t t = 0; t < P->T; t++) {                                                               \
+                int64_t off = tap_offset(P, n, o, t);                                                          \
+                if (off < 0) continue;                                                                         \
+                const T_ *xr = x + off, *wr = wt + t * P->G;                                                   \
+                for (int64_t g = 0; g < P->G; g++) acc[g] += xr[g] * wr[g];                                    \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+DEPTHWISE_KERNEL(float)
+DEPTHWISE_KERNEL(double)
+
+typedef struct {
+    const conv_plan *P;
+    int64_t r0;
+    int64_t g;
+    void *col;
+} im2col_job;
+
+#define IM2COL_KERNEL(T_)                                                                                      \
+    static void im2col_rows_##T_(void *ctx, int64_t begin, int64_t end) {                                      \
+        const im2col_job *J = ctx;                                                                             \
+        const conv_plan *P = J->P;                                                                             \
+        const T_ *x = P->x;                                                                                    \
+        int64_t TC = P->T * P->Cg;                                                                             \
+        for (int64_t i = begin; i < end; i++) {                                                                \
+            int64_t n, o[3];                                                                                   \
+            row_pos(P, J->r0 + i, &n, o);                                                                      \
+            T_ *cr = (T_ *)J->col + i * TC;                                                                    \
+            for (int64_t t = 0; t < P->T; t++) {                                                               \
+                int64_t off = tap_offset(P, n, o, t);                                                          \
+                T_ *dst = cr + t * P->Cg;                                                                      \
+                if (off < 0)                                                                                   \
+                    memset(dst, 0, sizeof(T_) * (size_t)P->Cg);                                               \
+                else                                                                                           \
+                    memcpy(dst, x + off + J->g * P->Cg, sizeof(T_) * (size_t)P->Cg);                          \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+IM2COL_KERNEL(float)
+IM2COL_KERNEL(double)
+
+static int run_gemm(conv_plan *P) {
+    int64_t TC = P->T * P->Cg;
+    size_t esz = P->dbl ? 8 : 4;
+    int64_t block = P->block;
+    if (block > P->rows) block = P->rows;
+    if (TC > INT_MAX || P->O > INT_MAX || block * TC > INT_MAX) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Convolution too large.");
+        return -1;
+    }
+    void *col = malloc((size_t)block * (size_t)TC * esz);
+    if (!col) {
+        mk_nomem();
+        return -1;
+    }
+    for (int64_t r0 = 0; r0 < P->rows; r0 += block) {
+        int64_t m = P->rows - r0 < block ? P->rows - r0 : block;
+        for (int64_t g = 0; g < P->G; g++) {
+            im2col_job J = {P, r0, g, col};
+            mk_parallel_for(m, 64, P->dbl ? im2col_rows_double : im2col_rows_float, &J);
+            if (P->dbl) {
+                const double *wg = (const double *)P->w + g * P->Og * TC;
+                double *yo = (double *)P->y + r0 * P->O + g * P->Og;
+                cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)P->Og, (int)TC, 1.0, col, (int)TC,
+                            wg, (int)TC, 0.0, yo, (int)P->O);
+            } else {
+                const float *wg = (const float *)P->w + g * P->Og * TC;
+                float *yo = (float *)P->y + r0 * P->O + g * P->Og;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)P->Og, (int)TC, 1.0f, col, (int)TC,
+                            wg, (int)TC, 0.0f, yo, (int)P->O);
+            }
+        }
+    }
+    free(col);
+    return 0;
+}
+
+/* The measured rule (docs/design.md, "FFT and convolutions"): gemm unless
+ * the per-group products are too thin for a blocked product to pay for the
+ * column matrix. */
+static bool conv_use_gemm(const conv_plan *P) {
+    const char *e = getenv("MKPY_CONV_ALGO");
+    if (e && !strcmp(e, "direct")) return false;
+    if (e && !strcmp(e, "gemm")) return true;
+    int64_t TC = P->T * P->Cg;
+    if (P->Cg == 1 && P->Og == 1) return false;   /* depthwise: the channel-vectorised loop */
+    if (P->G > 1 && P->Og < 16) return false;      /* many small per-group products */
+    return TC >= 1;
+}
+
+typedef struct {
+    mk_cast_fn fn;
+    const char *src;
+    char *dst;
+    size_t isz, osz;
+} cast_ctx;
+
+static void cast_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    cast_ctx *u = c;
+    u->fn(u->src + off[1] * u->isz, st[1], u->dst + off[0] * u->osz, st[0], n);
+}
+
+/* a dense copy of x in dtype ct (x's own buffer when already dense) */
+static const void *dense(mk_array *x, mk_dtype ct, mk_buffer **own) {
+    *own = NULL;
+    if (x->dtype == ct && (x->flags & MK_ROW_CONTIG)) return mk_data(x);
+    mk_buffer *b = mk_buffer_alloc((size_t)x->size * mk_dtype_size(ct));
+    if (!b) return NULL;
+    int64_t ds[MK_MAX_NDIM];
+    mk_row_strides(x->ndim, x->shape, ds);
+    cast_ctx u = {mk_cast_table[x->dtype][ct], mk_data(x), b->data, mk_dtype_size(x->dtype), mk_dtype_size(ct)};
+    const int64_t *strides[2] = {ds, x->strides};
+    mk_iter it;
+    mk_iter_init(&it, x->ndim, x->shape, 2, strides);
+    mk_iter_run(&it, MK_GRAIN, cast_rows, &u);
+    *own = b;
+    return b->data;
+}
+
+static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outputs) {
+    const conv_params *cp = p->params;
+    mk_array *in = inputs[0], *w = inputs[1], *out = outputs[0];
+    if (mk_alloc_out(out) < 0) return -1;
+    if (out->size == 0) return 0;
+    conv_plan P = {0};
+    int nd = P.nd = cp->nd;
+    P.N = in->shape[0];
+    P.C = in->shape[nd + 1];
+    P.O = w->shape[0];
+    P.G = cp->groups;
+    P.Cg = w->shape[nd + 1];
+    P.Og = P.O / P.G;
+    P.T = 1;
+    P.osp = 1;
+    for (int d = 0; d < nd; d++) {
+        P.S[d] = in->shape[d + 1];
+        P.K[d] = w->shape[d + 1];
+        P.Out[d] = out->shape[d + 1];
+        P.T *= P.K[d];
+        P.osp *= P.Out[d];
+    }
+    P.rows = P.N * P.osp;
+    if (P.T * P.Cg == 0) { /* an empty reduction (no input channels or taps) */
+        memset(mk_data(out), 0, (size_t)out->size * mk_dtype_size(out->dtype));
+        return 0;
+    }
+    mk_dtype ct = out->dtype == MK_FLOAT64 ? MK_FLOAT64 : MK_FLOAT32;
+    P.dbl = ct == MK_FLOAT64;
+    size_t esz = P.dbl ? 8 : 4;
+    mk_buffer *xo = NULL, *wo = NULL;
+    void *wflip = NULL, *ybuf = NULL;
+    int rc = -1;
+    for (int d = 0; d < nd; d++) {
+        P.tab[d] = malloc(sizeof(int) * (size_t)(P.Out[d] * P.K[d]));
+        if (!P.tab[d]) {
+            mk_nomem();
+            goto done;
+        }
+        int64_t sd = dilate_size(P.S[d], cp->idil[d]);
+        for (int64_t o = 0; o < P.Out[d]; o++)
+            for (int64_t k = 0; k < P.K[d]; k++) {
+                int64_t q = o * cp->stride[d] + k * cp->kdil[d] - cp->pad_lo[d];
+                int v = -1;
+                if (q >= 0 && q < sd && q % cp->idil[d] == 0) v = (int)(q / cp->idil[d]);
+                P.tab[d][o * P.K[d] + k] = v;
+            }
+    }
+    P.x = dense(in, ct, &xo);
+    if (!P.x) goto done;
+    const void *w0 = dense(w, ct, &wo);
+    if (!w0) goto done;
+    bool gemm = conv_use_gemm(&P);
+    /* weight with flipped taps, and for the direct loops transposed to (G, T, Cg, Og) */
+    if (cp->flip || !gemm) {
+        wflip = malloc((size_t)(P.O * P.T * P.Cg) * esz);
+        if (!wflip) {
+            mk_nomem();
+            goto done;
+        }
+        for (int64_t o = 0; o < P.O; o++)
+            for (int64_t t = 0; t < P.T; t++) {
+                int64_t ts = cp->flip ? P.T - 1 - t : t; /* reversing every dim reverses the flat tap */
+                const char *src = (const char *)w0 + (size_t)((o * P.T + ts) * P.Cg) * esz;
+                if (gemm) {
+                    memcpy((char *)wflip + (size_t)((o * P.T + t) * P.Cg) * esz, src, (size_t)P.Cg * esz);
+                } else if (P.Cg == 1 && P.Og == 1) {
+                    memcpy((char *)wflip + (size_t)(t * P.G + o) * esz, src, esz); /* (T, G) */
+                } else {
+                    int64_t g = o / P.Og, j = o % P.Og;
+                    for (int64_t c = 0; c < P.Cg; c++)
+                        memcpy((char *)wflip + (size_t)(((g * P.T + t) * P.Cg + c) * P.Og + j) * esz,
+                               src + (size_t)c * esz, esz);
+                }
+            }
+    }
+    P.w = gemm && wflip ? wflip : w0;
+    P.wt = wflip;
+    if (out->dtype == ct) {
+        P.y = mk_data(out);
+    } else {
+        ybuf = malloc((size_t)out->size * esz);
+        if (!ybuf) {
+            mk_nomem();
+            goto done;
+        }
+        P.y = ybuf;
+    }
+    if (gemm) {
+        int64_t TC = P.T * P.Cg;
+        P.block = (int64_t)(1 << 20) / (TC > 0 ? TC : 1);
+        if (P.block < 64) P.block = 64;
+        if (run_gemm(&P) < 0) goto done;
+    } else {
+        int64_t work = P.T * P.C * P.Og;
+        int64_t grain = work >= 4096 ? 1 : 4096 / (work > 0 ? work : 1);
+        if (P.Cg == 1 && P.Og == 1)
+            mk_parallel_for(P.rows, grain, P.dbl ? depthwise_rows_double : depthwise_rows_float, &P);
+        else
+            mk_parallel_for(P.rows, grain, P.dbl ? direct_rows_double : direct_rows_float, &P);
+    }
+    if (ybuf) mk_cast_table[ct][out->dtype](ybuf, 1, mk_data(out), 1, out->size);
+    rc = 0;
+done:
+    for (int d = 0; d < nd; d++) free(P.tab[d]);
+    free(wflip);
+    free(ybuf);
+    if (xo) mk_buffer_decref(xo);
+    if (wo) mk_buffer_decref(wo);
+    return rc;
+}
+
+/* ------------------------------------------------------ transformation rules */
+
+static mk_array *ar_swap(mk_arena *A, mk_array *x, int a, int b) { return x ? mk_ar_keep(A, mk_swapaxes(x, a, b)) : NULL; }
+
+/* MLX's group_transpose: with groups, split the group out of dim gd, swap
+ * a and b, merge again; else swap the first and last dims. */
+static mk_array *group_transpose(mk_arena *A, mk_array *x, int groups, int gd, int a, int b) {
+    if (!x) return NULL;
+    if (groups <= 1) return ar_swap(A, x, 0, -1);
+    int nd = x->ndim;
+    if (gd < 0) gd += nd;
+    int64_t shape[MK_MAX_NDIM];
+    int k = 0;
+    for (int d = 0; d < nd; d++) {
+        if (d == gd) {
+            shape[k++] = groups;
+            shape[k++] = x->shape[d] / groups;
+        } else {
+            shape[k++] = x->shape[d];
+        }
+    }
+    mk_array *r = ar_swap(A, mk_ar_reshape(A, x, k, shape), a, b);
+    return r ? mk_ar_keep(A, mk_flatten(r, gd, gd + 1)) : NULL;
+}
+
+static mk_array *ar_conv(mk_arena *A, mk_array *in, mk_array *wt, int nd, const int *stride, const int *plo,
+                         const int *phi, const int *kdil, const int *idil, int groups, bool flip) {
+    if (!in || !wt) return NULL;
+    mk_conv_args a = {0};
+    a.nstride = a.npad_lo = a.npad_hi = a.nkdil = a.nidil = nd;
+    for (int i = 0; i < nd; i++) {
+        a.stride[i] = stride[i];
+        a.pad_lo[i] = plo[i];
+        a.pad_hi[i] = phi[i];
+        a.kdil[i] = kdil[i];
+        a.idil[i] = idil[i];
+    }
+    a.groups = groups;
+    a.flip = flip;
+    return mk_ar_keep(A, mk_conv_general(in, wt, &a));
+}
+
+static mk_array *ar_slice(mk_arena *A, mk_array *x, const int64_t *start, const int64_t *stop,
+                          const int64_t *step) {
+    return x ? mk_ar_keep(A, mk_slice(x, start, stop, step)) : NULL;
+}
+
+static int conv_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const conv_params *cp = p->params;
+    mk_array *in = p->inputs[0], *wt = p->inputs[1], *c = cots[0];
+    if (!c) return 0;
+    int nd = cp->nd;
+    mk_arena A = {0};
+    int rc = 0;
+    if (want[0]) {
+        /* the cotangent, dilated by the stride, convolved with the flipped
+         * weight; padded so that the output covers the dilated input:
+         * low ws - 1 - pad_lo, high is - os + pad_lo (negative padding
+         * crops, inside conv_general) */
+        int plo[3] = {0}, phi[3] = {0};
+        for (int i = 0; i < nd; i++) {
+            int64_t ws = dilate_size(wt->shape[1 + i], cp->kdil[i]);
+            int64_t is = dilate_size(in->shape[1 + i], cp->idil[i]);
+            int64_t os = dilate_size(c->shape[1 + i], cp->stride[i]);
+            plo[i] = (int)(ws - cp->pad_lo[i] - 1);
+            phi[i] = (int)(is - os + cp->pad_lo[i]);
+        }
+        mk_array *wtt = group_transpose(&A, wt, cp->groups, 0, 1, -1);
+        mk_array *g = ar_conv(&A, c, wtt, nd, cp->idil, plo, phi, cp->kdil, cp->stride, cp->groups, !cp->flip);
+        if (!(grads[0] = mk_ar_out(g))) rc = -1;
+    }
+    if (rc == 0 && want[1]) {
+        int phi[3];
+        for (int i = 0; i < nd; i++) {
+            int64_t is = dilate_size(in->shape[1 + i], cp->idil[i]);
+            int64_t os = dilate_size(c->shape[1 + i], cp->stride[i]);
+            int64_t ws = dilate_size(wt->shape[1 + i], cp->kdil[i]);
+            phi[i] = (int)(os - is + ws - cp->pad_lo[i] - 1);
+        }
+        mk_array *ct = ar_swap(&A, c, 0, -1);
+        mk_array *it = group_transpose(&A, in, cp->groups, -1, 0, -1);
+        mk_array *g = ar_conv(&A, it, ct, nd, cp->kdil, cp->pad_lo, phi, cp->stride, cp->idil, cp->groups, false);
+        if (g && cp->flip) {
+            int64_t start[MK_MAX_NDIM] = {0}, stop[MK_MAX_NDIM], step[MK_MAX_NDIM];
+            for (int d = 0; d < g->ndim; d++) {
+                bool sp = d >= 1 && d < g->ndim - 1;
+                start[d] = sp ? g->shape[d] - 1 : 0;
+                stop[d] = sp ? -1 : g->shape[d];
+                step[d] = sp ? -1 : 1;
+            }
+            g = ar_slice(&A, g, start, stop, step);
+        }
+        g = ar_swap(&A, g, 0, -1);
+        if (!(grads[1] = mk_ar_out(g))) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int conv_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const conv_params *cp = p->params;
+    mk_arena A = {0};
+    mk_array *r = NULL;
+    if (tans[0]) r = mk_ar_keep(&A, conv_node(mk_ar_cast(&A, tans[0], p->inputs[0]->dtype), p->inputs[1], cp));
+    if (tans[1]) {
+        mk_array *t = mk_ar_keep(&A, conv_node(p->inputs[0], mk_ar_cast(&A, tans[1], p->inputs[1]->dtype), cp));
+        r = r && t ? mk_ar_add(&A, r, t) : t;
+    }
+    out[0] = mk_ar_out(r);
+    mk_ar_free(&A);
+    return out[0] || (!tans[0] && !tans[1]) ? 0 : -1;
+}
+
+static mk_array *ar_conv_p(mk_arena *A, mk_array *in, mk_array *w, const conv_params *cp, int groups) {
+    conv_params q = *cp;
+    q.groups = groups;
+    return in && w ? mk_ar_keep(A, conv_node(in, w, &q)) : NULL;
+}
+
+static int conv_vmap(mk_prim *p, mk_array *const *inputs, const int *axes, mk_array **outs, int *out_axes) {
+    const conv_params *cp = p->params;
+    mk_arena A = {0};
+    mk_array *in = inputs[0], *w = inputs[1], *r = NULL;
+    int oax = -1;
+    int64_t sh[MK_MAX_NDIM];
+    if (axes[0] >= 0 && axes[1] < 0) {
+        if (axes[0] > 0) in = mk_ar_keep(&A, mk_moveaxis(in, axes[0], 0));
+        int64_t B = in ? in->shape[0] : 0, N = in ? in->shape[1] : 0;
+        mk_array *f = in ? mk_ar_keep(&A, mk_flatten(in, 0, 1)) : NULL;
+        r = ar_conv_p(&A, f, w, cp, cp->groups);
+        if (r) {
+            sh[0] = B;
+            sh[1] = N;
+            for (int d = 1; d < r->ndim; d++) sh[d + 1] = r->shape[d];
+            r = mk_ar_reshape(&A, r, r->ndim + 1, sh);
+        }
+        oax = 0;
+    } else if (axes[0] < 0 && axes[1] >= 0) {
+        if (axes[1] > 0) w = mk_ar_keep(&A, mk_moveaxis(w, axes[1], 0));
+        int64_t B = w ? w->shape[0] : 0, O = w ? w->shape[1] : 0;
+        mk_array *f = w ? mk_ar_keep(&A, mk_flatten(w, 0, 1)) : NULL;
+        r = ar_conv_p(&A, in, f, cp, cp->groups);
+        if (r) {
+            for (int d = 0; d < r->ndim - 1; d++) sh[d] = r->shape[d];
+            sh[r->ndim - 1] = B;
+            sh[r->ndim] = O;
+            r = mk_ar_reshape(&A, r, r->ndim + 1, sh);
+            oax = r ? r->ndim - 2 : -1;
+        }
+    } else if (axes[0] >= 0 && axes[1] >= 0) {
+        int64_t B = in->shape[axes[0]];
+        in = mk_ar_keep(&A, mk_moveaxis(in, axes[0], -2));
+        in = in ? mk_ar_keep(&A, mk_flatten(in, -2, -1)) : NULL;
+        if (axes[1] > 0) w = mk_ar_keep(&A, mk_moveaxis(w, axes[1], 0));
+        int64_t O = w ? w->shape[1] : 0;
+        mk_array *f = w ? mk_ar_keep(&A, mk_flatten(w, 0, 1)) : NULL;
+        r = ar_conv_p(&A, in, f, cp, cp->groups * (int)B);
+        if (r) {
+            for (int d = 0; d < r->ndim - 1; d++) sh[d] = r->shape[d];
+            sh[r->ndim - 1] = B;
+            sh[r->ndim] = O;
+            r = mk_ar_reshape(&A, r, r->ndim + 1, sh);
+            oax = r ? r->ndim - 2 : -1;
+        }
+    } else {
+        r = ar_conv_p(&A, in, w, cp, cp->groups);
+    }
+    outs[0] = mk_ar_out(r);
+    out_axes[0] = oax;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+static const mk_opdef conv_def = {"Convolution", conv_eval, NULL, conv_vjp, conv_jvp, conv_vmap, false};
+
+/* the node itself, after the checks (the output shape from the params) */
+static mk_array *conv_node(mk_array *in, mk_array *wt, const conv_params *cp) {
+    if (!in || !wt) return NULL;
+    int64_t shape[MK_MAX_NDIM];
+    int nd = cp->nd;
+    shape[0] = in->shape[0];
+    for (int i = 0; i < nd; i++) {
+        int64_t kd = dilate_size(wt->shape[1 + i], cp->kdil[i]);
+        int64_t id = dilate_size(in->shape[1 + i], cp->idil[i]);
+        shape[1 + i] = (id + cp->pad_lo[i] + cp->pad_hi[i] - kd) / cp->stride[i] + 1;
+    }
+    shape[nd + 1] = wt->shape[0];
+    conv_params *q = malloc(sizeof *q);
+    if (!q) return mk_nomem();
+    *q = *cp;
+    mk_array *ins[2] = {in, wt};
+    return mk_node(&conv_def, q, in->dtype, nd + 2, shape, 2, ins);
+}
+
+/* ------------------------------------------------------------ constructors */
+
+static void fill_list(int n, const int *v, int nd, int dflt, int *out) {
+    for (int i = 0; i < nd; i++) out[i] = n == 0 ? dflt : n == 1 ? v[0] : v[i];
+}
+
+mk_array *mk_conv_general(mk_array *in, mk_array *wt, const mk_conv_args *a) {
+    char b1[512], b2[512], b3[512], b4[512];
+    int groups = a->groups;
+    if (groups != 1 && in->ndim != 3 && in->ndim != 4) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Can only handle groups != 1 in 1D or 2D convolutions.");
+        return NULL;
+    }
+    int nd = in->ndim - 2;
+    if (nd < 1 || nd > 3) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Only works for inputs with 1-3 spatial dimensions. The inputs must be in "
+                                   "the format [N, ..., C_in]");
+        return NULL;
+    }
+    if (!mk_is_float(in->dtype)) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[conv] Invalid input array with type %s. Convolution currently only supports floating point types",
+                     mk_dtype_name(in->dtype));
+        return NULL;
+    }
+    if (wt->ndim != nd + 2) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[conv] Invalid weight array with %d dimensions for %dD convolution. Expected an array with %d "
+                     "dimensions following the format [C_out, ..., C_in].",
+                     wt->ndim, nd, nd + 2);
+        return NULL;
+    }
+    if (groups <= 0) {
+        mk_error_set(MK_ERR_VALUE, "[conv] The number of groups must be positive. Got %d groups.", groups);
+        return NULL;
+    }
+    if (in->shape[nd + 1] % groups != 0) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[conv] The input channels must be divisible by the number of groups. Got input with shape %s and "
+                     "%d groups.",
+                     mk_shape_str(in->ndim, in->shape, b1, sizeof b1), groups);
+        return NULL;
+    }
+    if (groups > 1 && wt->shape[0] % groups != 0) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[conv] If groups > 1, the output channels must be divisible by the number of groups. Got %lld "
+                     "output channels and %d groups.",
+                     (long long)wt->shape[0], groups);
+        return NULL;
+    }
+    if (in->shape[nd + 1] != groups * wt->shape[nd + 1]) {
+        if (groups == 1)
+            mk_error_set(MK_ERR_VALUE,
+                         "[conv] Expect the input channels in the input and weight array to match but got shapes - "
+                         "input: %s and weight: %s",
+                         mk_shape_str(in->ndim, in->shape, b1, sizeof b1), mk_shape_str(wt->ndim, wt->shape, b2, sizeof b2));
+        else
+            mk_error_set(MK_ERR_VALUE,
+                         "Given groups=%d and weights of shape %s, expected to have %lld input channels but got %lld "
+                         "input channels instead.",
+                         groups, mk_shape_str(wt->ndim, wt->shape, b1, sizeof b1),
+                         (long long)(groups * wt->shape[nd + 1]), (long long)in->shape[nd + 1]);
+        return NULL;
+    }
+    mk_dtype t = mk_promote(in->dtype, wt->dtype);
+    int stride[MK_CONV_MAXLIST], plo[MK_CONV_MAXLIST], phi[MK_CONV_MAXLIST], kdil[MK_CONV_MAXLIST],
+        idil[MK_CONV_MAXLIST];
+    int ns = a->nstride <= 1 ? nd : a->nstride, npl = a->npad_lo <= 1 ? nd : a->npad_lo,
+        nph = a->npad_hi <= 1 ? nd : a->npad_hi, nk = a->nkdil <= 1 ? nd : a->nkdil, ni = a->nidil <= 1 ? nd : a->nidil;
+    fill_list(a->nstride, a->stride, ns, 1, stride);
+    fill_list(a->npad_lo, a->pad_lo, npl, 0, plo);
+    fill_list(a->npad_hi, a->pad_hi, nph, 0, phi);
+    fill_list(a->nkdil, a->kdil, nk, 1, kdil);
+    fill_list(a->nidil, a->idil, ni, 1, idil);
+    /* negative padding slices the input (only the dims that exist in both lists) */
+    int64_t start[MK_MAX_NDIM] = {0}, stop[MK_MAX_NDIM], step[MK_MAX_NDIM];
+    bool neg = false;
+    for (int d = 0; d < in->ndim; d++) {
+        stop[d] = in->shape[d];
+        step[d] = 1;
+    }
+    for (int i = 0; i < nd; i++) {
+        if (i < npl && plo[i] < 0) {
+            start[i + 1] = -(int64_t)plo[i];
+            plo[i] = 0;
+            neg = true;
+        }
+        if (i < nph && phi[i] < 0) {
+            stop[i + 1] += phi[i];
+            phi[i] = 0;
+            neg = true;
+        }
+    }
+    /* conv_out_shape's checks */
+    if (ns != nd) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Invalid strides %s for %dD convolution.", ivec(ns, stride, b1, sizeof b1), nd);
+        return NULL;
+    }
+    if (npl != nd || nph != nd) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Invalid padding %s | %s for %dD convolution.", ivec(npl, plo, b1, sizeof b1),
+                     ivec(nph, phi, b2, sizeof b2), nd);
+        return NULL;
+    }
+    if (nk != nd) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Invalid kernel dilation %s for %dD convolution.",
+                     ivec(nk, kdil, b1, sizeof b1), nd);
+        return NULL;
+    }
+    if (ni != nd) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Invalid input dilation %s for %dD convolution.",
+                     ivec(ni, idil, b1, sizeof b1), nd);
+        return NULL;
+    }
+    for (int i = 0; i < nd; i++) {
+        if (kdil[i] <= 0) {
+            mk_error_set(MK_ERR_VALUE, "[conv] Kernel dilation sizes must be positive. Got kernel dilation %s.",
+                         ivec(nd, kdil, b1, sizeof b1));
+            return NULL;
+        }
+        if (idil[i] <= 0) {
+            mk_error_set(MK_ERR_VALUE, "[conv] Input dilation sizes must be positive. Got input dilation %s.",
+                         ivec(nd, idil, b1, sizeof b1));
+            return NULL;
+        }
+        if (stride[i] <= 0) {
+            mk_error_set(MK_ERR_VALUE, "[conv] Stride sizes must be positive. Got strides %s.",
+                         ivec(nd, stride, b1, sizeof b1));
+            return NULL;
+        }
+    }
+    int64_t sliced[MK_MAX_NDIM];
+    memcpy(sliced, in->shape, sizeof(int64_t) * (size_t)in->ndim);
+    for (int i = 0; i < nd; i++) {
+        sliced[i + 1] = stop[i + 1] - start[i + 1];
+        if (sliced[i + 1] < 0) sliced[i + 1] = 0;
+    }
+    for (int i = 0; i < nd; i++) {
+        int64_t kd = dilate_size(wt->shape[1 + i], kdil[i]);
+        int64_t id = dilate_size(sliced[1 + i], idil[i]);
+        int64_t num = id + (int64_t)plo[i] + phi[i] - kd;
+        int64_t os = num / stride[i] + 1; /* C's truncation, as MLX */
+        if (os <= 0) {
+            mk_error_set(MK_ERR_VALUE,
+                         "[conv] Spatial dimensions of input after padding cannot be smaller than weight spatial "
+                         "dimensions. Got error at axis %d for input with shape %s, padding low %s, padding high %s, "
+                         "and weight of shape %s.",
+                         i + 1, mk_shape_str(in->ndim, sliced, b1, sizeof b1), ivec(nd, plo, b2, sizeof b2),
+                         ivec(nd, phi, b3, sizeof b3), mk_shape_str(wt->ndim, wt->shape, b4, sizeof b4));
+            return NULL;
+        }
+        if (os > INT_MAX) {
+            mk_error_set(MK_ERR_VALUE, "[conv] Output size %lld does not fit in 32 bits.", (long long)os);
+            return NULL;
+        }
+    }
+    conv_params cp = {0};
+    cp.nd = nd;
+    for (int i = 0; i < nd; i++) {
+        cp.stride[i] = stride[i];
+        cp.pad_lo[i] = plo[i];
+        cp.pad_hi[i] = phi[i];
+        cp.kdil[i] = kdil[i];
+        cp.idil[i] = idil[i];
+    }
+    cp.groups = groups;
+    cp.flip = a->flip;
+    mk_array *x = mk_as_dtype(in, t), *w = mk_as_dtype(wt, t), *r = NULL;
+    if (x && neg) {
+        mk_array *s = mk_slice(x, start, stop, step);
+        mk_decref(x);
+        x = s;
+    }
+    if (x && w) r = conv_node(x, w, &cp);
+    mk_xdecref(x);
+    mk_xdecref(w);
+    return r;
+}
+
+mk_array *mk_conv_transpose(mk_array *in, mk_array *wt, int nd, const int *stride, const int *padding,
+                            const int *dilation, const int *output_padding, int groups) {
+    mk_conv_args a = {0};
+    if (nd < 1 || nd > 3) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Only works for inputs with 1-3 spatial dimensions.");
+        return NULL;
+    }
+    a.nstride = a.npad_lo = a.npad_hi = a.nkdil = a.nidil = nd;
+    for (int i = 0; i < nd; i++) {
+        /* (shapes of mismatched ranks read as 1: conv_general then reports the mismatch) */
+        int64_t K = 1 + i < wt->ndim ? wt->shape[1 + i] : 1, S = 1 + i < in->ndim ? in->shape[1 + i] : 1;
+        int64_t ws = 1 + (int64_t)dilation[i] * (K - 1);
+        int64_t lo = ws - padding[i] - 1;
+        int64_t in_size = (S - 1) * (int64_t)stride[i] - 2 * (int64_t)padding[i] + (int64_t)dilation[i] * (K - 1) + 1;
+        int64_t out_size = 1 + (int64_t)stride[i] * (S - 1);
+        int64_t hi = in_size - out_size + padding[i] + output_padding[i];
+        if (lo < INT_MIN || lo > INT_MAX || hi < INT_MIN || hi > INT_MAX) {
+            mk_error_set(MK_ERR_VALUE, "[conv] Padding does not fit in 32 bits.");
+            return NULL;
+        }
+        a.stride[i] = 1;
+        a.pad_lo[i] = (int)lo;
+        a.pad_hi[i] = (int)hi;
+        a.kdil[i] = dilation[i];
+        a.idil[i] = stride[i];
+    }
+    a.groups = groups;
+    a.flip = true;
+    return mk_conv_general(in, wt, &a);
+}
