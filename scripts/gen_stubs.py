@@ -128,6 +128,7 @@ PARAM_BY_FUNC = {
     "fast:rope": {"base": "Optional[float]"},
     "fast:scaled_dot_product_attention": {"mask": "Union[None, str, array]"},
     "metal:*": {},
+    "metal:check": {"enabled": "bool"}, "metal:set_check": {"enabled": "bool"},
     ":save": {"file": FILE, "arr": A},
     ":load": {"file": FILE, "format": "Optional[str]", "return_metadata": "bool"},
     ":savez": {"file": FILE, "args": A, "kwargs": A},
@@ -163,6 +164,7 @@ RETURNS = {
     "metal:clear_kernel_cache": "None", "metal:kernel_cache_info": "dict[str, Union[str, int]]",
     "metal:precompile_runtime": "str", "metal:start_capture": "None",
     "metal:stop_capture": "None",
+    "metal:set_check": "None", "metal:is_check_enabled": "bool", "metal:check": "ContextManager[None]",
     "save": "None", "savez": "None", "savez_compressed": "None", "save_safetensors": "None",
     "save_gguf": "None",
     "load": ("Union[array, dict[str, array], tuple[dict[str, array], "
