@@ -30,6 +30,7 @@
 #define WINDOW ((size_t)4 << 20) /* out-of-bounds attribution: bytes around a buffer */
 #define MAX_TG_VARS 256
 #define SCRATCH 4096
+#define MAX_SHADOWED ((int64_t)1 << 22) /* output elements with race and unwritten checks */
 
 enum { K_OOB, K_TG_RACE, K_DEV_RACE, K_UNINIT, K_UNWRITTEN, K_DIV, NKINDS };
 static const char *const kind_names[NKINDS] = {
@@ -69,6 +70,7 @@ static struct {
     uint64_t tgmax; /* threads of a full threadgroup */
     cbuf *bufs;
     int nbufs, last;
+    int unshadowed; /* outputs too large for race and unwritten checks */
     bool has_init;
     tgvar tg[MAX_TG_VARS];
     int ntg;
@@ -394,6 +396,7 @@ int mkk_check_begin(const char *kernel, const mkk_launch *L, const mkk_check_buf
     S.plain_group = 0;
     S.plain_index = 0;
     S.last = 0;
+    S.unshadowed = 0;
     S.have_stack = false;
     S.stack_lo = S.stack_hi = S.thread_stack_lo = S.thread_stack_hi = NULL;
     memset(S.count, 0, sizeof S.count);
@@ -407,6 +410,11 @@ int mkk_check_begin(const char *kernel, const mkk_launch *L, const mkk_check_buf
         b->b = bufs[k];
         if (b->b.output && b->b.lo && b->b.itemsize) {
             b->nsh = (b->b.hi - b->b.lo) / (ptrdiff_t)b->b.itemsize;
+            /* 64 bytes per element: larger outputs get bounds checks only */
+            if (b->nsh > MAX_SHADOWED) {
+                b->nsh = 0;
+                S.unshadowed++;
+            }
             if (b->nsh && !(b->sh = calloc((size_t)b->nsh, sizeof *b->sh))) goto nomem;
         }
     }
@@ -463,6 +471,9 @@ char *mkk_check_finish(int *nfound) {
                 sbuf_add(&s, &len, &cap, "\n    ... and %lld more", (long long)(S.count[kd] - SHOWN));
         }
     }
+    if (total && S.unshadowed)
+        sbuf_add(&s, &len, &cap, "\n  (%d output%s of more than %lld elements had bounds checks only)", S.unshadowed,
+                 S.unshadowed == 1 ? "" : "s", (long long)MAX_SHADOWED);
     *nfound = total > 0x7fffffff ? 0x7fffffff : (int)total;
     for (int k = 0; k < S.nbufs; k++) free(S.bufs[k].sh);
     free(S.bufs);

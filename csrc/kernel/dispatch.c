@@ -653,8 +653,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     r->fn = fn;
     r->how = pick_engine(k, &fn);
     if (fn.checked && r->how != SCHEME_PLAIN) r->how = SCHEME_COOPERATIVE; /* checked: fibers */
-    if (c->verbose && fn.checked) mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK)\n", k->name);
-    if (c->verbose) {
+    if (c->verbose && fn.checked)
+        mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK): instrumented, on one thread%s\n",
+                   k->name, r->how == SCHEME_PLAIN ? "" : ", on fibers");
+    if (c->verbose && !fn.checked) {
         if (r->how == SCHEME_COOPERATIVE)
             mkk_report("mkpy: kernel `%s` runs on fibers (%s)\n", k->name,
                        getenv("MKPY_ENGINE") && strcmp(getenv("MKPY_ENGINE"), "fibers") == 0
