@@ -388,3 +388,13 @@ void mkk_coop_reclaim(void) {
     mk_fault_watch_stacks(NULL, 0);
     worker_give(w);
 }
+
+int mkk_coop_current(uint64_t *group, unsigned *index, const char **stack_lo, const char **stack_hi) {
+    coop_worker *w = worker;
+    if (!w || !w->kernel) return -1;
+    *group = w->group;
+    *index = w->current;
+    *stack_lo = w->fibers[w->current].stack_lo;
+    *stack_hi = w->fibers[w->current].stack_lo + w->fibers[w->current].stack_size;
+    return 0;
+}

@@ -23,4 +23,8 @@ int mkk_coop_run(const coop_kernel *k, const mkk_launch *launch, char *error, si
  * its fibers back to the process-wide pool (the run never returned). */
 void mkk_coop_reclaim(void);
 
+/* The GPU thread running on this worker's current fiber and its stack (the
+ * checker mode asks, check.c): 0, or -1 outside mkk_coop_run. */
+int mkk_coop_current(uint64_t *group, unsigned *index, const char **stack_lo, const char **stack_hi);
+
 #endif

@@ -25,6 +25,7 @@
 #include "core/pool.h"
 #include "core/types.h"
 #include "cbs.h"
+#include "check.h"
 #include "coop.h"
 #include "kernel.h"
 
@@ -651,7 +652,11 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
     r->fn = fn;
     r->how = pick_engine(k, &fn);
-    if (c->verbose) {
+    if (fn.checked && r->how != SCHEME_PLAIN) r->how = SCHEME_COOPERATIVE; /* checked: fibers */
+    if (c->verbose && fn.checked)
+        mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK): instrumented, on one thread%s\n",
+                   k->name, r->how == SCHEME_PLAIN ? "" : ", on fibers");
+    if (c->verbose && !fn.checked) {
         if (r->how == SCHEME_COOPERATIVE)
             mkk_report("mkpy: kernel `%s` runs on fibers (%s)\n", k->name,
                        getenv("MKPY_ENGINE") && strcmp(getenv("MKPY_ENGINE"), "fibers") == 0
@@ -672,7 +677,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     r->args = args;
     r->base = plan;
     r->total = plan_total;
-    int nth = mk_pool_threads();
+    int nth = fn.checked ? 1 : mk_pool_threads(); /* the checker runs one thread */
     uint64_t threads_per_group = (uint64_t)r->base.tg[0] * r->base.tg[1] * r->base.tg[2];
     /* about 32 chunks per worker (a worker that finishes early finds work;
      * the last chunk keeps the others waiting only briefly), each of at least
@@ -681,6 +686,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     uint64_t min_groups = (4096 + threads_per_group - 1) / threads_per_group;
     if (chunk < min_groups) chunk = min_groups;
     if (chunk < 1) chunk = 1;
+    if (fn.checked) chunk = r->total;
     r->chunk = chunk;
     atomic_init(&r->next, 0);
     uint64_t nchunks = (r->total + chunk - 1) / chunk;
@@ -690,10 +696,36 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
     double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
     if (timeout > 0) r->deadline_ns = now_ns() + (uint64_t)(timeout * 1e9);
+    int ninbufs = k->ninputs + k->noutputs;
+    char *findings = NULL;
+    int nfound = 0;
+    if (fn.checked) {
+        mkk_check_buf cb[MAX_BUFFERS + 1];
+        for (int i = 0; i < ninbufs && i <= MAX_BUFFERS; i++)
+            cb[i] = (mkk_check_buf){bufs[i].name, bufs[i].output, bufs[i].base, bufs[i].lo, bufs[i].hi,
+                                    bufs[i].itemsize, bufs[i].count};
+        if (mkk_check_begin(k->name, &r->base, cb, ninbufs, c->has_init) < 0) {
+            mk_nomem();
+            goto done;
+        }
+    }
     watch_launch(r);
     mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, r);
     unwatch_launch(r);
-    int ninbufs = k->ninputs + k->noutputs;
+    if (fn.checked) findings = mkk_check_finish(&nfound);
+    if (findings && !atomic_load(&r->cancel)) {
+        /* the checker's report; a fault or error of the launch comes after it */
+        char tail[1400] = "";
+        if (atomic_load(&r->failed) && !r->fault.happened)
+            snprintf(tail, sizeof tail, "\n  and then: %s", r->error);
+        else if (atomic_load(&r->failed))
+            snprintf(tail, sizeof tail, "\n  and then a fault (signal %d) stopped the launch", r->fault.sig);
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: the checker (MKPY_CHECK) found %d problem%s:%s%s\n"
+                     "Kernel called at %s", k->name, nfound, nfound == 1 ? "" : "s", findings, tail, site);
+        free(findings);
+        goto done;
+    }
+    free(findings);
     char what[1400];
     if (atomic_load(&r->cancel) && !atomic_load(&r->failed)) {
         if (r->cancel_reason == CANCEL_TIMEOUT)

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "coop.h"
 #include "ir/cbs_ir.h"
 #include "kernel.h"
@@ -647,6 +648,22 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
            "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
     sb(&b, call.s);
     sb(&b, "    return MKPY_CBS_DONE;\n}\n");
+    if (c->check) /* the checker mode's hooks (check_ir.c instruments the code with calls to them) */
+        sb(&b, "extern \"C\" {\nconst mkpy_check_api *mkpy_chk_api;\n"
+               "void mkpy_kernel_set_check(const mkpy_check_api *a) { mkpy_chk_api = a; }\n"
+               "void *mkpy_chk_access(void *p, uint64_t n, uint32_t f, const char *s, const void *tg) "
+               "{ return mkpy_chk_api->access(p, n, f, s, tg); }\n"
+               "void mkpy_chk_tg(const void *a, uint64_t n, uint64_t e, const char *name) "
+               "{ mkpy_chk_api->tg_var(a, n, e, name); }\n"
+               "void mkpy_chk_barrier(void) { mkpy_chk_api->barrier(); }\n"
+               "void mkpy_chk_div(uint32_t bad, const char *s) { if (bad) mkpy_chk_api->div(bad, s); }\n"
+               "void mkpy_kernel_check_entry(void *const *args, const mkpy_launch *L) {\n"
+               "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n"
+               "    for (uint64_t g = L->group_begin; g < L->group_end; g++) {\n"
+               "        unsigned n = mkpy::group_attrs(L, g, t);\n"
+               "        for (unsigned i = 0; i < n; i++) {\n"
+               "            mkpy_chk_api->thread(g, i);\n            mkpy_kernel_thread(args, L, g, i);\n"
+               "        }\n    }\n}\n}\n");
     free(call.s);
     if (!b.s) mk_nomem();
     return b.s;
@@ -1041,6 +1058,19 @@ static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t 
         return NULL;
     }
     set_api(&mkk_coop_api);
+    void (*set_check)(const struct mkpy_check_api *) =
+        (void (*)(const struct mkpy_check_api *))(uintptr_t)dlsym(h, MKPY_SET_CHECK_SYMBOL);
+    if (set_check) { /* built for the checker mode: its loop tells the checker each thread */
+        set_check(&mkk_check_api);
+        c->entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_CHECK_ENTRY_SYMBOL);
+        c->checked = c->entry != NULL;
+        if (!c->entry) {
+            snprintf(err, errn, "the compiled kernel lacks its entry points");
+            memset(c, 0, sizeof *c);
+            dlclose(h);
+            return NULL;
+        }
+    }
     c->cbs_run = (mkk_cbs_run_fn)(uintptr_t)dlsym(h, MKPY_CBS_RUN_SYMBOL);
     c->cbs_info = (const struct mkpy_cbs_info *)dlsym(h, MKPY_CBS_INFO_SYMBOL);
     if (!c->cbs_info) c->cbs_run = NULL;
@@ -1111,7 +1141,7 @@ static const char *cbs_pass(void) {
  * kernel (it is then built for fibers). */
 #define CBS_DECLINED (-1000)
 static int cbs_object(const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
-                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n) {
+                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n, int check) {
     char bc_path[4600];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
@@ -1128,14 +1158,21 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     free(*diag);
     *diag = NULL;
     snprintf(obj_path, n, "%s.o", tmp_base);
-    char *argv[] = {(char *)cbs_pass(), bc_path, obj_path, NULL}, *why = NULL;
+    char *argv[] = {(char *)cbs_pass(), bc_path, obj_path, NULL, NULL}, *why = NULL;
+    if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
+        pthread_once(&cbs_pass_once, cbs_pass_find);
+        argv[0] = cbs_pass_path;
+        argv[1] = "--check";
+        argv[2] = bc_path;
+        argv[3] = obj_path;
+    }
     rc = run_capture(argv, &why);
     unlink(bc_path);
     if (rc != 0) {
         /* the pass declined (or failed): fibers run the kernel */
         unlink(obj_path);
         obj_path[0] = 0;
-        snprintf(declined, declined_n, "the lockstep engine cannot take it: %s",
+        snprintf(declined, declined_n, "%s: %s", check ? "its instrumentation failed" : "the lockstep engine cannot take it",
                  rc < 0 ? "its compiler pass failed" : why && why[0] ? why : "no reason given");
         free(why);
         return CBS_DECLINED;
@@ -1467,8 +1504,21 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     }
     /* the disk key adds the compiler's identity, the flags and the headers,
      * and names the engine a cooperative kernel is built for */
-    const int cooperative = mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
+    const int check = c->check; /* the checker mode: always through the pass, instrumented */
+    const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
     char pass_id[4600] = "";
+    if (check) {
+        pthread_once(&cbs_pass_once, cbs_pass_find);
+        if (!cbs_pass_path[0]) {
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[metal_kernel] Kernel `%s`: the checker mode (MKPY_CHECK) needs mkpy's compiler pass "
+                         "mkpy/" MKK_CBS_PASS_PROGRAM ", which this build lacks (build mkpy with llvm-15-dev "
+                         "installed). Kernel called at %s",
+                         k->name, c->call_site ? c->call_site : "?");
+            goto done;
+        }
+        file_identity(cbs_pass_path, pass_id, sizeof pass_id);
+    }
     if (cooperative) file_identity(cbs_pass(), pass_id, sizeof pass_id); /* the pass's build, too */
     size_t klen = strlen(mflags) + strlen(program) + strlen(identity) + sizeof pass_id + 64;
     char *pkey = malloc(klen);
@@ -1478,7 +1528,8 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         mk_nomem();
         goto done;
     }
-    snprintf(pkey, klen, "%s%s%s\n%s", mflags, cooperative ? " " CBS_ENGINE_ID " " : "", pass_id, program);
+    snprintf(pkey, klen, "%s%s%s\n%s", mflags, check ? " checker " : cooperative ? " " CBS_ENGINE_ID " " : "",
+             pass_id, program);
     char hex[33];
     hash_hex(pkey, identity, hex);
     snprintf(full_key, klen, "%s\n%s", identity, pkey);
@@ -1538,9 +1589,15 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     /* a cooperative kernel goes through the region-splitting pass when it
      * can (cbs_object), else it is built for fibers as any other */
     char obj_path[4600] = "", declined[1200] = "";
-    int rc = cooperative ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
-                                      declined, sizeof declined)
-                         : CBS_DECLINED;
+    int rc = cooperative || check ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
+                                               declined, sizeof declined, check)
+                                  : CBS_DECLINED;
+    if (check && rc == CBS_DECLINED) { /* the checker cannot run it uninstrumented */
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: the checker mode could not instrument it (%s). "
+                     "Kernel called at %s", k->name, declined, c->call_site ? c->call_site : "?");
+        unlink(cpp_path);
+        goto done;
+    }
     build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
     const char *link_in = obj_path;
     if (rc == CBS_DECLINED) {
@@ -1710,7 +1767,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
      * which of their dimensions are flat (see mkpy_cbs_loop_steps and
      * mkpy_cbs_flat in build_program) */
     key[mlen] = (char)('A' + (c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64) +
-                       2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1));
+                       2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1) + 8 * c->check);
     key[mlen + 1] = '\n';
     memcpy(key + mlen + 2, generated, glen + 1);
     unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);

@@ -87,6 +87,7 @@ typedef struct {
     char *call_site; /* "file.py:42", for error messages */
     bool allow_non_metal; /* copied from the kernel: float64 template types allowed */
     bool verbose;    /* say at eval which engine ran the kernel */
+    bool check;      /* the checker mode (check.c): built instrumented, run on one thread */
 } mkk_call;
 
 /* The generated Metal source and kernel name, byte for byte as MLX.
@@ -131,6 +132,7 @@ typedef struct {
     const struct mkpy_cbs_info *cbs_info;
     const char *cbs_declined; /* why the pass did not take it, when known (owned by the cache) */
     void *ref;                /* the cache entry this launch holds loaded (mkk_jit_release) */
+    bool checked;             /* built for the checker mode: `entry` is mkpy_kernel_check_entry */
 } mkk_compiled;
 
 /* Where the kernel layer's messages go (the binding prints them on Python's

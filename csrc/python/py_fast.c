@@ -4,6 +4,7 @@
  * compile errors can point at it. */
 #include <string.h>
 
+#include "kernel/check.h"
 #include "kernel/kernel.h"
 #include "mkpy.h"
 
@@ -449,6 +450,7 @@ static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size
     if (mkpy_parse_bool(a[7], 0, &verbose) < 0) goto error;
     c->verbose = verbose != 0;
     c->call_site = call_site();
+    c->check = mkk_check_requested();
 
     if (verbose) {
         char *src, *kname;

@@ -111,6 +111,31 @@ struct mkpy_cbs_ctx {
 #define MKPY_THREAD_SYMBOL "mkpy_kernel_thread"
 #define MKPY_SET_API_SYMBOL "mkpy_kernel_set_api"
 
+/* The checker mode (MKPY_CHECK=1, mx.metal.set_check; csrc/kernel/check.c).
+ * A kernel built for it has every load, store, atomic and integer division
+ * of its code instrumented by mkpy-cbs-pass --check (csrc/kernel/ir/check_ir.c)
+ * with calls into this table, which the dispatcher hands over through
+ * mkpy_kernel_set_check; it exports mkpy_kernel_check_entry (same signature
+ * as mkpy_kernel_entry) that runs the threads one after another. */
+enum { MKPY_CHK_READ = 0, MKPY_CHK_WRITE = 1, MKPY_CHK_ATOMIC = 2 };
+struct mkpy_check_api {
+    /* an access of `size` bytes at p (flags MKPY_CHK_*) at a source site
+     * ("file:line:col"); tg is the threadgroup variable the pointer was
+     * derived from (NULL if none or unknown). Returns the pointer to use:
+     * p, or a scratch block when the access is out of bounds. */
+    void *(*access)(void *p, uint64_t size, uint32_t flags, const char *site, const void *tg);
+    /* a threadgroup variable met (name, bytes, bytes per element) */
+    void (*tg_var)(const void *addr, uint64_t size, uint64_t elem, const char *name);
+    /* the calling thread passed a threadgroup barrier */
+    void (*barrier)(void);
+    /* an integer division: bad is 1 for a zero divisor, 2 for INT_MIN / -1 */
+    void (*div)(uint32_t bad, const char *site);
+    /* the plain loop's next thread (linear threadgroup, index in it) */
+    void (*thread)(uint64_t group, unsigned index);
+};
+#define MKPY_SET_CHECK_SYMBOL "mkpy_kernel_set_check"
+#define MKPY_CHECK_ENTRY_SYMBOL "mkpy_kernel_check_entry"
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,9 @@
  * an object file for this machine. Returns 0, or -1 with the reason in `why`
  * (the kernel then runs on fibers). */
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn);
+/* The checker mode's instrumentation (check_ir.c; mkpy-cbs-pass --check
+ * BITCODE OBJECT). Returns 0, or -1 with the reason in `why`. */
+int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t whyn);
 #define MKK_CBS_PASS_PROGRAM "mkpy-cbs-pass"
 
 #endif

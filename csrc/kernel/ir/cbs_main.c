@@ -4,12 +4,18 @@
  * on fibers. Exit status 0, or 1 with the reason on standard output. */
 #include <llvm-c/Support.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cbs_ir.h"
 
 int main(int argc, char **argv) {
+    int check = argc == 4 && strcmp(argv[1], "--check") == 0; /* the checker mode (check_ir.c) */
+    if (check) {
+        argv++;
+        argc--;
+    }
     if (argc != 3) {
-        fprintf(stdout, "usage: %s BITCODE OBJECT\n", argv[0]);
+        fprintf(stdout, "usage: %s [--check] BITCODE OBJECT\n", argv[0]);
         return 2;
     }
 #if defined(__x86_64__) && defined(__GLIBC__)
@@ -20,7 +26,7 @@ int main(int argc, char **argv) {
     LLVMParseCommandLineOptions(2, opts, NULL);
 #endif
     char why[1024];
-    if (mkk_cbs_build(argv[1], argv[2], why, sizeof why) != 0) {
+    if ((check ? mkk_check_build : mkk_cbs_build)(argv[1], argv[2], why, sizeof why) != 0) {
         fputs(why, stdout);
         return 1;
     }
