@@ -10,6 +10,8 @@ extern PyMethodDef mkpy_transforms_functions[];
 int mkpy_dtype_init(PyObject *m);
 int mkpy_fast_init(void);
 int mkpy_distributed_init(PyObject *m); /* py_distributed.c: mkpy.distributed, mkpy.cuda */
+extern PyMethodDef mkpy_extra_functions[]; /* py_extra.c */
+int mkpy_extra_init(PyObject *m);
 
 static PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
@@ -57,6 +59,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
     if (mkpy_fast_init() < 0) goto error;
     if (mkpy_distributed_init(m) < 0) goto error;
+    if (PyModule_AddFunctions(m, mkpy_extra_functions) < 0 || mkpy_extra_init(m) < 0) goto error;
     PyObject *metal = PyObject_GetAttrString(m, "metal");
     int rc = metal ? PyModule_AddFunctions(metal, mkpy_kernel_cache_functions) : -1;
     Py_XDECREF(metal);
