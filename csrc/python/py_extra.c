@@ -780,6 +780,10 @@ static PyObject *py_asarray(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     bool no_dtype = !a[1] || a[1] == Py_None;
     int copy = -1;
     if (a[2] && a[2] != Py_None && mkpy_parse_bool(a[2], 0, &copy) < 0) return NULL;
+    if (copy == 0 && PyMkArray_Check(a[0])) {
+        PyErr_SetString(PyExc_ValueError, "Unable to avoid copy while creating an array as requested.");
+        return NULL;
+    }
     if (PyMkArray_Check(a[0]) && copy != 1 &&
         (no_dtype || (PyMkDtype_Check(a[1]) && ((PyMkDtype *)a[1])->dtype == MKARR(a[0])->dtype)))
         return Py_NewRef(a[0]);
