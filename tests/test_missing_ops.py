@@ -101,6 +101,7 @@ def test_roll_flip_kron():
     close(mx.roll(a, -2, axis=2), np.roll(x, -2, axis=2))
     close(mx.roll(a, (1, 2), axis=(0, 2)), np.roll(x, (1, 2), axis=(0, 2)))
     close(mx.roll(a, 7, axis=(1, 2)), np.roll(x, 7, axis=(1, 2)))
+    close(mx.roll(a, (1, 2), axis=1), np.roll(x, (1, 2), axis=1))
     close(mx.flip(a), np.flip(x))
     close(mx.flip(a, axis=1), np.flip(x, axis=1))
     close(mx.flip(a, axis=(0, -1)), np.flip(x, axis=(0, -1)))
@@ -136,6 +137,11 @@ def test_searchsorted():
         close(r, np.searchsorted(s, v, side=side))
     with pytest.raises(ValueError):
         mx.searchsorted(mx.array(s), mx.array(v), side="middle")
+    # NaN sorts after everything, as np.searchsorted assumes
+    s2 = np.array([1.0, 2.0, np.nan], np.float32)
+    v2 = np.array([np.nan, 1.5, 3.0], np.float32)
+    for side in ("left", "right"):
+        close(mx.searchsorted(mx.array(s2), mx.array(v2), side=side), np.searchsorted(s2, v2, side=side))
 
 
 def test_dtype_queries():

@@ -240,7 +240,7 @@ typedef enum { MK_SCAN_SUM, MK_SCAN_PROD, MK_SCAN_MAX, MK_SCAN_MIN, MK_SCAN_LOGA
  * and bool become float32 first). */
 mk_array *mk_scan(mk_scan_op op, mk_array *x, int axis, bool has_axis, bool reverse, bool inclusive);
 
-/* Normalises an axis against ndim; -1 with MLX's IndexError
+/* Normalises an axis against ndim; -1 with MLX's ValueError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);
 

@@ -267,6 +267,12 @@ mk_array *mk_roll(mk_array *x, int nshift, const int64_t *shift, int naxes, cons
         mk_ar_free(&A);
         return r;
     }
+    if (naxes == 1 && nshift > 1) {
+        /* numpy's broadcast of shift against axis: one axis rolled by each shift */
+        int ax[MK_MAX_NDIM];
+        for (int i = 0; i < nshift; i++) ax[i] = axes[0];
+        return mk_roll(x, nshift, shift, nshift, ax);
+    }
     if (nshift == 1 && naxes > 1) {
         int64_t sh[MK_MAX_NDIM];
         for (int i = 0; i < naxes; i++) sh[i] = shift[0];
@@ -516,6 +522,16 @@ mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right) {
     vs[vn] = 1;
     mk_array *ve = mk_ar_reshape(&A, v, vn + 1, vs);
     mk_array *cmp = mk_ar_bin(&A, right ? MK_BINARY_less_equal : MK_BINARY_less, s, ve);
+    if (mk_is_inexact(dt)) {
+        /* sort's order: NaN after everything */
+        mk_array *vnan = mk_ar_un(&A, MK_UNARY_isnan, ve);
+        if (right)
+            cmp = mk_ar_bin(&A, MK_BINARY_logical_or, cmp, vnan);
+        else
+            cmp = mk_ar_bin(&A, MK_BINARY_logical_or, cmp,
+                            mk_ar_bin(&A, MK_BINARY_logical_and, vnan,
+                                      mk_ar_un(&A, MK_UNARY_logical_not, mk_ar_un(&A, MK_UNARY_isnan, s))));
+    }
     int last = -1;
     mk_array *cnt = cmp ? KEEP(mk_reduce(MK_REDUCE_SUM, cmp, 1, &last, false)) : NULL;
     mk_array *r = mk_ar_out(mk_ar_cast(&A, cnt, MK_UINT32));
