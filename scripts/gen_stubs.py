@@ -203,6 +203,10 @@ PROPERTIES = {
               "imag": "array", "at": "ArrayAt"},
     "Dtype": {"size": "int"},
     "DtypeCategory": {"name": "str", "value": "int"},
+    "finfo": {"bits": "int", "min": "float", "max": "float", "eps": "float", "smallest_normal": "float",
+              "dtype": "Dtype"},
+    "iinfo": {"min": "int", "max": "int", "dtype": "Dtype"},
+    "PrintOptions": {"precision": "int"},
 }
 
 # methods with a signature line: parameter overrides and return types
@@ -244,6 +248,8 @@ CLASS_DUNDERS = {
     "DtypeCategory": {"__repr__": ("", "str"), "__reduce__": ("", "str")},
     "ArrayAt": {"__getitem__": ("key: Any", "ArrayAt")},
     "Group": {"__repr__": ("", "str")},
+    "finfo": {"__repr__": ("", "str")},
+    "iinfo": {"__repr__": ("", "str")},
 }
 # members left out, with the reason
 SKIP = {
@@ -477,7 +483,7 @@ def render_cext_class(cls, names):
             continue
         if isinstance(member, cls):  # DtypeCategory.floating, ...
             consts.append(f"    {name}: ClassVar[{cname}]\n")
-        elif isinstance(member, types.GetSetDescriptorType):
+        elif isinstance(member, (types.GetSetDescriptorType, types.MemberDescriptorType)):
             if name not in props:
                 raise SystemExit(f"gen_stubs: add the type of {cname}.{name} to PROPERTIES")
             properties.append("    @property\n" + define("    ", name, "self", props[name], member.__doc__))

@@ -269,7 +269,7 @@ mk_array *mk_conv_general(mk_array *in, mk_array *wt, const mk_conv_args *args);
 mk_array *mk_conv_transpose(mk_array *in, mk_array *wt, int nd, const int *stride, const int *padding,
                             const int *dilation, const int *output_padding, int groups);
 
-/* Normalises an axis against ndim; -1 with MLX's IndexError
+/* Normalises an axis against ndim; -1 with MLX's ValueError
  * "[op] Axis 3 is out of bounds for array with 3 dimensions." on error. */
 int mk_norm_axis(const char *op, int axis, int ndim);
 

@@ -12,7 +12,7 @@
 
 int mk_norm_axis(const char *op, int axis, int ndim) {
     if (axis < -ndim || axis >= ndim) {
-        mk_error_set(MK_ERR_INDEX, "[%s] Axis %d is out of bounds for array with %d dimensions.", op, axis, ndim);
+        mk_error_set(MK_ERR_VALUE, "[%s] Axis %d is out of bounds for array with %d dimensions.", op, axis, ndim);
         return -1;
     }
     return axis < 0 ? axis + ndim : axis;
@@ -295,7 +295,7 @@ mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes_in) {
     for (int i = 0; i < naxes; i++) {
         int a = axes_in[i];
         if (a < -out_nd || a >= out_nd) {
-            mk_error_set(MK_ERR_INDEX, "[expand_dims] Axis %d is out of bounds for array with %d dimensions.", a,
+            mk_error_set(MK_ERR_VALUE, "[expand_dims] Axis %d is out of bounds for array with %d dimensions.", a,
                          out_nd);
             return NULL;
         }

@@ -17,6 +17,7 @@ typedef struct {
     PyObject_HEAD
     mk_array *arr;
     Py_ssize_t exports; /* live buffer-protocol views */
+    PyObject *weakreflist; /* weak references to the array (as MLX's arrays allow) */
 } PyMkArray;
 
 typedef struct {

@@ -26,6 +26,7 @@ static PyObject *array_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
 }
 
 static void array_dealloc(PyMkArray *self) {
+    if (self->weakreflist) PyObject_ClearWeakRefs((PyObject *)self);
     if (self->arr) mk_decref(self->arr);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -57,20 +58,36 @@ static void sb_put(sbuf *s, const char *text, size_t len) {
 }
 static void sb_puts(sbuf *s, const char *text) { sb_put(s, text, strlen(text)); }
 
+/* mx.set_printoptions(precision=...): -1 prints as below, p >= 0 prints
+ * floats with p decimals (std::fixed), as MLX's formatter (py_extra.c). */
+int mkpy_print_precision = -1;
+
 /* Elements print as MLX's std::ostream does: %g (6 significant digits),
  * "-nan" for a negative nan, True/False. */
 static void fmt_elem(sbuf *s, mk_dtype t, const char *p) {
-    char tmp[96];
+    char tmp[400];
+    int prec = mkpy_print_precision;
     switch (mk_dtypes[t].kind) {
     case MK_KIND_BOOL: sb_puts(s, *(const bool *)p ? "True" : "False"); return;
     case MK_KIND_UINT: snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)mk_get_u64(t, p)); break;
     case MK_KIND_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)mk_get_i64(t, p)); break;
-    case MK_KIND_FLOAT: snprintf(tmp, sizeof tmp, "%g", mk_get_f64(t, p)); break;
+    case MK_KIND_FLOAT:
+        if (prec >= 0)
+            snprintf(tmp, sizeof tmp, "%.*f", prec > 60 ? 60 : prec, mk_get_f64(t, p));
+        else
+            snprintf(tmp, sizeof tmp, "%g", mk_get_f64(t, p));
+        break;
     case MK_KIND_COMPLEX: {
         /* MLX: real, then "+" imag when imag >= 0 or nan (so "0+-0j"), else "-" |imag| */
         mk_c64 z = mk_get_c64(t, p);
         float re = crealf(z), im = cimagf(z);
-        if (im >= 0 || isnan(im))
+        if (prec >= 0) {
+            int q = prec > 60 ? 60 : prec;
+            if (im >= 0 || isnan(im))
+                snprintf(tmp, sizeof tmp, "%.*f+%.*fj", q, re, q, im);
+            else
+                snprintf(tmp, sizeof tmp, "%.*f-%.*fj", q, re, q, -im);
+        } else if (im >= 0 || isnan(im))
             snprintf(tmp, sizeof tmp, "%g+%gj", re, im);
         else
             snprintf(tmp, sizeof tmp, "%g-%gj", re, -im);
@@ -346,7 +363,16 @@ FORWARDED(DEFINE_FORWARD)
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
 #define FORWARD_ENTRY(name) {#name, (PyCFunction)(void (*)(void))fw_##name, FASTKW, "See mkpy." #name "."},
 
+/* py_extra.c */
+PyObject *mkpy_array_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *mkpy_array_dlpack_device(PyObject *self, PyObject *unused);
+
 static PyMethodDef array_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))mkpy_array_dlpack, FASTKW,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "A DLPack capsule viewing the array's memory."},
+    {"__dlpack_device__", (PyCFunction)mkpy_array_dlpack_device, METH_NOARGS,
+     "__dlpack_device__($self)\n--\n\n(1, 0): the CPU."},
     {"item", (PyCFunction)m_item, METH_NOARGS, "item($self)\n--\n\nThe single element as a Python scalar."},
     {"tolist", (PyCFunction)m_tolist, METH_NOARGS, "tolist($self)\n--\n\nThe array as nested Python lists."},
     {"astype", (PyCFunction)(void (*)(void))m_astype, FASTKW,
@@ -777,4 +803,5 @@ PyTypeObject PyMkArray_Type = {
     .tp_methods = array_methods,
     .tp_getset = array_getset,
     .tp_new = array_new,
+    .tp_weaklistoffset = offsetof(PyMkArray, weakreflist),
 };

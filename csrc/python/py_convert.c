@@ -42,6 +42,7 @@ PyObject *mkpy_wrap(mk_array *a) {
     }
     self->arr = a;
     self->exports = 0;
+    self->weakreflist = NULL;
     return (PyObject *)self;
 }
 

@@ -32,12 +32,37 @@ static int is_int_key(PyObject *o) {
 
 static int is_basic(PyObject *o) { return is_int_key(o) || PySlice_Check(o) || o == Py_None || o == Py_Ellipsis; }
 
+/* MLX converts index ints and slice bounds to int32 (safe_to_int32). */
+static int check_int32(PyObject *i) {
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v > INT32_MAX || v < INT32_MIN) {
+        PyErr_SetString(PyExc_ValueError, "Slice indices must be 32-bit integers.");
+        return -1;
+    }
+    return 0;
+}
+
 static int int_value(PyObject *o, Py_ssize_t *v) {
     PyObject *i = PyMkArray_Check(o) ? mkpy_item(MKARR(o)) : PyNumber_Index(o);
     if (!i) return -1;
+    if (PyLong_Check(i) && check_int32(i) < 0) {
+        Py_DECREF(i);
+        return -1;
+    }
     *v = PyNumber_AsSsize_t(i, PyExc_IndexError);
     Py_DECREF(i);
     return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int bound_int32(PyObject *o) {
+    if (o == Py_None) return 0;
+    PyObject *i = PyNumber_Index(o);
+    if (!i) return -1;
+    int rc = check_int32(i);
+    Py_DECREF(i);
+    return rc;
 }
 
 /* A slice bound must be None or an int (MLX: no arrays, no floats). */
@@ -121,6 +146,7 @@ PyObject *mkpy_getitem(PyMkArray *self, PyObject *key) {
                 goto error;
             }
             Py_ssize_t s0, s1, st;
+            if (bound_int32(sl->start) < 0 || bound_int32(sl->stop) < 0 || bound_int32(sl->step) < 0) goto error;
             if (PySlice_Unpack(k, &s0, &s1, &st) < 0) goto error;
             PySlice_AdjustIndices((Py_ssize_t)x->shape[d], &s0, &s1, st);
             start[d] = s0;

@@ -299,7 +299,9 @@ static mk_array *as_mask(PyObject *key) {
         mk_incref(MKARR(key));
         return MKARR(key);
     }
-    if (!PyList_Check(key)) return NULL;
+    /* a[True] = v sets everything, a[False] = v nothing (a 0-d mask, as MLX) */
+    if (PyBool_Check(key)) return mkpy_to_array(key, -1);
+    if (!PyList_Check(key) && !PyObject_CheckBuffer(key)) return NULL;
     mk_array *a = mkpy_to_array(key, -1);
     if (!a) {
         PyErr_Clear(); /* make_plan reports it */
