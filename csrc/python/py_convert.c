@@ -401,17 +401,69 @@ static int format_dtype(const char *fmt, Py_ssize_t itemsize) {
 }
 
 /* Copies an n-d strided block (byte strides) to dense memory. */
-static void copy_strided(char *dst, const char *src, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
-                         size_t itemsize, char **end) {
-    if (ndim == 0) {
-        memcpy(dst, src, itemsize);
-        *end = dst + itemsize;
+/* Copies one row of n elements `stride` bytes apart into contiguous dst. */
+static void copy_row(char *dst, const char *src, Py_ssize_t n, Py_ssize_t stride, size_t itemsize) {
+    if ((size_t)stride == itemsize) {
+        memcpy(dst, src, (size_t)n * itemsize);
         return;
     }
-    for (Py_ssize_t i = 0; i < shape[0]; i++) {
-        copy_strided(dst, src + i * strides[0], ndim - 1, shape + 1, strides + 1, itemsize, &dst);
+    switch (itemsize) { /* fixed sizes: a load and a store per element, no memcpy call */
+    case 1:
+        for (Py_ssize_t i = 0; i < n; i++) dst[i] = src[i * stride];
+        return;
+    case 2:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 2 * i, src + i * stride, 2);
+        return;
+    case 4:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 4 * i, src + i * stride, 4);
+        return;
+    case 8:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 8 * i, src + i * stride, 8);
+        return;
+    default:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + itemsize * (size_t)i, src + i * stride, itemsize);
     }
-    *end = dst;
+}
+
+/* Copies a strided block into contiguous dst (row-major order). Dimensions
+ * of extent 1 are dropped and neighbours that are contiguous with each other
+ * merged, so C-contiguous input is one memcpy and other layouts move whole
+ * inner rows; the outer dimensions are walked with an index counter. */
+static void copy_strided(char *dst, const char *src, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                         size_t itemsize) {
+    Py_ssize_t shp[MK_MAX_NDIM + 1], str[MK_MAX_NDIM + 1];
+    int nd = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1) continue;
+        if (nd > 0 && str[nd - 1] == strides[i] * shape[i]) {
+            shp[nd - 1] *= shape[i]; /* the previous dim steps exactly over this one: merge */
+            str[nd - 1] = strides[i];
+            continue;
+        }
+        shp[nd] = shape[i];
+        str[nd] = strides[i];
+        nd++;
+    }
+    if (nd == 0) {
+        memcpy(dst, src, itemsize);
+        return;
+    }
+    Py_ssize_t inner = shp[nd - 1], istride = str[nd - 1];
+    size_t rowbytes = (size_t)inner * itemsize;
+    Py_ssize_t idx[MK_MAX_NDIM + 1] = {0};
+    const char *p = src;
+    for (;;) {
+        copy_row(dst, p, inner, istride, itemsize);
+        dst += rowbytes;
+        int d = nd - 2;
+        for (; d >= 0; d--) {
+            p += str[d];
+            if (++idx[d] < shp[d]) break;
+            p -= str[d] * shp[d];
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
 }
 
 /* Makes an array from raw memory described by a dtype, shape and byte
@@ -434,7 +486,6 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
     if (complex128) shp[ndim] = 2;
     mk_array *raw = mk_array_empty(complex128 ? MK_FLOAT64 : st, ndim + complex128, shp);
     if (!raw) return (mk_array *)mkpy_raise();
-    char *end;
     Py_ssize_t cstrides[MK_MAX_NDIM];
     if (!strides) {
         Py_ssize_t s = itemsize;
@@ -444,7 +495,7 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
         }
         strides = cstrides;
     }
-    if (raw->size) copy_strided(raw->buf->data, data, ndim, shape, strides, (size_t)itemsize, &end);
+    if (raw->size) copy_strided(raw->buf->data, data, ndim, shape, strides, (size_t)itemsize);
     if (complex128) {
         /* pairs of doubles -> complex64 */
         mk_array *c = mk_array_empty(MK_COMPLEX64, ndim, shp); /* shp[ndim] is ignored */
