@@ -47,8 +47,8 @@ def load_mlx():
 
 def _same(got, want):
     got, want = np.asarray(got), np.asarray(want)
-    return got.shape == want.shape and np.array_equal(got.astype(np.float64), want.astype(np.float64),
-                                                      equal_nan=True)
+    return got.shape == want.shape and bool(np.array_equal(got.astype(np.float64), want.astype(np.float64),
+                                                      equal_nan=True))
 
 
 def run(opts):
@@ -106,7 +106,7 @@ def run(opts):
     bm = mx.array(big)
     bl = mlx.array(big) if mlx else None
     case("argmax 4M f32", {"mkpy": lambda: mx.eval(mx.argmax(bm)), "numpy": lambda: np.argmax(big),
-                           "mlx": M(lambda: mlx.eval(mlx.argmax(bl)))}, check=int(mx.argmax(bm)) == np.argmax(big))
+                           "mlx": M(lambda: mlx.eval(mlx.argmax(bl)))}, check=bool(int(mx.argmax(bm)) == np.argmax(big)))
     sq = big.reshape(2000, 2000)
     sm = mx.array(sq)
     sl = mlx.array(sq) if mlx else None

@@ -193,8 +193,34 @@ static int int_value(PyObject *o, int64_t *v) {
     return 0;
 }
 
+/* hasattr(o, name) without building and clearing an AttributeError when the
+ * attribute is missing (PyObject_HasAttrString formats the error message:
+ * most of the fixed cost of mx.array(ndarray) was that); errors count as
+ * "no", as hasattr's. `cache` holds the interned name. */
+static int has_attr_fast(PyObject *o, PyObject **cache, const char *name) {
+    if (!*cache && !(*cache = PyUnicode_InternFromString(name))) {
+        PyErr_Clear();
+        return PyObject_HasAttrString(o, name);
+    }
+    PyObject *r = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    int k = PyObject_GetOptionalAttr(o, *cache, &r);
+#else
+    int k = _PyObject_LookupAttr(o, *cache, &r);
+#endif
+    Py_XDECREF(r);
+    if (k < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return k;
+}
+static PyObject *name_mlx_array, *name_array_interface;
+#define HAS_MLX_ARRAY(o) has_attr_fast(o, &name_mlx_array, "__mlx_array__")
+#define HAS_ARRAY_INTERFACE(o) has_attr_fast(o, &name_array_interface, "__array_interface__")
+
 static int is_mlx_array(PyObject *o) {
-    return PyMkArray_Check(o) || (!mkpy_is_scalar(o) && PyObject_HasAttrString(o, "__mlx_array__"));
+    return PyMkArray_Check(o) || (!mkpy_is_scalar(o) && HAS_MLX_ARRAY(o));
 }
 
 /* o.__mlx_array__(), checked to be an array (new core reference). */
@@ -623,7 +649,7 @@ static mk_array *from_scalar(PyObject *obj, int dtype) {
  * buffers and __array_interface__. NULL without an error set: none of these. */
 static mk_array *from_non_sequence(PyObject *obj, int dtype) {
     mk_array *a = NULL;
-    if (PyMkArray_Check(obj) || (!mkpy_is_scalar(obj) && PyObject_HasAttrString(obj, "__mlx_array__"))) {
+    if (PyMkArray_Check(obj) || (!mkpy_is_scalar(obj) && HAS_MLX_ARRAY(obj))) {
         if (PyMkArray_Check(obj)) {
             a = MKARR(obj);
             mk_incref(a);
@@ -665,8 +691,7 @@ mk_array *mkpy_to_array_arg(PyObject *obj, int dtype) {
 int mkpy_is_operand(PyObject *o) {
     if (PyMkArray_Check(o) || mkpy_is_scalar(o)) return 1;
     if (PyUnicode_Check(o) || PyList_Check(o) || PyTuple_Check(o) || o == Py_None) return 0;
-    return PyObject_CheckBuffer(o) || PyObject_HasAttrString(o, "__mlx_array__") ||
-           PyObject_HasAttrString(o, "__array_interface__");
+    return PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o);
 }
 
 mk_array *mkpy_to_array_weak(PyObject *obj, int partner) {
