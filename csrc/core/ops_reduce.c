@@ -342,7 +342,7 @@ static const rkern reduce_kernels[6][MK_NDTYPES] = {
 /* the same without the nan rule (nans are found separately) */
 #define ABETTERN_argmax(s, x, v) GT_##s(x, v)
 #define ABETTERN_argmin(s, x, v) GT_##s(v, x)
-#define ABLK 512 /* argmax/argmin: elements per block of the vectorised pass */
+#define ABLK 1024 /* argmax/argmin: elements per block of the vectorised pass */
 /* Block best in GCC vector types for float32, float64 and int32 (GCC does
  * not vectorise the lane form above by itself); a lane keeps its value on
  * ties and nans, as the scalar rule does. Other types use the lane form. */
@@ -351,22 +351,39 @@ typedef float vf32 __attribute__((vector_size(32)));
 typedef int32_t vi32 __attribute__((vector_size(32)));
 typedef double vf64 __attribute__((vector_size(32)));
 typedef int64_t vi64 __attribute__((vector_size(32)));
+#define VSEL(VT, VM, GTV, v, m) (VT)((((VM)(v)) & GTV(v, m)) | (((VM)(m)) & ~GTV(v, m)))
 #define VBLK(name, T, VT, VM, NL, GTV, ISNANV)                                                         \
     static inline int name(const T *b, int len, T *best) {                                             \
-        VT m, v;                                                                                       \
-        memcpy(&m, b, sizeof m);                                                                       \
-        VM nan = ISNANV(m);                                                                            \
-        for (int k = NL; k < len; k += NL) {                                                           \
-            memcpy(&v, b + k, sizeof v);                                                               \
-            VM t = GTV(v, m);                                                                          \
-            m = (VT)(((VM)v & t) | ((VM)m & ~t));                                                      \
-            nan |= ISNANV(v);                                                                          \
+        VT m0, m1, m2, m3, v0, v1, v2, v3;                                                             \
+        memcpy(&m0, b, sizeof m0);                                                                     \
+        m1 = m2 = m3 = m0;                                                                             \
+        VM nan = ISNANV(m0);                                                                           \
+        int k = NL;                                                                                    \
+        /* four independent accumulators: the select chain is latency bound with one */             \
+        for (; k + 4 * NL <= len; k += 4 * NL) {                                                       \
+            memcpy(&v0, b + k, sizeof v0);                                                             \
+            memcpy(&v1, b + k + NL, sizeof v1);                                                        \
+            memcpy(&v2, b + k + 2 * NL, sizeof v2);                                                    \
+            memcpy(&v3, b + k + 3 * NL, sizeof v3);                                                    \
+            m0 = VSEL(VT, VM, GTV, v0, m0);                                                            \
+            m1 = VSEL(VT, VM, GTV, v1, m1);                                                            \
+            m2 = VSEL(VT, VM, GTV, v2, m2);                                                            \
+            m3 = VSEL(VT, VM, GTV, v3, m3);                                                            \
+            nan |= (ISNANV(v0) | ISNANV(v1)) | (ISNANV(v2) | ISNANV(v3));                              \
         }                                                                                              \
-        T bm = m[0];                                                                                   \
+        for (; k < len; k += NL) {                                                                     \
+            memcpy(&v0, b + k, sizeof v0);                                                             \
+            m0 = VSEL(VT, VM, GTV, v0, m0);                                                            \
+            nan |= ISNANV(v0);                                                                         \
+        }                                                                                              \
+        m0 = VSEL(VT, VM, GTV, m1, m0);                                                                \
+        m2 = VSEL(VT, VM, GTV, m3, m2);                                                                \
+        m0 = VSEL(VT, VM, GTV, m2, m0);                                                                \
+        T bm = m0[0];                                                                                  \
         int anynan = 0;                                                                                \
         for (int j = 0; j < NL; j++) {                                                                 \
             anynan |= nan[j] != 0;                                                                     \
-            bm = GTV(m[j], bm) ? m[j] : bm;                                                            \
+            bm = GTV(m0[j], bm) ? m0[j] : bm;                                                          \
         }                                                                                              \
         *best = bm;                                                                                    \
         return anynan;                                                                                 \
