@@ -388,6 +388,22 @@ typedef int64_t vi64 __attribute__((vector_size(32)));
         *best = bm;                                                                                    \
         return anynan;                                                                                 \
     }
+/* first k < len with !GTV(bm, b[k]) (an element as good as the block's best; there is one) */
+#define VFIND(name, T, VT, VM, NL, GTV)                                                                \
+    static inline int name(const T *b, int len, T bm) {                                                \
+        VT v, s;                                                                                       \
+        for (int j = 0; j < NL; j++) s[j] = bm;                                                        \
+        int k = 0;                                                                                     \
+        for (; k + NL <= len; k += NL) {                                                               \
+            memcpy(&v, b + k, sizeof v);                                                               \
+            VM t = ~GTV(s, v);                                                                         \
+            int any = 0;                                                                               \
+            for (int j = 0; j < NL; j++) any |= t[j] != 0;                                             \
+            if (any) break;                                                                            \
+        }                                                                                              \
+        while (GTV(bm, b[k])) k++;                                                                     \
+        return k;                                                                                      \
+    }
 #define VGT(a, b) ((a) > (b))
 #define VLT(a, b) ((a) < (b))
 #define VNANF(x) ((x) != (x))
@@ -398,10 +414,22 @@ VBLK(vblk_argmax_f64, double, vf64, vi64, 4, VGT, VNANF)
 VBLK(vblk_argmin_f64, double, vf64, vi64, 4, VLT, VNANF)
 VBLK(vblk_argmax_i32, int32_t, vi32, vi32, 8, VGT, VNANI)
 VBLK(vblk_argmin_i32, int32_t, vi32, vi32, 8, VLT, VNANI)
+VFIND(vfind_argmax_f32, float, vf32, vi32, 8, VGT)
+VFIND(vfind_argmin_f32, float, vf32, vi32, 8, VLT)
+VFIND(vfind_argmax_f64, double, vf64, vi64, 4, VGT)
+VFIND(vfind_argmin_f64, double, vf64, vi64, 4, VLT)
+VFIND(vfind_argmax_i32, int32_t, vi32, vi32, 8, VGT)
+VFIND(vfind_argmin_i32, int32_t, vi32, vi32, 8, VLT)
 #define BLK_f32(op, b, len, best) vblk_##op##_f32(b, len, best)
 #define BLK_f64(op, b, len, best) vblk_##op##_f64(b, len, best)
 #define BLK_i32(op, b, len, best) vblk_##op##_i32(b, len, best)
+#define FIND_f32(op, b, len, bm) vfind_##op##_f32(b, len, bm)
+#define FIND_f64(op, b, len, bm) vfind_##op##_f64(b, len, bm)
+#define FIND_i32(op, b, len, bm) vfind_##op##_i32(b, len, bm)
 #else
+#define FIND_f32(op, b, len, bm) find_##op##_f32(b, len, bm)
+#define FIND_f64(op, b, len, bm) find_##op##_f64(b, len, bm)
+#define FIND_i32(op, b, len, bm) find_##op##_i32(b, len, bm)
 #define BLK_f32(op, b, len, best) blk_##op##_f32(b, len, best)
 #define BLK_f64(op, b, len, best) blk_##op##_f64(b, len, best)
 #define BLK_i32(op, b, len, best) blk_##op##_i32(b, len, best)
@@ -417,6 +445,17 @@ VBLK(vblk_argmin_i32, int32_t, vi32, vi32, 8, VLT, VNANI)
 #define BLK_f16(op, b, len, best) blk_##op##_f16(b, len, best)
 #define BLK_bf16(op, b, len, best) blk_##op##_bf16(b, len, best)
 #define BLK_c64(op, b, len, best) blk_##op##_c64(b, len, best)
+#define FIND_b8(op, b, len, bm) find_##op##_b8(b, len, bm)
+#define FIND_u8(op, b, len, bm) find_##op##_u8(b, len, bm)
+#define FIND_u16(op, b, len, bm) find_##op##_u16(b, len, bm)
+#define FIND_u32(op, b, len, bm) find_##op##_u32(b, len, bm)
+#define FIND_u64(op, b, len, bm) find_##op##_u64(b, len, bm)
+#define FIND_i8(op, b, len, bm) find_##op##_i8(b, len, bm)
+#define FIND_i16(op, b, len, bm) find_##op##_i16(b, len, bm)
+#define FIND_i64(op, b, len, bm) find_##op##_i64(b, len, bm)
+#define FIND_f16(op, b, len, bm) find_##op##_f16(b, len, bm)
+#define FIND_bf16(op, b, len, bm) find_##op##_bf16(b, len, bm)
+#define FIND_c64(op, b, len, bm) find_##op##_c64(b, len, bm)
 
 #define AKERNELS(E, s, S, R, op, unused)                                                               \
     typedef struct {                                                                                   \
@@ -457,6 +496,12 @@ VBLK(vblk_argmin_i32, int32_t, vi32, vi32, 8, VLT, VNANI)
         *best = bm;                                                                                    \
         return nanv;                                                                                   \
     }                                                                                                  \
+    static inline int find_##op##_##s(const S *b, int len, R bm) {                                     \
+        int k = 0;                                                                                     \
+        (void)len;                                                                                     \
+        while (ABETTERN_##op(s, bm, MK_LOAD_##s(&b[k]))) k++;                                          \
+        return k;                                                                                      \
+    }                                                                                                  \
     MK_SIMD_CLONES static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos,      \
                                               void *acc_) {                                            \
         const S *x = x_;                                                                               \
@@ -477,8 +522,7 @@ VBLK(vblk_argmin_i32, int32_t, vi32, vi32, 8, VLT, VNANI)
                 R bm;                                                                                  \
                 if (BLK_##s(op, b, len, &bm)) break;                                                   \
                 if (ABETTERN_##op(s, bm, a.v)) {                                                       \
-                    int k = 0;                                                                         \
-                    while (ABETTERN_##op(s, bm, MK_LOAD_##s(&b[k]))) k++;                              \
+                    int k = FIND_##s(op, b, len, bm);                                                  \
                     a.v = MK_LOAD_##s(&b[k]);                                                          \
                     a.i = (uint32_t)(pos + i + k);                                                     \
                 }                                                                                      \
