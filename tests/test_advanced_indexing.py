@@ -836,3 +836,34 @@ def test_at_errors():
             bad()
     assert isinstance(x.at, mx.ArrayAt) and isinstance(x.at[0], mx.ArrayAt)
     check(mx.array(3).at[...].add(1), np.array(4, np.int32))
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.float32, np.uint8, np.int64])
+def test_at_add_many_updates_few_bins_matches_sequential(dt):
+    # many single-element updates into a few bins: per-thread partials (integers)
+    # or per-thread target ranges (floats, in update order), same result as np.add.at
+    rng = np.random.default_rng(3)
+    n, bins = 200_000, 37
+    idx = rng.integers(0, bins, n)
+    v = (rng.standard_normal(n) * 100).astype(dt) if dt == np.float32 else rng.integers(0, 100, n).astype(dt)
+    x = np.arange(bins).astype(dt)
+    want = x.copy()
+    np.add.at(want, idx, v)
+    got = np.array(mx.array(x).at[mx.array(idx)].add(mx.array(v)))
+    # floats: the same order of additions per bin as the sequential loop, so bit-identical
+    assert np.array_equal(got, want)
+    # other ops and dropped (out-of-range) indices take the target-range path
+    idx2 = idx.copy()
+    idx2[::5] = bins + 3
+    got = np.array(mx.array(x).at[mx.array(idx2)].maximum(mx.array(v)))
+    want = x.copy()
+    keep = idx2 < bins
+    np.maximum.at(want, idx2[keep], v[keep])
+    assert np.array_equal(got, want)
+    # rows of several elements
+    x2 = np.zeros((bins, 3), dt)
+    v2 = np.repeat(v[:, None], 3, axis=1)
+    want = x2.copy()
+    np.add.at(want, idx, v2)
+    got = np.array(mx.array(x2).at[mx.array(idx)].add(mx.array(v2)))
+    assert np.array_equal(got, want)

@@ -716,3 +716,22 @@ def test_bad_call_type_names():
         assert str(e.value) == head + "mkpy.array, kwargs = { axis: " + name + " }"
     with pytest.raises(ValueError, match=r"^Cannot perform addition on an mkpy.array and mkpy.Dtype$"):
         a + mx.float32
+
+
+def test_from_numpy_layouts_copy_exactly():
+    # contiguous input is one copy; strided input moves whole inner rows
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((6, 7, 9)) * 50
+    for dt in (np.float32, np.int8, np.float16, np.int64, np.complex64, np.bool_):
+        b = base.astype(dt)
+        views = [b, b[::2], b[:, ::3], b.transpose(2, 0, 1), b[..., 5], b[1:, 2:, 3:], b[:, :, ::2],
+                 b[:, 1:2, :], b[None, :, None], b[:0], np.asfortranarray(b), b[:, ::4, ::3].T, b[0, 0, 0]]
+        for w in views:
+            got = np.array(mx.array(w))
+            assert got.shape == w.shape and np.array_equal(got, w), (w.shape, w.strides, dt)
+    # float64 input is copied and converted to float32
+    d = rng.standard_normal((5, 8))
+    assert np.array_equal(np.array(mx.array(d[:, ::3])), d[:, ::3].astype(np.float32))
+    # a buffer (memoryview) with strides
+    m = memoryview(np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2])
+    assert np.array_equal(np.array(mx.array(m)), np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2])

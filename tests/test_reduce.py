@@ -770,3 +770,37 @@ def test_column_sums_do_not_depend_on_thread_count():
         assert r.returncode == 0, r.stderr
         outs.add(r.stdout)
     assert len(outs) == 1
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.float16, np.uint8])
+@pytest.mark.parametrize("n", [7, 8, 511, 512, 513, 1030, 5000])
+def test_argmax_blocks_first_index_and_nan(dt, n):
+    # the vectorised block pass: ties keep the first index, a nan wins (the first one)
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 40, n).astype(dt)
+    for f in (mx.argmax, mx.argmin):
+        want = np.argmax(x) if f is mx.argmax else np.argmin(x)
+        assert int(f(mx.array(x))) == want
+    x2 = np.stack([x, x[::-1]])
+    assert np.array_equal(np.array(mx.argmax(mx.array(x2), axis=1)), np.argmax(x2, axis=1))
+    assert np.array_equal(np.array(mx.argmin(mx.array(x2), axis=1)), np.argmin(x2, axis=1))
+    assert int(mx.argmax(mx.array(x)[::3])) == np.argmax(x[::3])
+    if np.issubdtype(dt, np.floating):
+        for pos in (0, n // 2, n - 1):
+            y = x.copy()
+            y[pos] = np.nan
+            y[-1] = np.nan
+            assert int(mx.argmax(mx.array(y))) == pos
+            assert int(mx.argmin(mx.array(y))) == pos
+
+
+def test_argmax_signed_zeros_and_infs():
+    x = np.zeros(2000, np.float32)
+    x[0] = -0.0
+    x[700] = 0.0
+    assert int(mx.argmax(mx.array(x))) == 0 and int(mx.argmin(mx.array(x))) == 0
+    x[1500] = np.inf
+    x[1600] = -np.inf
+    assert int(mx.argmax(mx.array(x))) == 1500 and int(mx.argmin(mx.array(x))) == 1600
+    b = mx.array(x).astype(mx.bfloat16)
+    assert int(mx.argmax(b)) == 1500 and int(mx.argmin(b)) == 1600

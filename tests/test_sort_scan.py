@@ -620,3 +620,53 @@ def test_signatures():
         inspect.signature(getattr(mx, name))
     assert str(inspect.signature(mx.topk)) == "(a, /, k, axis=-1, *, stream=None)"
     assert str(inspect.signature(mx.cumsum)) == "(a, /, axis=None, *, reverse=False, inclusive=True, dtype=None, stream=None)"
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.int32, np.uint32])
+@pytest.mark.parametrize("n", [255, 256, 4097])
+def test_radix_rows_match_stable_sort(dt, n):
+    # rows of >= 256 elements of 32-bit compute types take the radix sort
+    rng = np.random.default_rng(n)
+    if dt == np.uint32:
+        x = rng.integers(0, 2**32, (3, n), dtype=np.uint64).astype(dt)
+        x[:, ::5] = x[0, 0]  # ties
+    elif dt == np.int32:
+        x = rng.integers(-2**31, 2**31, (3, n), dtype=np.int64).astype(dt)
+        x[:, ::4] = -7
+    else:
+        x = (rng.standard_normal((3, n)) * 1000).astype(dt)
+        x[:, ::7] = np.nan
+        x[:, ::11] = -0.0
+        x[:, ::13] = 0.0
+        x[:, ::17] = np.inf
+        x[:, ::19] = -np.inf
+        x[:, ::23] = 1.5  # ties
+    m = mx.array(x)
+    for ax in (1, 0):
+        got = np.array(mx.sort(m, axis=ax))
+        ref = np.sort(x, axis=ax, kind="stable")
+        assert np.array_equal(got, ref, equal_nan=True)
+        assert np.array_equal(np.signbit(got), np.signbit(ref))
+        assert np.array_equal(np.array(mx.argsort(m, axis=ax)), np.argsort(x, axis=ax, kind="stable"))
+    # strided and transposed views
+    v = m[:, ::2]
+    assert np.array_equal(np.array(mx.sort(v)), np.sort(x[:, ::2], kind="stable"), equal_nan=True)
+    assert np.array_equal(np.array(mx.argsort(m.T, axis=0)), np.argsort(x.T, axis=0, kind="stable"))
+
+
+def test_radix_sort_keeps_signed_zero_order():
+    # -0.0 and 0.0 compare equal: a stable sort keeps them in input order
+    rng = np.random.default_rng(5)
+    x = np.concatenate([np.where(rng.random(600) < 0.5, -0.0, 0.0), rng.standard_normal(400)]).astype(np.float32)
+    rng.shuffle(x)
+    got = np.array(mx.sort(mx.array(x)))
+    zeros = x[x == 0]
+    lo = int(np.sum(x < 0))
+    assert np.array_equal(np.signbit(got[lo:lo + len(zeros)]), np.signbit(zeros))
+    idx = np.array(mx.argsort(mx.array(x)))
+    assert np.array_equal(idx, np.argsort(x, kind="stable"))
+    bf = mx.array(x).astype(mx.bfloat16)
+    got = np.array(mx.sort(bf).astype(mx.float32))
+    assert np.array_equal(np.signbit(got[lo:lo + len(zeros)]), np.signbit(zeros))
+    xb = np.array(bf.astype(mx.float32))  # rounding to bfloat16 makes new ties
+    assert np.array_equal(np.array(mx.argsort(bf)), np.argsort(xb, kind="stable"))

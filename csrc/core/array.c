@@ -759,7 +759,7 @@ typedef struct {
  * holding none, and the running thread needs nothing from it. */
 int mk_eval(mk_array *const *arrays, int n) {
     mk_interrupt_begin();
-    size_t scap = 64, ocap = 64, sn = 0, on = 0;
+    size_t scap = 48, ocap = 64, sn = 0, on = 0; /* under 1 KiB: malloc's tcache, not its consolidating large-request path */
     frame *stack = malloc(scap * sizeof *stack);
     mk_prim **order = malloc(ocap * sizeof *order);
     mk_prim **unlinked = malloc((size_t)(n > 0 ? n : 1) * sizeof *unlinked);

@@ -591,25 +591,100 @@ static void scatter_by_block(void *v, int ith, int nth) {
     if (qb < qe) scatter_rows(&c, qb, qe);
 }
 
-static void scatter_offsets(void *v, int64_t b, int64_t e) {
-    scatter_ctx *c = v;
+/* Many rows, in steps of nth blocks of SPIPE_ROWS rows: first the threads
+ * compute the targets and update offsets of one block each (for single
+ * elements, most of the work), then the step's rows are applied in row order:
+ * single elements by the calling thread alone, longer rows by each thread for
+ * the rows whose target lies in its share of the output. Every target's
+ * updates are thus applied in row order, as by the sequential loop
+ * (bit-identical float sums), and the per-row offsets of only one step exist
+ * at a time. */
+#define SPIPE_ROWS 32768
+typedef struct {
+    scatter_ctx *c;
+    int nth;
+    int64_t base; /* first row of the step */
+    int64_t *buf; /* per block: SPIPE_ROWS targets, then SPIPE_ROWS update offsets */
+} spipe_ctx;
+
+static void spipe_fill(void *v, int b, int nth_) {
+    (void)nth_;
+    spipe_ctx *P = v;
+    const walker *w = P->c->w;
+    int64_t r0 = P->base + (int64_t)b * SPIPE_ROWS, r1 = r0 + SPIPE_ROWS;
+    if (r1 > w->total) r1 = w->total;
+    if (r0 >= r1) return;
+    int64_t *l = P->buf + (size_t)b * 2 * SPIPE_ROWS;
     wpos s;
-    w_seek(c->w, b, &s);
-    w_fill(c->w, &s, e - b, false, c->tgt + b, c->oth + b);
+    w_seek(w, r0, &s);
+    w_fill(w, &s, r1 - r0, false, l, l + SPIPE_ROWS);
 }
 
-/* each thread: the rows whose target offset falls in its share of the output */
-static void scatter_by_target(void *v, int ith, int nth) {
-    scatter_ctx c = *(scatter_ctx *)v;
-    int64_t lo = c.out_size * ith / nth, hi = c.out_size * (ith + 1) / nth, rows = c.w->total;
-    if (c.w->post.total == 1) {
-        c.fn1(c.out, c.upd, c.tgt, c.oth, rows, lo, hi);
-        return;
+static void spipe_apply(void *v, int ith, int nth) {
+    spipe_ctx *P = v;
+    scatter_ctx c = *P->c;
+    int64_t lo = c.out_size * ith / nth, hi = c.out_size * (ith + 1) / nth;
+    for (int b = 0; b < P->nth; b++) {
+        int64_t r0 = P->base + (int64_t)b * SPIPE_ROWS, n = c.w->total - r0;
+        if (n <= 0) break;
+        if (n > SPIPE_ROWS) n = SPIPE_ROWS;
+        const int64_t *l = P->buf + (size_t)b * 2 * SPIPE_ROWS;
+        if (c.w->post.total == 1)
+            c.fn1(c.out, c.upd, l, l + SPIPE_ROWS, n, lo, hi);
+        else
+            for (int64_t i = 0; i < n; i++)
+                if (l[i] >= lo && l[i] < hi) scatter_row(&c, l[i], l[SPIPE_ROWS + i], 0, c.w->post.total);
     }
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t t = c.tgt[r];
-        if (t >= lo && t < hi) scatter_row(&c, t, c.oth[r], 0, c.w->post.total);
+}
+
+/* returns -1 if the lists could not be allocated (the caller runs sequentially) */
+static int scatter_pipelined(scatter_ctx *c, int nth) {
+    spipe_ctx P = {c, nth, 0, malloc((size_t)nth * 2 * SPIPE_ROWS * sizeof(int64_t))};
+    if (!P.buf) return -1;
+    int napply = c->w->post.total == 1 ? 1 : nth;
+    for (P.base = 0; P.base < c->w->total; P.base += (int64_t)nth * SPIPE_ROWS) {
+        mk_parallel_slices(nth, spipe_fill, &P);
+        mk_parallel_slices(napply, spipe_apply, &P);
     }
+    free(P.buf);
+    return 0;
+}
+
+/* Integer and bool sums of single elements into a small output: each thread
+ * adds its share of the rows into a zeroed partial output (thread 0 into the
+ * output itself), and the partials are added in thread order. Wrapping
+ * integer addition (and bool's or) is associative and commutative, so this
+ * is exactly the sequential loop's result. */
+typedef struct {
+    scatter_ctx *c;
+    char *part; /* nth - 1 partial outputs */
+    scatter_fn add;
+    int nparts; /* threads of the first pass */
+} spart_ctx;
+
+static void scatter_partial(void *v, int ith, int nth) {
+    spart_ctx *P = v;
+    scatter_ctx c = *P->c;
+    const walker *w = c.w;
+    int64_t r0 = w->total * ith / nth, r1 = w->total * (ith + 1) / nth;
+    if (ith > 0) c.out = P->part + (size_t)(ith - 1) * (size_t)c.out_size * c.sz;
+    int64_t tgt[BATCH], oth[BATCH];
+    wpos s;
+    w_seek(w, r0, &s);
+    for (int64_t r = r0; r < r1; r += BATCH) {
+        int64_t n = r1 - r < BATCH ? r1 - r : BATCH;
+        w_fill(w, &s, n, false, tgt, oth);
+        c.fn1(c.out, c.upd, tgt, oth, n, 0, c.out_size);
+    }
+}
+
+static void scatter_partial_sum(void *v, int ith, int nth) {
+    spart_ctx *P = v;
+    const scatter_ctx *c = P->c;
+    int64_t b = c->out_size * ith / nth, e = c->out_size * (ith + 1) / nth;
+    for (int k = 1; k < P->nparts; k++)
+        P->add(c->out + (size_t)b * c->sz, 1, P->part + ((size_t)(k - 1) * (size_t)c->out_size + (size_t)b) * c->sz,
+               1, e - b);
 }
 
 static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
@@ -633,17 +708,19 @@ static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) 
         scatter_rows(&c, 0, npost);
     } else if (rows < 4 * nth && npost >= 4 * nth) {
         mk_parallel(nth, scatter_by_block, &c);
-    } else {
-        c.tgt = malloc((size_t)rows * sizeof *c.tgt);
-        c.oth = malloc((size_t)rows * sizeof *c.oth);
-        if (!c.tgt || !c.oth) {
+    } else if (npost == 1 && p->op == MK_SCATTER_SUM && !mk_is_inexact(o->dtype) &&
+               o->size <= rows / (4 * nth)) {
+        spart_ctx P = {&c, calloc((size_t)(nth - 1) * (size_t)o->size, c.sz), scatter_fns[MK_SCATTER_SUM][o->dtype],
+                     nth};
+        if (!P.part) {
             scatter_rows(&c, 0, npost);
         } else {
-            mk_parallel_for(rows, MK_GRAIN, scatter_offsets, &c);
-            mk_parallel(nth, scatter_by_target, &c);
+            mk_parallel_slices(nth, scatter_partial, &P);
+            mk_parallel(o->size >= 4 * MK_GRAIN ? nth : 1, scatter_partial_sum, &P);
         }
-        free(c.tgt);
-        free(c.oth);
+        free(P.part);
+    } else if (scatter_pipelined(&c, nth) < 0) {
+        scatter_rows(&c, 0, npost);
     }
     free(w);
     return 0;

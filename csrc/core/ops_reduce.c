@@ -339,6 +339,123 @@ static const rkern reduce_kernels[6][MK_NDTYPES] = {
  * with ties, the first one is kept (MLX and NumPy agree). */
 #define ABETTER_argmax(s, x, v) (GT_##s(x, v) | ISNAN_##s(x))
 #define ABETTER_argmin(s, x, v) (GT_##s(v, x) | ISNAN_##s(x))
+/* the same without the nan rule (nans are found separately) */
+#define ABETTERN_argmax(s, x, v) GT_##s(x, v)
+#define ABETTERN_argmin(s, x, v) GT_##s(v, x)
+#define ABLK 1024 /* argmax/argmin: elements per block of the vectorised pass */
+/* Block best in GCC vector types for float32, float64 and int32 (GCC does
+ * not vectorise the lane form above by itself); a lane keeps its value on
+ * ties and nans, as the scalar rule does. Other types use the lane form. */
+#if defined(__GNUC__)
+typedef float vf32 __attribute__((vector_size(32)));
+typedef int32_t vi32 __attribute__((vector_size(32)));
+typedef double vf64 __attribute__((vector_size(32)));
+typedef int64_t vi64 __attribute__((vector_size(32)));
+#define VSEL(VT, VM, GTV, v, m) (VT)((((VM)(v)) & GTV(v, m)) | (((VM)(m)) & ~GTV(v, m)))
+#define VBLK(name, T, VT, VM, NL, GTV, ISNANV)                                                         \
+    static inline int name(const T *b, int len, T *best) {                                             \
+        VT m0, m1, m2, m3, v0, v1, v2, v3;                                                             \
+        memcpy(&m0, b, sizeof m0);                                                                     \
+        m1 = m2 = m3 = m0;                                                                             \
+        VM nan = ISNANV(m0);                                                                           \
+        int k = NL;                                                                                    \
+        /* four independent accumulators: the select chain is latency bound with one */             \
+        for (; k + 4 * NL <= len; k += 4 * NL) {                                                       \
+            memcpy(&v0, b + k, sizeof v0);                                                             \
+            memcpy(&v1, b + k + NL, sizeof v1);                                                        \
+            memcpy(&v2, b + k + 2 * NL, sizeof v2);                                                    \
+            memcpy(&v3, b + k + 3 * NL, sizeof v3);                                                    \
+            m0 = VSEL(VT, VM, GTV, v0, m0);                                                            \
+            m1 = VSEL(VT, VM, GTV, v1, m1);                                                            \
+            m2 = VSEL(VT, VM, GTV, v2, m2);                                                            \
+            m3 = VSEL(VT, VM, GTV, v3, m3);                                                            \
+            nan |= (ISNANV(v0) | ISNANV(v1)) | (ISNANV(v2) | ISNANV(v3));                              \
+        }                                                                                              \
+        for (; k < len; k += NL) {                                                                     \
+            memcpy(&v0, b + k, sizeof v0);                                                             \
+            m0 = VSEL(VT, VM, GTV, v0, m0);                                                            \
+            nan |= ISNANV(v0);                                                                         \
+        }                                                                                              \
+        m0 = VSEL(VT, VM, GTV, m1, m0);                                                                \
+        m2 = VSEL(VT, VM, GTV, m3, m2);                                                                \
+        m0 = VSEL(VT, VM, GTV, m2, m0);                                                                \
+        T bm = m0[0];                                                                                  \
+        int anynan = 0;                                                                                \
+        for (int j = 0; j < NL; j++) {                                                                 \
+            anynan |= nan[j] != 0;                                                                     \
+            bm = GTV(m0[j], bm) ? m0[j] : bm;                                                          \
+        }                                                                                              \
+        *best = bm;                                                                                    \
+        return anynan;                                                                                 \
+    }
+/* first k < len with !GTV(bm, b[k]) (an element as good as the block's best; there is one) */
+#define VFIND(name, T, VT, VM, NL, GTV)                                                                \
+    static inline int name(const T *b, int len, T bm) {                                                \
+        VT v, s;                                                                                       \
+        for (int j = 0; j < NL; j++) s[j] = bm;                                                        \
+        int k = 0;                                                                                     \
+        for (; k + NL <= len; k += NL) {                                                               \
+            memcpy(&v, b + k, sizeof v);                                                               \
+            VM t = ~GTV(s, v);                                                                         \
+            int any = 0;                                                                               \
+            for (int j = 0; j < NL; j++) any |= t[j] != 0;                                             \
+            if (any) break;                                                                            \
+        }                                                                                              \
+        while (GTV(bm, b[k])) k++;                                                                     \
+        return k;                                                                                      \
+    }
+#define VGT(a, b) ((a) > (b))
+#define VLT(a, b) ((a) < (b))
+#define VNANF(x) ((x) != (x))
+#define VNANI(x) ((x) != (x))
+VBLK(vblk_argmax_f32, float, vf32, vi32, 8, VGT, VNANF)
+VBLK(vblk_argmin_f32, float, vf32, vi32, 8, VLT, VNANF)
+VBLK(vblk_argmax_f64, double, vf64, vi64, 4, VGT, VNANF)
+VBLK(vblk_argmin_f64, double, vf64, vi64, 4, VLT, VNANF)
+VBLK(vblk_argmax_i32, int32_t, vi32, vi32, 8, VGT, VNANI)
+VBLK(vblk_argmin_i32, int32_t, vi32, vi32, 8, VLT, VNANI)
+VFIND(vfind_argmax_f32, float, vf32, vi32, 8, VGT)
+VFIND(vfind_argmin_f32, float, vf32, vi32, 8, VLT)
+VFIND(vfind_argmax_f64, double, vf64, vi64, 4, VGT)
+VFIND(vfind_argmin_f64, double, vf64, vi64, 4, VLT)
+VFIND(vfind_argmax_i32, int32_t, vi32, vi32, 8, VGT)
+VFIND(vfind_argmin_i32, int32_t, vi32, vi32, 8, VLT)
+#define BLK_f32(op, b, len, best) vblk_##op##_f32(b, len, best)
+#define BLK_f64(op, b, len, best) vblk_##op##_f64(b, len, best)
+#define BLK_i32(op, b, len, best) vblk_##op##_i32(b, len, best)
+#define FIND_f32(op, b, len, bm) vfind_##op##_f32(b, len, bm)
+#define FIND_f64(op, b, len, bm) vfind_##op##_f64(b, len, bm)
+#define FIND_i32(op, b, len, bm) vfind_##op##_i32(b, len, bm)
+#else
+#define FIND_f32(op, b, len, bm) find_##op##_f32(b, len, bm)
+#define FIND_f64(op, b, len, bm) find_##op##_f64(b, len, bm)
+#define FIND_i32(op, b, len, bm) find_##op##_i32(b, len, bm)
+#define BLK_f32(op, b, len, best) blk_##op##_f32(b, len, best)
+#define BLK_f64(op, b, len, best) blk_##op##_f64(b, len, best)
+#define BLK_i32(op, b, len, best) blk_##op##_i32(b, len, best)
+#endif
+#define BLK_b8(op, b, len, best) blk_##op##_b8(b, len, best)
+#define BLK_u8(op, b, len, best) blk_##op##_u8(b, len, best)
+#define BLK_u16(op, b, len, best) blk_##op##_u16(b, len, best)
+#define BLK_u32(op, b, len, best) blk_##op##_u32(b, len, best)
+#define BLK_u64(op, b, len, best) blk_##op##_u64(b, len, best)
+#define BLK_i8(op, b, len, best) blk_##op##_i8(b, len, best)
+#define BLK_i16(op, b, len, best) blk_##op##_i16(b, len, best)
+#define BLK_i64(op, b, len, best) blk_##op##_i64(b, len, best)
+#define BLK_f16(op, b, len, best) blk_##op##_f16(b, len, best)
+#define BLK_bf16(op, b, len, best) blk_##op##_bf16(b, len, best)
+#define BLK_c64(op, b, len, best) blk_##op##_c64(b, len, best)
+#define FIND_b8(op, b, len, bm) find_##op##_b8(b, len, bm)
+#define FIND_u8(op, b, len, bm) find_##op##_u8(b, len, bm)
+#define FIND_u16(op, b, len, bm) find_##op##_u16(b, len, bm)
+#define FIND_u32(op, b, len, bm) find_##op##_u32(b, len, bm)
+#define FIND_u64(op, b, len, bm) find_##op##_u64(b, len, bm)
+#define FIND_i8(op, b, len, bm) find_##op##_i8(b, len, bm)
+#define FIND_i16(op, b, len, bm) find_##op##_i16(b, len, bm)
+#define FIND_i64(op, b, len, bm) find_##op##_i64(b, len, bm)
+#define FIND_f16(op, b, len, bm) find_##op##_f16(b, len, bm)
+#define FIND_bf16(op, b, len, bm) find_##op##_bf16(b, len, bm)
+#define FIND_c64(op, b, len, bm) find_##op##_c64(b, len, bm)
 
 #define AKERNELS(E, s, S, R, op, unused)                                                               \
     typedef struct {                                                                                   \
@@ -360,7 +477,33 @@ static const rkern reduce_kernels[6][MK_NDTYPES] = {
         op##_acc_##s *acc = acc_;                                                                      \
         for (int64_t i = 0; i < n; i++) acc[i].set = false;                                            \
     }                                                                                                  \
-    static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc_) {       \
+    /* best of b[0..len) (len a multiple of LANES) into *best; returns whether there is a nan */       \
+    static inline int blk_##op##_##s(const S *b, int len, R *best) {                                   \
+        R lane[LANES];                                                                                 \
+        int nanv = 0;                                                                                  \
+        for (int j = 0; j < LANES; j++) {                                                              \
+            lane[j] = MK_LOAD_##s(&b[j]);                                                              \
+            nanv |= ISNAN_##s(lane[j]);                                                                \
+        }                                                                                              \
+        for (int k = LANES; k < len; k += LANES)                                                       \
+            for (int j = 0; j < LANES; j++) {                                                          \
+                R v = MK_LOAD_##s(&b[k + j]);                                                          \
+                lane[j] = ABETTERN_##op(s, v, lane[j]) ? v : lane[j];                                  \
+                nanv |= ISNAN_##s(v);                                                                  \
+            }                                                                                          \
+        R bm = lane[0];                                                                                \
+        for (int j = 1; j < LANES; j++) bm = ABETTERN_##op(s, lane[j], bm) ? lane[j] : bm;             \
+        *best = bm;                                                                                    \
+        return nanv;                                                                                   \
+    }                                                                                                  \
+    static inline int find_##op##_##s(const S *b, int len, R bm) {                                     \
+        int k = 0;                                                                                     \
+        (void)len;                                                                                     \
+        while (ABETTERN_##op(s, bm, MK_LOAD_##s(&b[k]))) k++;                                          \
+        return k;                                                                                      \
+    }                                                                                                  \
+    MK_SIMD_CLONES static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos,      \
+                                              void *acc_) {                                            \
         const S *x = x_;                                                                               \
         op##_acc_##s a = *(op##_acc_##s *)acc_;                                                        \
         int64_t i = 0;                                                                                 \
@@ -369,6 +512,22 @@ static const rkern reduce_kernels[6][MK_NDTYPES] = {
             op##_step_##s(&a, MK_LOAD_##s(&x[0]), pos);                                                \
             i = 1;                                                                                     \
         }                                                                                              \
+        if (!ISNAN_##s(a.v) && st == 1)                                                                \
+            /* blocks: the block's best and a nan flag computed branch-free in vector lanes,       \
+             * then, only when the block beats the best so far, the first element equal to the     \
+             * block's best; a block with a nan is left to the scalar loop below. */               \
+            while (n - i >= LANES) {                                                                   \
+                const S *b = x + i;                                                                    \
+                int len = n - i >= ABLK ? ABLK : (int)((n - i) & ~(int64_t)(LANES - 1));               \
+                R bm;                                                                                  \
+                if (BLK_##s(op, b, len, &bm)) break;                                                   \
+                if (ABETTERN_##op(s, bm, a.v)) {                                                       \
+                    int k = FIND_##s(op, b, len, bm);                                                  \
+                    a.v = MK_LOAD_##s(&b[k]);                                                          \
+                    a.i = (uint32_t)(pos + i + k);                                                     \
+                }                                                                                      \
+                i += len;                                                                              \
+            }                                                                                          \
         if (!ISNAN_##s(a.v))                                                                           \
             for (; i < n; i++) {                                                                       \
                 R v = MK_LOAD_##s(&x[i * st]);                                                         \

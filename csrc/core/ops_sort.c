@@ -312,6 +312,136 @@ static inline int floor_log2(int64_t n) {
         }                                                                                              \
     }
 
+/* ============================================================ radix sort
+
+ * 32-bit compute types (float32, float16 and bfloat16 held as float, int32,
+ * uint32) sort by an LSD radix sort on order-preserving unsigned keys: for a
+ * float, flip all bits of a negative and the sign bit of a positive; -0.0
+ * gets +0.0's key, since MLX's comparator finds them equal (a stable sort
+ * keeps their input order). Nans never get here (they are moved last
+ * first). LSD radix with counting passes is stable, so the result is the
+ * stable sort's, element for element. Passes whose digit is the same for
+ * every key (the low bits of a widened float16, the high bits of small
+ * ints) are skipped. */
+#define RADIX_MIN 256 /* shorter rows: merge sort */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define RADIX_OK 1
+#else
+#define RADIX_OK 0 /* the (key, index) pairs are sorted as 64-bit words, key in the low half */
+#endif
+
+static inline uint32_t fkey(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+static inline float fdekey(uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k ^ 0x80000000u) : ~k;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Sorts a[0..n) by the low 32 bits (the key), stably; tmp holds n. */
+#define DEFINE_RADIX(name, E)                                                                          \
+    static void name(E *a, E *tmp, int64_t n) {                                                        \
+        static const int sh[4] = {0, 8, 16, 24};                                                       \
+        int64_t cnt[4][256];                                                                           \
+        memset(cnt, 0, sizeof cnt);                                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                              \
+            uint32_t k = (uint32_t)a[i];                                                               \
+            cnt[0][k & 255]++;                                                                         \
+            cnt[1][(k >> 8) & 255]++;                                                                  \
+            cnt[2][(k >> 16) & 255]++;                                                                 \
+            cnt[3][k >> 24]++;                                                                         \
+        }                                                                                              \
+        E *src = a, *dst = tmp;                                                                        \
+        for (int p = 0; p < 4; p++) {                                                                  \
+            if (cnt[p][((uint32_t)a[0] >> sh[p]) & 255] == n) continue; /* one digit: nothing moves */  \
+            int64_t off[256], o = 0;                                                                   \
+            for (int d = 0; d < 256; d++) {                                                            \
+                off[d] = o;                                                                            \
+                o += cnt[p][d];                                                                        \
+            }                                                                                          \
+            const int shift = sh[p];                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                          \
+                E e = src[i];                                                                          \
+                dst[off[((uint32_t)e >> shift) & 255]++] = e;                                          \
+            }                                                                                          \
+            E *t = src;                                                                                \
+            src = dst;                                                                                 \
+            dst = t;                                                                                   \
+        }                                                                                              \
+        if (src != a) memcpy(a, src, (size_t)n * sizeof(E));                                           \
+    }
+DEFINE_RADIX(radix_keys, uint32_t)
+DEFINE_RADIX(radix_pairs, uint64_t)
+
+/* per dtype: radix sortable?, key of a compute value, value of a key */
+#define RADIX_f16 1
+#define RADIX_f32 1
+#define RADIX_bf16 1
+#define RADIX_i32 1
+#define RADIX_u32 1
+#define RADIX_b8 0
+#define RADIX_u8 0
+#define RADIX_u16 0
+#define RADIX_u64 0
+#define RADIX_i8 0
+#define RADIX_i16 0
+#define RADIX_i64 0
+#define RADIX_f64 0
+#define RADIX_c64 0
+#define NEGZ_FLT(x) ((x) == 0 && signbit(x))
+#define NEGZ_NONE(x) ((void)(x), 0)
+#define NEGZ_f16 NEGZ_FLT
+#define NEGZ_f32 NEGZ_FLT
+#define NEGZ_bf16 NEGZ_FLT
+#define NEGZ_b8 NEGZ_NONE
+#define NEGZ_u8 NEGZ_NONE
+#define NEGZ_u16 NEGZ_NONE
+#define NEGZ_u32 NEGZ_NONE
+#define NEGZ_u64 NEGZ_NONE
+#define NEGZ_i8 NEGZ_NONE
+#define NEGZ_i16 NEGZ_NONE
+#define NEGZ_i32 NEGZ_NONE
+#define NEGZ_i64 NEGZ_NONE
+#define NEGZ_f64 NEGZ_NONE
+#define NEGZ_c64 NEGZ_NONE
+#define RKEY_FLT(v) fkey(v)
+#define RDEKEY_FLT(k) fdekey(k)
+#define RKEY_NONE(v) ((void)(v), 0u)
+#define RDEKEY_NONE(k) ((void)(k), 0)
+#define RKEY_f16 RKEY_FLT
+#define RKEY_f32 RKEY_FLT
+#define RKEY_bf16 RKEY_FLT
+#define RKEY_i32(v) ((uint32_t)(v) ^ 0x80000000u)
+#define RKEY_u32(v) ((uint32_t)(v))
+#define RDEKEY_f16 RDEKEY_FLT
+#define RDEKEY_f32 RDEKEY_FLT
+#define RDEKEY_bf16 RDEKEY_FLT
+#define RDEKEY_i32(k) ((int32_t)((k) ^ 0x80000000u))
+#define RDEKEY_u32(k) (k)
+#define RKEY_b8 RKEY_NONE
+#define RKEY_u8 RKEY_NONE
+#define RKEY_u16 RKEY_NONE
+#define RKEY_u64 RKEY_NONE
+#define RKEY_i8 RKEY_NONE
+#define RKEY_i16 RKEY_NONE
+#define RKEY_i64 RKEY_NONE
+#define RKEY_f64 RKEY_NONE
+#define RKEY_c64 RKEY_NONE
+#define RDEKEY_b8 RDEKEY_NONE
+#define RDEKEY_u8 RDEKEY_NONE
+#define RDEKEY_u16 RDEKEY_NONE
+#define RDEKEY_u64 RDEKEY_NONE
+#define RDEKEY_i8 RDEKEY_NONE
+#define RDEKEY_i16 RDEKEY_NONE
+#define RDEKEY_i64 RDEKEY_NONE
+#define RDEKEY_f64 RDEKEY_NONE
+#define RDEKEY_c64 RDEKEY_NONE
+
 /* ============================================================ sort rows */
 
 enum { SK_SORT, SK_ARGSORT, SK_PART, SK_ARGPART };
@@ -402,7 +532,15 @@ static void row_offsets(const sort_job *J, int64_t r, int64_t *io, int64_t *oo) 
                     pr[i].i = (uint32_t)i;                                                             \
                 }                                                                                      \
                 int64_t m = nan_lastp_##s(pr, pr + n, n);                                              \
-                if (J->par)                                                                            \
+                if (RADIX_OK && RADIX_##s && m >= RADIX_MIN) {                                         \
+                    uint64_t *w = (uint64_t *)pr;                                                      \
+                    for (int64_t i = 0; i < m; i++)                                                    \
+                        w[i] = (uint64_t)RKEY_##s(pr[i].k) | (uint64_t)pr[i].i << 32;                  \
+                    radix_pairs(w, w + n, m);                                                          \
+                    uint32_t *dst = (uint32_t *)J->out + oo;                                           \
+                    for (int64_t i = 0; i < n; i++) dst[i * os] = (uint32_t)(w[i] >> 32);              \
+                    continue;                                                                          \
+                } else if (J->par)                                                                     \
                     msortp_##s##_par(pr, pr + n, m);                                                   \
                 else                                                                                   \
                     msortp_##s(pr, pr + n, m);                                                         \
@@ -422,7 +560,25 @@ static void row_offsets(const sort_job *J, int64_t r, int64_t *io, int64_t *oo) 
                 select_##s(v, n, J->kth, NULL);                                                        \
             else {                                                                                     \
                 int64_t m = nan_last_##s(v, v + n, n);                                                 \
-                if (J->par)                                                                            \
+                if (RADIX_OK && RADIX_##s && m >= RADIX_MIN) {                                         \
+                    uint32_t *w = (uint32_t *)v;                                                       \
+                    int64_t negz = 0;                                                                  \
+                    for (int64_t i = 0; i < m; i++) {                                                  \
+                        R x = v[i];                                                                    \
+                        negz += NEGZ_##s(x);                                                           \
+                        w[i] = RKEY_##s(x);                                                            \
+                    }                                                                                  \
+                    radix_keys(w, w + n, m);                                                           \
+                    for (int64_t i = 0; i < m; i++) v[i] = (R)RDEKEY_##s(w[i]);                        \
+                    if (negz) { /* zeros are equal: put them back in their input order, signs too */   \
+                        int64_t z = 0;                                                                 \
+                        while (v[z] != 0) z++;                                                         \
+                        for (int64_t i = 0; i < n; i++) {                                              \
+                            R x = MK_LOAD_##s(&src[i * is]);                                           \
+                            if (x == 0) v[z++] = x;                                                    \
+                        }                                                                              \
+                    }                                                                                  \
+                } else if (J->par)                                                                     \
                     msort_##s##_par(v, v + n, m);                                                      \
                 else                                                                                   \
                     msort_##s(v, v + n, m);                                                            \

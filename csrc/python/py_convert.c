@@ -194,8 +194,34 @@ static int int_value(PyObject *o, int64_t *v) {
     return 0;
 }
 
+/* hasattr(o, name) without building and clearing an AttributeError when the
+ * attribute is missing (PyObject_HasAttrString formats the error message:
+ * most of the fixed cost of mx.array(ndarray) was that); errors count as
+ * "no", as hasattr's. `cache` holds the interned name. */
+static int has_attr_fast(PyObject *o, PyObject **cache, const char *name) {
+    if (!*cache && !(*cache = PyUnicode_InternFromString(name))) {
+        PyErr_Clear();
+        return PyObject_HasAttrString(o, name);
+    }
+    PyObject *r = NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    int k = PyObject_GetOptionalAttr(o, *cache, &r);
+#else
+    int k = _PyObject_LookupAttr(o, *cache, &r);
+#endif
+    Py_XDECREF(r);
+    if (k < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return k;
+}
+static PyObject *name_mlx_array, *name_array_interface;
+#define HAS_MLX_ARRAY(o) has_attr_fast(o, &name_mlx_array, "__mlx_array__")
+#define HAS_ARRAY_INTERFACE(o) has_attr_fast(o, &name_array_interface, "__array_interface__")
+
 static int is_mlx_array(PyObject *o) {
-    return PyMkArray_Check(o) || (!mkpy_is_scalar(o) && PyObject_HasAttrString(o, "__mlx_array__"));
+    return PyMkArray_Check(o) || (!mkpy_is_scalar(o) && HAS_MLX_ARRAY(o));
 }
 
 /* o.__mlx_array__(), checked to be an array (new core reference). */
@@ -402,17 +428,69 @@ static int format_dtype(const char *fmt, Py_ssize_t itemsize) {
 }
 
 /* Copies an n-d strided block (byte strides) to dense memory. */
-static void copy_strided(char *dst, const char *src, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
-                         size_t itemsize, char **end) {
-    if (ndim == 0) {
-        memcpy(dst, src, itemsize);
-        *end = dst + itemsize;
+/* Copies one row of n elements `stride` bytes apart into contiguous dst. */
+static void copy_row(char *dst, const char *src, Py_ssize_t n, Py_ssize_t stride, size_t itemsize) {
+    if ((size_t)stride == itemsize) {
+        memcpy(dst, src, (size_t)n * itemsize);
         return;
     }
-    for (Py_ssize_t i = 0; i < shape[0]; i++) {
-        copy_strided(dst, src + i * strides[0], ndim - 1, shape + 1, strides + 1, itemsize, &dst);
+    switch (itemsize) { /* fixed sizes: a load and a store per element, no memcpy call */
+    case 1:
+        for (Py_ssize_t i = 0; i < n; i++) dst[i] = src[i * stride];
+        return;
+    case 2:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 2 * i, src + i * stride, 2);
+        return;
+    case 4:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 4 * i, src + i * stride, 4);
+        return;
+    case 8:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + 8 * i, src + i * stride, 8);
+        return;
+    default:
+        for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + itemsize * (size_t)i, src + i * stride, itemsize);
     }
-    *end = dst;
+}
+
+/* Copies a strided block into contiguous dst (row-major order). Dimensions
+ * of extent 1 are dropped and neighbours that are contiguous with each other
+ * merged, so C-contiguous input is one memcpy and other layouts move whole
+ * inner rows; the outer dimensions are walked with an index counter. */
+static void copy_strided(char *dst, const char *src, int ndim, const Py_ssize_t *shape, const Py_ssize_t *strides,
+                         size_t itemsize) {
+    Py_ssize_t shp[MK_MAX_NDIM + 1], str[MK_MAX_NDIM + 1];
+    int nd = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1) continue;
+        if (nd > 0 && str[nd - 1] == strides[i] * shape[i]) {
+            shp[nd - 1] *= shape[i]; /* the previous dim steps exactly over this one: merge */
+            str[nd - 1] = strides[i];
+            continue;
+        }
+        shp[nd] = shape[i];
+        str[nd] = strides[i];
+        nd++;
+    }
+    if (nd == 0) {
+        memcpy(dst, src, itemsize);
+        return;
+    }
+    Py_ssize_t inner = shp[nd - 1], istride = str[nd - 1];
+    size_t rowbytes = (size_t)inner * itemsize;
+    Py_ssize_t idx[MK_MAX_NDIM + 1] = {0};
+    const char *p = src;
+    for (;;) {
+        copy_row(dst, p, inner, istride, itemsize);
+        dst += rowbytes;
+        int d = nd - 2;
+        for (; d >= 0; d--) {
+            p += str[d];
+            if (++idx[d] < shp[d]) break;
+            p -= str[d] * shp[d];
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
 }
 
 /* Makes an array from raw memory described by a dtype, shape and byte
@@ -435,7 +513,6 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
     if (complex128) shp[ndim] = 2;
     mk_array *raw = mk_array_empty(complex128 ? MK_FLOAT64 : st, ndim + complex128, shp);
     if (!raw) return (mk_array *)mkpy_raise();
-    char *end;
     Py_ssize_t cstrides[MK_MAX_NDIM];
     if (!strides) {
         Py_ssize_t s = itemsize;
@@ -445,7 +522,7 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
         }
         strides = cstrides;
     }
-    if (raw->size) copy_strided(raw->buf->data, data, ndim, shape, strides, (size_t)itemsize, &end);
+    if (raw->size) copy_strided(raw->buf->data, data, ndim, shape, strides, (size_t)itemsize);
     if (complex128) {
         /* pairs of doubles -> complex64 */
         mk_array *c = mk_array_empty(MK_COMPLEX64, ndim, shp); /* shp[ndim] is ignored */
@@ -573,7 +650,7 @@ static mk_array *from_scalar(PyObject *obj, int dtype) {
  * buffers and __array_interface__. NULL without an error set: none of these. */
 static mk_array *from_non_sequence(PyObject *obj, int dtype) {
     mk_array *a = NULL;
-    if (PyMkArray_Check(obj) || (!mkpy_is_scalar(obj) && PyObject_HasAttrString(obj, "__mlx_array__"))) {
+    if (PyMkArray_Check(obj) || (!mkpy_is_scalar(obj) && HAS_MLX_ARRAY(obj))) {
         if (PyMkArray_Check(obj)) {
             a = MKARR(obj);
             mk_incref(a);
@@ -615,8 +692,7 @@ mk_array *mkpy_to_array_arg(PyObject *obj, int dtype) {
 int mkpy_is_operand(PyObject *o) {
     if (PyMkArray_Check(o) || mkpy_is_scalar(o)) return 1;
     if (PyUnicode_Check(o) || PyList_Check(o) || PyTuple_Check(o) || o == Py_None) return 0;
-    return PyObject_CheckBuffer(o) || PyObject_HasAttrString(o, "__mlx_array__") ||
-           PyObject_HasAttrString(o, "__array_interface__");
+    return PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o);
 }
 
 mk_array *mkpy_to_array_weak(PyObject *obj, int partner) {

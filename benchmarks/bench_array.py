@@ -1,0 +1,170 @@
+"""The array path against NumPy and MLX's CPU build side by side (issue #15):
+conversion from NumPy, sort, argmax, half types, accumulating scatter,
+transpose + copy, small ops.
+
+Each row times mkpy, NumPy and, when `mlx.core` is importable, MLX (CPU
+device) in the same rounds; the ratio is against the faster peer (above 1
+mkpy wins), the note gives both. MLX is found by `import mlx.core`, else
+in the venv named by MKPY_BENCH_MLX_VENV, e.g.
+    /usr/bin/python3 -m venv --system-site-packages /tmp/mlxvenv
+    /tmp/mlxvenv/bin/pip install "mlx[cpu]"
+    MKPY_BENCH_MLX_VENV=/tmp/mlxvenv make bench BENCH_ARGS="--only array"
+Run alone: PYTHONPATH=. python3 benchmarks/bench_array.py
+"""
+import glob
+import os
+import sys
+
+import numpy as np
+
+import mkpy as mx
+
+from common import Target, compare, fmt_ratio, fmt_time, progress, row, time_ratio
+
+SECTION = "array"
+BEST = Target(">= 1.0x (no slower than the best peer)", ratio_min=1.0)
+
+
+def load_mlx():
+    try:
+        import mlx.core as mlx
+        return mlx
+    except ImportError:
+        pass
+    venv = os.environ.get("MKPY_BENCH_MLX_VENV")
+    if not venv:
+        return None
+    for site in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")):
+        if site not in sys.path:
+            sys.path.append(site)
+    try:
+        import mlx.core as mlx
+        mlx.set_default_device(mlx.cpu)
+        return mlx
+    except ImportError:
+        return None
+
+
+def _same(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    return got.shape == want.shape and bool(np.array_equal(got.astype(np.float64), want.astype(np.float64),
+                                                      equal_nan=True))
+
+
+def run(opts):
+    mlx = load_mlx()
+    rows = []
+    rng = np.random.default_rng(0)
+    budget = 1.0 if opts.quick else 2.0
+
+    def case(name, fns, check=None):
+        """fns: {'mkpy': f, 'numpy': g, 'mlx': h or None}"""
+        progress("array: " + name)
+        fns = {k: v for k, v in fns.items() if v is not None}
+        best = compare(fns, budget_s=budget, max_reps=9)
+        peers = {k: v for k, v in best.items() if k != "mkpy"}
+        ref = min(peers, key=peers.get)
+        note = ", ".join("%s %s" % (k, fmt_ratio(time_ratio(best["mkpy"], v))) for k, v in sorted(peers.items()))
+        if "mlx" not in peers:
+            note += " (mlx not installed)"
+        rows.append(row(SECTION, name, value=best["mkpy"], value_text=fmt_time(best["mkpy"]) if opts.abs_times else "",
+                        ref_name=ref, ref_value=peers[ref], ref_text=fmt_time(peers[ref]) if opts.abs_times else "",
+                        ratio=time_ratio(best["mkpy"], peers[ref]), target=BEST, check=check,
+                        note=note if check is not False else "RESULT DIFFERS; " + note))
+
+    M = (lambda f: f) if mlx is not None else (lambda f: None)
+
+    # conversion from NumPy (+ eval)
+    for n in (1_000, 4_000_000):
+        a = rng.standard_normal(n).astype(np.float32)
+        case("array(numpy f32) %s + eval" % ("1e3" if n == 1000 else "4e6"), {
+            "mkpy": lambda: mx.eval(mx.array(a)), "numpy": lambda: a.copy(),
+            "mlx": M(lambda: mlx.eval(mlx.array(a)))}, check=_same(mx.array(a), a))
+    a2 = rng.standard_normal((2000, 2000)).astype(np.float32)[:, ::2]
+    case("array(numpy f32 strided) 2e6 + eval", {
+        "mkpy": lambda: mx.eval(mx.array(a2)), "numpy": lambda: np.ascontiguousarray(a2),
+        "mlx": M(lambda: mlx.eval(mlx.array(a2)))}, check=_same(mx.array(a2), a2))
+
+    # sort
+    x = rng.standard_normal(1_000_000).astype(np.float32)
+    xm = mx.array(x)
+    xl = mlx.array(x) if mlx else None
+    case("sort 1M f32", {"mkpy": lambda: mx.eval(mx.sort(xm)), "numpy": lambda: np.sort(x),
+                         "mlx": M(lambda: mlx.eval(mlx.sort(xl)))}, check=_same(mx.sort(xm), np.sort(x)))
+    case("argsort 1M f32", {"mkpy": lambda: mx.eval(mx.argsort(xm)), "numpy": lambda: np.argsort(x),
+                            "mlx": M(lambda: mlx.eval(mlx.argsort(xl)))},
+         check=_same(mx.argsort(xm), np.argsort(x, kind="stable")))
+    r = rng.standard_normal((1024, 1024)).astype(np.float32)
+    rm = mx.array(r)
+    rl = mlx.array(r) if mlx else None
+    case("sort 1024x1024 by rows", {"mkpy": lambda: mx.eval(mx.sort(rm, axis=1)), "numpy": lambda: np.sort(r, axis=1),
+                                    "mlx": M(lambda: mlx.eval(mlx.sort(rl, axis=1)))},
+         check=_same(mx.sort(rm, axis=1), np.sort(r, axis=1)))
+
+    # argmax
+    big = rng.standard_normal(4_000_000).astype(np.float32)
+    bm = mx.array(big)
+    bl = mlx.array(big) if mlx else None
+    case("argmax 4M f32", {"mkpy": lambda: mx.eval(mx.argmax(bm)), "numpy": lambda: np.argmax(big),
+                           "mlx": M(lambda: mlx.eval(mlx.argmax(bl)))}, check=bool(int(mx.argmax(bm)) == np.argmax(big)))
+    sq = big.reshape(2000, 2000)
+    sm = mx.array(sq)
+    sl = mlx.array(sq) if mlx else None
+    case("argmax 2000x2000 axis=1", {"mkpy": lambda: mx.eval(mx.argmax(sm, axis=1)),
+                                     "numpy": lambda: np.argmax(sq, axis=1),
+                                     "mlx": M(lambda: mlx.eval(mlx.argmax(sl, axis=1)))},
+         check=_same(mx.argmax(sm, axis=1), np.argmax(sq, axis=1)))
+
+    # half types
+    h = rng.standard_normal(4_000_000).astype(np.float16)
+    h2 = rng.standard_normal(4_000_000).astype(np.float16)
+    hm, hm2 = mx.array(h), mx.array(h2)
+    hl, hl2 = (mlx.array(h), mlx.array(h2)) if mlx else (None, None)
+    case("exp f16 4e6", {"mkpy": lambda: mx.eval(mx.exp(hm)), "numpy": lambda: np.exp(h),
+                         "mlx": M(lambda: mlx.eval(mlx.exp(hl)))})
+    for nm, mf, nf, lf in (("add", mx.add, np.add, mlx.add if mlx else None),
+                           ("multiply", mx.multiply, np.multiply, mlx.multiply if mlx else None)):
+        case("%s f16 4e6" % nm, {"mkpy": lambda: mx.eval(mf(hm, hm2)), "numpy": lambda: nf(h, h2),
+                                 "mlx": M(lambda: mlx.eval(lf(hl, hl2)))}, check=_same(mf(hm, hm2), nf(h, h2)))
+    b16 = mx.array(h).astype(mx.bfloat16)
+    b16b = mx.array(h2).astype(mx.bfloat16)
+    bl16 = (mlx.array(h).astype(mlx.bfloat16), mlx.array(h2).astype(mlx.bfloat16)) if mlx else None
+    case("add bf16 4e6", {"mkpy": lambda: mx.eval(mx.add(b16, b16b)),
+                          "mlx": M(lambda: mlx.eval(mlx.add(*bl16))),
+                          "numpy": lambda: np.add(h, h2)})
+
+    # accumulating scatter: 16M updates into 256 bins
+    n = 16_000_000 if not opts.quick else 4_000_000
+    idx = rng.integers(0, 256, n).astype(np.int32)
+    upd = rng.standard_normal(n).astype(np.float32)
+    z = np.zeros(256, np.float32)
+    im, um, zm = mx.array(idx), mx.array(upd), mx.array(z)
+    il, ul, zl = (mlx.array(idx), mlx.array(upd), mlx.array(z)) if mlx else (None, None, None)
+    want = z.copy()
+    np.add.at(want, idx, upd)
+    case("x.at[idx].add(v) 16M into 256" if not opts.quick else "x.at[idx].add(v) 4M into 256", {
+        "mkpy": lambda: mx.eval(zm.at[im].add(um)), "numpy": lambda: np.add.at(z.copy(), idx, upd),
+        "mlx": M(lambda: mlx.eval(zl.at[il].add(ul)))}, check=_same(zm.at[im].add(um), want))
+
+    # transpose + copy, multiply and a tiny op
+    t = rng.standard_normal((25, 40)).astype(np.float32)
+    tm = mx.array(t)
+    tl = mlx.array(t) if mlx else None
+    case("transpose + copy 1e3", {"mkpy": lambda: mx.eval(mx.contiguous(mx.transpose(tm))),
+                                  "numpy": lambda: np.ascontiguousarray(t.T),
+                                  "mlx": M(lambda: mlx.eval(mlx.contiguous(mlx.transpose(tl))))},
+         check=_same(mx.contiguous(mx.transpose(tm)), t.T))
+    case("multiply 1e3", {"mkpy": lambda: mx.eval(mx.multiply(tm, tm)), "numpy": lambda: np.multiply(t, t),
+                          "mlx": M(lambda: mlx.eval(mlx.multiply(tl, tl)))})
+    s16 = np.arange(16, dtype=np.float32)
+    s16m = mx.array(s16)
+    s16l = mlx.array(s16) if mlx else None
+    case("multiply 16 + eval", {"mkpy": lambda: mx.eval(mx.multiply(s16m, s16m)),
+                                "numpy": lambda: np.multiply(s16, s16),
+                                "mlx": M(lambda: mlx.eval(mlx.multiply(s16l, s16l)))})
+    return rows
+
+
+if __name__ == "__main__":
+    import run_all
+    run_all.main(["--only", SECTION])
