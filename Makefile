@@ -1,6 +1,8 @@
 # mkpy: `make run` and `make test` set everything up on a fresh Debian/Ubuntu machine.
 PYTHON ?= /usr/bin/python3
-PYTEST_ARGS ?= -q
+# The suite is bound by clang compiling its kernels: test files run in one worker process per
+# core (pytest-xdist), each file whole on one worker; every worker has its own kernel cache.
+PYTEST_ARGS ?= -q -n auto --dist loadfile
 BENCH_ARGS ?=
 
 .PHONY: deps build run test bench clean soak tsan

@@ -207,6 +207,42 @@ def test_three_dimensional_threadgroups_and_partial_groups():
     np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("active", [64, 40, 1])
+def test_barrier_loop_counters_and_input_scalars_kept_once_per_group(active, capfd):
+    """A barrier loop's counter and an input scalar are kept once per group in dense runs
+    (every thread at one barrier) and per thread otherwise: threads that return early make
+    the later runs not dense. Both must give the same numbers."""
+    k = mx.fast.metal_kernel(name="engine_uniform_slots", input_names=["x", "n", "active"], output_names=["y"],
+                             source="""
+        threadgroup float s[64];
+        uint lid = thread_position_in_threadgroup.x;
+        if (lid >= uint(active)) return;
+        float acc = 0.0f;
+        int t = 0;
+        for (; t < n; t += 3) {
+            s[lid] = x[t * 64 + lid];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            acc += s[(lid + 1) % uint(active)] * float(t + 1) + float(n);
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }
+        y[threadgroup_position_in_grid.x * 64 + lid] = acc + float(t * 1000);""")
+    n = 10
+    x = np.random.default_rng(5).standard_normal((n * 64,)).astype(np.float32)
+    args = [[mx.array(x), n, active], (128, 1, 1), (64, 1, 1), [(128,)]]
+    assert "runs on the lockstep engine" in engine_of(k, *args, capfd)
+    y, = run(k, *args)
+    want = np.zeros(128, np.float32)
+    ts = list(range(0, n, 3))
+    for lid in range(active):
+        acc = 0.0
+        for t in ts:
+            acc += x[t * 64 + (lid + 1) % active] * (t + 1) + n
+        for g in range(2):
+            want[g * 64 + lid] = acc + (ts[-1] + 3) * 1000
+    written = (np.arange(128) % 64) < active  # threads past `active` return before writing
+    np.testing.assert_allclose(y[written], want[written], rtol=1e-5)
+
+
 # ---------------------------------------------------------------- engines reported, fallback
 
 def test_divergent_barriers_name_the_engine():

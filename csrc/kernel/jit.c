@@ -602,6 +602,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
             if (k->shape_info[i][2]) sbf(&call, "%s*(const int *)args[%d]", SEP(), arg++);
         }
     }
+    const int readonly_args = arg; /* inputs and their shapes: nothing writes them during a launch */
     for (int i = 0; i < k->noutputs; i++) {
         const char *ts = mk_dtypes[c->output_dtypes[i]].msl_name;
         if (k->atomic_outputs)
@@ -640,11 +641,20 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     /* threadgroups one thread tall (bit 0) or deep (bit 1): the work-item
      * loops over y or z then run once, and LLVM drops them (their setup is
      * most of a 32-thread group's cost) */
+    /* the leading args the kernel only reads (its inputs): a load from one
+     * at a uniform address is the same in every thread */
+    sbf(&b, "extern \"C\" const int mkpy_cbs_readonly_args = %d;\n", readonly_args);
     sbf(&b, "extern \"C\" const int mkpy_cbs_flat = %d;\n",
         (c->threadgroup[1] == 1) | (c->threadgroup[2] == 1) << 1);
-    sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, uint64_t g, "
+    /* the group's coordinates come computed once per group (the pass calls
+     * mkpy_kernel_cbs_group at the top of its run function): divisions in
+     * the work-item loops would stay there, as LLVM never hoists a division
+     * out of a branch */
+    sb(&b, "extern \"C\" void mkpy_kernel_cbs_group(const mkpy_launch *L, uint64_t g, uint32_t *gb) {\n"
+           "    mkpy::group_coords(L, g, gb);\n}\n");
+    sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, const uint32_t *gb, "
            "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
-    sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
+    sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs_at(L, gb, t);\n"
            "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
     sb(&b, call.s);
     sb(&b, "    return MKPY_CBS_DONE;\n}\n");

@@ -36,10 +36,16 @@ inline void launch_attrs(const mkpy_launch *L, mkpy_thread_attrs &t) {
     t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
 }
 
-// Fills the attributes of threadgroup g; returns its thread count.
-inline unsigned group_attrs(const mkpy_launch *L, uint64_t g, mkpy_thread_attrs &t) {
+// The coordinates of threadgroup g (g counts along x first).
+inline void group_coords(const mkpy_launch *L, uint64_t g, uint32_t b[3]) {
     const unsigned nx = L->ngroups[0], ny = L->ngroups[1];
-    const unsigned b[3] = {(unsigned)(g % nx), (unsigned)((g / nx) % ny), (unsigned)(g / ((uint64_t)nx * ny))};
+    b[0] = (unsigned)(g % nx);
+    b[1] = (unsigned)((g / nx) % ny);
+    b[2] = (unsigned)(g / ((uint64_t)nx * ny));
+}
+
+// Fills the attributes of the threadgroup at coordinates b; returns its thread count.
+inline unsigned group_attrs_at(const mkpy_launch *L, const uint32_t b[3], mkpy_thread_attrs &t) {
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
         // the last threadgroups along a dimension may be partial (non-uniform)
@@ -51,6 +57,13 @@ inline unsigned group_attrs(const mkpy_launch *L, uint64_t g, mkpy_thread_attrs 
     t.simdgroups_per_threadgroup = (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
     t.quadgroups_per_threadgroup = (count + 3) / 4;
     return count;
+}
+
+// Fills the attributes of threadgroup g; returns its thread count.
+inline unsigned group_attrs(const mkpy_launch *L, uint64_t g, mkpy_thread_attrs &t) {
+    uint32_t b[3];
+    group_coords(L, g, b);
+    return group_attrs_at(L, b, t);
 }
 
 // Fills the attributes of the thread with index `index` in its threadgroup.
