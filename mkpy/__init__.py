@@ -31,3 +31,5 @@ from ._device import (  # noqa: F401
 _core.metal._set_runtime_dir(_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include"))
 
 __version__ = "0.1.0"
+from . import _reprlib_fix  # noqa: F401,E402  (arrays in pytest's assertion messages)
+from . import testing  # noqa: F401,E402  (mkpy.testing.assert_allclose)

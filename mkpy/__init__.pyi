@@ -4,7 +4,7 @@ import enum
 import types
 from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random
+from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random, testing as testing
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]

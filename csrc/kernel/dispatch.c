@@ -26,6 +26,7 @@
 #include "core/types.h"
 #include "cbs.h"
 #include "coop.h"
+#include "diag.h"
 #include "kernel.h"
 
 #define MAX_THREADS_PER_THREADGROUP 1024
@@ -129,6 +130,10 @@ const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn) {
 static void (*reporter)(const char *text);
 
 void mkk_set_reporter(void (*fn)(const char *text)) { reporter = fn; }
+
+void mkk_report_raw(const char *text) {
+    if (reporter) reporter(text);
+}
 
 void mkk_report(const char *fmt, ...) {
     if (!reporter) return;
@@ -500,6 +505,17 @@ static mk_buffer *dense_copy(const mk_array *x) {
     return b;
 }
 
+/* threadgroup_barrier calls in the kernel's source and header (the profiler's column) */
+static int count_barriers(const mkk_kernel *k) {
+    int n = 0;
+    const char *texts[2] = {k->source, k->header};
+    for (int t = 0; t < 2; t++)
+        for (const char *p = texts[t] ? strstr(texts[t], "threadgroup_barrier") : NULL; p;
+             p = strstr(p + 1, "threadgroup_barrier"))
+            n++;
+    return n;
+}
+
 static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     kernel_params *kp = p->params;
     mkk_kernel *k = kp->k;
@@ -543,8 +559,11 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
+    const bool profiling = mkk_profiling();
+    mkk_profile_kernel prof = {k->name, NULL, NULL, profiling ? mkk_now_ns() : 0};
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
     if (!fn.entry) goto done;
+    if (profiling) prof.compile_end = mkk_now_ns();
 
     bufs = calloc((size_t)(k->ninputs + k->noutputs) + 1, sizeof *bufs);
     if (!bufs) {
@@ -660,7 +679,14 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                                              : "the lockstep engine could not take it");
         else
             mkk_report("mkpy: kernel `%s` runs on the %s engine\n", k->name, mkk_engine_name(k, &fn));
+        if (fn.so_path && strlen(fn.so_path) > 3)
+            mkk_report("mkpy: kernel `%s` sources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)\n",
+                       k->name, (int)strlen(fn.so_path) - 3, fn.so_path, (int)strlen(fn.so_path) - 3, fn.so_path);
     }
+    mkk_debug(1, "kernel `%s`: %s engine%s%s%s", k->name, mkk_engine_name(k, &fn),
+              r->how == SCHEME_COOPERATIVE ? " (" : "",
+              r->how == SCHEME_COOPERATIVE ? (fn.cbs_declined ? fn.cbs_declined : "the lockstep engine could not take it") : "",
+              r->how == SCHEME_COOPERATIVE ? ")" : "");
     if (r->how == SCHEME_LOCKSTEP) {
         mkk_cbs_kernel cbk = {fn.cbs_run, fn.cbs_info, args};
         char why[1024];
@@ -690,9 +716,29 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
     double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
     if (timeout > 0) r->deadline_ns = now_ns() + (uint64_t)(timeout * 1e9);
+    mkk_debug(2, "launch `%s`: grid (%lld, %lld, %lld), threadgroup (%u, %u, %u), %llu threadgroups, %s engine, "
+                 "called at %s", k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2],
+              r->base.tg[0], r->base.tg[1], r->base.tg[2], (unsigned long long)r->total, mkk_engine_name(k, &fn), site);
+    /* os_log/printf messages: kept during the launch, printed after it */
+    void *print_sink = mkk_source_prints(k->source, k->header) ? mkk_print_begin(args) : NULL;
+    if (profiling) prof.run_begin = mkk_now_ns();
     watch_launch(r);
     mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, r);
     unwatch_launch(r);
+    if (profiling) {
+        prof.run_end = mkk_now_ns();
+        prof.engine = mkk_engine_name(k, &fn);
+        prof.cache = fn.how == MKK_FOUND_IN_MEMORY ? "memory" : fn.how == MKK_FOUND_ON_DISK ? "disk" : "compiled";
+        for (int d = 0; d < 3; d++) {
+            prof.grid[d] = c->grid[d];
+            prof.threadgroup[d] = r->base.tg[d];
+        }
+        prof.threads = (uint64_t)r->base.grid[0] * r->base.grid[1] * r->base.grid[2];
+        prof.groups = r->total;
+        prof.barriers = count_barriers(k);
+        mkk_profile_record_kernel(&prof);
+    }
+    mkk_print_end(print_sink, k->name);
     int ninbufs = k->ninputs + k->noutputs;
     char what[1400];
     if (atomic_load(&r->cancel) && !atomic_load(&r->failed)) {
@@ -743,6 +789,14 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
     rc = 0;
 done:
+    if (rc < 0 && fn.so_path && strlen(fn.so_path) > 3 && mk_error_code() == MK_ERR_RUNTIME) {
+        /* where to look at what ran */
+        char msg[MK_ERRMSG_MAX];
+        int n = (int)strlen(fn.so_path) - 3;
+        snprintf(msg, sizeof msg, "%s", mk_error_message());
+        mk_error_set(MK_ERR_RUNTIME, "%s\nSources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)",
+                     msg, n, fn.so_path, n, fn.so_path);
+    }
     mkk_jit_release(&fn);
     if (bufs)
         for (int i = 0; i < k->ninputs + k->noutputs; i++) mk_stage_free(bufs[i].stage, bufs[i].stage_bytes);

@@ -131,7 +131,10 @@ typedef struct {
     const struct mkpy_cbs_info *cbs_info;
     const char *cbs_declined; /* why the pass did not take it, when known (owned by the cache) */
     void *ref;                /* the cache entry this launch holds loaded (mkk_jit_release) */
+    const char *so_path;      /* the object on disk; its sources are beside it, .metal and .cpp (owned by the cache) */
+    int how;                  /* MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK or MKK_COMPILED */
 } mkk_compiled;
+enum { MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK, MKK_COMPILED };
 
 /* Where the kernel layer's messages go (the binding prints them on Python's
  * sys.stdout); mkk_report formats one and hands it over. */

@@ -6,6 +6,7 @@
 
 extern PyMethodDef mkpy_dtype_functions[];
 extern PyMethodDef mkpy_kernel_cache_functions[];
+extern PyMethodDef mkpy_debug_functions[]; /* py_debug.c */
 extern PyMethodDef mkpy_transforms_functions[];
 int mkpy_dtype_init(PyObject *m);
 int mkpy_fast_init(void);
@@ -59,6 +60,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (mkpy_distributed_init(m) < 0) goto error;
     PyObject *metal = PyObject_GetAttrString(m, "metal");
     int rc = metal ? PyModule_AddFunctions(metal, mkpy_kernel_cache_functions) : -1;
+    if (rc == 0) rc = PyModule_AddFunctions(metal, mkpy_debug_functions);
     Py_XDECREF(metal);
     if (rc < 0) goto error;
     return m;
