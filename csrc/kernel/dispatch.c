@@ -671,6 +671,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     r->fn = fn;
     r->how = pick_engine(k, &fn);
     if (c->verbose) {
+        /* the sources first: the engine line stays the last one */
+        if (fn.so_path && strlen(fn.so_path) > 3)
+            mkk_report("mkpy: kernel `%s` sources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)\n",
+                       k->name, (int)strlen(fn.so_path) - 3, fn.so_path, (int)strlen(fn.so_path) - 3, fn.so_path);
         if (r->how == SCHEME_COOPERATIVE)
             mkk_report("mkpy: kernel `%s` runs on fibers (%s)\n", k->name,
                        getenv("MKPY_ENGINE") && strcmp(getenv("MKPY_ENGINE"), "fibers") == 0
@@ -679,11 +683,9 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                                              : "the lockstep engine could not take it");
         else
             mkk_report("mkpy: kernel `%s` runs on the %s engine\n", k->name, mkk_engine_name(k, &fn));
-        if (fn.so_path && strlen(fn.so_path) > 3)
-            mkk_report("mkpy: kernel `%s` sources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)\n",
-                       k->name, (int)strlen(fn.so_path) - 3, fn.so_path, (int)strlen(fn.so_path) - 3, fn.so_path);
     }
-    mkk_debug(1, "kernel `%s`: %s engine%s%s%s", k->name, mkk_engine_name(k, &fn),
+    if (mkk_debug_level() >= 1)
+        mkk_debug(1, "kernel `%s`: %s engine%s%s%s", k->name, mkk_engine_name(k, &fn),
               r->how == SCHEME_COOPERATIVE ? " (" : "",
               r->how == SCHEME_COOPERATIVE ? (fn.cbs_declined ? fn.cbs_declined : "the lockstep engine could not take it") : "",
               r->how == SCHEME_COOPERATIVE ? ")" : "");
@@ -716,11 +718,12 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
     double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
     if (timeout > 0) r->deadline_ns = now_ns() + (uint64_t)(timeout * 1e9);
-    mkk_debug(2, "launch `%s`: grid (%lld, %lld, %lld), threadgroup (%u, %u, %u), %llu threadgroups, %s engine, "
+    if (mkk_debug_level() >= 2)
+        mkk_debug(2, "launch `%s`: grid (%lld, %lld, %lld), threadgroup (%u, %u, %u), %llu threadgroups, %s engine, "
                  "called at %s", k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2],
               r->base.tg[0], r->base.tg[1], r->base.tg[2], (unsigned long long)r->total, mkk_engine_name(k, &fn), site);
     /* os_log/printf messages: kept during the launch, printed after it */
-    void *print_sink = mkk_source_prints(k->source, k->header) ? mkk_print_begin(args) : NULL;
+    void *print_sink = k->prints ? mkk_print_begin(args) : NULL;
     if (profiling) prof.run_begin = mkk_now_ns();
     watch_launch(r);
     mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, r);

@@ -560,7 +560,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     mkk_line_map(k, generated, &m);
     int n = total_lines(cpp);
     sbuf b = {0};
-    const bool prints = mkk_source_prints(k->source, k->header);
+    const bool prints = k->prints;
     char fh[4800], fg[4800], fs[4800];
     if (debug_dir) {
         snprintf(fh, sizeof fh, "%s/header.metal", debug_dir);
@@ -1598,7 +1598,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     }
     /* the disk key adds the compiler's identity, the flags and the headers,
      * and names the engine a cooperative kernel is built for */
-    const bool prints = mkk_source_prints(k->source, k->header);
+    const bool prints = k->prints;
     /* printing needs each message's thread, which the fiber engine knows */
     const int cooperative = mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL && !prints;
     char pass_id[4600] = "";

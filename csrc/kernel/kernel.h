@@ -48,6 +48,7 @@ typedef struct {
      * support ..."; NULL when none (or allow_non_metal). Raised at eval, where
      * a Mac reports its compile errors. */
     char *metal_error;
+    bool prints; /* the source or header uses os_log or printf (mkk_source_prints), set at creation */
 } mkk_kernel;
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,

@@ -96,7 +96,7 @@ static PyObject *py_env_check(PyObject *m, PyObject *unused) {
     (void)unused;
     char line[600];
     int py_ok = PY_VERSION_HEX >= 0x03090000;
-    snprintf(line, sizeof line, "%s %s", Py_GetVersion(), PY_VERSION_HEX >= 0x03090000 ? "" : "(3.9 or newer needed)");
+    snprintf(line, sizeof line, "%s%s", Py_GetVersion(), py_ok ? "" : " (3.9 or newer needed)");
     for (char *p = line; *p; p++)
         if (*p == '\n') *p = ' ';
     char *text;
