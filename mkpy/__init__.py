@@ -37,3 +37,5 @@ __version__ = "0.1.0"
 # mkpy.linalg: the package's wrapper module replaces the extension's submodule bound above
 del linalg  # noqa: F821,E402
 from . import linalg  # noqa: F401,E402
+from . import _reprlib_fix  # noqa: F401,E402  (arrays in pytest's assertion messages)
+from . import testing  # noqa: F401,E402  (mkpy.testing.assert_allclose)

@@ -4,7 +4,7 @@ import enum
 import types
 from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import cuda as cuda, distributed as distributed, fast as fast, fft as fft, metal as metal, random as random
+from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random, testing as testing
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -74,14 +74,6 @@ class DtypeCategory:
         """The category's value (MLX's numbering)."""
     def __reduce__(self) -> str: ...
     def __repr__(self) -> str: ...
-
-@final
-class PrintOptions:
-    """Options for printing arrays."""
-    def __new__(cls, precision: Any = -1) -> PrintOptions: ...
-    @property
-    def precision(self) -> int:
-        """Decimals printed (-1: the default format)."""
 
 class Stream:
     """A stream on a device."""
@@ -195,10 +187,6 @@ class array:
         """A NumPy array sharing the memory."""
     def __array_namespace__(self, api_version: Optional[str] = None) -> types.ModuleType:
         """The mkpy module."""
-    def __dlpack__(self, *, stream: StreamOrDevice = None, max_version: Any = None, dl_device: Any = None, copy: Optional[bool] = None) -> Any:
-        """A DLPack capsule viewing the array's memory."""
-    def __dlpack_device__(self) -> Any:
-        """(1, 0): the CPU."""
     def abs(self, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.abs."""
     def all(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
@@ -296,52 +284,11 @@ class custom_function:
     def vjp(self, fun: Callable[..., Any]) -> custom_function: ...
     def vmap(self, fun: Callable[..., Any]) -> custom_function: ...
 
-@final
-class finfo:
-    """Get information on floating-point types."""
-    def __new__(cls, dtype: Dtype) -> finfo: ...
-    @property
-    def bits(self) -> int:
-        """The number of bits occupied by the type."""
-    @property
-    def dtype(self) -> Dtype:
-        """The Dtype."""
-    @property
-    def eps(self) -> float:
-        """The difference between 1.0 and the next representable number above it."""
-    @property
-    def max(self) -> float:
-        """The largest representable number."""
-    @property
-    def min(self) -> float:
-        """The smallest representable number."""
-    @property
-    def smallest_normal(self) -> float:
-        """The smallest positive normal number."""
-    def __repr__(self) -> str: ...
-
-@final
-class iinfo:
-    """Get information on integer types."""
-    def __new__(cls, dtype: Dtype) -> iinfo: ...
-    @property
-    def dtype(self) -> Dtype:
-        """The Dtype."""
-    @property
-    def max(self) -> int:
-        """The largest representable number."""
-    @property
-    def min(self) -> int:
-        """The smallest representable number."""
-    def __repr__(self) -> str: ...
-
 bfloat16: Dtype
 bool_: Dtype
 complex64: Dtype
 complexfloating: DtypeCategory
 cpu: DeviceType = DeviceType.cpu
-e: float
-euler_gamma: float
 float16: Dtype
 float32: Dtype
 float64: Dtype
@@ -349,16 +296,12 @@ floating: DtypeCategory
 generic: DtypeCategory
 gpu: DeviceType = DeviceType.gpu
 inexact: DtypeCategory
-inf: float
 int16: Dtype
 int32: Dtype
 int64: Dtype
 int8: Dtype
 integer: DtypeCategory
-nan: float
-newaxis: Any
 number: DtypeCategory
-pi: float
 signedinteger: DtypeCategory
 uint16: Dtype
 uint32: Dtype
@@ -426,12 +369,6 @@ def argsort(a: array, /, axis: Optional[int] = -1, *, stream: StreamOrDevice = N
 def array_equal(a: Union[scalar, array], b: Union[scalar, array], /, equal_nan: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Whether a and b have the same shape and equal values."""
 
-def as_strided(a: array, /, shape: Optional[Union[int, Sequence[int]]] = None, strides: Any = None, offset: Union[int, array] = 0, *, stream: StreamOrDevice = None) -> array:
-    """A view of a's elements (in row-major order) with the given shape, strides and offset."""
-
-def asarray(a: array, dtype: Optional[Dtype] = None, *, copy: Optional[bool] = None) -> array:
-    """Convert the input to an array (an array of that dtype is returned as is)."""
-
 def async_eval(*args: Any) -> None:
     """Start evaluating arrays."""
 
@@ -443,9 +380,6 @@ def atleast_2d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list
 
 def atleast_3d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list[array]]:
     """Convert arrays to have at least three dimensions."""
-
-def bartlett(M: Any, *, stream: StreamOrDevice = None) -> array:
-    """Return the Bartlett window."""
 
 def bitwise_and(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_and with broadcasting."""
@@ -459,9 +393,6 @@ def bitwise_or(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def bitwise_xor(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_xor with broadcasting."""
 
-def blackman(M: Any, *, stream: StreamOrDevice = None) -> array:
-    """Return the Blackman window."""
-
 def broadcast_arrays(*arrays: array, stream: StreamOrDevice = None) -> list[array]:
     """Broadcast arrays against one another."""
 
@@ -470,9 +401,6 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def broadcast_to(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Broadcast an array to the given shape."""
-
-def can_cast(from_: Any, to: Any) -> array:
-    """Whether promoting from_ with to gives to."""
 
 def ceil(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise ceil."""
@@ -507,38 +435,11 @@ def conjugate(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def contiguous(a: array, /, allow_col_major: bool = False, *, stream: StreamOrDevice = None) -> array:
     """a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major, column-major counts as contiguous too)."""
 
-def conv1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
-    """1D convolution: input (N, L, C_in), weight (C_out, K, C_in / groups)."""
-
-def conv2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
-    """2D convolution: input (N, H, W, C_in), weight (C_out, KH, KW, C_in / groups)."""
-
-def conv3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
-    """3D convolution: input (N, D, H, W, C_in), weight (C_out, KD, KH, KW, C_in)."""
-
-def conv_general(input: array, weight: array, /, stride: Union[int, Sequence[int]] = 1, padding: Union[int, Sequence[int], tuple[Sequence[int], Sequence[int]]] = 0, kernel_dilation: Union[int, Sequence[int]] = 1, input_dilation: Union[int, Sequence[int]] = 1, groups: int = 1, flip: bool = False, *, stream: StreamOrDevice = None) -> array:
-    """General convolution: input (N, ..., C_in), weight (C_out, ..., C_in / groups)."""
-
-def conv_transpose1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, output_padding: int = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
-    """1D transposed convolution."""
-
-def conv_transpose2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, output_padding: Union[int, tuple[int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
-    """2D transposed convolution."""
-
-def conv_transpose3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, output_padding: Union[int, tuple[int, int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
-    """3D transposed convolution."""
-
-def convolve(a: array, v: array, /, mode: str = 'full', *, stream: StreamOrDevice = None) -> array:
-    """The discrete convolution of 1D arrays."""
-
 def cos(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cos."""
 
 def cosh(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cosh."""
-
-def count_nonzero(a: array, /, *, axis: Optional[int] = None, keepdims: bool = False, stream: StreamOrDevice = None) -> array:
-    """Count the non-zero elements along the given axes."""
 
 def cummax(a: array, /, axis: Optional[int] = None, *, reverse: bool = False, inclusive: bool = True, stream: StreamOrDevice = None) -> array:
     """Cumulative maximum along axis (of the flattened array when axis is None)."""
@@ -561,9 +462,6 @@ def default_stream(device: Union[Device, DeviceType]) -> Stream:
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
 
-def depends(inputs: Any, dependencies: Any) -> array:
-    """The inputs, computed only after the dependencies have been."""
-
 def device_count(device_type: DeviceType) -> int:
     """Number of devices of a type: one of each."""
 
@@ -576,20 +474,11 @@ def diag(a: array, /, k: int = 0, *, stream: StreamOrDevice = None) -> array:
 def diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: StreamOrDevice = None) -> array:
     """Return specified diagonals: the 2-D sub-arrays over axis1 and axis2 lose those axes and their diagonal at offset becomes the last axis (a view of a)."""
 
-def diff(a: array, /, n: int = 1, axis: int = -1, *, stream: StreamOrDevice = None) -> array:
-    """The n-th discrete difference along an axis."""
-
 def disable_compile() -> None:
     """Globally disable compilation: compiled functions call the function as is."""
 
 def divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise divide with broadcasting."""
-
-def divmod(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
-    """Element-wise quotient and remainder: [a // b, a % b]."""
-
-def empty_like(a: array, /, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
-    """Zeros of a's shape and dtype."""
 
 def enable_compile() -> None:
     """Globally enable compilation (see disable_compile)."""
@@ -615,29 +504,17 @@ def expand_dims(a: array, /, axis: Union[int, Sequence[int]], *, stream: StreamO
 def expm1(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise expm1."""
 
-def export_function(file: Any, fun: Any, *args: Any, shapeless: Any = False, **kwargs: Any) -> array:
-    """Not supported: raises NotImplementedError (MLX's format stores MLX's primitives)."""
-
-def exporter(file: Any, fun: Any, *, shapeless: Any = False) -> array:
-    """Not supported: raises NotImplementedError."""
-
 def eye(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[Dtype] = float32, *, stream: StreamOrDevice = None) -> array:
     """An n x m array with ones on the k-th diagonal."""
 
 def flatten(a: array, /, start_axis: int = 0, end_axis: int = -1, *, stream: StreamOrDevice = None) -> array:
     """Flatten an array; the axes from start_axis to end_axis (inclusive) become one."""
 
-def flip(a: array, /, axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
-    """Reverse the order of elements along the given axes."""
-
 def floor(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise floor."""
 
 def floor_divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise floor_divide with broadcasting."""
-
-def from_dlpack(x: array, /, *, device: Optional[Union[Device, DeviceType]] = None, copy: Optional[bool] = None) -> array:
-    """A copy of a CPU DLPack tensor as an array."""
 
 def full(shape: Union[int, Sequence[int]], vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """An array of the given shape filled with vals (broadcast to shape)."""
@@ -657,9 +534,6 @@ def get_memory_limit() -> int:
 def get_peak_memory() -> int:
     """Highest get_active_memory() since the last reset."""
 
-def get_printoptions() -> array:
-    """The current print options."""
-
 def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
     """Returns a function which computes the gradient of ``fun`` (which must return a scalar array) with respect to the arguments in ``argnums`` and ``argnames``."""
 
@@ -669,23 +543,11 @@ def greater(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: Stre
 def greater_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise greater_equal with broadcasting."""
 
-def hadamard_transform(a: array, scale: Optional[float] = None, *, stream: StreamOrDevice = None) -> array:
-    """The Walsh-Hadamard transform along the last axis (scale defaults to 1/sqrt(n))."""
-
-def hamming(M: Any, *, stream: StreamOrDevice = None) -> array:
-    """Return the Hamming window."""
-
-def hanning(M: Any, *, stream: StreamOrDevice = None) -> array:
-    """Return the Hanning window."""
-
 def identity(n: int, dtype: Optional[Dtype] = float32, *, stream: StreamOrDevice = None) -> array:
     """The n x n identity matrix."""
 
 def imag(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise imag."""
-
-def import_function(file: Any) -> array:
-    """Not supported: raises NotImplementedError."""
 
 def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Inner product of 1-D arrays; in higher dimensions a sum product over the last axes."""
@@ -695,9 +557,6 @@ def is_available(device: Union[Device, DeviceType]) -> bool:
 
 def isclose(a: array, b: array, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bool = False, stream: StreamOrDevice = None) -> array:
     """Element-wise |a - b| <= atol + rtol * |b|."""
-
-def isdtype(dtype: Dtype, kind: Any) -> array:
-    """Whether dtype belongs to a kind (a dtype, a kind string, or a tuple)."""
 
 def isfinite(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise isfinite."""
@@ -719,9 +578,6 @@ def issubdtype(arg1: Union[Dtype, DtypeCategory], arg2: Union[Dtype, DtypeCatego
 
 def jvp(fun: Any, primals: Any, tangents: Any) -> Any:
     """Compute the Jacobian-vector product: the outputs of ``fun`` at ``primals`` and the products of its Jacobian with ``tangents``."""
-
-def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
-    """The Kronecker product of a and b."""
 
 def left_shift(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise left_shift with broadcasting."""
@@ -765,9 +621,6 @@ def logical_not(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def logical_or(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise logical_or with broadcasting."""
 
-def logical_xor(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
-    """Element-wise logical exclusive or."""
-
 def logsumexp(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """log(sum(exp(a))), computed stably, over the given axes (all axes when axis is None)."""
 
@@ -783,12 +636,6 @@ def maximum(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: Stre
 def mean(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Mean over the given axes (all axes when axis is None)."""
 
-def median(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
-    """The median(s) over the given axes."""
-
-def meshgrid(*arrays: Sequence[array], sparse: Any = False, indexing: Any = 'xy', stream: StreamOrDevice = None) -> array:
-    """Coordinate grids from 1-D coordinate arrays."""
-
 def min(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Minimum over the given axes (all axes when axis is None)."""
 
@@ -800,9 +647,6 @@ def moveaxis(a: array, /, source: int, destination: int, *, stream: StreamOrDevi
 
 def multiply(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise multiply with broadcasting."""
-
-def nan_to_num(a: array, nan: Any = 0, posinf: Any = None, neginf: Any = None, *, stream: StreamOrDevice = None) -> array:
-    """Replace NaN and infinities with finite numbers."""
 
 def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise negative."""
@@ -834,9 +678,6 @@ def permute_dims(a: array, /, axes: Optional[Sequence[int]] = None, *, stream: S
 def power(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise power with broadcasting."""
 
-def printoptions(precision: Any = -1) -> array:
-    """A context manager setting print options temporarily."""
-
 def prod(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Product over the given axes (all axes when axis is None)."""
 
@@ -864,14 +705,8 @@ def reset_peak_memory() -> None:
 def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Reshape an array while preserving the size."""
 
-def result_type(*arrays_and_dtypes: Any) -> array:
-    """The dtype that promoting the arguments gives."""
-
 def right_shift(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise right_shift with broadcasting."""
-
-def roll(a: array, shift: Any, axis: Optional[int] = None, /, *, stream: StreamOrDevice = None) -> array:
-    """Roll elements along the given axes."""
 
 def round(a: array, /, decimals: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Round half to even to the given decimals."""
@@ -894,9 +729,6 @@ def savez(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
 def savez_compressed(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
     """As savez, with each member deflate-compressed (zlib)."""
 
-def searchsorted(sorted_sequence: Any, values: array, /, side: Any = 'left', *, stream: StreamOrDevice = None) -> array:
-    """Indices that keep sorted_sequence sorted when inserting values (uint32)."""
-
 def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""
 
@@ -908,9 +740,6 @@ def set_default_stream(stream: Stream) -> None:
 
 def set_memory_limit(limit: int) -> int:
     """Set the memory limit; returns the previous one (not enforced)."""
-
-def set_printoptions(precision: Any = -1) -> array:
-    """Set the number of decimals arrays print with (-1: default)."""
 
 def set_wired_limit(limit: int) -> int:
     """Set the wired memory limit; returns the previous one."""
@@ -926,12 +755,6 @@ def sin(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def sinh(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise sinh."""
-
-def slice(a: array, start_indices: Any, axes: Sequence[int], slice_size: Any, *, stream: StreamOrDevice = None) -> array:
-    """Extract a sub-array starting at the (array) start indices along axes."""
-
-def slice_update(a: array, update: Any, start_indices: Any, axes: Sequence[int], *, stream: StreamOrDevice = None) -> array:
-    """Write update into a at the (array) start indices along axes."""
 
 def softmax(a: array, /, axis: Union[None, int, Sequence[int]] = None, *, precise: bool = False, stream: StreamOrDevice = None) -> array:
     """exp(a) / sum(exp(a)) over the given axes, computed stably."""
@@ -996,9 +819,6 @@ def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice
 def topk(a: array, /, k: int, axis: Optional[int] = -1, *, stream: StreamOrDevice = None) -> array:
     """The k largest elements along axis, in no particular order."""
 
-def trace(a: array, /, offset: Union[int, array] = 0, axis1: int = 0, axis2: int = 1, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
-    """The sum along a diagonal."""
-
 def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *, stream: StreamOrDevice = None) -> array:
     """Transpose the dimensions of the array."""
 
@@ -1011,9 +831,6 @@ def tril(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
 def triu(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Zeros below the k-th diagonal of the last two axes."""
 
-def trunc(a: array, /, *, stream: StreamOrDevice = None) -> array:
-    """Element-wise truncation towards zero."""
-
 def unflatten(a: array, /, axis: int, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Unflatten an axis of an array to a shape."""
 
@@ -1025,9 +842,6 @@ def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
 
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Variance over the given axes, divided by N - ddof."""
-
-def vecdot(a: array, b: array, /, *, axis: int = -1, stream: StreamOrDevice = None) -> array:
-    """The vector dot product along an axis."""
 
 def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
     """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""

@@ -6,14 +6,14 @@ from mkpy import Dtype, StreamOrDevice, array, scalar
 
 @type_check_only
 class MetalKernel:
-    """A compiled-on-demand Metal kernel."""
+    """A Metal kernel made by mx.fast.metal_kernel (see its help)."""
     def __call__(self, *, inputs: Sequence[Union[scalar, array]], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[Dtype], grid: tuple[int, int, int], threadgroup: tuple[int, int, int], template: Optional[Sequence[tuple[str, Union[bool, int, Dtype]]]] = None, init_value: Optional[float] = None, verbose: bool = False, stream: StreamOrDevice = None) -> list[array]: ...
 
 def layer_norm(x: array, weight: Optional[array], bias: Optional[array], eps: float, *, stream: StreamOrDevice = None) -> array:
     """Layer normalization over the last axis of x, then weight and bias (each may be None)."""
 
 def metal_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = '', ensure_row_contiguous: bool = True, atomic_outputs: bool = False, compile_options: Any = None) -> MetalKernel:
-    """A custom Metal kernel, as mlx.core.fast.metal_kernel."""
+    """A custom Metal kernel, JIT-compiled from a source string, as ``mlx.core.fast.metal_kernel``."""
 
 def rms_norm(x: array, weight: Optional[array], eps: float, *, stream: StreamOrDevice = None) -> array:
     """Root Mean Square normalization (RMS norm) over the last axis of x, scaled by weight (None: no scaling)."""

@@ -16,10 +16,11 @@ import mkpy.distributed
 import mkpy.fast
 import mkpy.metal
 import mkpy.random
+import mkpy.testing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "mkpy")
-STUBS = {"__init__.pyi": mkpy, "cuda.pyi": mkpy.cuda, "distributed.pyi": mkpy.distributed, "fast.pyi": mkpy.fast, "random.pyi": mkpy.random, "metal.pyi": mkpy.metal}
+STUBS = {"__init__.pyi": mkpy, "cuda.pyi": mkpy.cuda, "distributed.pyi": mkpy.distributed, "fast.pyi": mkpy.fast, "random.pyi": mkpy.random, "metal.pyi": mkpy.metal, "testing.pyi": mkpy.testing}
 STUB_ONLY = {"scalar", "StreamOrDevice", "_F"}  # type aliases, as in MLX's stubs
 REGEN = "PYTHONPATH=. python3 scripts/gen_stubs.py"
 

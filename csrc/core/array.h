@@ -208,4 +208,9 @@ void mk_trace_pop(void);
 bool mk_tracing(void);
 static inline int mk_eval1(mk_array *a) { return mk_is_evaluated(a) ? 0 : mk_eval(&a, 1); }
 
+/* Called after each primitive is evaluated, when set (the profiler,
+ * kernel/diag.c): the op's name, its start and end (CLOCK_MONOTONIC ns) and
+ * its first output. */
+extern void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t end_ns, const mk_array *out0);
+
 #endif

@@ -28,6 +28,7 @@
  * A thread that spins waiting for another thread (other than at barriers and
  * SIMD-group functions) never yields: such kernels are not supported. */
 #include "coop.h"
+#include "diag.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -154,11 +155,24 @@ static void api_threadgroup_alloc(const void *addr, size_t size, const char *fil
     }
 }
 
+/* A kernel's os_log/printf: on a fiber the position the kernel's
+ * thread-local holds may be another fiber's (it is set when a thread starts),
+ * so the running fiber's own is used. */
+static void api_print(const char *text, size_t len, const void *launch, uint64_t group, uint32_t thread) {
+    if (worker) {
+        group = worker->group;
+        thread = worker->current;
+        launch = worker->kernel->args;
+    }
+    mkk_print_record(text, len, launch, group, thread);
+}
+
 const struct mkpy_coop_api mkk_coop_api = {
     .barrier = api_barrier,
     .simd_barrier = api_simd_barrier,
     .simd_exchange = api_exchange,
     .threadgroup_alloc = api_threadgroup_alloc,
+    .print = api_print,
 };
 
 /* ----------------------------------------------------------- scheduling */

@@ -27,6 +27,7 @@
 #include "cbs.h"
 #include "check.h"
 #include "coop.h"
+#include "diag.h"
 #include "kernel.h"
 
 #define MAX_THREADS_PER_THREADGROUP 1024
@@ -130,6 +131,10 @@ const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn) {
 static void (*reporter)(const char *text);
 
 void mkk_set_reporter(void (*fn)(const char *text)) { reporter = fn; }
+
+void mkk_report_raw(const char *text) {
+    if (reporter) reporter(text);
+}
 
 void mkk_report(const char *fmt, ...) {
     if (!reporter) return;
@@ -501,6 +506,17 @@ static mk_buffer *dense_copy(const mk_array *x) {
     return b;
 }
 
+/* threadgroup_barrier calls in the kernel's source and header (the profiler's column) */
+static int count_barriers(const mkk_kernel *k) {
+    int n = 0;
+    const char *texts[2] = {k->source, k->header};
+    for (int t = 0; t < 2; t++)
+        for (const char *p = texts[t] ? strstr(texts[t], "threadgroup_barrier") : NULL; p;
+             p = strstr(p + 1, "threadgroup_barrier"))
+            n++;
+    return n;
+}
+
 static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     kernel_params *kp = p->params;
     mkk_kernel *k = kp->k;
@@ -544,8 +560,11 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
+    const bool profiling = mkk_profiling();
+    mkk_profile_kernel prof = {k->name, NULL, NULL, profiling ? mkk_now_ns() : 0};
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
     if (!fn.entry) goto done;
+    if (profiling) prof.compile_end = mkk_now_ns();
 
     bufs = calloc((size_t)(k->ninputs + k->noutputs) + 1, sizeof *bufs);
     if (!bufs) {
@@ -653,6 +672,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     r->fn = fn;
     r->how = pick_engine(k, &fn);
     if (fn.checked && r->how != SCHEME_PLAIN) r->how = SCHEME_COOPERATIVE; /* checked: fibers */
+    /* the sources first: the engine line stays the last one */
+    if (c->verbose && fn.so_path && strlen(fn.so_path) > 3)
+        mkk_report("mkpy: kernel `%s` sources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)\n",
+                   k->name, (int)strlen(fn.so_path) - 3, fn.so_path, (int)strlen(fn.so_path) - 3, fn.so_path);
     if (c->verbose && fn.checked)
         mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK): instrumented, on one thread%s\n",
                    k->name, r->how == SCHEME_PLAIN ? "" : ", on fibers");
@@ -666,6 +689,11 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         else
             mkk_report("mkpy: kernel `%s` runs on the %s engine\n", k->name, mkk_engine_name(k, &fn));
     }
+    if (mkk_debug_level() >= 1)
+        mkk_debug(1, "kernel `%s`: %s engine%s%s%s", k->name, mkk_engine_name(k, &fn),
+              r->how == SCHEME_COOPERATIVE ? " (" : "",
+              r->how == SCHEME_COOPERATIVE ? (fn.cbs_declined ? fn.cbs_declined : "the lockstep engine could not take it") : "",
+              r->how == SCHEME_COOPERATIVE ? ")" : "");
     if (r->how == SCHEME_LOCKSTEP) {
         mkk_cbs_kernel cbk = {fn.cbs_run, fn.cbs_info, args};
         char why[1024];
@@ -709,9 +737,30 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             goto done;
         }
     }
+    if (mkk_debug_level() >= 2)
+        mkk_debug(2, "launch `%s`: grid (%lld, %lld, %lld), threadgroup (%u, %u, %u), %llu threadgroups, %s engine, "
+                 "called at %s", k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2],
+              r->base.tg[0], r->base.tg[1], r->base.tg[2], (unsigned long long)r->total, mkk_engine_name(k, &fn), site);
+    /* os_log/printf messages: kept during the launch, printed after it */
+    void *print_sink = k->prints ? mkk_print_begin(args) : NULL;
+    if (profiling) prof.run_begin = mkk_now_ns();
     watch_launch(r);
     mk_parallel(nchunks < (uint64_t)nth ? (int)nchunks : nth, run_groups, r);
     unwatch_launch(r);
+    if (profiling) {
+        prof.run_end = mkk_now_ns();
+        prof.engine = mkk_engine_name(k, &fn);
+        prof.cache = fn.how == MKK_FOUND_IN_MEMORY ? "memory" : fn.how == MKK_FOUND_ON_DISK ? "disk" : "compiled";
+        for (int d = 0; d < 3; d++) {
+            prof.grid[d] = c->grid[d];
+            prof.threadgroup[d] = r->base.tg[d];
+        }
+        prof.threads = (uint64_t)r->base.grid[0] * r->base.grid[1] * r->base.grid[2];
+        prof.groups = r->total;
+        prof.barriers = count_barriers(k);
+        mkk_profile_record_kernel(&prof);
+    }
+    mkk_print_end(print_sink, k->name);
     if (fn.checked) findings = mkk_check_finish(&nfound);
     if (findings && !atomic_load(&r->cancel)) {
         /* the checker's report; a fault or error of the launch comes after it */
@@ -775,6 +824,14 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
     rc = 0;
 done:
+    if (rc < 0 && fn.so_path && strlen(fn.so_path) > 3 && mk_error_code() == MK_ERR_RUNTIME) {
+        /* where to look at what ran */
+        char msg[MK_ERRMSG_MAX];
+        int n = (int)strlen(fn.so_path) - 3;
+        snprintf(msg, sizeof msg, "%s", mk_error_message());
+        mk_error_set(MK_ERR_RUNTIME, "%s\nSources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)",
+                     msg, n, fn.so_path, n, fn.so_path);
+    }
     mkk_jit_release(&fn);
     if (bufs)
         for (int i = 0; i < k->ninputs + k->noutputs; i++) mk_stage_free(bufs[i].stage, bufs[i].stage_bytes);

@@ -35,6 +35,7 @@
 #include "check.h"
 #include "coop.h"
 #include "ir/cbs_ir.h"
+#include "diag.h"
 #include "kernel.h"
 
 extern char **environ;
@@ -549,24 +550,39 @@ static int total_lines(const char *s) {
 
 /* The translated program with #line markers naming the user's header and
  * source, plus the entry point that unpacks buffers and attributes. */
+/* debug_dir: a debug build's folder, whose header.metal, kernel.metal (the
+ * generated source) and source.metal the #line markers then name, so that
+ * the debug information points at files a debugger can show; NULL otherwise. */
 static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                           const char *kernel_name) {
+                           const char *kernel_name, const char *debug_dir) {
     char *cpp = mkk_translate(generated);
     if (!cpp) return NULL;
     mkk_linemap m;
     mkk_line_map(k, generated, &m);
     int n = total_lines(cpp);
     sbuf b = {0};
+    const bool prints = k->prints;
+    char fh[4800], fg[4800], fs[4800];
+    if (debug_dir) {
+        snprintf(fh, sizeof fh, "%s/header.metal", debug_dir);
+        snprintf(fg, sizeof fg, "%s/kernel.metal", debug_dir);
+        snprintf(fs, sizeof fs, "%s/source.metal", debug_dir);
+    } else {
+        snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
+        snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
+        snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
+    }
     sb(&b, "#include \"mkpy_metal.h\"\n#include \"mkpy_coop.h\"\n#include \"mkpy_dispatch.h\"\n");
+    if (prints) sb(&b, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
     if (m.header_lines > 0) {
-        sbf(&b, "#line 1 \"<kernel %s header>\"\n", k->name);
+        sbf(&b, "#line 1 \"%s\"\n", fh);
         sb_lines(&b, cpp, 1, m.header_lines);
     }
-    sbf(&b, "#line %d \"<kernel %s signature>\"\n", m.header_lines + 1, k->name);
+    sbf(&b, "#line %d \"%s\"\n", m.header_lines + 1, fg);
     sb_lines(&b, cpp, m.header_lines + 1, m.source_first - m.header_lines - 1);
-    sbf(&b, "#line 1 \"<kernel %s source>\"\n", k->name);
+    sbf(&b, "#line 1 \"%s\"\n", fs);
     sb_lines(&b, cpp, m.source_first, m.source_lines);
-    sbf(&b, "#line %d \"<kernel %s signature>\"\n", m.source_first + m.source_lines, k->name);
+    sbf(&b, "#line %d \"%s\"\n", m.source_first + m.source_lines, fg);
     sb_lines(&b, cpp, m.source_first + m.source_lines, n - (m.source_first + m.source_lines) + 1);
     free(cpp);
 
@@ -624,12 +640,14 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     sb(&b, "extern \"C\" void mkpy_kernel_set_api(const mkpy_coop_api *api) { mkpy::api = api; }\n");
     sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
     sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
+    if (prints) sb(&b, "mkpy::log_at(args, t);\n        ");
     sb(&b, call.s);
     sb(&b, "    });\n}\n");
     sb(&b, "extern \"C\" void mkpy_kernel_thread(void *const *args, const mkpy_launch *L, uint64_t g, unsigned i) "
            "{\n");
     sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
            "    mkpy::thread_attrs(L, i, t);\n    ");
+    if (prints) sb(&b, "mkpy::log_at(args, t);\n    ");
     sb(&b, call.s);
     sb(&b, "}\n");
     /* the same thread for the region-splitting engine (cbs.c): the IR pass
@@ -734,7 +752,8 @@ static void host_identity(char *out, size_t n) {
 /* A hash of the runtime headers' contents, so that a changed header never
  * reuses kernels compiled against the old one, plus the flags and the CPU. */
 static void runtime_identity(char *out, size_t n) {
-    static const char *const files[] = {"mkpy_metal.h", "mkpy_coop.h", "mkpy_dispatch.h", "mkpy_launch.h"};
+    static const char *const files[] = {"mkpy_metal.h", "mkpy_coop.h", "mkpy_dispatch.h", "mkpy_launch.h",
+                                        "mkpy_log.h"};
     sbuf all = {0};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[4400];
@@ -761,6 +780,9 @@ static void full_identity(char *out, size_t n) {
 typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH, BUILD_BITCODE, BUILD_LINK,
                BUILD_LINK_WITH_LIBSTDCXX } build_kind;
 
+/* Set while build_debug compiles: -O0 -g instead of -O2. */
+static _Thread_local int compile_debug;
+
 /* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
 static int compile(const char *mflags, const char *pch, build_kind kind, const char *out, const char *in,
                    char **diag) {
@@ -774,7 +796,9 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     char mbuf[512], tbuf[256];
     snprintf(mbuf, sizeof mbuf, "%s", mflags);
     for (char *tok = strtok(mbuf, " "); tok && n < 16; tok = strtok(NULL, " ")) argv[n++] = tok;
-    for (size_t i = 0; i < NBASE_FLAGS; i++) argv[n++] = (char *)base_flags[i];
+    for (size_t i = 0; i < NBASE_FLAGS; i++)
+        argv[n++] = compile_debug && !strcmp(base_flags[i], "-O2") ? "-O0" : (char *)base_flags[i];
+    if (compile_debug) argv[n++] = "-g"; /* a debug build (build_debug) */
     snprintf(tbuf, sizeof tbuf, "%s %s", TARGET_FLAGS, VECLIB_FLAGS);
     for (char *tok = strtok(tbuf, " "); tok && n < 30; tok = strtok(NULL, " ")) argv[n++] = tok;
     argv[n++] = inc;
@@ -1201,8 +1225,8 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
 #define KEY_MAGIC "mkpy kernel cache entry 2\n"
 #define STALE_TMP_S 3600 /* temporary files older than this are left over from a dead process */
 
-static const char *const entry_exts[] = {".so", ".key", ".cpp", ".lock"};
-#define NENTRY_EXTS 4
+static const char *const entry_exts[] = {".so", ".key", ".cpp", ".lock", ".metal"};
+#define NENTRY_EXTS 5
 
 static int64_t env_int(const char *name, int64_t dflt) {
     const char *s = getenv(name);
@@ -1477,6 +1501,112 @@ typedef struct {
     char *cbs_declined;
 } built;
 
+/* A debug build (MKPY_KERNEL_DEBUG=1, mx.metal.set_kernel_debug(True)):
+ * -O0 -g, no precompiled header, and every file at a stable place,
+ * <cache>/debug/<kernel name>-<hash of the program>/: source.metal (the
+ * user's source, line for line), header.metal, kernel.metal (the generated
+ * Metal), kernel.cpp and kernel.so, which is loaded from there. The #line
+ * markers name those files, so a debugger breaks at `source.metal:3` and
+ * shows the user's lines. Not in the disk cache (always compiled once per
+ * process); cooperative kernels run on fibers (no region splitting, so the
+ * debug information stays the user's code). */
+static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                       const char *kernel_name, built *out) {
+    int ret = -1;
+    char *plain = NULL, *program = NULL, *diag = NULL;
+    char dir[4400], ddir[4400], path[4800], so[4800], tmp_so[4900], cpp[4800], metal[4800], err[1024] = "";
+    const char *mflags = math_flags(k->math_mode);
+    pthread_mutex_lock(&jit.probe_mu);
+    int have_cxx = find_compiler() == 0;
+    pthread_mutex_unlock(&jit.probe_mu);
+    if (!have_cxx) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] No kernel compiler found for `%s`: mkpy compiles Metal kernels "
+                                     "with clang 15 or newer (apt-get install clang-15, or set MKPY_CXX).", k->name);
+        return -1;
+    }
+    if (cache_dir(dir, sizeof dir) < 0) return -1;
+    /* the folder's name: the kernel, and a hash of its normal program and
+     * flags (one folder per instantiation, the same in every process) */
+    if (!(plain = build_program(k, c, inputs, generated, kernel_name, NULL))) return -1;
+    char hex[33];
+    hash_hex(plain, mflags, hex);
+    free(plain);
+    snprintf(ddir, sizeof ddir, "%s/debug/%s-%.12s", dir, kernel_name, hex);
+    if (mkdirs_mode(ddir, 0700) < 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot make the debug build's folder %s: %s", ddir,
+                     strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/source.metal", ddir);
+    int wr = write_file(path, k->source);
+    snprintf(path, sizeof path, "%s/header.metal", ddir);
+    if (wr == 0) wr = write_file(path, k->header ? k->header : "");
+    snprintf(metal, sizeof metal, "%s/kernel.metal", ddir);
+    if (wr == 0) wr = write_file(metal, generated);
+    if (!(program = build_program(k, c, inputs, generated, kernel_name, ddir))) goto done;
+    snprintf(cpp, sizeof cpp, "%s/kernel.cpp", ddir);
+    if (wr < 0 || write_file(cpp, program) < 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write the debug build's files in %s: %s", ddir,
+                     strerror(errno));
+        goto done;
+    }
+    mkk_debug_text(3, "generated Metal source", generated);
+    mkk_debug_text(3, "translated C++", program);
+    snprintf(so, sizeof so, "%s/kernel.so", ddir);
+    snprintf(tmp_so, sizeof tmp_so, "%s/kernel.so.tmp.%ld.%lu", ddir, (long)getpid(),
+             (unsigned long)atomic_fetch_add(&tmp_seq, 1));
+    uint64_t t0 = mkk_now_ns();
+    compile_debug = 1;
+    int rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp, &diag);
+    compile_debug = 0;
+    pthread_mutex_lock(&jit.mu);
+    jit.stats.compiles++;
+    pthread_mutex_unlock(&jit.mu);
+    if (rc != 0) {
+        if (rc < 0 && !diag)
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot run the kernel compiler: %s", strerror(errno));
+        else
+            format_failure(k, c, kernel_name, diag);
+        char msg[MK_ERRMSG_MAX];
+        snprintf(msg, sizeof msg, "%s", mk_error_message());
+        mk_error_set(MK_ERR_RUNTIME, "%s\nSources on disk: %s (generated Metal), %s (translated C++)", msg, metal, cpp);
+        unlink(tmp_so);
+        goto done;
+    }
+    defer_init(tmp_so);
+    if (rename(tmp_so, so) != 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", so, strerror(errno));
+        unlink(tmp_so);
+        goto done;
+    }
+    out->handle = load_entry(so, &out->fn, err, sizeof err);
+    if (!out->handle && strstr(err, "undefined symbol")) {
+        free(diag);
+        diag = NULL;
+        compile_debug = 1;
+        rc = compile(mflags, NULL, BUILD_KERNEL_WITH_LIBSTDCXX, tmp_so, cpp, &diag);
+        compile_debug = 0;
+        if (rc == 0 && defer_init(tmp_so) >= 0 && rename(tmp_so, so) == 0)
+            out->handle = load_entry(so, &out->fn, err, sizeof err);
+        unlink(tmp_so);
+    }
+    if (!out->handle) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s` (%s): %s", k->name, so, err);
+        goto done;
+    }
+    out->so_path = strdup(so);
+    if (mkk_is_cooperative((mkk_kernel *)k))
+        out->cbs_declined = strdup("a debug build (MKPY_KERNEL_DEBUG): gdb follows the fibers' threads");
+    out->fn.how = MKK_COMPILED;
+    mkk_debug(1, "kernel `%s` (%s): debug build (-O0 -g) in %.3f s: %s (sources: %s/source.metal, %s, %s)", k->name,
+              kernel_name, (double)(mkk_now_ns() - t0) / 1e9, so, ddir, metal, cpp);
+    ret = 0;
+done:
+    free(diag);
+    free(program);
+    return ret;
+}
+
 /* Finds the kernel in the disk cache or compiles it. Runs without jit.mu:
  * other kernels launch and compile meanwhile. Returns 0, or -1 with the
  * error set. */
@@ -1488,7 +1618,8 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     int lock_fd = -1;
     const char *mflags = math_flags(k->math_mode);
     memset(out, 0, sizeof *out);
-    if (!(program = build_program(k, c, inputs, generated, kernel_name))) goto done;
+    if (mkk_debug_build()) return build_debug(k, c, inputs, generated, kernel_name, out);
+    if (!(program = build_program(k, c, inputs, generated, kernel_name, NULL))) goto done;
 
     pthread_mutex_lock(&jit.probe_mu);
     int have_cxx = find_compiler() == 0;
@@ -1515,7 +1646,9 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     /* the disk key adds the compiler's identity, the flags and the headers,
      * and names the engine a cooperative kernel is built for */
     const int check = c->check; /* the checker mode: always through the pass, instrumented */
-    const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL;
+    const bool prints = k->prints;
+    /* printing needs each message's thread, which the fiber engine knows */
+    const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL && !prints;
     char pass_id[4600] = "";
     if (check) {
         pthread_once(&cbs_pass_once, cbs_pass_find);
@@ -1557,6 +1690,11 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
             pthread_mutex_lock(&jit.mu);
             jit.stats.disk_hits++;
             pthread_mutex_unlock(&jit.mu);
+            out->fn.how = MKK_FOUND_ON_DISK;
+            mkk_debug(1, "kernel `%s` (%s): disk cache hit, %s (sources beside it: %s/%s.metal, .cpp)", k->name,
+                      kernel_name, so_path, dir, hex);
+            mkk_debug_text(3, "generated Metal source", generated);
+            mkk_debug_text(3, "translated C++", program);
             ret = 0;
             goto done;
         }
@@ -1578,6 +1716,11 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
             pthread_mutex_lock(&jit.mu);
             jit.stats.disk_hits++;
             pthread_mutex_unlock(&jit.mu);
+            out->fn.how = MKK_FOUND_ON_DISK;
+            mkk_debug(1, "kernel `%s` (%s): disk cache hit, %s (sources beside it: %s/%s.metal, .cpp)", k->name,
+                      kernel_name, so_path, dir, hex);
+            mkk_debug_text(3, "generated Metal source", generated);
+            mkk_debug_text(3, "translated C++", program);
             ret = 0;
             goto done;
         }
@@ -1594,11 +1737,22 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         unlink(cpp_path);
         goto done;
     }
+    /* the generated Metal source beside the C++ (MKPY_DEBUG and errors name both) */
+    char metal_path[4600], kept_metal[4500];
+    snprintf(metal_path, sizeof metal_path, "%s.metal", tmp_base);
+    snprintf(kept_metal, sizeof kept_metal, "%s/%s.metal", dir, hex);
+    if (write_file(metal_path, generated) < 0) unlink(metal_path);
+    mkk_debug_text(3, "generated Metal source", generated);
+    mkk_debug_text(3, "translated C++", program);
+    const uint64_t t_compile = mkk_now_ns();
     char pch_buf[4600];
     const char *pch = pch_for(k->math_mode, mflags, dir, identity, pch_buf, sizeof pch_buf);
     /* a cooperative kernel goes through the region-splitting pass when it
      * can (cbs_object), else it is built for fibers as any other */
     char obj_path[4600] = "", declined[1200] = "";
+    if (!check && prints && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass())
+        snprintf(declined, sizeof declined, "the kernel prints (os_log/printf): the fiber engine knows each message's "
+                                            "thread");
     int rc = cooperative || check ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
                                                declined, sizeof declined, check)
                                   : CBS_DECLINED;
@@ -1645,17 +1799,30 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     }
     if (obj_path[0]) unlink(obj_path);
     if (rc != 0) {
-        if (rc < 0 && !diag)
+        if (rc < 0 && !diag) {
             mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot run the kernel compiler %s: %s", cxx,
                          strerror(errno));
-        else
+            unlink(cpp_path);
+            unlink(metal_path);
+        } else {
             format_failure(k, c, kernel_name, diag);
-        unlink(cpp_path);
+            /* keep the sources for the user to look at (removed with stale
+             * temporary files, as an entry without an object) */
+            char kept_cpp_f[4500];
+            snprintf(kept_cpp_f, sizeof kept_cpp_f, "%s/%s.cpp", dir, hex);
+            if (rename(cpp_path, kept_cpp_f) != 0) unlink(cpp_path);
+            if (rename(metal_path, kept_metal) != 0) unlink(metal_path);
+            char msg[MK_ERRMSG_MAX];
+            snprintf(msg, sizeof msg, "%s", mk_error_message());
+            mk_error_set(MK_ERR_RUNTIME, "%s\nSources on disk: %s (generated Metal), %s (translated C++)", msg,
+                         kept_metal, kept_cpp_f);
+        }
         unlink(tmp_so);
         goto done;
     }
     if (!out->handle) {
         unlink(cpp_path);
+        unlink(metal_path);
         unlink(tmp_so);
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot load the compiled kernel `%s`: %s", k->name, err);
         goto done;
@@ -1668,13 +1835,21 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, hex);
     if (write_key(tmp_so, tmp_key, key_path, full_key) == 0 && rename(tmp_so, so_path) == 0) {
         if (rename(cpp_path, kept_cpp) != 0) unlink(cpp_path);
-        stats_update(dir, file_size(so_path) + file_size(key_path) + file_size(kept_cpp), 0, 1, false, NULL);
+        if (rename(metal_path, kept_metal) != 0) unlink(metal_path);
+        stats_update(dir, file_size(so_path) + file_size(key_path) + file_size(kept_cpp) + file_size(kept_metal), 0,
+                     1, false, NULL);
         out->so_path = strdup(so_path);
     } else {
         unlink(key_path);
         unlink(tmp_so);
         unlink(cpp_path);
+        unlink(metal_path);
     }
+    out->fn.how = MKK_COMPILED;
+    mkk_debug(1, "kernel `%s` (%s): compiled in %.3f s for the %s engine: %s (sources beside it: %s, %s)", k->name,
+              kernel_name, (double)(mkk_now_ns() - t_compile) / 1e9,
+              !mkk_is_cooperative((mkk_kernel *)k) ? "plain" : out->fn.cbs_run ? "lockstep" : "fibers", so_path,
+              kept_metal, kept_cpp);
     ret = 0;
 done:
     if (lock_fd >= 0) {
@@ -1777,7 +1952,8 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
      * which of their dimensions are flat (see mkpy_cbs_loop_steps and
      * mkpy_cbs_flat in build_program) */
     key[mlen] = (char)('A' + (c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64) +
-                       2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1) + 8 * c->check);
+                       2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1) + 8 * c->check +
+                       16 * mkk_debug_build());
     key[mlen + 1] = '\n';
     memcpy(key + mlen + 2, generated, glen + 1);
     unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);
@@ -1802,6 +1978,8 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         jit.stats.memory_hits++;
         fn = e->fn;
         fn.ref = e;
+        fn.so_path = e->so_path;
+        fn.how = MKK_FOUND_IN_MEMORY;
         if (e->so_path) {
             time_t now = time(NULL);
             if (now - e->touched >= TOUCH_EVERY_S) {
@@ -1812,6 +1990,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         pthread_mutex_unlock(&jit.mu);
         free(key);
         if (touch_path[0]) touch(touch_path);
+        mkk_debug(1, "kernel `%s` (%s): in-memory cache hit", k->name, kernel_name);
         return fn;
     }
     if (!e) {
@@ -1847,6 +2026,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
             e->cbs_declined = b.cbs_declined;
         }
         e->fn.cbs_declined = e->cbs_declined;
+        e->fn.so_path = e->so_path;
         e->uses++;
         jit.nloaded++;
         lru_push_front(e);
@@ -1969,4 +2149,33 @@ int mkk_disk_cache(bool clear, mkk_disk_info *info) {
     info->misses = ds.misses;
     info->max_bytes = env_int("MKPY_CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES);
     return 0;
+}
+
+/* For the environment check (envcheck.c): the compiler, its version, the
+ * precompiled headers `make build` made and the lockstep engine's pass. */
+void mkk_jit_probe(mkk_probe_info *p) {
+    memset(p, 0, sizeof *p);
+    char identity[5400] = "";
+    pthread_mutex_lock(&jit.probe_mu);
+    p->cxx_ok = find_compiler() == 0;
+    snprintf(p->cxx, sizeof p->cxx, "%s", jit.cxx);
+    if (p->cxx_ok) full_identity(identity, sizeof identity);
+    snprintf(p->runtime_dir, sizeof p->runtime_dir, "%s", jit.runtime_dir);
+    pthread_mutex_unlock(&jit.probe_mu);
+    if (p->cxx_ok) {
+        char *argv[] = {p->cxx, "--version", NULL}, *out = NULL;
+        if (run_capture(argv, &out) == 0 && out) {
+            out[strcspn(out, "\n")] = 0;
+            snprintf(p->cxx_version, sizeof p->cxx_version, "%s", out);
+        }
+        free(out);
+        for (int m = 0; m < 3; m++) {
+            char name[64];
+            pch_name(math_flags((mkk_math_mode)m), identity, name, sizeof name);
+            snprintf(p->pch[m], sizeof p->pch[m], "%s/pch/%s", p->runtime_dir, name);
+            p->pch_ok[m] = access(p->pch[m], R_OK) == 0;
+        }
+    }
+    const char *pass = cbs_pass();
+    snprintf(p->cbs_pass, sizeof p->cbs_pass, "%s", pass ? pass : "");
 }

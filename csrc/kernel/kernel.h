@@ -48,6 +48,7 @@ typedef struct {
      * support ..."; NULL when none (or allow_non_metal). Raised at eval, where
      * a Mac reports its compile errors. */
     char *metal_error;
+    bool prints; /* the source or header uses os_log or printf (mkk_source_prints), set at creation */
 } mkk_kernel;
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
@@ -133,7 +134,10 @@ typedef struct {
     const char *cbs_declined; /* why the pass did not take it, when known (owned by the cache) */
     void *ref;                /* the cache entry this launch holds loaded (mkk_jit_release) */
     bool checked;             /* built for the checker mode: `entry` is mkpy_kernel_check_entry */
+    const char *so_path;      /* the object on disk; its sources are beside it, .metal and .cpp (owned by the cache) */
+    int how;                  /* MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK or MKK_COMPILED */
 } mkk_compiled;
+enum { MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK, MKK_COMPILED };
 
 /* Where the kernel layer's messages go (the binding prints them on Python's
  * sys.stdout); mkk_report formats one and hands it over. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag.h"
 #include "kernel.h"
 
 const mkk_attr_info mkk_attrs[MKK_NATTRS] = {
@@ -80,6 +81,7 @@ mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *inp
     k->atomic_outputs = atomic_outputs;
     k->math_mode = math_mode;
     k->allow_non_metal = allow_non_metal;
+    k->prints = mkk_source_prints(k->source, k->header);
     if (!allow_non_metal) k->metal_error = mkk_metal_check(k->name, k->source, k->header);
     return k;
 nomem:

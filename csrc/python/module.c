@@ -7,6 +7,7 @@
 extern PyMethodDef mkpy_dtype_functions[];
 extern PyMethodDef mkpy_kernel_cache_functions[];
 extern PyMethodDef mkpy_check_functions[]; /* py_check.c */
+extern PyMethodDef mkpy_debug_functions[]; /* py_debug.c */
 extern PyMethodDef mkpy_transforms_functions[];
 extern PyMethodDef mkpy_fft_functions[];  /* py_fft.c: the mkpy.fft submodule */
 extern PyMethodDef mkpy_conv_functions[]; /* py_conv.c: conv1d/2d/3d, conv_general, conv_transpose*, convolve */
@@ -71,6 +72,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     PyObject *metal = PyObject_GetAttrString(m, "metal");
     int rc = metal ? PyModule_AddFunctions(metal, mkpy_kernel_cache_functions) : -1;
     if (rc == 0) rc = PyModule_AddFunctions(metal, mkpy_check_functions);
+    if (rc == 0) rc = PyModule_AddFunctions(metal, mkpy_debug_functions);
     Py_XDECREF(metal);
     if (rc < 0) goto error;
     return m;

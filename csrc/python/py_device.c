@@ -179,23 +179,8 @@ PyMethodDef mkpy_device_functions[] = {
     {NULL},
 };
 
-/* MLX's CPU build accepts these and records nothing; so does mkpy (there is
- * no GPU trace to take on the CPU). */
-static PyObject *py_capture(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
-    (void)m;
-    (void)args;
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "start_capture(path) / stop_capture() take at most one argument");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
 PyMethodDef mkpy_metal_functions[] = {
-    {"start_capture", FN(py_capture), METH_FASTCALL,
-     "start_capture(path)\n--\n\nAccepted as MLX's CPU build does: there is no GPU trace to record, nothing is written."},
-    {"stop_capture", FN(py_capture), METH_FASTCALL,
-     "stop_capture()\n--\n\nAccepted as MLX's CPU build does (see start_capture)."},
+    /* start_capture, stop_capture: py_debug.c (the profiler) */
     {"is_available", py_is_available, METH_NOARGS,
      "is_available()\n--\n\nTrue: mkpy's CPU back-end stands in for the Metal device."},
     {"device_info", FN(py_device_info), METH_FASTCALL,

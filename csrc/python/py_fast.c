@@ -141,9 +141,84 @@ static int parse_options(PyObject *opts, mkk_math_mode *mode, int *allow_non_met
 PyDoc_STRVAR(metal_kernel_doc,
              "metal_kernel(name, input_names, output_names, source, header='', ensure_row_contiguous=True, "
              "atomic_outputs=False, compile_options=None)\n--\n\n"
-             "A custom Metal kernel, as mlx.core.fast.metal_kernel. mkpy generates MLX's exact\n"
-             "source, translates it to C++, compiles it with clang at eval time and runs it on\n"
-             "the CPU with Metal's execution model.");
+             "A custom Metal kernel, JIT-compiled from a source string, as ``mlx.core.fast.metal_kernel``.\n\n"
+             "``source`` is the *body* of a Metal kernel function: the signature is generated from the\n"
+             "inputs, outputs and the Metal attributes (``thread_position_in_grid``, ...) the body uses, byte\n"
+             "for byte as MLX generates it (``verbose=True`` at the call prints it). mkpy translates the\n"
+             "generated Metal to C++, compiles it with clang when an output is evaluated (cached in memory\n"
+             "and on disk) and runs it on the CPU with Metal's execution model. See docs/kernels.md and, for\n"
+             "printing, debug builds, MKPY_DEBUG and the profiler, docs/debugging.md.\n\n"
+             "Args:\n"
+             "    name (str): Name for the kernel (the generated function is ``custom_kernel_<name>``).\n"
+             "    input_names (List[str]): The parameter names of the inputs in the function signature. An\n"
+             "        input whose name appears in the source with ``_shape``, ``_strides`` or ``_ndim`` also\n"
+             "        gets those parameters (``inp_shape[0]``, ...).\n"
+             "    output_names (List[str]): The parameter names of the outputs in the function signature.\n"
+             "    source (str): The body of the kernel function, in the Metal Shading Language.\n"
+             "    header (str): Code put before the function: helper functions, structs, constants.\n"
+             "        Default: ``''``.\n"
+             "    ensure_row_contiguous (bool): Copy inputs to row-contiguous layout before the kernel runs.\n"
+             "        With ``False``, index through ``<input>_strides``. Default: ``True``.\n"
+             "    atomic_outputs (bool): Declare outputs as ``device atomic<T>*`` (use\n"
+             "        ``atomic_fetch_add_explicit`` and friends on them). Default: ``False``.\n"
+             "    compile_options (dict, optional): mkpy only. ``{\"math_mode\": \"safe\" | \"relaxed\" | \"fast\"}``\n"
+             "        (Metal's math modes) and ``{\"allow_non_metal\": True}``, which turns off the checks that\n"
+             "        refuse what Metal's compiler refuses (``double``, ``printf``, ...; also\n"
+             "        ``MKPY_ALLOW_NON_METAL=1``).\n\n"
+             "Returns:\n"
+             "    MetalKernel: a callable; ``help(kernel.__call__)`` describes its arguments. Calling it\n"
+             "    returns a list of lazy output arrays.\n\n"
+             "Debugging (mkpy only; docs/debugging.md): ``os_log_default.log(\"x=%f\", x)`` in the source\n"
+             "prints on ``sys.stdout`` after the launch, ordered by threadgroup then thread;\n"
+             "``MKPY_KERNEL_DEBUG=1`` builds kernels for gdb; ``MKPY_DEBUG=1..3`` logs compiles, launches\n"
+             "and sources to stderr; ``mx.metal.start_capture(path)`` profiles.\n\n"
+             "Example:\n\n"
+             "    >>> source = \"\"\"\n"
+             "    ...     uint elem = thread_position_in_grid.x;\n"
+             "    ...     out[elem] = metal::exp(inp[elem]);\n"
+             "    ... \"\"\"\n"
+             "    >>> kernel = mx.fast.metal_kernel(name=\"myexp\", input_names=[\"inp\"],\n"
+             "    ...                               output_names=[\"out\"], source=source)\n"
+             "    >>> a = mx.array([0.0, 1.0])\n"
+             "    >>> (out,) = kernel(inputs=[a], grid=(a.size, 1, 1), threadgroup=(256, 1, 1),\n"
+             "    ...                 output_shapes=[a.shape], output_dtypes=[a.dtype])\n");
+
+PyDoc_STRVAR(kernel_call_doc,
+             "__call__($self, /, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, "
+             "init_value=None, verbose=False, stream=None)\n--\n\n"
+             "Run the kernel: returns one lazy array per output name. Nothing is compiled or run until an\n"
+             "output is evaluated (``mx.eval``, ``.item()``, printing...); errors (compile errors with your\n"
+             "own line numbers, out-of-bounds stores, barrier divergence) are raised then, and name where\n"
+             "the generated Metal and translated C++ are on disk.\n\n"
+             "Args:\n"
+             "    inputs (List[array | scalar]): One value per input name. Python scalars become 0-d\n"
+             "        arrays, passed by value (``const constant T& x``).\n"
+             "    output_shapes (List[Sequence[int]]): The shape of each output.\n"
+             "    output_dtypes (List[Dtype]): The dtype of each output.\n"
+             "    grid (tuple[int, int, int]): The number of *threads* in each dimension (Metal's\n"
+             "        ``dispatchThreads``; not the number of threadgroups). Entries may be ints or 0-d arrays.\n"
+             "    threadgroup (tuple[int, int, int]): Threads per threadgroup; the product is at most 1024.\n"
+             "    template (List[tuple[str, bool | int | Dtype]], optional): Template parameters of the\n"
+             "        kernel, e.g. ``[(\"T\", mx.float32), (\"N\", 4)]``; each combination compiles once.\n"
+             "    init_value (float, optional): Fill every output with this value before the kernel runs.\n"
+             "        Without it, outputs start uninitialised, as on a GPU: write every element.\n"
+             "    verbose (bool): Print the generated Metal source at the call, and at eval the engine that\n"
+             "        runs the kernel and where its sources are on disk. Default: ``False``.\n"
+             "    stream (Stream | Device, optional): Accepted as MLX does; kernels run on mkpy's CPU pool.\n\n"
+             "Returns:\n"
+             "    List[array]: The outputs, in ``output_names`` order.\n\n"
+             "Raises:\n"
+             "    ValueError, TypeError: Bad arguments (sizes, counts, types), at the call.\n"
+             "    RuntimeError: At eval: a compile error, a fault in the kernel, a Metal-only rule broken.");
+
+static PyObject *kernel_call_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return kernel_vectorcall(self, args, (size_t)nargs, kwnames);
+}
+
+static PyMethodDef kernel_methods[] = {
+    {"__call__", FN(kernel_call_method), METH_FASTCALL | METH_KEYWORDS, kernel_call_doc},
+    {NULL},
+};
 
 static PyObject *py_metal_kernel(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"name",   "input_names",           "output_names",   "source",
@@ -502,8 +577,9 @@ static PyTypeObject PyMkKernel_Type = {
     .tp_vectorcall_offset = offsetof(PyMkKernel, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A compiled-on-demand Metal kernel. Call it with inputs=, output_shapes=, output_dtypes=,\n"
-              "grid=, threadgroup= (and optionally template=, init_value=, verbose=, stream=).",
+    .tp_doc = "A Metal kernel made by mx.fast.metal_kernel (see its help). Call it with inputs=,\n"
+              "output_shapes=, output_dtypes=, grid=, threadgroup= (and optionally template=,\n"
+              "init_value=, verbose=, stream=): help(kernel.__call__) describes them.",
 };
 
 /* Messages of the kernel layer (verbose=True at eval time) go to Python's
@@ -526,7 +602,14 @@ int mkpy_fast_init(void) {
     mkk_set_reporter(report_stdout);
     mkk_set_warner(report_warning);
     mkk_watchdog_start(); /* at import, so that the process's threads are all there from the start */
-    return PyType_Ready(&PyMkKernel_Type);
+    if (PyType_Ready(&PyMkKernel_Type) < 0) return -1;
+    /* __call__ with its documentation (PyType_Ready put the slot wrapper, "Call self as a function.",
+     * there first) */
+    PyObject *call = PyDescr_NewMethod(&PyMkKernel_Type, &kernel_methods[0]);
+    int rc = call ? PyDict_SetItemString(PyMkKernel_Type.tp_dict, "__call__", call) : -1;
+    Py_XDECREF(call);
+    PyType_Modified(&PyMkKernel_Type);
+    return rc;
 }
 
 /* ------------------------------------------------- cache introspection */

@@ -64,6 +64,10 @@ struct mkpy_coop_api {
     /* Records a threadgroup variable (address, bytes) the first time each
      * thread meets it; fails the launch past MKPY_MAX_THREADGROUP_MEMORY. */
     void (*threadgroup_alloc)(const void *addr, size_t size, const char *file, int line);
+    /* A kernel's os_log/printf message (mkpy_log.h): text of len bytes from
+     * thread `thread` of threadgroup `group` of the launch `launch` (its
+     * argument array); kept and printed after the launch (diag.c). */
+    void (*print)(const char *text, size_t len, const void *launch, uint64_t group, uint32_t thread);
 };
 
 /* The region-splitting engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c).
