@@ -4,7 +4,7 @@ import enum
 import types
 from typing import Any, BinaryIO, Callable, ClassVar, Iterator, Optional, Sequence, TypeVar, Union, final, overload
 
-from . import cuda as cuda, distributed as distributed, fast as fast, metal as metal, random as random, testing as testing
+from . import cuda as cuda, distributed as distributed, fast as fast, fft as fft, linalg as linalg, metal as metal, random as random, testing as testing
 
 # stub-only type aliases, as MLX's stubs name them
 scalar = Union[int, float, bool, complex]
@@ -74,6 +74,14 @@ class DtypeCategory:
         """The category's value (MLX's numbering)."""
     def __reduce__(self) -> str: ...
     def __repr__(self) -> str: ...
+
+@final
+class PrintOptions:
+    """Options for printing arrays."""
+    def __new__(cls, precision: Any = -1) -> PrintOptions: ...
+    @property
+    def precision(self) -> int:
+        """Decimals printed (-1: the default format)."""
 
 class Stream:
     """A stream on a device."""
@@ -187,6 +195,10 @@ class array:
         """A NumPy array sharing the memory."""
     def __array_namespace__(self, api_version: Optional[str] = None) -> types.ModuleType:
         """The mkpy module."""
+    def __dlpack__(self, *, stream: StreamOrDevice = None, max_version: Any = None, dl_device: Any = None, copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule viewing the array's memory."""
+    def __dlpack_device__(self) -> Any:
+        """(1, 0): the CPU."""
     def abs(self, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.abs."""
     def all(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
@@ -284,11 +296,52 @@ class custom_function:
     def vjp(self, fun: Callable[..., Any]) -> custom_function: ...
     def vmap(self, fun: Callable[..., Any]) -> custom_function: ...
 
+@final
+class finfo:
+    """Get information on floating-point types."""
+    def __new__(cls, dtype: Dtype) -> finfo: ...
+    @property
+    def bits(self) -> int:
+        """The number of bits occupied by the type."""
+    @property
+    def dtype(self) -> Dtype:
+        """The Dtype."""
+    @property
+    def eps(self) -> float:
+        """The difference between 1.0 and the next representable number above it."""
+    @property
+    def max(self) -> float:
+        """The largest representable number."""
+    @property
+    def min(self) -> float:
+        """The smallest representable number."""
+    @property
+    def smallest_normal(self) -> float:
+        """The smallest positive normal number."""
+    def __repr__(self) -> str: ...
+
+@final
+class iinfo:
+    """Get information on integer types."""
+    def __new__(cls, dtype: Dtype) -> iinfo: ...
+    @property
+    def dtype(self) -> Dtype:
+        """The Dtype."""
+    @property
+    def max(self) -> int:
+        """The largest representable number."""
+    @property
+    def min(self) -> int:
+        """The smallest representable number."""
+    def __repr__(self) -> str: ...
+
 bfloat16: Dtype
 bool_: Dtype
 complex64: Dtype
 complexfloating: DtypeCategory
 cpu: DeviceType = DeviceType.cpu
+e: float
+euler_gamma: float
 float16: Dtype
 float32: Dtype
 float64: Dtype
@@ -296,12 +349,16 @@ floating: DtypeCategory
 generic: DtypeCategory
 gpu: DeviceType = DeviceType.gpu
 inexact: DtypeCategory
+inf: float
 int16: Dtype
 int32: Dtype
 int64: Dtype
 int8: Dtype
 integer: DtypeCategory
+nan: float
+newaxis: Any
 number: DtypeCategory
+pi: float
 signedinteger: DtypeCategory
 uint16: Dtype
 uint32: Dtype
@@ -369,6 +426,12 @@ def argsort(a: array, /, axis: Optional[int] = -1, *, stream: StreamOrDevice = N
 def array_equal(a: Union[scalar, array], b: Union[scalar, array], /, equal_nan: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Whether a and b have the same shape and equal values."""
 
+def as_strided(a: array, /, shape: Optional[Union[int, Sequence[int]]] = None, strides: Any = None, offset: Union[int, array] = 0, *, stream: StreamOrDevice = None) -> array:
+    """A view of a's elements (in row-major order) with the given shape, strides and offset."""
+
+def asarray(a: array, dtype: Optional[Dtype] = None, *, copy: Optional[bool] = None) -> array:
+    """Convert the input to an array (an array of that dtype is returned as is)."""
+
 def async_eval(*args: Any) -> None:
     """Start evaluating arrays."""
 
@@ -380,6 +443,9 @@ def atleast_2d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list
 
 def atleast_3d(*arys: array, stream: StreamOrDevice = None) -> Union[array, list[array]]:
     """Convert arrays to have at least three dimensions."""
+
+def bartlett(M: Any, *, stream: StreamOrDevice = None) -> array:
+    """Return the Bartlett window."""
 
 def bitwise_and(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_and with broadcasting."""
@@ -393,6 +459,12 @@ def bitwise_or(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: S
 def bitwise_xor(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise bitwise_xor with broadcasting."""
 
+def blackman(M: Any, *, stream: StreamOrDevice = None) -> array:
+    """Return the Blackman window."""
+
+def block_masked_mm(a: array, b: array, /, block_size: int = 64, mask_out: Optional[array] = None, mask_lhs: Optional[array] = None, mask_rhs: Optional[array] = None, *, stream: StreamOrDevice = None) -> array:
+    """a @ b with block masks (bool or float, one entry per block_size x block_size tile) applied to a (mask_lhs), b (mask_rhs) and the product (mask_out)."""
+
 def broadcast_arrays(*arrays: array, stream: StreamOrDevice = None) -> list[array]:
     """Broadcast arrays against one another."""
 
@@ -401,6 +473,9 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def broadcast_to(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Broadcast an array to the given shape."""
+
+def can_cast(from_: Any, to: Any) -> array:
+    """Whether promoting from_ with to gives to."""
 
 def ceil(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise ceil."""
@@ -435,11 +510,38 @@ def conjugate(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def contiguous(a: array, /, allow_col_major: bool = False, *, stream: StreamOrDevice = None) -> array:
     """a in row-contiguous layout: a copy if needed, else a's own storage (with allow_col_major, column-major counts as contiguous too)."""
 
+def conv1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """1D convolution: input (N, L, C_in), weight (C_out, K, C_in / groups)."""
+
+def conv2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """2D convolution: input (N, H, W, C_in), weight (C_out, KH, KW, C_in / groups)."""
+
+def conv3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """3D convolution: input (N, D, H, W, C_in), weight (C_out, KD, KH, KW, C_in)."""
+
+def conv_general(input: array, weight: array, /, stride: Union[int, Sequence[int]] = 1, padding: Union[int, Sequence[int], tuple[Sequence[int], Sequence[int]]] = 0, kernel_dilation: Union[int, Sequence[int]] = 1, input_dilation: Union[int, Sequence[int]] = 1, groups: int = 1, flip: bool = False, *, stream: StreamOrDevice = None) -> array:
+    """General convolution: input (N, ..., C_in), weight (C_out, ..., C_in / groups)."""
+
+def conv_transpose1d(input: array, weight: array, /, stride: int = 1, padding: int = 0, dilation: int = 1, output_padding: int = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """1D transposed convolution."""
+
+def conv_transpose2d(input: array, weight: array, /, stride: Union[int, tuple[int, int]] = 1, padding: Union[int, tuple[int, int]] = 0, dilation: Union[int, tuple[int, int]] = 1, output_padding: Union[int, tuple[int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """2D transposed convolution."""
+
+def conv_transpose3d(input: array, weight: array, /, stride: Union[int, tuple[int, int, int]] = 1, padding: Union[int, tuple[int, int, int]] = 0, dilation: Union[int, tuple[int, int, int]] = 1, output_padding: Union[int, tuple[int, int, int]] = 0, groups: int = 1, *, stream: StreamOrDevice = None) -> array:
+    """3D transposed convolution."""
+
+def convolve(a: array, v: array, /, mode: str = 'full', *, stream: StreamOrDevice = None) -> array:
+    """The discrete convolution of 1D arrays."""
+
 def cos(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cos."""
 
 def cosh(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise cosh."""
+
+def count_nonzero(a: array, /, *, axis: Optional[int] = None, keepdims: bool = False, stream: StreamOrDevice = None) -> array:
+    """Count the non-zero elements along the given axes."""
 
 def cummax(a: array, /, axis: Optional[int] = None, *, reverse: bool = False, inclusive: bool = True, stream: StreamOrDevice = None) -> array:
     """Cumulative maximum along axis (of the flattened array when axis is None)."""
@@ -462,6 +564,12 @@ def default_stream(device: Union[Device, DeviceType]) -> Stream:
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
 
+def depends(inputs: Any, dependencies: Any) -> array:
+    """The inputs, computed only after the dependencies have been."""
+
+def dequantize(w: Any, /, scales: Any, biases: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'affine', global_scale: Any = None, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
+    """The matrix a quantization represents."""
+
 def device_count(device_type: DeviceType) -> int:
     """Number of devices of a type: one of each."""
 
@@ -474,11 +582,26 @@ def diag(a: array, /, k: int = 0, *, stream: StreamOrDevice = None) -> array:
 def diagonal(a: array, offset: int = 0, axis1: int = 0, axis2: int = 1, stream: StreamOrDevice = None) -> array:
     """Return specified diagonals: the 2-D sub-arrays over axis1 and axis2 lose those axes and their diagonal at offset becomes the last axis (a view of a)."""
 
+def diff(a: array, /, n: int = 1, axis: int = -1, *, stream: StreamOrDevice = None) -> array:
+    """The n-th discrete difference along an axis."""
+
 def disable_compile() -> None:
     """Globally disable compilation: compiled functions call the function as is."""
 
 def divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise divide with broadcasting."""
+
+def divmod(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
+    """Element-wise quotient and remainder: [a // b, a % b]."""
+
+def einsum(subscripts: str, *operands: array, stream: StreamOrDevice = None) -> array:
+    """Einstein summation over the operands (MLX's einsum: ellipses, repeated letters as diagonals, letters of size 1 broadcast; contractions go through matmul)."""
+
+def einsum_path(subscripts: str, *operands: array) -> tuple[list[tuple[int, ...]], str]:
+    """The contraction order einsum uses, as (list of position tuples, report string)."""
+
+def empty_like(a: array, /, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
+    """Zeros of a's shape and dtype."""
 
 def enable_compile() -> None:
     """Globally enable compilation (see disable_compile)."""
@@ -504,11 +627,20 @@ def expand_dims(a: array, /, axis: Union[int, Sequence[int]], *, stream: StreamO
 def expm1(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise expm1."""
 
+def export_function(file: Any, fun: Any, *args: Any, shapeless: Any = False, **kwargs: Any) -> array:
+    """Not supported: raises NotImplementedError (MLX's format stores MLX's primitives)."""
+
+def exporter(file: Any, fun: Any, *, shapeless: Any = False) -> array:
+    """Not supported: raises NotImplementedError."""
+
 def eye(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[Dtype] = float32, *, stream: StreamOrDevice = None) -> array:
     """An n x m array with ones on the k-th diagonal."""
 
 def flatten(a: array, /, start_axis: int = 0, end_axis: int = -1, *, stream: StreamOrDevice = None) -> array:
     """Flatten an array; the axes from start_axis to end_axis (inclusive) become one."""
+
+def flip(a: array, /, axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
+    """Reverse the order of elements along the given axes."""
 
 def floor(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise floor."""
@@ -516,11 +648,26 @@ def floor(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def floor_divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise floor_divide with broadcasting."""
 
+def from_dlpack(x: array, /, *, device: Optional[Union[Device, DeviceType]] = None, copy: Optional[bool] = None) -> array:
+    """A copy of a CPU DLPack tensor as an array."""
+
+def from_fp8(x: array, dtype: Optional[Dtype] = bfloat16, *, stream: StreamOrDevice = None) -> array:
+    """uint8 fp8 e4m3 bytes to a floating dtype."""
+
 def full(shape: Union[int, Sequence[int]], vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """An array of the given shape filled with vals (broadcast to shape)."""
 
 def full_like(a: array, vals: Union[scalar, array], dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
     """vals broadcast to a's shape, in a's dtype."""
+
+def gather_mm(a: array, b: array, /, lhs_indices: Any = None, rhs_indices: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """Matrix products of the matrices of a and b picked by the (broadcast) index arrays."""
+
+def gather_qmm(x: array, w: Any, /, scales: Any, biases: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """quantized_matmul of the matrices of x picked by lhs_indices with those of w picked by rhs_indices."""
+
+def gather_qqmm(x: array, w: Any, /, scales: Any = None, lhs_indices: Any = None, rhs_indices: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, sorted_indices: Any = False, stream: StreamOrDevice = None) -> array:
+    """gather_mm of x and w.T quantized in the mode (w given quantized, or quantized here)."""
 
 def get_active_memory() -> int:
     """Bytes held by live arrays."""
@@ -534,6 +681,9 @@ def get_memory_limit() -> int:
 def get_peak_memory() -> int:
     """Highest get_active_memory() since the last reset."""
 
+def get_printoptions() -> array:
+    """The current print options."""
+
 def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
     """Returns a function which computes the gradient of ``fun`` (which must return a scalar array) with respect to the arguments in ``argnums`` and ``argnames``."""
 
@@ -543,11 +693,23 @@ def greater(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: Stre
 def greater_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise greater_equal with broadcasting."""
 
+def hadamard_transform(a: array, scale: Optional[float] = None, *, stream: StreamOrDevice = None) -> array:
+    """The Walsh-Hadamard transform along the last axis (scale defaults to 1/sqrt(n))."""
+
+def hamming(M: Any, *, stream: StreamOrDevice = None) -> array:
+    """Return the Hamming window."""
+
+def hanning(M: Any, *, stream: StreamOrDevice = None) -> array:
+    """Return the Hanning window."""
+
 def identity(n: int, dtype: Optional[Dtype] = float32, *, stream: StreamOrDevice = None) -> array:
     """The n x n identity matrix."""
 
 def imag(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise imag."""
+
+def import_function(file: Any) -> array:
+    """Not supported: raises NotImplementedError."""
 
 def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Inner product of 1-D arrays; in higher dimensions a sum product over the last axes."""
@@ -557,6 +719,9 @@ def is_available(device: Union[Device, DeviceType]) -> bool:
 
 def isclose(a: array, b: array, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bool = False, stream: StreamOrDevice = None) -> array:
     """Element-wise |a - b| <= atol + rtol * |b|."""
+
+def isdtype(dtype: Dtype, kind: Any) -> array:
+    """Whether dtype belongs to a kind (a dtype, a kind string, or a tuple)."""
 
 def isfinite(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise isfinite."""
@@ -578,6 +743,9 @@ def issubdtype(arg1: Union[Dtype, DtypeCategory], arg2: Union[Dtype, DtypeCatego
 
 def jvp(fun: Any, primals: Any, tangents: Any) -> Any:
     """Compute the Jacobian-vector product: the outputs of ``fun`` at ``primals`` and the products of its Jacobian with ``tangents``."""
+
+def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
+    """The Kronecker product of a and b."""
 
 def left_shift(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise left_shift with broadcasting."""
@@ -621,6 +789,9 @@ def logical_not(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def logical_or(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise logical_or with broadcasting."""
 
+def logical_xor(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
+    """Element-wise logical exclusive or."""
+
 def logsumexp(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """log(sum(exp(a))), computed stably, over the given axes (all axes when axis is None)."""
 
@@ -636,6 +807,12 @@ def maximum(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: Stre
 def mean(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Mean over the given axes (all axes when axis is None)."""
 
+def median(a: array, /, axis: Optional[int] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
+    """The median(s) over the given axes."""
+
+def meshgrid(*arrays: Sequence[array], sparse: Any = False, indexing: Any = 'xy', stream: StreamOrDevice = None) -> array:
+    """Coordinate grids from 1-D coordinate arrays."""
+
 def min(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Minimum over the given axes (all axes when axis is None)."""
 
@@ -647,6 +824,9 @@ def moveaxis(a: array, /, source: int, destination: int, *, stream: StreamOrDevi
 
 def multiply(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise multiply with broadcasting."""
+
+def nan_to_num(a: array, nan: Any = 0, posinf: Any = None, neginf: Any = None, *, stream: StreamOrDevice = None) -> array:
+    """Replace NaN and infinities with finite numbers."""
 
 def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise negative."""
@@ -678,11 +858,23 @@ def permute_dims(a: array, /, axes: Optional[Sequence[int]] = None, *, stream: S
 def power(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise power with broadcasting."""
 
+def printoptions(precision: Any = -1) -> array:
+    """A context manager setting print options temporarily."""
+
 def prod(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Product over the given axes (all axes when axis is None)."""
 
 def put_along_axis(a: array, /, indices: array, values: array, axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
     """A copy of a with values put along an axis at the given indices (the last of repeated indices wins; out-of-range indices are skipped)."""
+
+def qqmm(x: array, w: Any, scales: Any = None, group_size: Any = None, bits: Any = None, mode: str = 'nvfp4', global_scale_x: Any = None, global_scale_w: Any = None, *, stream: StreamOrDevice = None) -> array:
+    """x quantized in the mode times w (quantized, or quantized here): the product of the dequantized values, x @ w.T."""
+
+def quantize(w: Any, /, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, global_scale: Any = None, stream: StreamOrDevice = None) -> array:
+    """Quantizes the last axis of w in groups: [w_q, scales, biases] for mode 'affine' (bits 2, 3, 4, 5, 6 or 8; group_size 32, 64 or 128; defaults 4 and 64), [w_q, scales] for 'mxfp4', 'mxfp8' and 'nvfp4'."""
+
+def quantized_matmul(x: array, w: Any, /, scales: Any, biases: Any = None, transpose: Any = True, group_size: Any = None, bits: Any = None, mode: str = 'affine', *, stream: StreamOrDevice = None) -> array:
+    """x @ w.T (transpose=True) or x @ w with w given quantized."""
 
 def radians(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise radians."""
@@ -705,8 +897,14 @@ def reset_peak_memory() -> None:
 def reshape(a: array, /, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Reshape an array while preserving the size."""
 
+def result_type(*arrays_and_dtypes: Any) -> array:
+    """The dtype that promoting the arguments gives."""
+
 def right_shift(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise right_shift with broadcasting."""
+
+def roll(a: array, shift: Any, axis: Optional[int] = None, /, *, stream: StreamOrDevice = None) -> array:
+    """Roll elements along the given axes."""
 
 def round(a: array, /, decimals: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Round half to even to the given decimals."""
@@ -729,6 +927,12 @@ def savez(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
 def savez_compressed(file: Union[str, BinaryIO], *args: array, **kwargs: array) -> None:
     """As savez, with each member deflate-compressed (zlib)."""
 
+def searchsorted(sorted_sequence: Any, values: array, /, side: Any = 'left', *, stream: StreamOrDevice = None) -> array:
+    """Indices that keep sorted_sequence sorted when inserting values (uint32)."""
+
+def segmented_mm(a: array, b: array, /, segments: Any, *, stream: StreamOrDevice = None) -> array:
+    """For each segment [s, e) of the contraction axis, a[:, s:e] @ b[s:e, :]."""
+
 def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""
 
@@ -740,6 +944,9 @@ def set_default_stream(stream: Stream) -> None:
 
 def set_memory_limit(limit: int) -> int:
     """Set the memory limit; returns the previous one (not enforced)."""
+
+def set_printoptions(precision: Any = -1) -> array:
+    """Set the number of decimals arrays print with (-1: default)."""
 
 def set_wired_limit(limit: int) -> int:
     """Set the wired memory limit; returns the previous one."""
@@ -755,6 +962,12 @@ def sin(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def sinh(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise sinh."""
+
+def slice(a: array, start_indices: Any, axes: Sequence[int], slice_size: Any, *, stream: StreamOrDevice = None) -> array:
+    """Extract a sub-array starting at the (array) start indices along axes."""
+
+def slice_update(a: array, update: Any, start_indices: Any, axes: Sequence[int], *, stream: StreamOrDevice = None) -> array:
+    """Write update into a at the (array) start indices along axes."""
 
 def softmax(a: array, /, axis: Union[None, int, Sequence[int]] = None, *, precise: bool = False, stream: StreamOrDevice = None) -> array:
     """exp(a) / sum(exp(a)) over the given axes, computed stably."""
@@ -816,8 +1029,14 @@ def tensordot(a: array, b: array, /, axes: Union[int, Sequence[Sequence[int]]] =
 def tile(a: array, reps: Union[int, Sequence[int]], /, *, stream: StreamOrDevice = None) -> array:
     """Repeat an array reps times."""
 
+def to_fp8(x: array, *, stream: StreamOrDevice = None) -> array:
+    """x rounded to fp8 e4m3, as uint8 bytes."""
+
 def topk(a: array, /, k: int, axis: Optional[int] = -1, *, stream: StreamOrDevice = None) -> array:
     """The k largest elements along axis, in no particular order."""
+
+def trace(a: array, /, offset: Union[int, array] = 0, axis1: int = 0, axis2: int = 1, dtype: Optional[Dtype] = None, *, stream: StreamOrDevice = None) -> array:
+    """The sum along a diagonal."""
 
 def transpose(a: array, /, axes: Optional[Sequence[int]] = None, *, stream: StreamOrDevice = None) -> array:
     """Transpose the dimensions of the array."""
@@ -831,6 +1050,9 @@ def tril(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
 def triu(x: array, k: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Zeros below the k-th diagonal of the last two axes."""
 
+def trunc(a: array, /, *, stream: StreamOrDevice = None) -> array:
+    """Element-wise truncation towards zero."""
+
 def unflatten(a: array, /, axis: int, shape: Sequence[int], *, stream: StreamOrDevice = None) -> array:
     """Unflatten an axis of an array to a shape."""
 
@@ -842,6 +1064,9 @@ def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
 
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
     """Variance over the given axes, divided by N - ddof."""
+
+def vecdot(a: array, b: array, /, *, axis: int = -1, stream: StreamOrDevice = None) -> array:
+    """The vector dot product along an axis."""
 
 def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
     """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""
