@@ -1527,7 +1527,12 @@ static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     char hex[33];
     hash_hex(plain, mflags, hex);
     free(plain);
-    snprintf(ddir, sizeof ddir, "%s/debug/%s-%.12s", dir, kernel_name, hex);
+    int dn = snprintf(ddir, sizeof ddir, "%s/debug/%s-%.12s", dir, kernel_name, hex);
+    if (dn < 0 || (size_t)dn >= sizeof ddir) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] The debug build's folder name is too long: %s/debug/%s-...", dir,
+                     kernel_name);
+        return -1;
+    }
     if (mkdirs_mode(ddir, 0700) < 0) {
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot make the debug build's folder %s: %s", ddir,
                      strerror(errno));

@@ -54,6 +54,7 @@
 
 #include "../../../mkpy/include/mkpy_launch.h"
 #include "cbs_ir.h"
+#include "ir_load.h"
 
 #define MAX_SITES 4096
 #define MAX_STEPS 512
@@ -1184,6 +1185,41 @@ static int alloca_crosses(pass *p, LLVMValueRef a, char *seen, int *stack) {
     return crosses;
 }
 
+int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char *why, size_t whyn) {
+    char *err = NULL;
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    LLVMMemoryBufferRef mb = NULL;
+    if (LLVMCreateMemoryBufferWithContentsOfFile(bc_path, &mb, &err)) {
+        snprintf(why, whyn, "cannot read %s: %s", bc_path, err ? err : "?");
+        goto fail;
+    }
+    if (LLVMParseBitcodeInContext2(cx, mb, &out->m)) {
+        LLVMDisposeMemoryBuffer(mb);
+        snprintf(why, whyn, "cannot parse the kernel's bitcode");
+        goto fail;
+    }
+    LLVMDisposeMemoryBuffer(mb);
+    out->triple = strdup(LLVMGetTarget(out->m));
+    LLVMTargetRef target;
+    if (!out->triple || LLVMGetTargetFromTriple(out->triple, &target, &err)) {
+        snprintf(why, whyn, "no target for %s: %s", out->triple ? out->triple : "?", err ? err : "out of memory");
+        goto fail;
+    }
+    out->cpu = LLVMGetHostCPUName();
+    out->features = LLVMGetHostCPUFeatures();
+    out->tm = LLVMCreateTargetMachine(target, out->triple, out->cpu, out->features, LLVMCodeGenLevelDefault,
+                                      LLVMRelocPIC, LLVMCodeModelDefault);
+    if (!out->tm) {
+        snprintf(why, whyn, "cannot create a target machine");
+        goto fail;
+    }
+    return 0;
+fail:
+    if (err) LLVMDisposeMessage(err);
+    return -1;
+}
+
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
     pass P = {0}, *p = &P;
     p->why = why;
@@ -1196,36 +1232,17 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     LLVMTargetMachineRef tm = NULL;
     char *triple = NULL, *cpu = NULL, *features = NULL;
 
-    LLVMInitializeNativeTarget();
-    LLVMInitializeNativeAsmPrinter();
     p->cx = LLVMContextCreate();
     p->b = LLVMCreateBuilderInContext(p->cx);
-    LLVMMemoryBufferRef mb = NULL;
-    if (LLVMCreateMemoryBufferWithContentsOfFile(bc_path, &mb, &err)) {
-        fail(p, "cannot read %s: %s", bc_path, err);
-        goto done;
-    }
-    if (LLVMParseBitcodeInContext2(p->cx, mb, &p->m)) {
-        LLVMDisposeMemoryBuffer(mb);
-        fail(p, "cannot parse the kernel's bitcode");
-        goto done;
-    }
-    LLVMDisposeMemoryBuffer(mb);
-    /* the target machine: the passes need its cost model (without it
-     * nothing is vectorised), and the object is emitted for it */
-    triple = strdup(LLVMGetTarget(p->m));
-    LLVMTargetRef target;
-    if (LLVMGetTargetFromTriple(triple, &target, &err)) {
-        fail(p, "no target for %s: %s", triple, err);
-        goto done;
-    }
-    cpu = LLVMGetHostCPUName();
-    features = LLVMGetHostCPUFeatures();
-    tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
-                                 LLVMCodeModelDefault);
-    if (!tm) {
-        fail(p, "cannot create a target machine");
-        goto done;
+    {
+        mkk_ir_module mod = {0};
+        int lrc = mkk_ir_load(p->cx, bc_path, &mod, why, whyn);
+        p->m = mod.m;
+        tm = mod.tm;
+        triple = mod.triple;
+        cpu = mod.cpu;
+        features = mod.features;
+        if (lrc < 0) goto done;
     }
     p->tm = tm;
     p->td = LLVMGetModuleDataLayout(p->m);

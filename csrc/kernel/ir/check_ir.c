@@ -42,6 +42,7 @@
 
 #include "../../../mkpy/include/mkpy_launch.h"
 #include "cbs_ir.h"
+#include "ir_load.h"
 
 typedef struct {
     LLVMContextRef cx;
@@ -368,34 +369,17 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     char *err = NULL, *triple = NULL, *cpu = NULL, *features = NULL;
     LLVMTargetMachineRef tm = NULL;
 
-    LLVMInitializeNativeTarget();
-    LLVMInitializeNativeAsmPrinter();
     c->cx = LLVMContextCreate();
     c->b = LLVMCreateBuilderInContext(c->cx);
-    LLVMMemoryBufferRef mb = NULL;
-    if (LLVMCreateMemoryBufferWithContentsOfFile(bc_path, &mb, &err)) {
-        fail(c, "cannot read %s: %s", bc_path, err);
-        goto done;
-    }
-    if (LLVMParseBitcodeInContext2(c->cx, mb, &c->m)) {
-        LLVMDisposeMemoryBuffer(mb);
-        fail(c, "cannot parse the kernel's bitcode");
-        goto done;
-    }
-    LLVMDisposeMemoryBuffer(mb);
-    triple = strdup(LLVMGetTarget(c->m));
-    LLVMTargetRef target;
-    if (LLVMGetTargetFromTriple(triple, &target, &err)) {
-        fail(c, "no target for %s: %s", triple, err);
-        goto done;
-    }
-    cpu = LLVMGetHostCPUName();
-    features = LLVMGetHostCPUFeatures();
-    tm = LLVMCreateTargetMachine(target, triple, cpu, features, LLVMCodeGenLevelDefault, LLVMRelocPIC,
-                                 LLVMCodeModelDefault);
-    if (!tm) {
-        fail(c, "cannot create a target machine");
-        goto done;
+    {
+        mkk_ir_module mod = {0};
+        int lrc = mkk_ir_load(c->cx, bc_path, &mod, why, whyn);
+        c->m = mod.m;
+        tm = mod.tm;
+        triple = mod.triple;
+        cpu = mod.cpu;
+        features = mod.features;
+        if (lrc < 0) goto done;
     }
     c->td = LLVMGetModuleDataLayout(c->m);
     c->i1 = LLVMInt1TypeInContext(c->cx);

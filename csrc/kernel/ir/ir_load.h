@@ -1,0 +1,24 @@
+/* What the two LLVM passes (cbs_ir.c, check_ir.c) share: reading a kernel's
+ * bitcode and making the target machine for this host. Only the pass
+ * program includes this (it needs LLVM 15's headers). */
+#ifndef MKK_IR_LOAD_H
+#define MKK_IR_LOAD_H
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+#include <stddef.h>
+
+typedef struct {
+    LLVMModuleRef m;
+    LLVMTargetMachineRef tm;
+    char *triple;         /* malloc'ed */
+    char *cpu, *features; /* LLVMDisposeMessage */
+} mkk_ir_module;
+
+/* Reads bitcode into a new module of cx, and a target machine for this host
+ * (the passes need its cost model: without it nothing is vectorised; the
+ * object is emitted for it). Returns 0, or -1 with the reason in `why`;
+ * whatever was made is in *out either way, for the caller to dispose of. */
+int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char *why, size_t whyn);
+
+#endif
