@@ -1220,6 +1220,50 @@ fail:
     return -1;
 }
 
+static void dump_ir(LLVMModuleRef m, const char *name) {
+    const char *dump = getenv("MKPY_CBS_DUMP"); /* a folder */
+    if (!dump || !name) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dump, name);
+    LLVMPrintModuleToFile(m, path, NULL);
+}
+
+int mkk_ir_finish(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *obj_path, int vectorize, const char *before,
+                  const char *after, char *why, size_t whyn) {
+    char *err = NULL;
+    dump_ir(m, before);
+    if (LLVMVerifyModule(m, LLVMReturnStatusAction, &err)) {
+        snprintf(why, whyn, "internal error, invalid IR: %.300s", err ? err : "");
+        goto fail;
+    }
+    if (err) {
+        LLVMDisposeMessage(err);
+        err = NULL;
+    }
+    LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
+    if (vectorize >= 0) {
+        LLVMPassBuilderOptionsSetLoopVectorization(o, vectorize);
+        LLVMPassBuilderOptionsSetSLPVectorization(o, vectorize);
+    }
+    LLVMErrorRef e = LLVMRunPasses(m, "default<O2>", tm, o);
+    LLVMDisposePassBuilderOptions(o);
+    if (e) {
+        char *msg = LLVMGetErrorMessage(e);
+        snprintf(why, whyn, "optimisation failed: %s", msg);
+        LLVMDisposeErrorMessage(msg);
+        return -1;
+    }
+    dump_ir(m, after);
+    if (LLVMTargetMachineEmitToFile(tm, m, (char *)obj_path, LLVMObjectFile, &err)) {
+        snprintf(why, whyn, "cannot emit %s: %s", obj_path, err ? err : "?");
+        goto fail;
+    }
+    return 0;
+fail:
+    if (err) LLVMDisposeMessage(err);
+    return -1;
+}
+
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
     pass P = {0}, *p = &P;
     p->why = why;
@@ -1683,42 +1727,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     /* the step marker is gone: drop its declaration */
     if (!LLVMGetFirstUse(p->fn_step)) LLVMDeleteFunction(p->fn_step);
 
-    const char *dump = getenv("MKPY_CBS_DUMP"); /* a folder: the IR before and after optimisation */
-    if (dump) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/split.ll", dump);
-        LLVMPrintModuleToFile(p->m, path, NULL);
-    }
-    if (LLVMVerifyModule(p->m, LLVMReturnStatusAction, &err)) {
-        fail(p, "internal error, invalid IR: %.300s", err ? err : "");
-        goto done;
-    }
-    if (err) {
-        LLVMDisposeMessage(err);
-        err = NULL;
-    }
-    {
-        LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
-        LLVMPassBuilderOptionsSetLoopVectorization(o, 1);
-        LLVMPassBuilderOptionsSetSLPVectorization(o, 1);
-        LLVMErrorRef e = LLVMRunPasses(p->m, "default<O2>", tm, o);
-        LLVMDisposePassBuilderOptions(o);
-        if (e) {
-            char *msg = LLVMGetErrorMessage(e);
-            fail(p, "optimisation failed: %s", msg);
-            LLVMDisposeErrorMessage(msg);
-            goto done;
-        }
-    }
-    if (dump) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/final.ll", dump);
-        LLVMPrintModuleToFile(p->m, path, NULL);
-    }
-    if (LLVMTargetMachineEmitToFile(tm, p->m, (char *)obj_path, LLVMObjectFile, &err)) {
-        fail(p, "cannot emit %s: %s", obj_path, err);
-        goto done;
-    }
+    if (mkk_ir_finish(p->m, tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
     rc = 0;
 done:
     if (err) LLVMDisposeMessage(err);

@@ -431,35 +431,7 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
         instrument(c, fn);
     }
 
-    const char *dump = getenv("MKPY_CBS_DUMP");
-    if (dump) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/check.ll", dump);
-        LLVMPrintModuleToFile(c->m, path, NULL);
-    }
-    if (LLVMVerifyModule(c->m, LLVMReturnStatusAction, &err)) {
-        fail(c, "internal error, invalid IR: %.300s", err ? err : "");
-        goto done;
-    }
-    if (err) {
-        LLVMDisposeMessage(err);
-        err = NULL;
-    }
-    {
-        LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(c->m, "default<O2>", tm, o);
-        LLVMDisposePassBuilderOptions(o);
-        if (e) {
-            char *msg = LLVMGetErrorMessage(e);
-            fail(c, "optimisation failed: %s", msg);
-            LLVMDisposeErrorMessage(msg);
-            goto done;
-        }
-    }
-    if (LLVMTargetMachineEmitToFile(tm, c->m, (char *)obj_path, LLVMObjectFile, &err)) {
-        fail(c, "cannot emit %s: %s", obj_path, err);
-        goto done;
-    }
+    if (mkk_ir_finish(c->m, tm, obj_path, -1, "check.ll", NULL, why, whyn) < 0) goto done;
     rc = 0;
 done:
     if (err) LLVMDisposeMessage(err);

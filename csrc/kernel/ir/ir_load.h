@@ -21,4 +21,11 @@ typedef struct {
  * whatever was made is in *out either way, for the caller to dispose of. */
 int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char *why, size_t whyn);
 
+/* Verifies the transformed module, runs LLVM's O2 on it (the loop and SLP
+ * vectorisers on or off by `vectorize`, LLVM's defaults when it is -1) and writes the object file. With
+ * MKPY_CBS_DUMP set (a folder), the IR goes to <dump>/<before> and, if
+ * `after` is not NULL, <dump>/<after>. Returns 0, or -1 with the reason in `why`. */
+int mkk_ir_finish(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *obj_path, int vectorize, const char *before,
+                  const char *after, char *why, size_t whyn);
+
 #endif
