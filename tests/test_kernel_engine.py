@@ -208,10 +208,10 @@ def test_three_dimensional_threadgroups_and_partial_groups():
 
 
 @pytest.mark.parametrize("active", [64, 40, 1])
-def test_barrier_loop_counters_and_input_scalars_across_barriers(active, capfd):
-    """A barrier loop's counter and an input scalar, needed across barriers, in groups where
-    every thread runs to the end and in groups where threads return early (the later runs
-    then check which thread waits where): the numbers of a per-thread evaluation."""
+def test_barrier_loop_counters_and_input_scalars_kept_once_per_group(active, capfd):
+    """A barrier loop's counter and an input scalar are kept once per group in dense runs
+    (every thread at one barrier) and per thread otherwise: threads that return early make
+    the later runs not dense. Both must give the same numbers."""
     k = mx.fast.metal_kernel(name="engine_uniform_slots", input_names=["x", "n", "active"], output_names=["y"],
                              source="""
         threadgroup float s[64];

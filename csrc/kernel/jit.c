@@ -618,6 +618,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
             if (k->shape_info[i][2]) sbf(&call, "%s*(const int *)args[%d]", SEP(), arg++);
         }
     }
+    const int readonly_args = arg; /* inputs and their shapes: nothing writes them during a launch */
     for (int i = 0; i < k->noutputs; i++) {
         const char *ts = mk_dtypes[c->output_dtypes[i]].msl_name;
         if (k->atomic_outputs)
@@ -658,6 +659,9 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     /* threadgroups one thread tall (bit 0) or deep (bit 1): the work-item
      * loops over y or z then run once, and LLVM drops them (their setup is
      * most of a 32-thread group's cost) */
+    /* the leading args the kernel only reads (its inputs): a load from one
+     * at a uniform address is the same in every thread */
+    sbf(&b, "extern \"C\" const int mkpy_cbs_readonly_args = %d;\n", readonly_args);
     sbf(&b, "extern \"C\" const int mkpy_cbs_flat = %d;\n",
         (c->threadgroup[1] == 1) | (c->threadgroup[2] == 1) << 1);
     /* the group's coordinates come computed once per group (the pass calls

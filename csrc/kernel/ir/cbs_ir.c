@@ -29,7 +29,8 @@
  *      the runtime releases sites in thread-frontier order (below): the
  *      result is that of SIMD-groups running in lockstep (docs/kernels.md);
  *   4. values a thread needs across a site are demoted to its slot in the
- *      context frame (ctx->frame), and so is every alloca;
+ *      context frame (ctx->frame), and so is every alloca; a group-uniform
+ *      slot read in a dense run comes from thread 0's copy (ctx->uni);
  *   5. F gets a dispatch on `resume` at its entry, and each site returns its
  *      number (MKPY_CBS_DONE at the end);
  *   6. mkpy_kernel_cbs_run holds, per site, a loop over the threads of the
@@ -80,7 +81,19 @@ typedef struct {
     LLVMValueRef *slot_vals, *slot_addrs; /* a value (or alloca) and its slot's address, built in E' */
     char *slot_memory;                    /* 1 where the slot replaces an alloca: memory, not a value */
     int nslot_addrs, slot_addr_cap;
+    unsigned long long *slot_offs;        /* a slot's offset in a thread's frame layout */
     unsigned long long frame; /* bytes per thread */
+    /* group-uniform slots (see preloadable): dense runs read thread 0's copy */
+    char *dom;      /* nblocks^2: dom[a * n + b] when block a dominates b */
+    int dom_n;
+    int *uni_slots, nuni, uni_cap;
+    int readonly_args; /* mkpy_cbs_readonly_args: the leading args that are inputs */
+    int *site_heads, nsite_heads; /* site i (resume value i + 1): its head block's index */
+    /* a load value_at built for a group-uniform slot (through ctx->uni, or
+     * the thread's slot) and the value it stands for: a later value_at of
+     * the load is one of that value */
+    LLVMValueRef *uni_loads, *uni_of;
+    int nuni_loads, uni_loads_cap;
     char *why;
     size_t whyn;
 } pass;
@@ -934,7 +947,9 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
         if (b) p->slot_vals = b;
         char *m = realloc(p->slot_memory, (size_t)p->slot_addr_cap);
         if (m) p->slot_memory = m;
-        if (!a || !b || !m) {
+        unsigned long long *o = realloc(p->slot_offs, sizeof *o * (size_t)p->slot_addr_cap);
+        if (o) p->slot_offs = o;
+        if (!a || !b || !m || !o) {
             fail(p, "out of memory");
             return NULL;
         }
@@ -945,6 +960,7 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
     LLVMValueRef addr = gep_bytes(p, p->frame_base, off);
     p->slot_vals[p->nslot_addrs] = v;
     p->slot_memory[p->nslot_addrs] = (char)is_alloca;
+    p->slot_offs[p->nslot_addrs] = offset;
     p->slot_addrs[p->nslot_addrs++] = addr;
     if (!is_alloca) {
         LLVMValueRef after = LLVMGetNextInstruction(v);
@@ -953,6 +969,11 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
         LLVMSetAlignment(LLVMBuildStore(p->b, v, addr), align);
     }
     return addr;
+}
+
+static void forget_slot_value(pass *p, LLVMValueRef v) {
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (p->slot_vals[i] == v) p->slot_vals[i] = NULL;
 }
 
 /* A load of a value's slot. Not a load of an alloca moved to the frame:
@@ -1009,7 +1030,7 @@ static int is_cheap(pass *p, LLVMValueRef v) {
  * otherwise be a per-thread slot, and addresses built from it gathers. */
 static int is_uniform(pass *p, LLVMValueRef v, int depth) {
     if (LLVMIsAConstant(v)) return 1;
-    if (LLVMIsAArgument(v)) /* args, launch, the group's coordinates */
+    if (LLVMIsAArgument(v))
         return v == LLVMGetParam(p->f, 0) || v == LLVMGetParam(p->f, 1) || v == LLVMGetParam(p->f, 2);
     if (!LLVMIsAInstruction(v) || depth >= 10) return 0;
     switch (LLVMGetInstructionOpcode(v)) {
@@ -1025,12 +1046,240 @@ static int is_uniform(pass *p, LLVMValueRef v, int depth) {
     return 1;
 }
 
+
+/* ------------------------------------------ group-uniform slots
+ * A value kept in a slot is the same for every thread of a dense run (every
+ * thread of the group waiting at one site) when it is the counter of a loop
+ * with a threadgroup barrier in it (Metal requires such a loop to run the
+ * same iterations in every thread) that starts and steps by uniform values,
+ * like `for (t = 0; t < N; t += TS)` around a tile's barriers or
+ * `for (off = n / 2; off > 0; off >>= 1)` in a tree reduction. Such a slot
+ * read in a dense run comes from thread 0's copy, loaded once per run into
+ * the run function (see mkpy_kernel_cbs_run): addresses built from it are
+ * then affine in the work-item loops, which vectorise (a per-thread load
+ * made every tile row a gather). */
+
+static int dominators(pass *p) {
+    int n = p->nblocks;
+    if (p->dom_n == n && p->dom) return 0;
+    free(p->dom);
+    p->dom = malloc((size_t)n * (size_t)n);
+    int *npred = calloc((size_t)n, sizeof *npred), **pred = calloc((size_t)n, sizeof *pred);
+    if (!p->dom || !npred || !pred) goto oom;
+    for (int a = 0; a < n; a++)
+        for (int k = 0; k < p->nsucc[a]; k++) npred[p->succ[a][k]]++;
+    for (int b = 0; b < n; b++) {
+        pred[b] = malloc(sizeof(int) * (size_t)(npred[b] ? npred[b] : 1));
+        if (!pred[b]) goto oom;
+        npred[b] = 0;
+    }
+    for (int a = 0; a < n; a++)
+        for (int k = 0; k < p->nsucc[a]; k++) {
+            int b = p->succ[a][k];
+            pred[b][npred[b]++] = a;
+        }
+    /* dom[a * n + b]: a dominates b; block 0 is the entry */
+    memset(p->dom, 1, (size_t)n * (size_t)n);
+    for (int a = 0; a < n; a++) p->dom[a * n + 0] = a == 0;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int b = 1; b < n; b++) {
+            for (int a = 0; a < n; a++) {
+                if (a == b || !p->dom[a * n + b]) continue;
+                int all = npred[b] > 0;
+                for (int k = 0; k < npred[b] && all; k++) all = p->dom[a * n + pred[b][k]];
+                if (!all) {
+                    p->dom[a * n + b] = 0;
+                    changed = 1;
+                }
+            }
+        }
+    }
+    for (int b = 0; b < n; b++) free(pred[b]);
+    free(pred);
+    free(npred);
+    p->dom_n = n;
+    return 0;
+oom:
+    if (pred)
+        for (int b = 0; b < n; b++) free(pred[b]);
+    free(pred);
+    free(npred);
+    free(p->dom);
+    p->dom = NULL;
+    fail(p, "out of memory");
+    return -1;
+}
+
+/* Can control go from the end of block `from` to block `to`, not passing
+ * block `avoid` (if >= 0)? With `sites`, only along site-free paths: `from`
+ * ending in a site then reaches nothing, unless `from_site_ok` (a run that
+ * resumes after that site). */
+static int reach(pass *p, int from, int to, int avoid, int sites, int from_site_ok, char *seen, int *stack) {
+    int n = p->nblocks, sp = 0;
+    if (sites && !from_site_ok && ends_in_sync(p, p->blocks[from])) return 0;
+    memset(seen, 0, (size_t)n);
+    for (int k = 0; k < p->nsucc[from]; k++) stack[sp++] = p->succ[from][k];
+    while (sp) {
+        int x = stack[--sp];
+        if (seen[x]) continue;
+        seen[x] = 1;
+        if (x == to) return 1;
+        if (x == avoid || (sites && ends_in_sync(p, p->blocks[x]))) continue;
+        for (int k = 0; k < p->nsucc[x]; k++)
+            if (!seen[p->succ[x][k]]) stack[sp++] = p->succ[x][k];
+    }
+    return 0;
+}
+
+/* Does the loop of header h with latch l hold a threadgroup barrier? */
+static int loop_has_barrier(pass *p, int h, int l, char *seen, int *stack) {
+    int n = p->nblocks;
+    char *in = calloc((size_t)n, 1);
+    if (!in) return 0;
+    /* blocks reachable from h without passing h, from which l is reachable without passing h */
+    int sp = 0, found = 0;
+    for (int k = 0; k < p->nsucc[h]; k++) stack[sp++] = p->succ[h][k];
+    while (sp) {
+        int x = stack[--sp];
+        if (x == h || in[x]) continue;
+        in[x] = 1;
+        for (int k = 0; k < p->nsucc[x]; k++)
+            if (!in[p->succ[x][k]]) stack[sp++] = p->succ[x][k];
+    }
+    for (int b = 0; b < n && !found; b++) {
+        if (!in[b] && b != h) continue;
+        LLVMValueRef t = LLVMGetBasicBlockTerminator(p->blocks[b]);
+        LLVMValueRef prev = t ? LLVMGetPreviousInstruction(t) : NULL;
+        if (!prev || sync_kind(p, prev) != MKPY_CBS_BARRIER) continue;
+        found = b == l || reach(p, b, l, h, 0, 0, seen, stack);
+    }
+    free(in);
+    return found;
+}
+
+/* The index of the args entry that pointer v is loaded from, or -1. */
+static int args_entry(pass *p, LLVMValueRef v) {
+    if (!LLVMIsALoadInst(v) || LLVMGetVolatile(v)) return -1;
+    LLVMValueRef a = LLVMGetOperand(v, 0);
+    if (a == LLVMGetParam(p->f, 0)) return 0;
+    if (!LLVMIsAGetElementPtrInst(a) || LLVMGetOperand(a, 0) != LLVMGetParam(p->f, 0) || LLVMGetNumOperands(a) != 2)
+        return -1;
+    LLVMValueRef idx = LLVMGetOperand(a, 1);
+    if (!LLVMIsAConstantInt(idx)) return -1;
+    long long k = LLVMConstIntGetSExtValue(idx);
+    unsigned long long esz = LLVMABISizeOfType(p->td, LLVMGetGEPSourceElementType(a));
+    if (k < 0 || esz == 0 || (unsigned long long)k * esz % 8) return -1;
+    return (int)((unsigned long long)k * esz / 8);
+}
+
+static int group_uniform(pass *p, LLVMValueRef v, LLVMValueRef *assume, int nassume, int depth,
+                         char *seen, int *stack) {
+    if (LLVMIsAConstant(v)) return 1;
+    if (LLVMIsAArgument(v))
+        return v == LLVMGetParam(p->f, 0) || v == LLVMGetParam(p->f, 1) || v == LLVMGetParam(p->f, 2);
+    if (!LLVMIsAInstruction(v) || depth > 12) return 0;
+    for (int i = 0; i < nassume; i++)
+        if (assume[i] == v) return 1;
+    for (int i = 0; i < p->nuni_loads; i++)
+        if (p->uni_loads[i] == v) return group_uniform(p, p->uni_of[i], assume, nassume, depth + 1, seen, stack);
+    if (is_uniform(p, v, 0)) return 1;
+    if (is_slot_load(p, v)) {
+        LLVMValueRef a = LLVMGetOperand(v, 0);
+        for (int i = 0; i < p->nslot_addrs; i++)
+            if (a == p->slot_addrs[i]) return group_uniform(p, p->slot_vals[i], assume, nassume, depth + 1, seen, stack);
+        return 0;
+    }
+    if (LLVMIsAPHINode(v)) {
+        if (nassume >= 8 || LLVMCountIncoming(v) != 2 || dominators(p) < 0) return 0;
+        int n = p->nblocks, h = block_index(p, LLVMGetInstructionParent(v)), latch = -1, pre = -1;
+        if (h < 0) return 0;
+        for (unsigned q = 0; q < 2; q++) {
+            int ib = block_index(p, LLVMGetIncomingBlock(v, q));
+            if (ib < 0) return 0;
+            if (p->dom[h * n + ib])
+                latch = (int)q;
+            else
+                pre = (int)q;
+        }
+        if (latch < 0 || pre < 0) return 0;
+        if (!loop_has_barrier(p, h, block_index(p, LLVMGetIncomingBlock(v, (unsigned)latch)), seen, stack)) return 0;
+        assume[nassume] = v;
+        return group_uniform(p, LLVMGetIncomingValue(v, (unsigned)pre), assume, nassume, depth + 1, seen, stack) &&
+               group_uniform(p, LLVMGetIncomingValue(v, (unsigned)latch), assume, nassume + 1, depth + 1, seen, stack);
+    }
+    if (LLVMIsALoadInst(v)) {
+        /* an input read at a uniform address (inputs are const in Metal) */
+        if (LLVMGetVolatile(v) || LLVMGetOrdering(v) != LLVMAtomicOrderingNotAtomic) return 0;
+        LLVMValueRef a = LLVMGetOperand(v, 0);
+        while (LLVMIsAGetElementPtrInst(a)) {
+            int nops = LLVMGetNumOperands(a);
+            for (int i = 1; i < nops; i++)
+                if (!group_uniform(p, LLVMGetOperand(a, (unsigned)i), assume, nassume, depth + 1, seen, stack)) return 0;
+            a = LLVMGetOperand(a, 0);
+        }
+        int e = args_entry(p, a);
+        return e >= 0 && e < p->readonly_args;
+    }
+    switch (LLVMGetInstructionOpcode(v)) {
+    case LLVMUDiv: case LLVMSDiv: case LLVMURem: case LLVMSRem:
+        break;
+    case LLVMPHI:
+        return 0;
+    default:
+        if (!is_cheap(p, v)) return 0;
+    }
+    int nops = LLVMGetNumOperands(v);
+    for (int i = 0; i < nops; i++)
+        if (!group_uniform(p, LLVMGetOperand(v, (unsigned)i), assume, nassume, depth + 1, seen, stack)) return 0;
+    return 1;
+}
+
+/* The sites after which v's slot, read before `at`, may come from thread
+ * 0's copy in a dense run: v is group-uniform; a thread resuming there has
+ * v defined (v's block dominates the site) and cannot define it again before
+ * `at` (no site-free path from the site to v's block); and `at` is reached
+ * from the site without another. Sets ok[i] for site i; returns how many,
+ * or -1. */
+static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
+    if (!LLVMIsAInstruction(v) || !p->nsite_heads) return 0;
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (p->slot_vals[i] == v && p->slot_memory[i]) return 0;
+    if (dominators(p) < 0) return -1;
+    int n = p->nblocks, db = block_index(p, LLVMGetInstructionParent(v)), ub = block_index(p, LLVMGetInstructionParent(at));
+    if (db < 0 || ub < 0) return 0;
+    size_t edges = (size_t)n + 8;
+    for (int b = 0; b < n; b++) edges += (size_t)p->nsucc[b];
+    char *seen = malloc((size_t)n);
+    int *stack = malloc(sizeof(int) * edges);
+    if (!seen || !stack) {
+        free(seen);
+        free(stack);
+        fail(p, "out of memory");
+        return -1;
+    }
+    LLVMValueRef assume[8];
+    int count = 0;
+    if (group_uniform(p, v, assume, 0, 0, seen, stack))
+        for (int i = 0; i < p->nsite_heads; i++) {
+            int h = p->site_heads[i];
+            ok[i] = h >= 0 && p->dom[db * n + h] && reach(p, h, ub, -1, 1, 1, seen, stack) &&
+                    !reach(p, h, db, -1, 1, 1, seen, stack);
+            count += ok[i];
+        }
+    free(seen);
+    free(stack);
+    return count;
+}
+
 /* v's value before `at` (dominated by v's definition): constants, arguments
  * and E' values as they are; cheap and uniform instructions computed again
  * from their operands (up to a depth); anything else loaded from its frame
  * slot. */
 static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth) {
     if (!LLVMIsAInstruction(v) || LLVMGetInstructionParent(v) == p->eb) return v;
+    for (int i = 0; i < p->nuni_loads; i++)
+        if (p->uni_loads[i] == v) v = p->uni_of[i];
     if (depth < 10 && (is_cheap(p, v) || is_uniform(p, v, depth))) {
         int n = LLVMGetNumOperands(v);
         LLVMValueRef ops[8];
@@ -1046,9 +1295,73 @@ static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth
     }
     LLVMValueRef addr = slot_for(p, v);
     if (!addr) return NULL;
+    char *ok = calloc((size_t)p->nsite_heads + 1, 1);
+    int pre = ok ? preload_sites(p, v, at, ok) : -1;
+    if (pre < 0) {
+        free(ok);
+        if (!ok) fail(p, "out of memory");
+        return NULL;
+    }
     LLVMPositionBuilderBefore(p->b, at);
     LLVMValueRef ld = LLVMBuildLoad2(p->b, LLVMTypeOf(v), addr, "");
     LLVMSetAlignment(ld, LLVMABIAlignmentOfType(p->td, LLVMTypeOf(v)));
+    if (pre) {
+        /* ctx->uni: thread 0's copy of the group-uniform slots in a dense
+         * run (an alloca of the run function: SROA makes it SSA values, the
+         * same for every thread of the work-item loops), NULL otherwise */
+        int si = -1;
+        for (int i = 0; i < p->nslot_addrs; i++)
+            if (p->slot_vals[i] == v) si = i;
+        int listed = 0;
+        for (int i = 0; i < p->nuni; i++) listed |= p->uni_slots[i] == si;
+        if (!listed) {
+            if (p->nuni == p->uni_cap) {
+                int cap = p->uni_cap ? 2 * p->uni_cap : 16;
+                int *u = realloc(p->uni_slots, sizeof *u * (size_t)cap);
+                if (!u) {
+                    free(ok);
+                    fail(p, "out of memory");
+                    return NULL;
+                }
+                p->uni_slots = u;
+                p->uni_cap = cap;
+            }
+            p->uni_slots[p->nuni++] = si;
+        }
+        /* ctx->uni set (a dense run) and resumed at a site where the copy
+         * holds (a constant in each work-item loop once F is inlined) */
+        LLVMValueRef uni = ctx_field(p, 5), at_site = NULL;
+        for (int i = 0; i < p->nsite_heads; i++) {
+            if (!ok[i]) continue;
+            LLVMValueRef is = LLVMBuildICmp(p->b, LLVMIntEQ, LLVMGetParam(p->f, 4), const_i32(p, i + 1), "");
+            at_site = at_site ? LLVMBuildOr(p->b, at_site, is, "") : is;
+        }
+        LLVMValueRef have = LLVMBuildAnd(p->b, LLVMBuildICmp(p->b, LLVMIntNE, uni, LLVMConstPointerNull(p->ptr), ""),
+                                         at_site, "");
+        /* one load from the address chosen: ctx->uni is NULL outside dense runs */
+        LLVMValueRef ua = LLVMBuildSelect(p->b, have, gep_bytes(p, uni, const_i64(p, (long long)p->slot_offs[si])),
+                                          addr, "");
+        LLVMValueRef ul = LLVMBuildLoad2(p->b, LLVMTypeOf(v), ua, "");
+        LLVMSetAlignment(ul, LLVMABIAlignmentOfType(p->td, LLVMTypeOf(v)));
+        LLVMInstructionEraseFromParent(ld);
+        ld = ul;
+        if (p->nuni_loads == p->uni_loads_cap) {
+            int cap = p->uni_loads_cap ? 2 * p->uni_loads_cap : 16;
+            LLVMValueRef *a = realloc(p->uni_loads, sizeof *a * (size_t)cap);
+            if (a) p->uni_loads = a;
+            LLVMValueRef *b = realloc(p->uni_of, sizeof *b * (size_t)cap);
+            if (b) p->uni_of = b;
+            if (!a || !b) {
+                free(ok);
+                fail(p, "out of memory");
+                return NULL;
+            }
+            p->uni_loads_cap = cap;
+        }
+        p->uni_loads[p->nuni_loads] = ul;
+        p->uni_of[p->nuni_loads++] = v;
+    }
+    free(ok);
     return ld;
 }
 
@@ -1425,6 +1738,18 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     if (cfg_build(p) < 0) goto done;
     p->frame_base = ctx_frame;
     p->index64 = index64;
+    p->site_heads = malloc(sizeof(int) * (size_t)(nsites ? nsites : 1));
+    if (!p->site_heads) {
+        fail(p, "out of memory");
+        goto done;
+    }
+    p->nsite_heads = nsites;
+    for (int i = 0; i < nsites; i++) p->site_heads[i] = block_index(p, sites[i].head);
+    {
+        LLVMValueRef ro = LLVMGetNamedGlobal(p->m, "mkpy_cbs_readonly_args");
+        p->readonly_args = ro && LLVMGetInitializer(ro) && LLVMIsAConstantInt(LLVMGetInitializer(ro))
+                               ? (int)LLVMConstIntGetSExtValue(LLVMGetInitializer(ro)) : 0;
+    }
     p->e_br = e_br;
     {
         int n = p->nblocks;
@@ -1459,6 +1784,11 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                             bad = 1;
                         } else {
                             LLVMReplaceAllUsesWith(in, addr);
+                            /* the slot outlives the alloca: forget its
+                             * pointer, which LLVM may hand to a new
+                             * instruction (a load that slot_for would then
+                             * take for this slot) */
+                            forget_slot_value(p, in);
                             LLVMInstructionEraseFromParent(in);
                         }
                     } else {
@@ -1582,9 +1912,13 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBuildRet(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""));
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
-        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
-        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 5, 0);
+        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
+        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 6, 0);
         LLVMValueRef ctxv = LLVMBuildAlloca(p->b, ctx_t, "ctx");
+        /* thread 0's copy of the group-uniform slots, for dense runs */
+        LLVMValueRef uni = LLVMBuildAlloca(p->b, LLVMArrayType(p->i8, (unsigned)(frame_bytes ? frame_bytes : 1)), "uni");
+        LLVMSetAlignment(uni, 64);
+        LLVMBuildStore(p->b, LLVMConstPointerNull(p->ptr), gep_bytes(p, ctxv, const_i64(p, 5 * 8)));
         for (int f = 0; f < 5; f++) {
             /* params: frame, deposit, simd, masks, (next), tg */
             unsigned param = f < 4 ? (unsigned)(4 + f) : 9u;
@@ -1650,7 +1984,24 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMBasicBlockRef xl = LLVMAppendBasicBlockInContext(p->cx, run, "x.latch");
                 LLVMBasicBlockRef yl = LLVMAppendBasicBlockInContext(p->cx, run, "y.latch");
                 LLVMBasicBlockRef zl = LLVMAppendBasicBlockInContext(p->cx, run, "z.latch");
-                heads[checked] = zb;
+                /* the nest's preheader: ctx->uni is thread 0's copy of the
+                 * group-uniform slots in a dense run, NULL in a checked one */
+                LLVMBasicBlockRef preb = LLVMAppendBasicBlockInContext(p->cx, run, checked ? "nouni" : "uni");
+                LLVMPositionBuilderAtEnd(p->b, preb);
+                LLVMBuildStore(p->b, checked ? LLVMConstPointerNull(p->ptr) : uni,
+                               gep_bytes(p, ctxv, const_i64(p, 5 * 8)));
+                for (int u = 0; !checked && u < p->nuni; u++) {
+                    int si = p->uni_slots[u];
+                    LLVMTypeRef vt = LLVMTypeOf(p->slot_vals[si]);
+                    unsigned al = LLVMABIAlignmentOfType(p->td, vt);
+                    LLVMValueRef src = gep_bytes(p, LLVMGetParam(run, 4),
+                                                 const_i64(p, (long long)(p->slot_offs[si] * MKPY_CBS_MAX_THREADS)));
+                    LLVMValueRef ld = LLVMBuildLoad2(p->b, vt, src, "");
+                    LLVMSetAlignment(ld, al);
+                    LLVMSetAlignment(LLVMBuildStore(p->b, ld, gep_bytes(p, uni, const_i64(p, (long long)p->slot_offs[si]))), al);
+                }
+                LLVMBuildBr(p->b, zb);
+                heads[checked] = preb;
                 LLVMPositionBuilderAtEnd(p->b, zb);
                 LLVMValueRef z = LLVMBuildPhi(p->b, p->i32, "z");
                 LLVMBuildBr(p->b, yb);
@@ -1691,12 +2042,12 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
                 LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, checked ? out : chain);
                 if (!checked) {
-                    dense_head[k] = zb;
+                    dense_head[k] = preb;
                     dense_z[k] = z;
                 }
                 LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1},
                              xv[] = {const_i32(p, 0), x1};
-                LLVMBasicBlockRef zf[] = {pick, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
+                LLVMBasicBlockRef zf[] = {preb, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
                 LLVMAddIncoming(z, zv, zf, 2);
                 LLVMAddIncoming(y, yv, yf, 2);
                 LLVMAddIncoming(x, xv, xf, 2);
@@ -1715,8 +2066,6 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMPositionBuilderAtEnd(p->b, pre);
             LLVMBuildStore(p->b, const_i64(p, 0), acc);
             LLVMBuildBr(p->b, dense_head[j]);
-            LLVMValueRef zero = const_i32(p, 0);
-            LLVMAddIncoming(dense_z[j], &zero, &pre, 1);
         }
         free(dense_head);
         free(dense_z);
@@ -1739,6 +2088,12 @@ done:
     free(p->slot_addrs);
     free(p->slot_vals);
     free(p->slot_memory);
+    free(p->slot_offs);
+    free(p->dom);
+    free(p->uni_slots);
+    free(p->site_heads);
+    free(p->uni_loads);
+    free(p->uni_of);
     free(sites);
     if (p->m) LLVMDisposeModule(p->m);
     LLVMDisposeBuilder(p->b);
