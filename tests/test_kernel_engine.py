@@ -243,6 +243,35 @@ def test_barrier_loop_counters_and_input_scalars_kept_once_per_group(active, cap
     np.testing.assert_allclose(y[written], want[written], rtol=1e-5)
 
 
+def test_barrier_loop_counter_after_a_barrier_free_continue():
+    """A barrier loop whose iterations sometimes `continue` before the barrier: after the
+    barrier, a thread can go round the loop again without another barrier, so its counter
+    in the latch must be its own, not the group's copy taken when the run began."""
+    k = mx.fast.metal_kernel(name="engine_uniform_continue", input_names=["x", "n"], output_names=["y"],
+                             source="""
+        threadgroup float s[64];
+        uint lid = thread_position_in_threadgroup.x;
+        float acc = 0.0f;
+        for (int t = 0; t < n; t++) {
+            if (t % 3 == 1) { acc += float(t) * 100.0f; continue; }
+            s[lid] = x[t * 64 + lid];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            acc += s[63 - lid] * float(t + 1);
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }
+        y[lid] = acc;""")
+    n = 11
+    x = np.random.default_rng(6).standard_normal((n * 64,)).astype(np.float32)
+    y, = run(k, [mx.array(x), n], (64, 1, 1), (64, 1, 1), [(64,)])
+    want = np.zeros(64, np.float64)
+    for t in range(n):
+        if t % 3 == 1:
+            want += t * 100.0
+        else:
+            want += x[t * 64 + 63 - np.arange(64)] * (t + 1)
+    np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
 # ---------------------------------------------------------------- engines reported, fallback
 
 def test_divergent_barriers_name_the_engine():

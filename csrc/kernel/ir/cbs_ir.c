@@ -1238,8 +1238,8 @@ static int group_uniform(pass *p, LLVMValueRef v, LLVMValueRef *assume, int nass
 /* The sites after which v's slot, read before `at`, may come from thread
  * 0's copy in a dense run: v is group-uniform; a thread resuming there has
  * v defined (v's block dominates the site) and cannot define it again before
- * `at` (no site-free path from the site to v's block); and `at` is reached
- * from the site without another. Sets ok[i] for site i; returns how many,
+ * `at` (no site-free path from the site through v's block to `at`); and `at`
+ * is reached from the site without another. Sets ok[i] for site i; returns how many,
  * or -1. */
 static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
     if (!LLVMIsAInstruction(v) || !p->nsite_heads) return 0;
@@ -1263,8 +1263,12 @@ static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
     if (group_uniform(p, v, assume, 0, 0, seen, stack))
         for (int i = 0; i < p->nsite_heads; i++) {
             int h = p->site_heads[i];
+            /* v's block reached again after the site is fine when `at`
+             * cannot follow it without another site: a barrier loop's
+             * counter used in the latch, before the header redefines it */
             ok[i] = h >= 0 && p->dom[db * n + h] && reach(p, h, ub, -1, 1, 1, seen, stack) &&
-                    !reach(p, h, db, -1, 1, 1, seen, stack);
+                    !(reach(p, h, db, -1, 1, 1, seen, stack) &&
+                      (db == ub || reach(p, db, ub, -1, 1, 0, seen, stack)));
             count += ok[i];
         }
     free(seen);
