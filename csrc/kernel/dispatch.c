@@ -677,7 +677,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         mkk_report("mkpy: kernel `%s` sources on disk: %.*s.metal (generated Metal), %.*s.cpp (translated C++)\n",
                    k->name, (int)strlen(fn.so_path) - 3, fn.so_path, (int)strlen(fn.so_path) - 3, fn.so_path);
     if (c->verbose && fn.checked)
-        mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK): instrumented, on one thread%s\n",
+        mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK): instrumented%s\n",
                    k->name, r->how == SCHEME_PLAIN ? "" : ", on fibers");
     if (c->verbose && !fn.checked) {
         if (r->how == SCHEME_COOPERATIVE)
@@ -705,7 +705,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     r->args = args;
     r->base = plan;
     r->total = plan_total;
-    int nth = fn.checked ? 1 : mk_pool_threads(); /* the checker runs one thread */
+    int nth = mk_pool_threads();
     uint64_t threads_per_group = (uint64_t)r->base.tg[0] * r->base.tg[1] * r->base.tg[2];
     /* about 32 chunks per worker (a worker that finishes early finds work;
      * the last chunk keeps the others waiting only briefly), each of at least
@@ -714,7 +714,6 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     uint64_t min_groups = (4096 + threads_per_group - 1) / threads_per_group;
     if (chunk < min_groups) chunk = min_groups;
     if (chunk < 1) chunk = 1;
-    if (fn.checked) chunk = r->total;
     r->chunk = chunk;
     atomic_init(&r->next, 0);
     uint64_t nchunks = (r->total + chunk - 1) / chunk;
@@ -732,7 +731,8 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         for (int i = 0; i < ninbufs && i <= MAX_BUFFERS; i++)
             cb[i] = (mkk_check_buf){bufs[i].name, bufs[i].output, bufs[i].base, bufs[i].lo, bufs[i].hi,
                                     bufs[i].itemsize, bufs[i].count};
-        if (mkk_check_begin(k->name, &r->base, cb, ninbufs, c->has_init) < 0) {
+        if (mkk_check_begin(k->name, &r->base, cb, ninbufs, c->has_init,
+                            nchunks < (uint64_t)nth ? (int)nchunks : nth) < 0) {
             mk_nomem();
             goto done;
         }
