@@ -1,12 +1,14 @@
 /* The checker mode's runtime (issue #12; the compiler side is
  * csrc/kernel/ir/check_ir.c, the user's view docs/kernels.md "Checker mode").
  *
- * A checked launch runs on one thread, one threadgroup after another
- * (threads in order on the plain path, on fibers for cooperative kernels),
- * and every access of kernel code to a buffer or threadgroup variable comes
- * here first. We keep a shadow entry per element of every output and every
- * threadgroup variable: the last thread that wrote it, the last that read
- * it, the threadgroup-barrier epoch of each access and its source site.
+ * A checked launch runs its threadgroups on the pool's threads, each group
+ * on one of them (threads in order on the plain path, on fibers for
+ * cooperative kernels), and every access of kernel code to a buffer or
+ * threadgroup variable comes to the hooks in the kernel (mkpy_check.h),
+ * which handle the common cases themselves, and here. We keep a shadow
+ * entry per element of every output and every threadgroup variable: the
+ * last thread that wrote it, the last that read it, the threadgroup-barrier
+ * epoch of each access and its source site.
  * Races are decided from that record, not from the order the threads ran
  * in: two accesses to an element by different threads, one a write, race
  * unless they are in one threadgroup with a barrier between them (the later
@@ -25,6 +27,9 @@
 #include <string.h>
 
 #include "coop.h"
+
+#define NOINLINE __attribute__((noinline))
+typedef struct mkpy_check_thread cthread;
 
 #define SHOWN 5               /* findings of each kind listed in the report */
 #define WINDOW ((size_t)4 << 20) /* out-of-bounds attribution: bytes around a buffer */
@@ -210,7 +215,7 @@ static struct mkpy_check_thread *find_thread(struct mkpy_check_thread *tmp) {
 
 /* A new threadgroup starts with fresh threadgroup records (its threads'
  * epochs start at 0 in their own records). */
-static __attribute__((noinline)) void new_group(worker *w, uint64_t g) {
+static NOINLINE void new_group(worker *w, uint64_t g) {
     w->group = g;
     w->gbase = g * S.tgmax;
     w->gen++;
@@ -223,12 +228,7 @@ static inline worker *enter(struct mkpy_check_thread **tp, struct mkpy_check_thr
     return w;
 }
 
-static inline uint64_t tid(const struct mkpy_check_thread *t) { return t->group * S.tgmax + t->index + 1; }
-
-static inline uint32_t epoch_of(const worker *w, const struct mkpy_check_thread *t) {
-    (void)w;
-    return t->epoch;
-}
+static inline uint64_t tid(const cthread *t) { return t->group * S.tgmax + t->index + 1; }
 
 /* "(x, y, z)": thread_position_in_grid of a thread id. */
 static void describe_thread(uint64_t id, char *out, size_t n) {
@@ -330,7 +330,7 @@ static void *scratch(worker *w, uint64_t size, uint32_t flags, void *p) {
     return w->scratch;
 }
 
-static __attribute__((noinline)) void *tg_access(worker *w, const struct mkpy_check_thread *t, tgvar *v, char *a, uint64_t size,
+static NOINLINE void *tg_access(worker *w, const cthread *t, tgvar *v, char *a, uint64_t size,
                        uint32_t flags, uint32_t site) {
     char th[64], *text;
     if (a < v->addr || a + size > v->addr + v->size) {
@@ -338,7 +338,8 @@ static __attribute__((noinline)) void *tg_access(worker *w, const struct mkpy_ch
             describe_thread(tid(t), th, sizeof th);
             long long e = a >= v->addr ? (long long)((uint64_t)(a - v->addr) / v->elem)
                                        : -(long long)(((uint64_t)(v->addr - a) + v->elem - 1) / v->elem);
-            snprintf(text, SHOWN_TEXT, "%s %s element %lld of threadgroup variable `%s` (%llu elements of %llu bytes) at %s",
+            snprintf(text, SHOWN_TEXT,
+                     "%s %s element %lld of threadgroup variable `%s` (%llu elements of %llu bytes) at %s",
                      th, flags & MKPY_CHK_WRITE ? "stored" : "loaded", e, site_text(v->name),
                      (unsigned long long)(v->size / v->elem), (unsigned long long)v->elem, site_text(site));
         }
@@ -347,14 +348,15 @@ static __attribute__((noinline)) void *tg_access(worker *w, const struct mkpy_ch
     if (!v->sh) return a;
     uint64_t e0 = (uint64_t)(a - v->addr) / v->elem, e1 = (uint64_t)(a + size - 1 - v->addr) / v->elem;
     const uint64_t me = tid(t);
-    const uint32_t ep = epoch_of(w, t);
+    const uint32_t ep = t->epoch;
     for (uint64_t e = e0; e <= e1; e++) {
         shadow *s = &v->sh[e];
         if (s->gen != w->gen) memset(s, 0, sizeof *s), s->gen = w->gen;
         if (!(flags & MKPY_CHK_WRITE) && !s->w && !(flags & MKPY_CHK_ATOMIC) && !s->atomic &&
             (text = finding(w, K_UNINIT))) {
             describe_thread(me, th, sizeof th);
-            snprintf(text, SHOWN_TEXT, "%s loaded element %llu of threadgroup variable `%s` at %s, which no thread of its "
+            snprintf(text, SHOWN_TEXT,
+                     "%s loaded element %llu of threadgroup variable `%s` at %s, which no thread of its "
                                        "threadgroup had stored since the threadgroup started",
                      th, (unsigned long long)e, site_text(v->name), site_text(site));
         }
@@ -406,7 +408,7 @@ static inline void unlock_block(block *bk) {
     if (S.locking) __atomic_store_n(&bk->lock, 0, __ATOMIC_RELEASE);
 }
 
-static __attribute__((noinline)) void device_access_slow(worker *w, const struct mkpy_check_thread *t, const cbuf *b, char *a, uint64_t size,
+static NOINLINE void device_access(worker *w, const cthread *t, const cbuf *b, char *a, uint64_t size,
                           uint32_t flags, uint32_t site) {
     uint64_t off = (uint64_t)(a - b->b.lo), e0, e1;
     if (b->shift >= 0) {
@@ -417,7 +419,7 @@ static __attribute__((noinline)) void device_access_slow(worker *w, const struct
         e1 = (off + size - 1) / b->b.itemsize;
     }
     const uint64_t me = tid(t);
-    const uint32_t ep = epoch_of(w, t);
+    const uint32_t ep = t->epoch;
     const uint64_t nsh = (uint64_t)b->nsh;
     for (uint64_t e = e0; e <= e1 && e < nsh;) {
         block *bk = &b->blk[e / BLOCK];
@@ -461,7 +463,7 @@ static __attribute__((noinline)) void device_access_slow(worker *w, const struct
 /* ---------------------------------------------------------- accesses */
 
 /* An access inside no buffer and no threadgroup variable. */
-static __attribute__((noinline)) void *outside(worker *w, const struct mkpy_check_thread *t, char *a, uint64_t size, uint32_t flags,
+static NOINLINE void *outside(worker *w, const cthread *t, char *a, uint64_t size, uint32_t flags,
                      uint32_t site) {
     const cbuf *best = NULL;
     size_t bestd = SIZE_MAX;
@@ -517,52 +519,20 @@ static __attribute__((noinline)) void *outside(worker *w, const struct mkpy_chec
     return scratch(w, size, flags, a);
 }
 
-/* One element stored where the block is still affine (the common case),
- * else the full path. */
-static inline void device_access(worker *w, const struct mkpy_check_thread *t, const cbuf *b, char *a, uint64_t size,
-                                 uint32_t flags, uint32_t site) {
-    if (flags == MKPY_CHK_WRITE && size == b->b.itemsize && b->shift >= 0) {
-        uint64_t off = (uint64_t)(a - b->b.lo);
-        uint64_t e = off >> b->shift;
-        if (!(off & (size - 1)) && e < (uint64_t)b->nsh) {
-            block *bk = &b->blk[e / BLOCK];
-            const unsigned k = (unsigned)(e % BLOCK);
-            const uint64_t me = tid(t);
-            lock_block(bk);
-            if (!bk->full && !bk->lost) {
-                if (!bk->written) {
-                    bk->written = (uint64_t)1 << k;
-                    bk->base = me - k;
-                    bk->epoch = t->epoch;
-                    bk->site = site;
-                    unlock_block(bk);
-                    return;
-                }
-                if (!(bk->written >> k & 1) && bk->base + k == me && bk->epoch == t->epoch && bk->site == site) {
-                    bk->written |= (uint64_t)1 << k;
-                    unlock_block(bk);
-                    return;
-                }
-            }
-            unlock_block(bk);
-        }
-    }
-    device_access_slow(w, t, b, a, size, flags, site);
-}
-
-static __attribute__((noinline)) void *input_store(worker *w, const struct mkpy_check_thread *t, const cbuf *b,
+static NOINLINE void *input_store(worker *w, const cthread *t, const cbuf *b,
                                                    char *a, uint64_t size, uint32_t flags, uint32_t site) {
     char *text = finding(w, K_OOB);
     if (text) {
         char th[64];
         describe_thread(tid(t), th, sizeof th);
-        snprintf(text, SHOWN_TEXT, "%s stored into input `%s` (element %lld), which is read-only (`const device`), at %s",
+        snprintf(text, SHOWN_TEXT,
+                 "%s stored into input `%s` (element %lld), which is read-only (`const device`), at %s",
                  th, b->b.name, (long long)((a - b->b.base) / (ptrdiff_t)b->b.itemsize), site_text(site));
     }
     return scratch(w, size, flags, a);
 }
 
-static __attribute__((noinline)) void *access_no_thread(void *p, uint64_t size, uint32_t flags, uint32_t site,
+static NOINLINE void *access_no_thread(void *p, uint64_t size, uint32_t flags, uint32_t site,
                                                         const void *tgp);
 
 static void *api_access(void *p, uint64_t size, uint32_t flags, uint32_t site, const void *tgp,
@@ -648,7 +618,8 @@ static void api_div(uint32_t bad, uint32_t site, struct mkpy_check_thread *t) {
     char th[64];
     describe_thread(tid(t), th, sizeof th);
     if (bad == 1)
-        snprintf(text, SHOWN_TEXT, "%s divided by zero (`/` or `%%`) at %s: an Apple GPU gives a value without trapping "
+        snprintf(text, SHOWN_TEXT,
+                 "%s divided by zero (`/` or `%%`) at %s: an Apple GPU gives a value without trapping "
                                    "(docs/kernels.md lists mkpy's), never a useful one",
                  th, site_text(site));
     else
@@ -784,7 +755,8 @@ char *mkk_check_finish(int *nfound) {
                     snprintf(unwritten[count[K_UNWRITTEN]++], sizeof unwritten[0],
                              "output `%s` element %lld was stored by no thread (it holds whatever the memory held; "
                              "pass init_value= if the kernel means to leave elements untouched)",
-                             b->b.name, (long long)((b->b.lo + e * b->b.itemsize - b->b.base) / (ptrdiff_t)b->b.itemsize));
+                             b->b.name,
+                             (long long)((b->b.lo + e * b->b.itemsize - b->b.base) / (ptrdiff_t)b->b.itemsize));
                 }
                 count[K_UNWRITTEN] += __builtin_popcountll(missing);
             }
@@ -804,7 +776,8 @@ char *mkk_check_finish(int *nfound) {
             /* each worker's first findings, merged in threadgroup order */
             int m = 0;
             for (int k = 0; k < S.nworkers; k++)
-                for (int64_t j = 0; j < S.workers[k].count[kd] && j < SHOWN; j++) list[m++] = &S.workers[k].shown[kd][j];
+                for (int64_t j = 0; j < S.workers[k].count[kd] && j < SHOWN; j++)
+                    list[m++] = &S.workers[k].shown[kd][j];
             qsort(list, (size_t)m, sizeof *list, by_order);
             for (int64_t j = 0; j < shown && j < m; j++) sbuf_add(&s, &len, &cap, "\n    %s", list[j]->text);
         }

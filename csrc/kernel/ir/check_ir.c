@@ -326,7 +326,8 @@ static void guard_div(chk *c, LLVMValueRef in, int is_signed) {
         /* a zero divisor wins */
         bad = LLVMBuildSelect(c->b, zero, ci32(c, 1), bad, "");
     }
-    LLVMValueRef args[] = {bad, site_index(c, where), thread_arg(c, LLVMGetBasicBlockParent(LLVMGetInstructionParent(in)))};
+    LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInstructionParent(in));
+    LLVMValueRef args[] = {bad, site_index(c, where), thread_arg(c, fn)};
     LLVMBuildCall2(c->b, c->ty_div, c->fn_div, args, 3, "");
 }
 
