@@ -12,8 +12,6 @@ algorithms in OpenCL (kernels.cl) and against NumPy/OpenBLAS doing the same math
              a local-memory tree reduction; also against mx.sum(axis=1)
   rms_norm   rows of 2048, one 32-thread threadgroup per row; Metal sums with simd_sum,
              OpenCL with a local-memory tree reduction
-  checker    the checker mode (mx.metal.check) against a normal run of the same kernel: the exp
-             kernel (plain) over 256K floats and the tree reduction (barriers) over 1M floats
 
 Every result is checked against NumPy before it is timed. mkpy is timed as
 kernel call + mx.eval (a fresh output each call); PoCL as enqueue + finish on
@@ -134,7 +132,6 @@ ROWSUM_VS_POCL = Target(">= 2x PoCL", ratio_min=2.0)
 ROWSUM_VS_MX = Target("within 3x of mx.sum(axis=1)", ratio_min=1.0 / 3.0)
 ENGINE_NOTE = "lockstep engine"
 TRIVIAL_VS_PLAIN = Target("cooperative <= 2x the plain path", ratio_min=0.5)
-CHECKED_VS_NORMAL = Target("checked <= 30x a normal run", ratio_min=1 / 30)
 
 # The same trivial body with and without a barrier: the barrier makes the
 # kernel cooperative, so the difference is the engine's own cost.
@@ -242,39 +239,6 @@ def run(opts):
                         ratio=time_ratio(best["coop"], best["plain"]), target=TRIVIAL_VS_PLAIN, check=ok,
                         note=ENGINE_NOTE if ok else "RESULT CHECK FAILED"))
     del xm
-
-    # ------------------------------------------------------------- the checker mode vs a normal run
-    k_cexp = mx.fast.metal_kernel(name="bench_checker_exp", input_names=["inp"], output_names=["out"],
-                                  source=EXP_SRC)
-    k_cred = mx.fast.metal_kernel(name="bench_checker_reduce", input_names=["inp", "n"], output_names=["partial"],
-                                  source=REDUCE_SRC)
-    for label, n_c in (("exp 256K (plain)", 1 << 18), ("tree reduce 1M, 256 groups (barriers)", 1 << 20)):
-        progress("kernel: checker mode, %s" % label)
-        xn = rng.standard_normal(n_c, dtype=np.float32)
-        xm = mx.array(xn)
-        mx.eval(xm)
-
-        def launcher(checked, n_c=n_c, label=label):
-            def go():
-                with mx.metal.check(checked):
-                    if label.startswith("exp"):
-                        o, = k_cexp(inputs=[xm], grid=(n_c, 1, 1), threadgroup=(256, 1, 1), output_shapes=[(n_c,)],
-                                    output_dtypes=[mx.float32])
-                    else:
-                        o, = k_cred(inputs=[xm, n_c], grid=(256 * 256, 1, 1), threadgroup=(256, 1, 1),
-                                    output_shapes=[(256,)], output_dtypes=[mx.float32])
-                mx.eval(o)
-                return o
-            return go
-        checked, normal = launcher(True), launcher(False)
-        a, b = np.array(checked(), np.float64), np.array(normal(), np.float64)
-        ok = bool(np.allclose(a, b, rtol=1e-5))
-        best = compare({"checked": checked, "normal": normal}, budget_s=budget)
-        rows.append(row(SECTION, "checker mode: %s" % label, value=best["checked"], value_text=fmt_time(best["checked"]),
-                        ref_name="normal run", ref_value=best["normal"], ref_text=fmt_time(best["normal"]),
-                        ratio=time_ratio(best["checked"], best["normal"]), target=CHECKED_VS_NORMAL, check=ok,
-                        note="" if ok else "RESULT CHECK FAILED"))
-        del xm
 
     # ------------------------------------------------------------- tiled sgemm
     N = 512 if opts.quick else 1024

@@ -191,7 +191,11 @@ def test_int_min_by_minus_one():
     with pytest.raises(RuntimeError) as ei:
         run(src, [x, z], (2, 1, 1), (2, 1, 1), [(2,)], [mx.int32], input_names=["x", "z"], name="ovf")
     assert "integer division faults (1)" in str(ei.value)
-    assert "most negative integer by -1" in str(ei.value)
+    assert "thread (0, 0, 0) divided the most negative integer by -1 at <kernel ovf source>:2:" in str(ei.value)
+    # without the checker: the GPU-like values, no trap (docs/kernels.md)
+    out, = run(src, [x, z], (2, 1, 1), (2, 1, 1), [(2,)], [mx.int32], input_names=["x", "z"], name="ovf",
+               check=False)
+    assert np.array(out).tolist() == [0, 1]
 
 
 def test_barrier_divergence_still_reported():
@@ -242,3 +246,37 @@ def test_environment_variable():
     env = dict(os.environ, MKPY_CHECK="1")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "RACE" in r.stdout, r.stdout + r.stderr
+
+
+def test_races_between_chunks_of_groups():
+    # 64 groups in several chunks (run in parallel when the pool has threads):
+    # thread i and thread i + 8192 store the same element, once each
+    n = 16384
+    x = mx.arange(n).astype(F32)
+    src = "uint i = thread_position_in_grid.x;\nout[i % 8192] = x[i];\n"
+    msg = checked_error(src, [x], (n, 1, 1), (256, 1, 1), [(8192,)], input_names=["x"], name="chunkrace")
+    assert "device memory races (8192)" in msg, msg
+    assert "output elements no thread wrote" not in msg
+    # the same grid without the overlap is clean, and the numbers are right
+    out, = run("uint i = thread_position_in_grid.x;\nout[i] = x[i] * 2.0f;\n", [x], (n, 1, 1), (256, 1, 1), [(n,)],
+               input_names=["x"], name="chunkclean")
+    assert np.array_equal(np.array(out), np.arange(n, dtype=np.float32) * 2)
+
+
+def test_store_patterns_beyond_one_store_per_thread():
+    x = mx.arange(256).astype(F32)
+    # the same thread stores twice and reloads its element: no finding
+    src = "uint i = thread_position_in_grid.x;\nout[i] = x[i];\nout[i] = out[i] + 1.0f;\n"
+    out, = run(src, [x], (256, 1, 1), (64, 1, 1), [(256,)], input_names=["x"], name="rmw")
+    assert np.array(out).tolist() == [float(v + 1) for v in range(256)]
+    # each thread stores two elements (a stride the blocks do not describe): clean, all written
+    src = "uint i = thread_position_in_grid.x;\nout[2 * i] = x[i];\nout[2 * i + 1] = -x[i];\n"
+    out, = run(src, [x], (256, 1, 1), (64, 1, 1), [(512,)], input_names=["x"], name="stride2")
+    assert np.array(out)[:4].tolist() == [0.0, -0.0, 1.0, -1.0]
+    # a neighbour's element loaded after it was stored, with no barrier: a race
+    src = "uint i = thread_position_in_grid.x;\nout[i] = x[i];\nif (i > 0) y[i] = out[i - 1];\n"
+    msg = checked_error(src, [x], (256, 1, 1), (64, 1, 1), [(256,), (256,)], input_names=["x"],
+                        output_names=["out", "y"], name="nbrload", init_value=0)
+    assert "device memory races" in msg
+    assert "output `out` element 0: thread (0, 0, 0) stored it at <kernel nbrload source>:2:" in msg, msg
+    assert "thread (1, 0, 0) loaded it at <kernel nbrload source>:3:" in msg, msg

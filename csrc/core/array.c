@@ -169,6 +169,7 @@ static struct {
     struct {
         char *rw;
         size_t size;
+        size_t clean; /* its first `clean` bytes are known to be zero */
     } blocks[MK_STAGE_KEEP];
     int n;
 } stages = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0};
@@ -180,26 +181,30 @@ static size_t stage_pages(size_t nbytes) {
 }
 
 char *mk_stage_alloc(size_t nbytes) {
-    size_t size = stage_pages(nbytes);
+    size_t size = stage_pages(nbytes), clean = 0;
     char *rw = NULL;
     pthread_mutex_lock(&stages.mu);
     for (int i = stages.n - 1; i >= 0; i--)
         if (stages.blocks[i].size == size) {
             rw = stages.blocks[i].rw;
+            clean = stages.blocks[i].clean;
             stages.blocks[i] = stages.blocks[--stages.n];
             break;
         }
     pthread_mutex_unlock(&stages.mu);
-    if (!rw && !(rw = map_buffer(size))) return mk_nomem();
+    if (!rw) {
+        if (!(rw = map_buffer(size))) return mk_nomem();
+        clean = size; /* a fresh mapping is zero */
+    }
     size_t used = (nbytes + MK_STAGE_ALIGN - 1) / MK_STAGE_ALIGN * MK_STAGE_ALIGN;
     if (!used) used = MK_STAGE_ALIGN;
     char *data = rw + size - used;
-    memset(rw, 0, size - used);                /* before the data */
-    memset(data + nbytes, 0, used - nbytes);   /* padding after it */
+    if (clean < size - used) memset(rw + clean, 0, size - used - clean); /* before the data */
+    memset(data + nbytes, 0, used - nbytes);                           /* padding after it */
     return data;
 }
 
-void mk_stage_free(char *data, size_t nbytes) {
+static void stage_release(char *data, size_t nbytes, bool clean) {
     if (!data) return;
     size_t size = stage_pages(nbytes);
     size_t used = (nbytes + MK_STAGE_ALIGN - 1) / MK_STAGE_ALIGN * MK_STAGE_ALIGN;
@@ -212,9 +217,14 @@ void mk_stage_free(char *data, size_t nbytes) {
     }
     stages.blocks[stages.n].rw = rw;
     stages.blocks[stages.n].size = size;
+    stages.blocks[stages.n].clean = clean ? (size_t)(data - rw) : 0;
     stages.n++;
     pthread_mutex_unlock(&stages.mu);
 }
+
+void mk_stage_free(char *data, size_t nbytes) { stage_release(data, nbytes, false); }
+
+void mk_stage_free_clean(char *data, size_t nbytes) { stage_release(data, nbytes, true); }
 
 bool mk_buffer_fenced(const mk_buffer *b) { return !b->release && b->capacity >= MK_MMAP_MIN; }
 

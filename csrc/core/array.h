@@ -54,6 +54,10 @@ bool mk_buffer_fenced(const mk_buffer *b);
  * read-only zero pages follow. Returns NULL after mk_nomem(). */
 char *mk_stage_alloc(size_t nbytes);
 void mk_stage_free(char *data, size_t nbytes);
+/* The same, when the caller checked that the bytes around the data (the rest
+ * of its first page before it, the padding after it) are still zero: the
+ * next use of the block then zeroes only what this use's data left. */
+void mk_stage_free_clean(char *data, size_t nbytes);
 
 /* Layout flags of an evaluated array. */
 enum {

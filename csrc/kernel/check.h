@@ -1,6 +1,6 @@
 /* The checker mode (check.c): a kernel built by mkpy-cbs-pass --check calls
  * the runtime at every access, barrier and integer division; a check-mode
- * launch runs on one thread and collects findings (out-of-bounds accesses,
+ * launch runs its threadgroups on the pool's threads and collects findings (out-of-bounds accesses,
  * races on threadgroup and device memory, uninitialised threadgroup reads,
  * unwritten outputs, integer division faults), reported at eval as a
  * RuntimeError. */
@@ -36,8 +36,10 @@ typedef struct {
 
 /* Starts a checked launch (one at a time in the process: it takes a lock
  * that mkk_check_finish releases). has_init: the outputs were filled with
- * init_value, so unwritten elements are fine. Returns 0 or -1 (no memory). */
-int mkk_check_begin(const char *kernel, const mkk_launch *L, const mkk_check_buf *bufs, int n, bool has_init);
+ * init_value, so unwritten elements are fine. nthreads: the pool threads
+ * that may run its threadgroups at once. Returns 0 or -1 (no memory). */
+int mkk_check_begin(const char *kernel, const mkk_launch *L, const mkk_check_buf *bufs, int n, bool has_init,
+                    int nthreads);
 /* Ends it: the findings as text (malloc'd; NULL when there are none) and
  * their count in *nfound. */
 char *mkk_check_finish(int *nfound);

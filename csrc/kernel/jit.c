@@ -676,22 +676,30 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
            "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
     sb(&b, call.s);
     sb(&b, "    return MKPY_CBS_DONE;\n}\n");
-    if (c->check) /* the checker mode's hooks (check_ir.c instruments the code with calls to them) */
-        sb(&b, "extern \"C\" {\nconst mkpy_check_api *mkpy_chk_api;\n"
-               "void mkpy_kernel_set_check(const mkpy_check_api *a) { mkpy_chk_api = a; }\n"
-               "void *mkpy_chk_access(void *p, uint64_t n, uint32_t f, const char *s, const void *tg) "
-               "{ return mkpy_chk_api->access(p, n, f, s, tg); }\n"
-               "void mkpy_chk_tg(const void *a, uint64_t n, uint64_t e, const char *name) "
-               "{ mkpy_chk_api->tg_var(a, n, e, name); }\n"
-               "void mkpy_chk_barrier(void) { mkpy_chk_api->barrier(); }\n"
-               "void mkpy_chk_div(uint32_t bad, const char *s) { if (bad) mkpy_chk_api->div(bad, s); }\n"
+    if (c->check) { /* the checker mode's hooks (check_ir.c instruments mkpy_kernel_check_body with calls to them) */
+        sb(&b, "#include \"mkpy_check.h\"\nextern \"C\" {\n"
+               "__attribute__((noinline)) void mkpy_kernel_check_body(void *const *args, "
+               "const mkpy_thread_attrs &t, mkpy_check_thread *ct) {\n    ");
+        if (prints) sb(&b, "mkpy::log_at(args, t);\n    ");
+        sb(&b, call.s);
+        /* one thread (the fiber engine) */
+        sb(&b, "}\nvoid mkpy_kernel_check_thread(void *const *args, const mkpy_launch *L, uint64_t g, unsigned i) {\n"
+               "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
+               "    mkpy::thread_attrs(L, i, t);\n"
+               "    mkpy_check_thread ct = {};\n    ct.group = g;\n    ct.index = i;\n"
+               "    mkpy_chk_api->attach(&ct, mkpy_chk_sites, mkpy_chk_nsites);\n"
+               "    mkpy_kernel_check_body(args, t, &ct);\n}\n"
+               /* whole threadgroups, the attributes stepped as in mkpy_kernel_entry */
                "void mkpy_kernel_check_entry(void *const *args, const mkpy_launch *L) {\n"
-               "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n"
-               "    for (uint64_t g = L->group_begin; g < L->group_end; g++) {\n"
-               "        unsigned n = mkpy::group_attrs(L, g, t);\n"
-               "        for (unsigned i = 0; i < n; i++) {\n"
-               "            mkpy_chk_api->thread(g, i);\n            mkpy_kernel_thread(args, L, g, i);\n"
-               "        }\n    }\n}\n}\n");
+               "    mkpy_check_thread ct = {};\n"
+               "    mkpy_chk_api->attach(&ct, mkpy_chk_sites, mkpy_chk_nsites);\n"
+               "    const uint64_t nx = L->ngroups[0], ny = L->ngroups[1];\n"
+               "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n"
+               "        ct.group = t.threadgroup_position_in_grid[0] + nx * (t.threadgroup_position_in_grid[1] + "
+               "ny * (uint64_t)t.threadgroup_position_in_grid[2]);\n"
+               "        ct.index = t.thread_index_in_threadgroup;\n"
+               "        mkpy_kernel_check_body(args, t, &ct);\n    });\n}\n}\n");
+    }
     free(call.s);
     if (!b.s) mk_nomem();
     return b.s;
@@ -753,7 +761,7 @@ static void host_identity(char *out, size_t n) {
  * reuses kernels compiled against the old one, plus the flags and the CPU. */
 static void runtime_identity(char *out, size_t n) {
     static const char *const files[] = {"mkpy_metal.h", "mkpy_coop.h", "mkpy_dispatch.h", "mkpy_launch.h",
-                                        "mkpy_log.h"};
+                                        "mkpy_log.h", "mkpy_check.h"};
     sbuf all = {0};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[4400];
@@ -1097,8 +1105,9 @@ static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t 
     if (set_check) { /* built for the checker mode: its loop tells the checker each thread */
         set_check(&mkk_check_api);
         c->entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_CHECK_ENTRY_SYMBOL);
-        c->checked = c->entry != NULL;
-        if (!c->entry) {
+        c->thread = (mkk_thread_fn)(uintptr_t)dlsym(h, MKPY_CHECK_THREAD_SYMBOL);
+        c->checked = c->entry && c->thread;
+        if (!c->checked) {
             snprintf(err, errn, "the compiled kernel lacks its entry points");
             memset(c, 0, sizeof *c);
             dlclose(h);

@@ -88,7 +88,7 @@ typedef struct {
     char *call_site; /* "file.py:42", for error messages */
     bool allow_non_metal; /* copied from the kernel: float64 template types allowed */
     bool verbose;    /* say at eval which engine ran the kernel */
-    bool check;      /* the checker mode (check.c): built instrumented, run on one thread */
+    bool check;      /* the checker mode (check.c): built instrumented, every access checked */
 } mkk_call;
 
 /* The generated Metal source and kernel name, byte for byte as MLX.

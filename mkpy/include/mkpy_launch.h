@@ -119,26 +119,63 @@ struct mkpy_cbs_ctx {
  * A kernel built for it has every load, store, atomic and integer division
  * of its code instrumented by mkpy-cbs-pass --check (csrc/kernel/ir/check_ir.c)
  * with calls into this table, which the dispatcher hands over through
- * mkpy_kernel_set_check; it exports mkpy_kernel_check_entry (same signature
- * as mkpy_kernel_entry) that runs the threads one after another. */
+ * mkpy_kernel_set_check. The instrumented code is one function,
+ * mkpy_kernel_check_body(args, attrs, thread); the object exports
+ * mkpy_kernel_check_entry (same signature as mkpy_kernel_entry: whole
+ * threadgroups, attributes computed incrementally) and
+ * mkpy_kernel_check_thread (same signature as mkpy_kernel_thread: one thread,
+ * for the fiber engine). Sites are indices into the object's table of
+ * "file:line:col" strings (made by the pass), handed over by attach. */
 enum { MKPY_CHK_READ = 0, MKPY_CHK_WRITE = 1, MKPY_CHK_ATOMIC = 2 };
+/* The running GPU thread, as the instrumented code passes it to every hook. */
+/* The records of 64 consecutive elements of an output (check.c). While the
+ * block is "affine" (full == NULL, lost == 0), element k was stored once by
+ * thread base + k, at one site and barrier epoch, for each bit k of
+ * `written`, and nothing else happened to it. */
+struct mkpy_check_block {
+    uint32_t lock; /* taken when pool threads run groups in parallel */
+    uint32_t epoch, site, lost;
+    uint64_t written, base;
+    void *full; /* the full records, once anything else happened */
+};
+#define MKPY_CHECK_BLOCK 64
+struct mkpy_check_thread {
+    uint64_t group;   /* linear threadgroup id */
+    uint32_t index;   /* thread_index_in_threadgroup */
+    uint32_t epoch;   /* threadgroup barriers the thread has passed */
+    void *worker;     /* the checker's state for the calling pool thread (attach) */
+    /* What the hooks in the kernel (mkpy_check.h) handle without a call, as
+     * the runtime sets them: loads inside two byte ranges (inputs:
+     * read-only, nothing to record), and one-element stores into an output
+     * [write_lo, write_hi) of 2^write_shift-byte elements while their block
+     * stays affine. A thread's id is group * tgmax + index + 1. */
+    const char *read_lo[2], *read_hi[2];
+    const char *write_lo, *write_hi;
+    struct mkpy_check_block *write_blocks;
+    uint32_t write_shift, write_locking;
+    uint64_t tgmax;
+};
 struct mkpy_check_api {
-    /* an access of `size` bytes at p (flags MKPY_CHK_*) at a source site
-     * ("file:line:col"); tg is the threadgroup variable the pointer was
-     * derived from (NULL if none or unknown). Returns the pointer to use:
-     * p, or a scratch block when the access is out of bounds. */
-    void *(*access)(void *p, uint64_t size, uint32_t flags, const char *site, const void *tg);
-    /* a threadgroup variable met (name, bytes, bytes per element) */
-    void (*tg_var)(const void *addr, uint64_t size, uint64_t elem, const char *name);
-    /* the calling thread passed a threadgroup barrier */
-    void (*barrier)(void);
+    /* an access of `size` bytes at p (flags MKPY_CHK_*) at a source site;
+     * tg is the threadgroup variable the pointer was derived from (NULL if
+     * none or unknown); t the thread (NULL in code outside
+     * mkpy_kernel_check_body: the runtime then finds it). Returns the pointer
+     * to use: p, or a scratch block when the access is out of bounds. */
+    void *(*access)(void *p, uint64_t size, uint32_t flags, uint32_t site, const void *tg,
+                    struct mkpy_check_thread *t);
+    /* a threadgroup variable met (bytes, bytes per element, its name as a site) */
+    void (*tg_var)(const void *addr, uint64_t size, uint64_t elem, uint32_t name, struct mkpy_check_thread *t);
+    /* the thread passed a threadgroup barrier (called only when t is NULL:
+     * the hook itself counts t->epoch) */
+    void (*barrier)(struct mkpy_check_thread *t);
     /* an integer division: bad is 1 for a zero divisor, 2 for INT_MIN / -1 */
-    void (*div)(uint32_t bad, const char *site);
-    /* the plain loop's next thread (linear threadgroup, index in it) */
-    void (*thread)(uint64_t group, unsigned index);
+    void (*div)(uint32_t bad, uint32_t site, struct mkpy_check_thread *t);
+    /* fills t->worker for the calling pool thread; sites: the object's table */
+    void (*attach)(struct mkpy_check_thread *t, const char *const *sites, uint32_t nsites);
 };
 #define MKPY_SET_CHECK_SYMBOL "mkpy_kernel_set_check"
 #define MKPY_CHECK_ENTRY_SYMBOL "mkpy_kernel_check_entry"
+#define MKPY_CHECK_THREAD_SYMBOL "mkpy_kernel_check_thread"
 
 #ifdef __cplusplus
 }

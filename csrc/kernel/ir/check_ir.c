@@ -3,26 +3,30 @@
  *
  * Input: the bitcode of one kernel's C++ built for the checker (jit.c adds
  * the hooks mkpy_chk_access, mkpy_chk_tg, mkpy_chk_barrier and mkpy_chk_div,
- * which call through struct mkpy_check_api, and mkpy_kernel_check_entry).
+ * which call through struct mkpy_check_api, the instrumented function
+ * mkpy_kernel_check_body(args, attrs, thread) and the loops that call it).
  *
  * The steps:
- *   1. everything the kernel calls is inlined into mkpy_kernel_thread (the
- *      runtime points and the hooks stay calls), and SROA turns the locals
- *      into values, so most pointers lead back to what they point into;
+ *   1. everything the kernel calls is inlined into mkpy_kernel_check_body
+ *      (the runtime points and the hooks stay calls), and SROA turns the
+ *      locals into values, so most pointers lead back to what they point into;
  *   2. every load, store, atomic and memcpy/memmove/memset of kernel code
  *      whose pointer does not come from a local variable or the launch data
- *      gets a call `p' = mkpy_chk_access(p, bytes, flags, "file:line:col",
- *      tg)`, and the access then uses p' (the runtime gives a scratch block
- *      for an out-of-bounds access, so it never lands anywhere). tg is the
+ *      gets a call `p' = mkpy_chk_access(p, bytes, flags, site, tg, thread)`,
+ *      and the access then uses p' (the runtime gives a scratch block for an
+ *      out-of-bounds access, so it never lands anywhere). tg is the
  *      threadgroup variable (a thread_local global, see translate.c) the
- *      pointer is derived from, when the IR shows it;
+ *      pointer is derived from, when the IR shows it; thread is the body's
+ *      third parameter (NULL in any other function: the runtime finds it);
  *   3. after each threadgroup barrier a call of mkpy_chk_barrier, after each
  *      threadgroup variable's registration a call of mkpy_chk_tg (address,
  *      bytes, element bytes, name);
  *   4. before each integer division or remainder whose divisor is not a
- *      constant that cannot fault, mkpy_chk_div(bad, site) with bad = 1 for
- *      a zero divisor and 2 for INT_MIN / -1;
- *   5. O2 as usual, and an object file for this machine.
+ *      constant that cannot fault, mkpy_chk_div(bad, site, thread) with
+ *      bad = 1 for a zero divisor and 2 for INT_MIN / -1;
+ *   5. the sites ("file:line:col" strings, and threadgroup variables' names)
+ *      become a table, mkpy_chk_sites[mkpy_chk_nsites], that the hooks index;
+ *   6. O2 as usual, and an object file for this machine.
  * The site is the user's own line: the innermost location of the inlining
  * chain that lies in `<kernel NAME source>` or `<kernel NAME header>` (the
  * #line names jit.c gives), so an access inside a runtime header function
@@ -53,10 +57,10 @@ typedef struct {
     LLVMValueRef fn_access, fn_tg, fn_barrier, fn_div;
     LLVMTypeRef ty_access, ty_tg, ty_barrier, ty_div;
     LLVMValueRef sync_barrier, sync_tg_alloc;
-    /* site strings, made once each */
+    LLVMValueRef root, root_thread; /* mkpy_kernel_check_body and its thread parameter */
+    /* site strings, an index each */
     int nsites, site_cap;
     char **site_text;
-    LLVMValueRef *site_value;
     char *why;
     size_t whyn;
 } chk;
@@ -76,29 +80,58 @@ static const char *name_of(LLVMValueRef v) {
     return s ? s : "";
 }
 
+#define ROOT "mkpy_kernel_check_body"
+
 static int skipped_fn(const char *n) {
     return strncmp(n, "mkpy_sync_", 10) == 0 || strncmp(n, "mkpy_chk_", 9) == 0 ||
-           (strncmp(n, "mkpy_kernel_", 12) == 0 && strcmp(n, "mkpy_kernel_thread") != 0) ||
-           strncmp(n, "llvm.", 5) == 0;
+           (strncmp(n, "mkpy_kernel_", 12) == 0 && strcmp(n, ROOT) != 0) || strncmp(n, "llvm.", 5) == 0;
 }
 
-/* A string constant for a site, shared by every access at that site. */
-static LLVMValueRef site_string(chk *c, const char *text) {
+/* The index of a site's string in the table (step 5); 0 is "?". */
+static LLVMValueRef site_index(chk *c, const char *text) {
     for (int i = 0; i < c->nsites; i++)
-        if (strcmp(c->site_text[i], text) == 0) return c->site_value[i];
+        if (strcmp(c->site_text[i], text) == 0) return LLVMConstInt(c->i32, (unsigned)i, 0);
     if (c->nsites == c->site_cap) {
         int cap = c->site_cap ? 2 * c->site_cap : 64;
         char **t = realloc(c->site_text, cap * sizeof *t);
-        if (t) c->site_text = t;
-        LLVMValueRef *v = realloc(c->site_value, cap * sizeof *v);
-        if (v) c->site_value = v;
-        if (!t || !v) return LLVMConstNull(c->ptr);
+        if (!t) return LLVMConstInt(c->i32, 0, 0);
+        c->site_text = t;
         c->site_cap = cap;
     }
-    LLVMValueRef g = LLVMBuildGlobalStringPtr(c->b, text, "mkpy.chk.site");
-    c->site_text[c->nsites] = strdup(text);
-    c->site_value[c->nsites++] = g;
-    return g;
+    char *dup = strdup(text);
+    if (!dup) return LLVMConstInt(c->i32, 0, 0);
+    c->site_text[c->nsites] = dup;
+    return LLVMConstInt(c->i32, (unsigned)c->nsites++, 0);
+}
+
+/* Step 5: mkpy_chk_sites (declared `extern const char *const []` by the
+ * kernel's C++) and mkpy_chk_nsites get their definitions. */
+static int define_sites(chk *c) {
+    LLVMValueRef decl = LLVMGetNamedGlobal(c->m, "mkpy_chk_sites"), n = LLVMGetNamedGlobal(c->m, "mkpy_chk_nsites");
+    if (!decl || !n) return fail(c, "the kernel lacks the checker's site table");
+    LLVMValueRef *elems = malloc((size_t)c->nsites * sizeof *elems);
+    if (!elems) return fail(c, "out of memory");
+    for (int i = 0; i < c->nsites; i++) {
+        LLVMValueRef str = LLVMConstStringInContext(c->cx, c->site_text[i], (unsigned)strlen(c->site_text[i]), 0);
+        LLVMValueRef g = LLVMAddGlobal(c->m, LLVMTypeOf(str), "mkpy.chk.site");
+        LLVMSetInitializer(g, str);
+        LLVMSetGlobalConstant(g, 1);
+        LLVMSetLinkage(g, LLVMPrivateLinkage);
+        LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+        elems[i] = g;
+    }
+    LLVMValueRef arr = LLVMConstArray(c->ptr, elems, (unsigned)c->nsites);
+    free(elems);
+    LLVMValueRef table = LLVMAddGlobal(c->m, LLVMTypeOf(arr), "mkpy.chk.sites");
+    LLVMSetInitializer(table, arr);
+    LLVMSetGlobalConstant(table, 1);
+    LLVMSetLinkage(table, LLVMPrivateLinkage);
+    LLVMReplaceAllUsesWith(decl, table);
+    LLVMDeleteGlobal(decl);
+    LLVMSetInitializer(n, LLVMConstInt(c->i32, (unsigned)c->nsites, 0));
+    LLVMSetGlobalConstant(n, 1);
+    LLVMSetLinkage(n, LLVMInternalLinkage);
+    return 0;
 }
 
 /* "file:line:col" of the user's code an instruction belongs to. */
@@ -221,6 +254,11 @@ static LLVMValueRef ci32(chk *c, uint64_t v) { return LLVMConstInt(c->i32, v, 0)
 static LLVMValueRef ci64(chk *c, uint64_t v) { return LLVMConstInt(c->i64, v, 0); }
 
 /* Instruments the access of instruction `in` through its operand `op`. */
+/* The thread argument of a hook called in function fn. */
+static LLVMValueRef thread_arg(chk *c, LLVMValueRef fn) {
+    return fn == c->root ? c->root_thread : LLVMConstNull(c->ptr);
+}
+
 static void guard_access(chk *c, LLVMValueRef in, unsigned op, LLVMValueRef size, uint32_t flags) {
     LLVMValueRef p = LLVMGetOperand(in, op), tg;
     if (LLVMGetTypeKind(LLVMTypeOf(p)) != LLVMPointerTypeKind) return;
@@ -230,8 +268,9 @@ static void guard_access(chk *c, LLVMValueRef in, unsigned op, LLVMValueRef size
     site_of(in, where, sizeof where);
     LLVMPositionBuilderBefore(c->b, in);
     LLVMSetCurrentDebugLocation2(c->b, LLVMInstructionGetDebugLoc(in));
-    LLVMValueRef args[] = {p, size, ci32(c, flags), site_string(c, where), tg ? tg : LLVMConstNull(c->ptr)};
-    LLVMValueRef q = LLVMBuildCall2(c->b, c->ty_access, c->fn_access, args, 5, "");
+    LLVMValueRef args[] = {p, size, ci32(c, flags), site_index(c, where), tg ? tg : LLVMConstNull(c->ptr),
+                           thread_arg(c, LLVMGetBasicBlockParent(LLVMGetInstructionParent(in)))};
+    LLVMValueRef q = LLVMBuildCall2(c->b, c->ty_access, c->fn_access, args, 6, "");
     LLVMSetOperand(in, op, q);
 }
 
@@ -287,8 +326,9 @@ static void guard_div(chk *c, LLVMValueRef in, int is_signed) {
         /* a zero divisor wins */
         bad = LLVMBuildSelect(c->b, zero, ci32(c, 1), bad, "");
     }
-    LLVMValueRef args[] = {bad, site_string(c, where)};
-    LLVMBuildCall2(c->b, c->ty_div, c->fn_div, args, 2, "");
+    LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInstructionParent(in));
+    LLVMValueRef args[] = {bad, site_index(c, where), thread_arg(c, fn)};
+    LLVMBuildCall2(c->b, c->ty_div, c->fn_div, args, 3, "");
 }
 
 static void after_call(chk *c, LLVMValueRef in) {
@@ -319,7 +359,8 @@ static void instrument(chk *c, LLVMValueRef fn) {
                 const char *n = LLVMIsAFunction(callee) ? name_of(callee) : "";
                 if (callee == c->sync_barrier && c->sync_barrier) {
                     after_call(c, in);
-                    LLVMBuildCall2(c->b, c->ty_barrier, c->fn_barrier, NULL, 0, "");
+                    LLVMValueRef t = thread_arg(c, fn);
+                    LLVMBuildCall2(c->b, c->ty_barrier, c->fn_barrier, &t, 1, "");
                 } else if (callee == c->sync_tg_alloc && c->sync_tg_alloc) {
                     LLVMValueRef g = base_of(LLVMGetOperand(in, 0));
                     char name[256] = "threadgroup memory";
@@ -330,8 +371,8 @@ static void instrument(chk *c, LLVMValueRef fn) {
                     }
                     after_call(c, in);
                     LLVMValueRef args[] = {LLVMGetOperand(in, 0), LLVMGetOperand(in, 1), ci64(c, elem),
-                                           site_string(c, name)};
-                    LLVMBuildCall2(c->b, c->ty_tg, c->fn_tg, args, 4, "");
+                                           site_index(c, name), thread_arg(c, fn)};
+                    LLVMBuildCall2(c->b, c->ty_tg, c->fn_tg, args, 5, "");
                 } else if (strncmp(n, "llvm.memcpy", 11) == 0 || strncmp(n, "llvm.memmove", 12) == 0) {
                     LLVMValueRef len = LLVMGetOperand(in, 2);
                     if (LLVMTypeOf(len) != c->i64) {
@@ -391,7 +432,9 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     c->fn_tg = LLVMGetNamedFunction(c->m, "mkpy_chk_tg");
     c->fn_barrier = LLVMGetNamedFunction(c->m, "mkpy_chk_barrier");
     c->fn_div = LLVMGetNamedFunction(c->m, "mkpy_chk_div");
-    if (!c->fn_access || !c->fn_tg || !c->fn_barrier || !c->fn_div || !LLVMGetNamedFunction(c->m, "mkpy_kernel_thread")) {
+    c->root = LLVMGetNamedFunction(c->m, ROOT);
+    if (!c->fn_access || !c->fn_tg || !c->fn_barrier || !c->fn_div || !c->root || LLVMIsDeclaration(c->root) ||
+        LLVMCountParams(c->root) != 3) {
         fail(c, "the kernel lacks the checker's hooks");
         goto done;
     }
@@ -406,8 +449,7 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
         unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
         unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
         for (LLVMValueRef fn = LLVMGetFirstFunction(c->m); fn; fn = LLVMGetNextFunction(fn)) {
-            if (LLVMIsDeclaration(fn) || skipped_fn(name_of(fn)) || strcmp(name_of(fn), "mkpy_kernel_thread") == 0)
-                continue;
+            if (LLVMIsDeclaration(fn) || skipped_fn(name_of(fn)) || fn == c->root) continue;
             LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
             LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
             LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c->cx, always, 0));
@@ -426,9 +468,21 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     c->sync_tg_alloc = LLVMGetNamedFunction(c->m, "mkpy_sync_threadgroup_alloc");
 
     /* 2-4. the hooks */
+    c->root_thread = LLVMGetParam(c->root, 2);
+    site_index(c, "?");
     for (LLVMValueRef fn = LLVMGetFirstFunction(c->m); fn; fn = LLVMGetNextFunction(fn)) {
         if (LLVMIsDeclaration(fn) || skipped_fn(name_of(fn))) continue;
         instrument(c, fn);
+    }
+    /* 5. the site table; the body is now inlined into its loops (so that
+     * the attributes it does not use are never built, and the loop steps
+     * the rest) */
+    if (define_sites(c) < 0) goto done;
+    {
+        unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
+        unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
+        LLVMRemoveEnumAttributeAtIndex(c->root, LLVMAttributeFunctionIndex, never);
+        LLVMAddAttributeAtIndex(c->root, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c->cx, always, 0));
     }
 
     if (mkk_ir_finish(c->m, tm, obj_path, -1, "check.ll", NULL, why, whyn) < 0) goto done;
@@ -441,7 +495,6 @@ done:
     if (features) LLVMDisposeMessage(features);
     for (int i = 0; i < c->nsites; i++) free(c->site_text[i]);
     free(c->site_text);
-    free(c->site_value);
     if (c->m) LLVMDisposeModule(c->m);
     LLVMDisposeBuilder(c->b);
     LLVMContextDispose(c->cx);
