@@ -41,7 +41,7 @@ soak: build
 # loaded before anything else). Suppressions, each with its reason: scripts/tsan.supp.
 CC ?= cc
 TSAN_DIR ?= build-tsan
-TSAN_TESTS ?= tests/test_threads.py tests/test_pool.py tests/test_eval.py
+TSAN_TESTS ?= tests/test_threads.py tests/test_threads_gil.py tests/test_pool.py tests/test_eval.py
 tsan: deps
 	rm -rf $(TSAN_DIR)/mkpy
 	mkdir -p $(TSAN_DIR)

@@ -192,7 +192,9 @@ void mk_random_set_key(mk_array *key) {
 }
 
 mk_array *mk_random_next_key(void) {
-    /* Split the global key (evaluating it if someone stored a lazy one):
+    /* Split the global key (evaluating it if someone stored a lazy one; the
+     * binding evaluates a key before storing it, so that this never runs or
+     * waits for a node while its caller holds the GIL):
      * bits((2, 2), key) is hash(0, 2) -> words 0, 2 and hash(1, 3) -> 1, 3;
      * row 0 becomes the global key and row 1 is returned. The swap only
      * happens if no other thread moved the sequence meanwhile (else retry),

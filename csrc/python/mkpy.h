@@ -86,6 +86,15 @@ mk_array *mkpy_to_array_dtype(PyObject *obj, int dtype);
 
 /* Evaluates with the GIL released; raises on failure. Returns 0 or -1. */
 int mkpy_eval(mk_array *const *arrs, int n);
+
+/* C code never calls Python while the GIL is released (py_defer.c): lines
+ * for sys.stdout, RuntimeWarnings and decrefs are kept, and made by
+ * mkpy_flush_deferred, which every binding that released the GIL around
+ * evaluation or kernel-layer work calls once it holds the GIL again. */
+void mkpy_defer_print(const char *text);
+void mkpy_defer_warning(const char *text);
+void mkpy_defer_decref(PyObject *obj); /* at once when the GIL is held */
+void mkpy_flush_deferred(void);
 /* Evaluated array to a Python scalar / nested list. */
 PyObject *mkpy_item(mk_array *a);
 PyObject *mkpy_tolist(mk_array *a);

@@ -114,6 +114,7 @@ int mkpy_eval(mk_array *const *arrs, int n) {
         Py_BEGIN_ALLOW_THREADS
         rc = mk_eval(arrs, n);
         Py_END_ALLOW_THREADS
+        mkpy_flush_deferred(); /* what the kernels printed, cache warnings */
         if (rc == 0 || mk_error_code() != MK_ERR_INTERRUPT) break;
         /* interrupted: run the Python-level handler; when it raises nothing,
          * the eval starts again: the stopped nodes run again */

@@ -102,7 +102,8 @@ static PyObject *py_env_check(PyObject *m, PyObject *unused) {
     char *text;
     int failures = 0;
     Py_BEGIN_ALLOW_THREADS text = mkk_env_check(line, py_ok, &failures);
-    Py_END_ALLOW_THREADS if (!text) return PyErr_NoMemory();
+    Py_END_ALLOW_THREADS mkpy_flush_deferred(); /* a cache folder warning */
+    if (!text) return PyErr_NoMemory();
     PyObject *r = Py_BuildValue("(si)", text, failures);
     free(text);
     return r;

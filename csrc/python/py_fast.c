@@ -582,21 +582,13 @@ static PyTypeObject PyMkKernel_Type = {
               "init_value=, verbose=, stream=): help(kernel.__call__) describes them.",
 };
 
-/* Messages of the kernel layer (verbose=True at eval time) go to Python's
- * sys.stdout, so that they show in notebook cells. Called without the GIL. */
-static void report_stdout(const char *text) {
-    PyGILState_STATE g = PyGILState_Ensure();
-    if (write_stdout(text) < 0) PyErr_Clear();
-    PyGILState_Release(g);
-}
-
-/* Warnings of the kernel layer (an untrusted cache folder) become Python
- * RuntimeWarnings. Called with or without the GIL. */
-static void report_warning(const char *text) {
-    PyGILState_STATE g = PyGILState_Ensure();
-    if (PyErr_WarnEx(PyExc_RuntimeWarning, text, 1) < 0) PyErr_Clear(); /* -W error: nowhere to raise it */
-    PyGILState_Release(g);
-}
+/* Messages of the kernel layer (verbose=True at eval time, what kernels
+ * print) go to Python's sys.stdout, so that they show in notebook cells; its
+ * warnings (an untrusted cache folder) become RuntimeWarnings. Both come
+ * from threads that released the GIL and may hold kernel-layer state: they
+ * are deferred until the thread holds the GIL again (py_defer.c). */
+static void report_stdout(const char *text) { mkpy_defer_print(text); }
+static void report_warning(const char *text) { mkpy_defer_warning(text); }
 
 int mkpy_fast_init(void) {
     mkk_set_reporter(report_stdout);
@@ -623,6 +615,7 @@ static PyObject *py_kernel_cache_info(PyObject *m, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     rc = mkk_disk_cache(false, &d);
     Py_END_ALLOW_THREADS
+    mkpy_flush_deferred();
     if (rc < 0) return mkpy_raise();
     mkk_cache_info(&s);
     return Py_BuildValue("{s:L,s:L,s:L,s:L,s:s,s:L,s:L}", "memory_hits", (long long)s.memory_hits, "disk_hits",
@@ -642,6 +635,7 @@ static PyObject *py_disk_cache(PyObject *m, PyObject *arg) {
     Py_BEGIN_ALLOW_THREADS
     rc = mkk_disk_cache(clear, &d);
     Py_END_ALLOW_THREADS
+    mkpy_flush_deferred();
     if (rc < 0) return mkpy_raise();
     return Py_BuildValue("{s:s,s:L,s:L,s:L,s:L,s:L}", "dir", d.dir, "bytes", (long long)d.bytes, "entries",
                          (long long)d.entries, "hits", (long long)d.hits, "misses", (long long)d.misses, "max_bytes",
@@ -674,6 +668,7 @@ static PyObject *py_precompile_runtime(PyObject *m, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     rc = mkk_prepare(msg, sizeof msg);
     Py_END_ALLOW_THREADS
+    mkpy_flush_deferred();
     if (rc < 0) return PyErr_Format(PyExc_RuntimeError, "[precompile_runtime] %s", msg);
     return PyUnicode_FromString(msg);
 }

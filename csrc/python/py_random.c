@@ -390,7 +390,12 @@ static int state_ass_item(PyObject *self, Py_ssize_t i, PyObject *v) {
         PyErr_SetString(PyExc_TypeError, "The random state holds one key array.");
         return -1;
     }
-    mk_random_set_key(MKARR(v));
+    /* evaluated here, with the GIL released: the random functions split the
+     * global key holding the GIL, so it must never need evaluating there
+     * (waiting, GIL held, for a node another thread runs could deadlock) */
+    mk_array *k = MKARR(v);
+    if (mkpy_eval(&k, 1) < 0) return -1;
+    mk_random_set_key(k);
     return 0;
 }
 

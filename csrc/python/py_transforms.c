@@ -428,11 +428,11 @@ static int cb_vmap(void *ctx, int n, mk_array *const *inputs, const int *axes, i
     return rc;
 }
 
+/* The node may die on a thread that released the GIL (inside mk_eval): the
+ * closure is then dropped later, by a thread that holds it (py_defer.c). */
 static void cb_free(void *ctx) {
     if (!ctx || _Py_IsFinalizing()) return;
-    PyGILState_STATE st = PyGILState_Ensure();
-    Py_DECREF((PyObject *)ctx);
-    PyGILState_Release(st);
+    mkpy_defer_decref((PyObject *)ctx);
 }
 
 /* _custom(fun, inputs, vjp, jvp, vmap) -> outputs: fun(inputs) (flat lists)
