@@ -1563,7 +1563,7 @@ static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_ar
         int64_t ks[MK_MAX_NDIM];
         keep_shape(x, rp->red, ks);
         mk_array *c = mk_ar_broadcast(&A, mk_ar_reshape(&A, mk_ar_cast(&A, cots[0], x->dtype), x->ndim, ks), x->ndim, x->shape);
-        if (f) c = mk_ar_mul(&A, c, f);
+        if (f) c = mk_ar_mul(&A, c, mk_ar_conj(&A, f));
         grads[0] = mk_ar_out(c);
         if (!grads[0]) rc = -1;
     }
