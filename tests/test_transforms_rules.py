@@ -221,3 +221,30 @@ def test_shapeless_reshape_infers_its_free_dim_again():
     assert f(mx.zeros((2, 3, 8))).shape == (6, 8)
     with pytest.raises(ValueError, match=r"\[reshape\]"):
         f(mx.zeros((5, 5, 5)))
+
+
+def test_shapeless_mean_counts_the_new_shape():
+    f = mx.compile(lambda x: mx.mean(x, axis=-1, keepdims=True), shapeless=True)
+    for n in (2, 4, 7):
+        x = np.arange(3 * n, dtype=np.float32).reshape(3, n)
+        np.testing.assert_allclose(np.array(f(mx.array(x))), x.mean(axis=-1, keepdims=True), rtol=1e-6)
+    # the count carries no gradient and batches as a constant
+    g = mx.grad(lambda x: mx.mean(x * x))(mx.array([1.0, 2.0, 3.0]))
+    np.testing.assert_allclose(np.array(g), [2 / 3, 4 / 3, 2.0], rtol=1e-6)
+    v = mx.vmap(lambda x: mx.mean(x, axis=0), in_axes=1)(mx.arange(6.0).reshape(2, 3))
+    assert v.tolist() == [1.5, 2.5, 3.5]
+
+
+def test_shapeless_gather_keeps_whole_axes_whole():
+    b = mx.array(RNG.standard_normal((4, 16, 8)).astype(np.float32))
+    idx = mx.array([0, 1, 2, 3])
+
+    def fn(x):
+        return mx.gather_mm(x, b, lhs_indices=idx, rhs_indices=idx)
+
+    c = mx.compile(fn, shapeless=True)
+    for m in (4, 8):
+        x = mx.array(RNG.standard_normal((4, m, 16)).astype(np.float32))
+        np.testing.assert_allclose(np.array(c(x)), np.array(fn(x)), rtol=1e-5, atol=1e-5)
+    t = mx.compile(lambda x: mx.take(x, mx.array([0, 2]), axis=0), shapeless=True)
+    assert t(mx.ones((3, 2))).shape == (2, 2) and t(mx.ones((4, 5))).shape == (2, 5)

@@ -1410,6 +1410,13 @@ static int gather_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_arr
     mk_index_dim dims[MK_MAX_NDIM + 1];
     int64_t B = batch_size(pr->ninputs, in, axes);
     int rc = batched_plan(&A, p, in, axes, B, &x, dims, idx);
+    /* a slice that took a whole axis takes the whole new axis (a shapeless
+     * compile's replay, as MLX's take keeps the other axes whole) */
+    for (int d = 0; rc == 0 && d < p->xnd; d++) {
+        mk_index_dim *q = &dims[d + 1];
+        if (q->kind == MK_IDX_SLICE && q->start == 0 && q->step == 1 && q->len == pr->inputs[0]->shape[d])
+            q->len = x->shape[d + 1];
+    }
     if (rc == 0) {
         outs[0] = mk_gather(x, dims, p->narr + 1, idx, p->bpos);
         out_axes[0] = p->bpos;
