@@ -18,6 +18,14 @@ from ._core import array
 _enabled = True
 
 
+def _rebuild_tuple(tree, items):
+    """A tuple of tree's type: named tuples take fields, other subclasses an iterable."""
+    t = type(tree)
+    if t is tuple:
+        return tuple(items)
+    return t(*items) if hasattr(tree, "_fields") else t(items)
+
+
 def _signature(tree, arrays, key, shapeless):
     if isinstance(tree, array):
         arrays.append(tree)
@@ -47,7 +55,7 @@ def _fill(tree, it):
         return [_fill(t, it) for t in tree]
     if isinstance(tree, tuple):
         items = [_fill(t, it) for t in tree]
-        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+        return _rebuild_tuple(tree, items)
     if isinstance(tree, dict):
         return {k: _fill(v, it) for k, v in tree.items()}
     return tree
@@ -84,7 +92,9 @@ def compile(fun=None, inputs=None, outputs=None, shapeless=False):
     def compiled(*args, **kwargs):
         arrays, key = [], []
         _signature((args, kwargs), arrays, key, shapeless)
-        if not _enabled or inputs is not None or outputs is not None:
+        if not _enabled or inputs is not None or outputs is not None or _core._tracing():
+            # under grad/vjp/jvp/vmap (or another compile's trace) the function is
+            # called as is and becomes part of the enclosing graph, as MLX
             return fun(*args, **kwargs)
         key = tuple(key)
         entry = cache.get(key)

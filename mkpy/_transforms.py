@@ -17,6 +17,14 @@ __all__ = ["grad", "value_and_grad", "vjp", "jvp", "vmap", "custom_function", "c
 
 # ---------------------------------------------------------------- pytrees
 
+
+def _rebuild_tuple(tree, items):
+    """A tuple of tree's type: named tuples take fields, other subclasses an iterable."""
+    t = type(tree)
+    if t is tuple:
+        return tuple(items)
+    return t(*items) if hasattr(tree, "_fields") else t(items)
+
 def _visit(tree, strict, out):
     if isinstance(tree, array):
         out.append(tree)
@@ -44,7 +52,7 @@ def _fill(tree, it):
         return [_fill(t, it) for t in tree]
     if isinstance(tree, tuple):
         items = [_fill(t, it) for t in tree]
-        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+        return _rebuild_tuple(tree, items)
     if isinstance(tree, dict):
         return {k: _fill(v, it) for k, v in tree.items()}
     return tree
@@ -64,7 +72,7 @@ def _fill_inplace(tree, it):
         return tree
     if isinstance(tree, tuple):
         items = [_fill_inplace(t, it) for t in tree]
-        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+        return _rebuild_tuple(tree, items)
     return tree
 
 
@@ -82,7 +90,7 @@ def _update_leaves(tree, fn):
         return tree
     if isinstance(tree, tuple):
         items = [_update_leaves(t, fn) for t in tree]
-        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+        return _rebuild_tuple(tree, items)
     return tree
 
 

@@ -474,7 +474,7 @@ static int binary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_ar
     for (int i = 0; rc == 0 && i < 2; i++) {
         if (!want[i] || !d[i]) continue;
         mk_array *x = p->inputs[i];
-        grads[i] = mk_ar_out(mk_ar_sum_to(&A, mk_ar_mul(&A, cots[0], d[i]), x->ndim, x->shape));
+        grads[i] = mk_ar_out(mk_ar_sum_to(&A, mk_ar_mul(&A, cots[0], mk_ar_conj(&A, d[i])), x->ndim, x->shape));
         if (!grads[i]) rc = -1;
     }
     mk_ar_free(&A);

@@ -63,11 +63,16 @@ int mk_divmod(mk_array *a, mk_array *b, mk_array **quot, mk_array **rem) {
         mk_error_set(MK_ERR_VALUE, "[divmod] Complex type not supported.");
         return -1;
     }
-    *quot = mk_binary(MK_BINARY_floor_divide, a, b);
-    if (!*quot) return -1;
-    *rem = mk_binary(MK_BINARY_remainder, a, b);
+    /* MLX's DivMod has zero derivatives (both outputs): computed from stopped inputs */
+    mk_array *sa = mk_stop_gradient(a), *sb = sa ? mk_stop_gradient(b) : NULL;
+    *quot = *rem = NULL;
+    if (sb) *quot = mk_binary(MK_BINARY_floor_divide, sa, sb);
+    if (*quot) *rem = mk_binary(MK_BINARY_remainder, sa, sb);
+    mk_xdecref(sa);
+    mk_xdecref(sb);
     if (!*rem) {
-        mk_decref(*quot);
+        mk_xdecref(*quot);
+        *quot = NULL;
         return -1;
     }
     return 0;

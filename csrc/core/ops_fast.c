@@ -546,7 +546,44 @@ done:
     return rc;
 }
 
-static const mk_opdef rope_def = {"rope", rope_eval, NULL};
+/* rope rotates each feature pair by an angle linear in pos: its transpose is
+ * the rotation by minus that angle, i.e. rope with -scale (cos is even, sin
+ * odd, so the rounded table is the same up to sin's sign). Linear in x: the
+ * jvp is rope of the tangent. No gradient flows to offset or freqs. */
+static int rope_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    const rope_params *rp = p->params;
+    if (!want[0] || !cots[0]) return 0;
+    grads[0] = mk_rope(cots[0], rp->dims, rp->traditional, !rp->has_freqs, rp->base, -rp->scale, p->inputs[1],
+                       rp->has_freqs ? p->inputs[2] : NULL);
+    return grads[0] ? 0 : -1;
+}
+
+static int rope_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const rope_params *rp = p->params;
+    if (!tans[0]) return 0;
+    out[0] = mk_rope(tans[0], rp->dims, rp->traditional, !rp->has_freqs, rp->base, rp->scale, p->inputs[1],
+                     rp->has_freqs ? p->inputs[2] : NULL);
+    return out[0] ? 0 : -1;
+}
+
+/* the batch axis goes to position 1: x's first dim (which per-batch offsets
+ * follow) stays first, the batch folds into the heads */
+static int rope_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const rope_params *rp = p->params;
+    if (axes[1] >= 0 || (p->ninputs > 2 && axes[2] >= 0)) {
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vmap] Not implemented for rope.");
+        return -1;
+    }
+    mk_array *x = in[0], *moved = NULL;
+    if (axes[0] != 1 && !(x = moved = mk_moveaxis(in[0], axes[0], 1))) return -1;
+    outs[0] = mk_rope(x, rp->dims, rp->traditional, !rp->has_freqs, rp->base, rp->scale, in[1],
+                      rp->has_freqs ? in[2] : NULL);
+    mk_xdecref(moved);
+    out_axes[0] = 1;
+    return outs[0] ? 0 : -1;
+}
+
+static const mk_opdef rope_def = {"rope", rope_eval, NULL, rope_vjp, rope_jvp, rope_vmap, false};
 
 mk_array *mk_rope(mk_array *x, int64_t dims, bool traditional, bool has_base, float base, float scale,
                   mk_array *offset, mk_array *freqs) {

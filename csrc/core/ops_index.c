@@ -1121,7 +1121,10 @@ static int masked_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef masked_def = {"masked_scatter", masked_eval, NULL};
+static int masked_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
+static int masked_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static int masked_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef masked_def = {"masked_scatter", masked_eval, NULL, masked_vjp, masked_jvp, masked_vmap, false};
 
 mk_array *mk_masked_scatter(mk_array *x, mk_array *mask, mk_array *values) {
     char sa[256], sb[256];
@@ -1238,12 +1241,28 @@ static int scatter_vjp(mk_prim *pr, mk_array *const *cots, const bool *want, mk_
     mk_array *upd = pr->inputs[nu];
     if (index_grad_check("scatter", 1, nu, want) < 0) return -1;
     if (!cots[0]) return 0;
-    if (p->op == MK_SCATTER_PROD) {
-        mk_error_set(MK_ERR_VALUE, "[scatter] VJP not implemented for scatter_prod");
-        return -1;
-    }
     mk_arena A = {0};
     int rc = 0;
+    if (p->op == MK_SCATTER_PROD) {
+        /* out = x * (the updates at its position): d/dx multiplies the cotangent by
+         * them (a scatter-prod, exact with zeros); d/du_k = cot * out / u_k */
+        if (want[0]) {
+            grads[0] = mk_scatter(cots[0], p->dims, p->narr, pr->inputs + 1, p->bpos, upd, MK_SCATTER_PROD);
+            if (!grads[0]) rc = -1;
+        }
+        if (rc == 0 && want[nu]) {
+            mk_array *res = mk_ar_output(&A, pr, 0);
+            if (!res)
+                res = mk_ar_keep(&A, mk_scatter(pr->inputs[0], p->dims, p->narr, pr->inputs + 1, p->bpos, upd, p->op));
+            mk_array *cr = mk_ar_mul(&A, cots[0], res);
+            mk_array *g = cr ? mk_ar_keep(&A, mk_gather(cr, p->dims, p->narr, pr->inputs + 1, p->bpos)) : NULL;
+            g = mk_ar_div(&A, g, upd);
+            grads[nu] = mk_ar_out(mk_ar_sum_to(&A, g, upd->ndim, upd->shape));
+            if (!grads[nu]) rc = -1;
+        }
+        mk_ar_free(&A);
+        return rc;
+    }
     bool ext = p->op == MK_SCATTER_MAX || p->op == MK_SCATTER_MIN;
     /* max/min: the cotangent goes where the value survived (x or an update equal to the result) */
     mk_array *res = ext ? mk_ar_output(&A, pr, 0) : NULL;
@@ -1391,6 +1410,13 @@ static int gather_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_arr
     mk_index_dim dims[MK_MAX_NDIM + 1];
     int64_t B = batch_size(pr->ninputs, in, axes);
     int rc = batched_plan(&A, p, in, axes, B, &x, dims, idx);
+    /* a slice that took a whole axis takes the whole new axis (a shapeless
+     * compile's replay, as MLX's take keeps the other axes whole) */
+    for (int d = 0; rc == 0 && d < p->xnd; d++) {
+        mk_index_dim *q = &dims[d + 1];
+        if (q->kind == MK_IDX_SLICE && q->start == 0 && q->step == 1 && q->len == pr->inputs[0]->shape[d])
+            q->len = x->shape[d + 1];
+    }
     if (rc == 0) {
         outs[0] = mk_gather(x, dims, p->narr + 1, idx, p->bpos);
         out_axes[0] = p->bpos;
@@ -1446,6 +1472,80 @@ static int put_axis_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_a
     for (int k = 0; k < 3; k++)
         if (!(b[k] = mk_ar_batch_front(&A, in[k], axes[k], B))) rc = -1;
     outs[0] = rc == 0 ? put_axis_node(b[0], b[1], b[2], axis + 1, op) : NULL;
+    out_axes[0] = 0;
+    mk_ar_free(&A);
+    return outs[0] ? 0 : -1;
+}
+
+/* masked_scatter's rules. Its node is (x, m, v): m is the mask broadcast to
+ * x's shape, v the values flattened; the k-th true position (row-major) takes
+ * v[k]. With rows of n = x.size / b positions: position j of row r takes
+ * v[r][cumsum(m[r])[j] - 1]. */
+static mk_array *masked_slots(mk_arena *A, mk_array *m2, int64_t nv) {
+    int one = 1;
+    mk_array *mi = mk_ar_cast(A, m2, MK_INT32);
+    mk_array *c = mi ? mk_ar_keep(A, mk_scan(MK_SCAN_SUM, mi, one, true, false, true)) : NULL;
+    c = mk_ar_sub(A, c, mk_ar_scalar(A, c, 1.0));
+    c = mk_ar_bin(A, MK_BINARY_maximum, c, mk_ar_scalar(A, c, 0.0));
+    return mk_ar_bin(A, MK_BINARY_minimum, c, mk_ar_scalar(A, c, (double)(nv - 1)));
+}
+
+static int masked_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    mk_array *x = p->inputs[0], *m = p->inputs[1], *v = p->inputs[2];
+    if (!cots[0]) return 0;
+    mk_arena A = {0};
+    int rc = 0;
+    mk_array *z = mk_ar_scalar(&A, cots[0], 0.0);
+    if (want[0]) {
+        grads[0] = mk_ar_out(mk_ar_where(&A, m, z, cots[0]));
+        if (!grads[0]) rc = -1;
+    }
+    if (rc == 0 && want[2] && v->size > 0) {
+        int64_t s2[2] = {1, x->size}, sv[2] = {1, v->size};
+        mk_array *m2 = mk_ar_reshape(&A, m, 2, s2);
+        mk_array *idx = masked_slots(&A, m2, v->size);
+        mk_array *upd = mk_ar_reshape(&A, mk_ar_where(&A, m, cots[0], z), 2, s2);
+        mk_array *zv = mk_ar_keep(&A, mk_zeros(2, sv, v->dtype));
+        mk_array *g = idx && upd && zv ? mk_ar_keep(&A, put_axis_node(zv, idx, upd, 1, MK_SCATTER_SUM)) : NULL;
+        grads[2] = mk_ar_out(mk_ar_reshape(&A, g, 1, v->shape));
+        if (!grads[2]) rc = -1;
+    }
+    mk_ar_free(&A);
+    return rc;
+}
+
+static int masked_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    mk_array *x = p->inputs[0], *v = p->inputs[2];
+    if (!tans[0] && !tans[2]) return 0;
+    mk_arena A = {0};
+    mk_array *tx = tans[0] ? tans[0] : mk_ar_zeros_like(&A, x);
+    mk_array *tv = tans[2] ? tans[2] : mk_ar_zeros_like(&A, v);
+    mk_array *in[3] = {tx, p->inputs[1], tv};
+    out[0] = tx && tv ? mk_node(&masked_def, NULL, x->dtype, x->ndim, x->shape, 3, in) : NULL;
+    mk_ar_free(&A);
+    return out[0] ? 0 : -1;
+}
+
+static int masked_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    int64_t b = 0;
+    for (int i = 0; i < 3; i++)
+        if (axes[i] >= 0) b = in[i]->shape[axes[i]];
+    mk_arena A = {0};
+    mk_array *x = p->inputs[0];
+    int64_t n = x->size, nv = p->inputs[2]->size;
+    int64_t s2[2] = {b, n}, sv[2] = {b, nv}, so[MK_MAX_NDIM + 1];
+    so[0] = b;
+    memcpy(so + 1, x->shape, x->ndim * sizeof *so);
+    mk_array *xb = mk_ar_reshape(&A, mk_ar_batch_front(&A, in[0], axes[0], b), 2, s2);
+    mk_array *mb = mk_ar_reshape(&A, mk_ar_batch_front(&A, in[1], axes[1], b), 2, s2);
+    mk_array *r = xb;
+    if (nv > 0) {
+        mk_array *vb = mk_ar_reshape(&A, mk_ar_batch_front(&A, in[2], axes[2], b), 2, sv);
+        mk_array *idx = mb ? masked_slots(&A, mb, nv) : NULL;
+        mk_array *g = vb && idx ? mk_ar_keep(&A, mk_take_along_axis(vb, idx, 1, true)) : NULL;
+        r = mk_ar_where(&A, mb, g, xb);
+    }
+    outs[0] = mk_ar_out(mk_ar_reshape(&A, r, x->ndim + 1, so));
     out_axes[0] = 0;
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;

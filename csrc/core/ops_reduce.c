@@ -971,12 +971,56 @@ static mk_array *un_steal(mk_unary_op op, mk_array *a) {
 }
 
 /* As MLX: sum(x) * (1 / n), the reciprocal rounded to the result dtype. */
+/* 1/n for mean as a node reading x's shape (red: the reduced dims), made
+ * while tracing so that a shapeless compile's replay counts again (MLX's
+ * NumberOfElements). No gradient flows through it. */
+typedef struct {
+    bool red[MK_MAX_NDIM];
+} count_params;
+
+static int count_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const count_params *c = p->params;
+    double n = 1;
+    for (int d = 0; d < in[0]->ndim; d++)
+        if (c->red[d]) n *= (double)in[0]->shape[d];
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    mk_put_f64(out[0]->dtype, mk_data(out[0]), 1.0 / n);
+    return 0;
+}
+
+static int count_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+static const mk_opdef count_def = {"NumberOfElements", count_eval, NULL, NULL, NULL, count_vmap, true};
+
+static mk_array *count_node(mk_array *x, const bool *red, mk_dtype dt) {
+    count_params *c = calloc(1, sizeof *c);
+    if (!c) return mk_nomem();
+    memcpy(c->red, red, sizeof c->red);
+    int64_t none[1] = {0};
+    return mk_node(&count_def, c, dt, 0, none, 1, &x);
+}
+
+static int count_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    const count_params *c = p->params;
+    bool red[MK_MAX_NDIM] = {false};
+    for (int d = 0, k = 0; d < in[0]->ndim && k < MK_MAX_NDIM; d++)
+        if (d != axes[0]) red[d] = c->red[k++];
+    outs[0] = count_node(in[0], red, p->outdesc[0].dtype);
+    out_axes[0] = -1;
+    return outs[0] ? 0 : -1;
+}
+
 mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims) {
     if (check_mean_axes(x, naxes, axes) < 0) return NULL;
     mk_dtype dt = mk_to_float(x->dtype);
     double n = count_elements(x, naxes, axes);
     mk_array *s = mk_reduce(MK_REDUCE_SUM, x, naxes, axes, keepdims);
     if (!s) return NULL;
+    if (mk_tracing()) {
+        bool red[MK_MAX_NDIM] = {false};
+        for (int d = 0; d < x->ndim; d++) red[d] = naxes < 0;
+        for (int i = 0; i < naxes; i++) red[axes[i] < 0 ? axes[i] + x->ndim : axes[i]] = true;
+        return bin_steal(MK_BINARY_multiply, s, count_node(x, red, dt));
+    }
     return bin_steal(MK_BINARY_multiply, s, mk_scalar_f64(dt, 1.0 / n));
 }
 
@@ -1563,7 +1607,7 @@ static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_ar
         int64_t ks[MK_MAX_NDIM];
         keep_shape(x, rp->red, ks);
         mk_array *c = mk_ar_broadcast(&A, mk_ar_reshape(&A, mk_ar_cast(&A, cots[0], x->dtype), x->ndim, ks), x->ndim, x->shape);
-        if (f) c = mk_ar_mul(&A, c, f);
+        if (f) c = mk_ar_mul(&A, c, mk_ar_conj(&A, f));
         grads[0] = mk_ar_out(c);
         if (!grads[0]) rc = -1;
     }

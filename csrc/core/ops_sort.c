@@ -1012,7 +1012,8 @@ static int scan_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 
 static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef scan_def = {"scan", scan_eval, NULL, scan_vjp, NULL, scan_vmap, false};
+static int scan_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
+static const mk_opdef scan_def = {"scan", scan_eval, NULL, scan_vjp, scan_jvp, scan_vmap, false};
 
 static const char *const scan_names[5] = {"cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"};
 
@@ -1182,13 +1183,54 @@ static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
         g = gw && zero ? mk_ar_keep(&A, mk_pad(gw, (const int64_t(*)[2])pw, zero)) : NULL;
         break;
     }
+    case MK_SCAN_LOGADDEXP: {
+        /* g_i = the sum of cot_j exp(x_i - out_j) over the j whose window holds i
+         * (a reverse scan), in log space per sign of the cotangent (no overflow):
+         * exp(x + L+) - exp(x + L-), L+- the reverse logcumsumexp of log(+-cot) - out */
+        mk_array *out = mk_ar_output(&A, p, 0);
+        if (!out) out = mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, x, sp->axis, true, sp->reverse, sp->inclusive));
+        mk_array *c = mk_ar_cast(&A, cots[0], x->dtype);
+        mk_array *z = mk_ar_scalar(&A, c, 0.0);
+        mk_array *part[2] = {mk_ar_bin(&A, MK_BINARY_maximum, c, z), mk_ar_bin(&A, MK_BINARY_maximum, mk_ar_neg(&A, c), z)};
+        for (int k = 0; k < 2; k++) {
+            mk_array *l = mk_ar_sub(&A, mk_ar_un(&A, MK_UNARY_log, part[k]), out);
+            mk_array *L = l ? mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, l, sp->axis, true, !sp->reverse, sp->inclusive)) : NULL;
+            part[k] = mk_ar_un(&A, MK_UNARY_exp, mk_ar_add(&A, x, L));
+        }
+        g = mk_ar_sub(&A, part[0], part[1]);
+        break;
+    }
     default:
-        mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for %s.", scan_names[sp->op]);
+        mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for scan.");
         break;
     }
     grads[0] = mk_ar_out(g);
     mk_ar_free(&A);
     return grads[0] ? 0 : -1;
+}
+
+/* logcumsumexp: out'_j = the sum of t_i exp(x_i - out_j) over j's window, in
+ * log space per sign of t (exp(L+ - out) - exp(L- - out), L+- the scan of
+ * log(+-t) + x); the other scans take their jvp from their vjp */
+static int scan_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    const scan_params *sp = p->params;
+    if (sp->op != MK_SCAN_LOGADDEXP) return mk_jvp_from_vjp(p, tans, out);
+    if (!tans[0]) return 0;
+    mk_array *x = p->inputs[0];
+    mk_arena A = {0};
+    mk_array *y = mk_ar_output(&A, p, 0);
+    if (!y) y = mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, x, sp->axis, true, sp->reverse, sp->inclusive));
+    mk_array *t = mk_ar_cast(&A, tans[0], x->dtype);
+    mk_array *z = mk_ar_scalar(&A, t, 0.0);
+    mk_array *part[2] = {mk_ar_bin(&A, MK_BINARY_maximum, t, z), mk_ar_bin(&A, MK_BINARY_maximum, mk_ar_neg(&A, t), z)};
+    for (int k = 0; k < 2; k++) {
+        mk_array *l = mk_ar_add(&A, mk_ar_un(&A, MK_UNARY_log, part[k]), x);
+        mk_array *L = l ? mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, l, sp->axis, true, sp->reverse, sp->inclusive)) : NULL;
+        part[k] = mk_ar_un(&A, MK_UNARY_exp, mk_ar_sub(&A, L, y));
+    }
+    out[0] = mk_ar_out(mk_ar_sub(&A, part[0], part[1]));
+    mk_ar_free(&A);
+    return out[0] ? 0 : -1;
 }
 
 static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {

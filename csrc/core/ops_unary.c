@@ -528,6 +528,8 @@ static int unary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arr
     mk_array *d;
     int rc = unary_deriv(&A, op, p->inputs[0], mk_ar_output(&A, p, 0), &d);
     if (rc == 0) {
+        /* complex: cot * conj(f'(z)); abs: cot * z / |z| (d|z| against Re and Im) */
+        if (op != MK_UNARY_abs) d = mk_ar_conj(&A, d);
         grads[0] = mk_ar_out(mk_ar_mul(&A, cots[0], d));
         if (!grads[0]) rc = -1;
     }
@@ -548,7 +550,12 @@ static int unary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
     mk_arena A = {0};
     mk_array *d;
     int rc = unary_deriv(&A, op, p->inputs[0], mk_ar_output(&A, p, 0), &d);
-    if (rc == 0) {
+    if (rc == 0 && op == MK_UNARY_abs && p->inputs[0]->dtype == MK_COMPLEX64) {
+        /* |z| is real: d|z| = Re(conj(z / |z|) t) */
+        mk_array *t = mk_ar_cast(&A, tans[0], MK_COMPLEX64);
+        out[0] = mk_ar_out(mk_ar_un(&A, MK_UNARY_real, mk_ar_mul(&A, mk_ar_conj(&A, d), t)));
+        if (!out[0]) rc = -1;
+    } else if (rc == 0) {
         out[0] = mk_ar_out(mk_ar_mul(&A, tans[0], d));
         if (!out[0]) rc = -1;
     }

@@ -189,7 +189,14 @@ mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
         mk_incref(x);
         return x;
     }
-    return mk_node(&reshape_def, NULL, x->dtype, ndim, shape, 1, &x);
+    /* the inferred dim is remembered (params: its index): a shapeless replay
+     * infers it again from the new size, as MLX */
+    int *inf = NULL;
+    if (infer >= 0) {
+        if (!(inf = malloc(sizeof *inf))) return mk_nomem();
+        *inf = infer;
+    }
+    return mk_node(&reshape_def, inf, x->dtype, ndim, shape, 1, &x);
 }
 
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
@@ -674,6 +681,7 @@ static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arr
     if (x) {
         shape[0] = x->shape[0];
         memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
+        if (p->params) shape[1 + *(const int *)p->params] = -1;
     }
     outs[0] = x ? mk_reshape(x, p->outdesc[0].ndim + 1, shape) : NULL;
     out_axes[0] = 0;

@@ -720,6 +720,9 @@ mk_array *mk_ar_mul(mk_arena *A, mk_array *a, mk_array *b) { return mk_ar_bin(A,
 mk_array *mk_ar_add(mk_arena *A, mk_array *a, mk_array *b) { return mk_ar_bin(A, MK_BINARY_add, a, b); }
 mk_array *mk_ar_sub(mk_arena *A, mk_array *a, mk_array *b) { return mk_ar_bin(A, MK_BINARY_subtract, a, b); }
 mk_array *mk_ar_div(mk_arena *A, mk_array *a, mk_array *b) { return mk_ar_bin(A, MK_BINARY_divide, a, b); }
+mk_array *mk_ar_conj(mk_arena *A, mk_array *x) {
+    return x && x->dtype == MK_COMPLEX64 ? mk_ar_un(A, MK_UNARY_conjugate, x) : x;
+}
 mk_array *mk_ar_neg(mk_arena *A, mk_array *a) { return mk_ar_un(A, MK_UNARY_negative, a); }
 mk_array *mk_ar_scalar(mk_arena *A, mk_array *like, double v) {
     return like ? mk_ar_keep(A, mk_scalar_f64(like->dtype, v)) : NULL;

@@ -70,6 +70,9 @@ mk_array *mk_ar_out(mk_array *x);                 /* a new reference for the cal
 void mk_ar_free(mk_arena *A);
 
 mk_array *mk_ar_un(mk_arena *A, mk_unary_op op, mk_array *x);
+/* conj(x) for a complex x, x itself otherwise: a holomorphic op's vjp is
+ * cot * conj(f'(z)) (MLX's convention) */
+mk_array *mk_ar_conj(mk_arena *A, mk_array *x);
 mk_array *mk_ar_bin(mk_arena *A, mk_binary_op op, mk_array *a, mk_array *b);
 mk_array *mk_ar_mul(mk_arena *A, mk_array *a, mk_array *b);
 mk_array *mk_ar_add(mk_arena *A, mk_array *a, mk_array *b);

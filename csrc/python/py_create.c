@@ -169,6 +169,17 @@ static PyObject *py_full(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(r);
 }
 
+/* v broadcast against x's shape, as a node that reads x: where(true, v, x) */
+static mk_array *like_node(mk_array *x, mk_array *v, mk_dtype t) {
+    bool yes = true;
+    mk_array *c = mk_scalar(MK_BOOL, &yes);
+    mk_array *xt = c ? mk_as_dtype(x, t) : NULL;
+    mk_array *r = xt ? mk_where(c, v, xt) : NULL;
+    mk_xdecref(c);
+    mk_xdecref(xt);
+    return r;
+}
+
 static PyObject *like_fill(const char *fname, const char *sig, int one, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames) {
     static const char *const names[] = {"a", "dtype", "*stream", NULL};
@@ -178,6 +189,14 @@ static PyObject *like_fill(const char *fname, const char *sig, int one, PyObject
     if (need_array(fname, sig, a[0], args, nargs, kwnames) < 0) return NULL;
     mk_array *x = MKARR(a[0]);
     if (opt_dtype(a[1], x->dtype, &t) < 0) return NULL;
+    if (mk_tracing()) {
+        /* under a transformation the result depends on a (so a shapeless
+         * compile's replay gives a's new shape) */
+        mk_array *v = mk_scalar_f64(t, one ? 1.0 : 0.0);
+        mk_array *r = v ? like_node(x, v, t) : NULL;
+        mk_xdecref(v);
+        return mkpy_wrap(r);
+    }
     return mkpy_wrap(one ? mk_ones(x->ndim, x->shape, t) : mk_zeros(x->ndim, x->shape, t));
 }
 
@@ -214,7 +233,7 @@ static PyObject *py_full_like(PyObject *m, PyObject *const *args, Py_ssize_t nar
     /* MLX broadcasts a against vals: the result may be larger than a */
     int64_t shape[MK_MAX_NDIM];
     int ndim = mk_broadcast_shapes(x->ndim, x->shape, v->ndim, v->shape, shape);
-    mk_array *r = ndim < 0 ? NULL : mk_full(ndim, shape, v, t);
+    mk_array *r = ndim < 0 ? NULL : mk_tracing() ? like_node(x, v, t) : mk_full(ndim, shape, v, t);
     mk_decref(v);
     return mkpy_wrap(r);
 }

@@ -571,7 +571,17 @@ error:
     return result;
 }
 
+/* _tracing() -> bool: whether a transformation (grad, vjp, jvp, vmap, a
+ * compile trace) is tracing a function on this thread. mx.compile then calls
+ * the function as is (as MLX under a transformation). */
+static PyObject *py_tracing(PyObject *m, PyObject *unused) {
+    (void)m;
+    (void)unused;
+    return PyBool_FromLong(mk_tracing());
+}
+
 PyMethodDef mkpy_transforms_functions[] = {
+    {"_tracing", py_tracing, METH_NOARGS, "_tracing()\n--\n\nWhether a transformation is tracing on this thread."},
     {"_vjp", FN(py_vjp_flat), FASTKW,
      "_vjp(fun, primals, cotangents, argnums=None)\n--\n\nvjp over flat lists (fun takes and returns a list)."},
     {"_jvp", FN(py_jvp_flat), FASTKW,
