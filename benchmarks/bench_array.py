@@ -19,7 +19,7 @@ import numpy as np
 
 import mkpy as mx
 
-from common import Target, compare, fmt_ratio, fmt_time, progress, row, time_ratio
+from common import Target, compare, fmt_ratio, fmt_time, progress, row, run_child, time_ratio
 
 SECTION = "array"
 BEST = Target(">= 1.0x (no slower than the best peer)", ratio_min=1.0)
@@ -162,6 +162,27 @@ def run(opts):
     case("multiply 16 + eval", {"mkpy": lambda: mx.eval(mx.multiply(s16m, s16m)),
                                 "numpy": lambda: np.multiply(s16, s16),
                                 "mlx": M(lambda: mlx.eval(mlx.multiply(s16l, s16l)))})
+
+    # peak memory of a 100-op element-wise chain on 64 MB (16M float32), each library in
+    # fresh processes (child.py; the worst of a few heap layouts), as a multiple of the array
+    progress("array: 100-op chain peak memory")
+    libs = ["mkpy", "numpy"] + (["mlx"] if mlx is not None else [])
+    env = {"MKPY_BENCH_CHAIN_N": str(16_000_000)}
+    if os.environ.get("MKPY_BENCH_MLX_VENV"):
+        env["MKPY_BENCH_MLX_VENV"] = os.environ["MKPY_BENCH_MLX_VENV"]
+    peak = {}
+    for lib in libs:
+        runs = [run_child("child.py", ["chain-" + lib, str(v)], env=env) for v in range(2 if opts.quick else 3)]
+        peak[lib] = max(r["extra_kib"] / r["array_kib"] for r in runs)
+    peers = {k: v for k, v in peak.items() if k != "mkpy"}
+    ref = min(peers, key=peers.get)
+    note = ", ".join("%s %.2fx array" % (k, v) for k, v in sorted(peak.items()))
+    if "mlx" not in peers:
+        note += " (mlx not installed)"
+    rows.append(row(SECTION, "100-op chain peak memory 64 MB", value=peak["mkpy"],
+                    value_text="%.2fx array" % peak["mkpy"], ref_name=ref, ref_value=peers[ref],
+                    ref_text="%.2fx array" % peers[ref],
+                    ratio=peers[ref] / peak["mkpy"] if peak["mkpy"] > 0 else None, target=BEST, note=note))
     return rows
 
 

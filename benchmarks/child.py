@@ -4,8 +4,10 @@
                                     (MKPY_CACHE_DIR is set by the parent)
   child.py pocl-first-run           PoCL: build a small program + first launch
                                     (POCL_CACHE_DIR is set by the parent)
-  child.py chain-mkpy|chain-numpy [V]  peak resident memory of a 100-op chain; V
-                                    varies the warm-up, which shifts the heap layout
+  child.py chain-mkpy|chain-numpy|chain-mlx [V]  peak resident memory of a 100-op
+                                    chain; V varies the warm-up, which shifts the heap
+                                    layout; MKPY_BENCH_CHAIN_N sets the elements (4M);
+                                    mlx is MLX's CPU build (MKPY_BENCH_MLX_VENV)
 """
 import json
 import os
@@ -13,7 +15,7 @@ import resource
 import sys
 import time
 
-N_CHAIN = 4_000_000
+N_CHAIN = int(os.environ.get("MKPY_BENCH_CHAIN_N", 4_000_000))
 SMALL_KERNEL = """
     uint i = thread_position_in_grid.x;
     out[i] = metal::exp(inp[i]) * 0.5f + 1.0f;
@@ -102,6 +104,20 @@ def chain(lib, variant=0):
         mx.eval(s)
         x = mx.random.uniform(shape=(N_CHAIN,))
         mx.eval(x)
+    elif lib == "mlx":
+        import glob
+        venv = os.environ.get("MKPY_BENCH_MLX_VENV")
+        if venv:
+            sys.path.extend(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
+        import mlx.core as mx
+        mx.set_default_device(mx.cpu)
+        ops = [lambda y: y * 1.0001, lambda y: y + 0.5, mx.tanh, lambda y: y - 0.25]
+        s = mx.arange(1000, dtype=mx.float32)
+        for i in range(100 + variant):
+            s = ops[i % 4](s)
+        mx.eval(s)
+        x = mx.random.uniform(shape=(N_CHAIN,))
+        mx.eval(x)
     else:
         import numpy as np
         ops = [lambda y: y * np.float32(1.0001), lambda y: y + np.float32(0.5), np.tanh,
@@ -115,7 +131,7 @@ def chain(lib, variant=0):
     y = x
     for i in range(100):
         y = ops[i % 4](y)
-    if lib == "mkpy":
+    if lib in ("mkpy", "mlx"):
         mx.eval(y)
     peak = _maxrss_kib()
     res = {"baseline_kib": base, "rss_at_baseline_kib": base_now, "peak_kib": peak,
@@ -132,7 +148,7 @@ def main():
         res = kernel_first_eval(sys.argv[2])
     elif mode == "pocl-first-run":
         res = pocl_first_run()
-    elif mode in ("chain-mkpy", "chain-numpy"):
+    elif mode in ("chain-mkpy", "chain-numpy", "chain-mlx"):
         if not os.environ.get("MKPY_BENCH_CLEAN_RSS"):
             # A process made by fork + exec inherits its parent's RSS high-water mark
             # as ru_maxrss (Linux keeps the old mm's hiwater across exec), and the

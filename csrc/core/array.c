@@ -396,7 +396,6 @@ static void prim_decref(mk_prim *p);
 
 static void free_prim(mk_prim *p) {
     for (int i = 0; i < p->ninputs; i++) mk_decref(p->inputs[i]);
-    free(p->inputs);
     free(p->err_msg);
     if (p->params) {
         if (p->op->free_params)
@@ -404,9 +403,7 @@ static void free_prim(mk_prim *p) {
         else
             free(p->params);
     }
-    free(p->outdesc);
-    free(p->outputs);
-    free(p);
+    free(p); /* with its outdesc, inputs and outputs (mk_prim_make) */
 }
 
 static void free_array(mk_array *a) {
@@ -544,6 +541,29 @@ void mk_set_view(mk_array *out, const mk_array *in, int64_t offset, const int64_
     mk_update_flags(out);
 }
 
+static _Thread_local int trace_depth;
+
+bool mk_donate(mk_prim *p, mk_array *out, mk_array *in) {
+    mk_buffer *b = in->buf;
+    size_t isz = mk_dtype_size(in->dtype);
+    if (trace_depth || !b || b->release || in->offset != 0 || !(in->flags & MK_ROW_CONTIG) ||
+        in->size != out->size || isz != mk_dtype_size(out->dtype) || b->nbytes != (size_t)in->size * isz ||
+        atomic_load_explicit(&in->refcnt, memory_order_acquire) != 1 ||
+        atomic_load_explicit(&b->refcnt, memory_order_acquire) != 1 ||
+        atomic_load_explicit(&in->prim, memory_order_acquire) != NULL)
+        return false;
+    mk_buffer_incref(b);
+    if (out->buf) mk_buffer_decref(out->buf);
+    out->buf = b;
+    mk_set_row_contiguous(out);
+    if (p) p->donated = true;
+    return true;
+}
+
+int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in) {
+    return mk_donate(p, out, in) ? 0 : mk_alloc_out(out);
+}
+
 mk_array *mk_array_empty(mk_dtype dtype, int ndim, const int64_t *shape) {
     mk_array *a = array_new(dtype, ndim, shape);
     if (!a) return NULL;
@@ -564,19 +584,33 @@ mk_array *mk_scalar(mk_dtype dtype, const void *value) {
 
 int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const *inputs, int noutputs,
                  const mk_outdesc *outdesc, mk_array **outs) {
-    mk_prim *p = calloc(1, sizeof *p);
+    /* one block: the primitive, its output descriptions (only each one's
+     * used dims are copied), its input and output pointers */
+    if (ninputs < 0 || noutputs < 0 || noutputs > (1 << 20) || ninputs > (1 << 24)) {
+        mk_error_set(MK_ERR_VALUE, "[%s] Invalid number of inputs or outputs.", op->name);
+        goto fail;
+    }
+    size_t head = (sizeof(mk_prim) + 7) / 8 * 8;
+    mk_prim *p = malloc(head + (size_t)noutputs * sizeof(mk_outdesc) + (size_t)(ninputs ? ninputs : 1) * sizeof(mk_array *) +
+                        (size_t)noutputs * sizeof(mk_array *));
     if (!p) goto nomem;
+    memset(p, 0, sizeof *p);
     atomic_init(&p->refcnt, 0);
     p->op = op;
     p->params = params;
     params = NULL;
     p->ninputs = ninputs;
     p->noutputs = noutputs;
-    p->inputs = malloc((ninputs ? ninputs : 1) * sizeof *p->inputs);
-    p->outdesc = malloc(noutputs * sizeof *p->outdesc);
-    p->outputs = calloc(noutputs, sizeof *p->outputs);
-    if (!p->inputs || !p->outdesc || !p->outputs) goto nomem;
-    memcpy(p->outdesc, outdesc, noutputs * sizeof *outdesc);
+    p->outdesc = (mk_outdesc *)((char *)p + head);
+    p->inputs = (mk_array **)(p->outdesc + noutputs);
+    p->outputs = p->inputs + (ninputs ? ninputs : 1);
+    for (int i = 0; i < noutputs; i++) {
+        p->outputs[i] = NULL;
+        p->outdesc[i].dtype = outdesc[i].dtype;
+        p->outdesc[i].ndim = outdesc[i].ndim;
+        if (outdesc[i].ndim > 0 && outdesc[i].ndim <= MK_MAX_NDIM)
+            memcpy(p->outdesc[i].shape, outdesc[i].shape, (size_t)outdesc[i].ndim * sizeof(int64_t));
+    }
     int made = 0;
     for (; made < noutputs; made++) {
         mk_array *a = array_new(outdesc[made].dtype, outdesc[made].ndim, outdesc[made].shape);
@@ -590,6 +624,7 @@ int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const 
     if (made < noutputs) {
         /* inputs are not yet referenced: free the outputs, which frees p */
         p->ninputs = 0;
+        if (made == 0) free_prim(p); /* no output holds it */
         for (int i = 0; i < made; i++) mk_decref(outs[i]);
         return -1;
     }
@@ -599,17 +634,14 @@ int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const 
     }
     return 0;
 nomem:
-    if (p) {
-        p->ninputs = 0;
-        if (!p->params) p->params = params;
-        free_prim(p);
-    } else if (params) {
+    mk_nomem();
+fail:
+    if (params) {
         if (op->free_params)
             op->free_params(params);
         else
             free(params);
     }
-    mk_nomem();
     return -1;
 }
 
@@ -646,7 +678,6 @@ static bool try_incref(mk_array *a) {
  * traced function. Such outputs read as unevaluated (mk_is_evaluated): a
  * reader goes through mk_eval, which finds the primitive done under the
  * graph lock, and, once no trace is running, unlinks the output. */
-static _Thread_local int trace_depth;
 void mk_trace_push(void) { trace_depth++; }
 void mk_trace_pop(void) { trace_depth--; }
 bool mk_tracing(void) { return trace_depth > 0; }
@@ -687,6 +718,15 @@ static int run_prim(mk_prim *p) {
     }
     if (p->state == MK_PRIM_DONE) {
         graph_unlock();
+        goto done;
+    }
+    if (p->donated) {
+        /* an earlier run failed after writing over an input it owned */
+        graph_unlock();
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[eval] An earlier evaluation of this array (%s) failed after it started writing over an "
+                     "intermediate input; the array cannot be evaluated again.", p->op->name);
+        rc = -1;
         goto done;
     }
     p->state = MK_PRIM_RUNNING;
@@ -789,16 +829,16 @@ typedef struct {
  * holding none, and the running thread needs nothing from it. */
 int mk_eval(mk_array *const *arrays, int n) {
     mk_interrupt_begin();
-    size_t scap = 48, ocap = 64, sn = 0, on = 0; /* under 1 KiB: malloc's tcache, not its consolidating large-request path */
-    frame *stack = malloc(scap * sizeof *stack);
-    mk_prim **order = malloc(ocap * sizeof *order);
-    mk_prim **unlinked = malloc((size_t)(n > 0 ? n : 1) * sizeof *unlinked);
+    /* small graphs use the C stack: no allocation for one op's eval */
+    frame stack0[16];
+    mk_prim *order0[16], *unlinked0[8];
+    size_t scap = 16, ocap = 16, sn = 0, on = 0;
+    frame *stack = stack0;
+    mk_prim **order = order0;
+    mk_prim **unlinked = n <= 8 ? unlinked0 : malloc((size_t)n * sizeof *unlinked);
     size_t nunlinked = 0;
     int rc = 0;
-    if (!stack || !order || !unlinked) {
-        free(stack);
-        free(order);
-        free(unlinked);
+    if (!unlinked) {
         mk_nomem();
         return -1;
     }
@@ -827,16 +867,22 @@ int mk_eval(mk_array *const *arrays, int n) {
                 if (q && q->mark != mark) {
                     q->mark = mark;
                     if (sn == scap) {
-                        frame *s = realloc(stack, (scap *= 2) * sizeof *stack);
+                        frame *s = stack == stack0 ? malloc(scap * 2 * sizeof *stack)
+                                                   : realloc(stack, scap * 2 * sizeof *stack);
                         if (!s) goto nomem;
+                        if (stack == stack0) memcpy(s, stack0, sizeof stack0);
+                        scap *= 2;
                         stack = s;
                     }
                     stack[sn++] = (frame){q, 0};
                 }
             } else {
                 if (on == ocap) {
-                    mk_prim **o = realloc(order, (ocap *= 2) * sizeof *order);
+                    mk_prim **o = order == order0 ? malloc(ocap * 2 * sizeof *order)
+                                                  : realloc(order, ocap * 2 * sizeof *order);
                     if (!o) goto nomem;
+                    if (order == order0) memcpy(o, order0, sizeof order0);
+                    ocap *= 2;
                     order = o;
                 }
                 prim_incref(f->p);
@@ -845,11 +891,25 @@ int mk_eval(mk_array *const *arrays, int n) {
             }
         }
     }
+    /* one small element-wise op finishes in microseconds: the binding's
+     * Ctrl-C handler (a system call to check it) is not armed for it */
+    bool quick = false;
+    if (on == 1 && order[0]->noutputs == 1 && order[0]->outdesc[0].ndim >= 0 &&
+        (order[0]->op->name[0] == 'u' || order[0]->op->name[0] == 'b' || order[0]->op->name[0] == 'a') &&
+        (!strcmp(order[0]->op->name, "unary") || !strcmp(order[0]->op->name, "binary") ||
+         !strcmp(order[0]->op->name, "astype"))) {
+        quick = true;
+        for (int k = 0; k < order[0]->ninputs && quick; k++) quick = order[0]->inputs[k]->size <= 4096;
+        int64_t osz = 1;
+        for (int k = 0; k < order[0]->outdesc[0].ndim; k++) osz *= order[0]->outdesc[0].shape[k];
+        if (osz > 4096) quick = false;
+    }
     graph_unlock();
-    free(stack);
-    stack = NULL;
+    void (*arm)(void) = mk_eval_arm;
+    if (on && !quick && arm) arm();
+    if (stack != stack0) free(stack);
     for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
-    free(unlinked);
+    if (unlinked != unlinked0) free(unlinked);
 
     size_t i = 0;
     for (; i < on; i++) {
@@ -866,18 +926,20 @@ int mk_eval(mk_array *const *arrays, int n) {
         prim_decref(p);
     }
     for (; i < on; i++) prim_decref(order[i]);
-    free(order);
+    if (order != order0) free(order);
     return rc;
 nomem:
     graph_unlock();
     for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
-    free(unlinked);
+    if (unlinked != unlinked0) free(unlinked);
     for (size_t k = 0; k < on; k++) prim_decref(order[k]);
-    free(stack);
-    free(order);
+    if (stack != stack0) free(stack);
+    if (order != order0) free(order);
     mk_nomem();
     return -1;
 }
+
+void (*_Atomic mk_eval_arm)(void);
 
 /* The profiler's hook (kernel/diag.c): called after each primitive runs. */
 void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t end_ns, const mk_array *out0);

@@ -133,6 +133,7 @@ struct mk_prim {
     int state;       /* MK_PRIM_PENDING, _RUNNING (on one thread), _DONE */
     int waiters;     /* threads waiting for it to leave RUNNING */
     unsigned fails;  /* failed runs so far */
+    bool donated;    /* an output took over an input's buffer (mk_donate) */
     mk_errcode err_code; /* the last failure, for the threads that waited */
     char *err_msg;
 };
@@ -186,6 +187,19 @@ void mk_set_row_contiguous(mk_array *a);
 void mk_update_flags(mk_array *a);
 /* Gives an output fresh row-contiguous storage. Returns 0 or -1. */
 int mk_alloc_out(mk_array *out);
+/* Buffer donation (as MLX's): while primitive p runs, gives `out` the buffer
+ * of its input `in` when nothing else can see that buffer: `in` is held by p
+ * alone (no Python object, no other node), the buffer is mkpy's own, dense,
+ * starts at the array and is not shared with a view, the element sizes and
+ * counts match, and no trace keeps inputs for a transformation. The
+ * evaluator then writes the output over the input, element i after reading
+ * element i. Returns false (out untouched) otherwise. A run that fails after
+ * donating cannot be retried (its input is partly overwritten): later
+ * evaluations of it raise. */
+bool mk_donate(mk_prim *p, mk_array *out, mk_array *in);
+/* mk_donate, else mk_alloc_out. Returns 0 or -1. */
+int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in);
+
 /* Makes out a view of in's buffer with the given offset and strides. */
 void mk_set_view(mk_array *out, const mk_array *in, int64_t offset, const int64_t *strides);
 
@@ -216,5 +230,9 @@ static inline int mk_eval1(mk_array *a) { return mk_is_evaluated(a) ? 0 : mk_eva
  * kernel/diag.c): the op's name, its start and end (CLOCK_MONOTONIC ns) and
  * its first output. */
 extern void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t end_ns, const mk_array *out0);
+
+/* Called by mk_eval (without the GIL) before it runs primitives, unless the
+ * work is one small element-wise op: the binding arms its Ctrl-C handler. */
+extern void (*_Atomic mk_eval_arm)(void);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "half_fast.h"
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
@@ -290,10 +291,50 @@ static void binary_rows(void *c, const int64_t *off, const int64_t *st, int64_t 
     u->fn(u->a + off[1] * u->isz, st[1], u->b + off[2] * u->isz, st[2], u->out + off[0] * u->osz, n);
 }
 
+/* float16 with F16C (half_fast.h): runs of 512 of each operand are widened
+ * to float32 and go through the float32 kernel, whose result is narrowed (or
+ * written as bool). The float16 kernels of these ops compute in float and
+ * round once when storing, so the bits are theirs; logaddexp rounds inside
+ * and keeps its own kernel. */
+#define F16_RUN 512
+
+static void binary_rows_f16c(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    binary_ctx *u = c;
+    const mk_f16 *a = (const mk_f16 *)u->a + off[1], *b = (const mk_f16 *)u->b + off[2];
+    char *out = u->out + off[0] * u->osz;
+    float ta[F16_RUN], tb[F16_RUN];
+    for (int64_t k = 0; k < n; k += F16_RUN) {
+        int64_t m = n - k < F16_RUN ? n - k : F16_RUN;
+        mk_f16_to_f32_run(a + k * st[1], st[1], ta, m);
+        mk_f16_to_f32_run(b + k * st[2], st[2], tb, m);
+        if (u->osz == 2) {
+            u->fn(ta, 1, tb, 1, ta, m);
+            mk_f32_to_f16_run(ta, (mk_f16 *)out + k, m);
+        } else {
+            u->fn(ta, 1, tb, 1, out + k * u->osz, m);
+        }
+    }
+}
+
+static bool binary_f16c(mk_binary_op op, mk_dtype in, mk_dtype out) {
+    if (in != MK_FLOAT16 || (out != MK_FLOAT16 && out != MK_BOOL)) return false;
+    switch (op) {
+    case MK_BINARY_add: case MK_BINARY_subtract: case MK_BINARY_multiply: case MK_BINARY_divide:
+    case MK_BINARY_floor_divide: case MK_BINARY_remainder: case MK_BINARY_power: case MK_BINARY_arctan2:
+    case MK_BINARY_maximum: case MK_BINARY_minimum: case MK_BINARY_equal: case MK_BINARY_not_equal:
+    case MK_BINARY_greater: case MK_BINARY_greater_equal: case MK_BINARY_less: case MK_BINARY_less_equal:
+        return mk_f16c();
+    default:
+        return false;
+    }
+}
+
 static int binary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     mk_array *o = out[0];
-    if (mk_alloc_out(o) < 0) return -1;
-    binary_ctx u = {specs[*(mk_binary_op *)p->params].fn[in[0]->dtype], mk_data(in[0]), mk_data(in[1]),
+    mk_binary_op op = *(mk_binary_op *)p->params;
+    if (!mk_donate(p, o, in[0]) && mk_donate_or_alloc(p, o, in[1]) < 0) return -1;
+    bool f16c = binary_f16c(op, in[0]->dtype, o->dtype);
+    binary_ctx u = {specs[op].fn[f16c ? MK_FLOAT32 : in[0]->dtype], mk_data(in[0]), mk_data(in[1]),
                     mk_data(o), mk_dtype_size(in[0]->dtype), mk_dtype_size(o->dtype)};
     int64_t sa[MK_MAX_NDIM], sb[MK_MAX_NDIM];
     mk_broadcast_strides(in[0], o->ndim, o->shape, sa);
@@ -301,7 +342,7 @@ static int binary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     const int64_t *strides[3] = {o->strides, sa, sb};
     mk_iter it;
     mk_iter_init(&it, o->ndim, o->shape, 3, strides);
-    mk_iter_run(&it, MK_GRAIN, binary_rows, &u);
+    mk_iter_run(&it, MK_GRAIN, f16c ? binary_rows_f16c : binary_rows, &u);
     return 0;
 }
 

@@ -74,17 +74,8 @@ static int check_index_dtype(const char *op, const char *bool_msg, mk_array *idx
  * primitive holds the only reference, the buffer is mkpy's own, dense and
  * not shared): x[i] = v in a loop then costs O(update), not O(x), as MLX's
  * buffer donation. Otherwise a dense copy. */
-static int init_from(mk_array *out, mk_array *x) {
-    size_t isz = mk_dtype_size(x->dtype);
-    if (atomic_load(&x->refcnt) == 1 && x->buf && atomic_load(&x->buf->refcnt) == 1 && !x->buf->release &&
-        x->offset == 0 && (x->flags & MK_ROW_CONTIG) && x->buf->nbytes == (size_t)x->size * isz &&
-        x->ndim == out->ndim && out->dtype == x->dtype) {
-        mk_buffer_incref(x->buf);
-        if (out->buf) mk_buffer_decref(out->buf);
-        out->buf = x->buf;
-        mk_set_row_contiguous(out);
-        return 0;
-    }
+static int init_from(mk_prim *p, mk_array *out, mk_array *x) {
+    if (x->ndim == out->ndim && out->dtype == x->dtype && mk_donate(p, out, x)) return 0;
     if (mk_alloc_out(out) < 0) return -1;
     mk_copy_into(x, mk_data(out), out->strides);
     return 0;
@@ -690,7 +681,7 @@ static void scatter_partial_sum(void *v, int ith, int nth) {
 static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     const gs_params *p = pr->params;
     mk_array *o = out[0], *x = in[0], *u = in[p->narr + 1];
-    if (init_from(o, x) < 0) return -1;
+    if (init_from(pr, o, x) < 0) return -1;
     if (u->size == 0 || o->size == 0) return 0;
     walker *w = malloc(sizeof *w);
     if (!w) {
@@ -958,7 +949,7 @@ static void put_axis_rows(void *v, const int64_t *off, const int64_t *st, int64_
 static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
     mk_array *o = out[0], *x = in[0], *idx = in[1], *upd = in[2];
-    if (init_from(o, x) < 0) return -1;
+    if (init_from(pr, o, x) < 0) return -1;
     if (o->size == 0 || idx->size == 0) return 0;
     /* lines: the output's shape with the axis dropped (size 1) */
     int64_t lshape[MK_MAX_NDIM], si[MK_MAX_NDIM], su[MK_MAX_NDIM];
@@ -1090,7 +1081,7 @@ static void mask_fill(void *v, int64_t b, int64_t e) {
 static int masked_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     (void)pr;
     mk_array *o = out[0], *x = in[0], *mask = in[1], *val = in[2];
-    if (init_from(o, x) < 0) return -1;
+    if (init_from(pr, o, x) < 0) return -1;
     if (o->size == 0) return 0;
     const int64_t *strides[2] = {o->strides, mask->strides};
     mk_iter it;

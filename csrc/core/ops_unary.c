@@ -8,6 +8,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "half_fast.h"
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
@@ -335,9 +336,50 @@ static void run_unary(unary_fn fn, const mk_array *in, const mk_array *out) {
     mk_iter_run(&it, MK_GRAIN, unary_rows, &u);
 }
 
+/* float16 with F16C (half_fast.h): runs of 512 are widened to float32, go
+ * through the float32 kernel, and are narrowed (or written as bool). The
+ * float16 kernels compute in float and round once when storing, so this
+ * gives their bits; ops that round inside (sigmoid's exp, the constants of
+ * degrees and radians) keep their own kernel. */
+#define F16_RUN 512
+
+static void unary_rows_f16c(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    unary_ctx *u = c;
+    const mk_f16 *in = (const mk_f16 *)u->in + off[1];
+    char *out = u->out + off[0] * u->osz;
+    float t[F16_RUN];
+    for (int64_t k = 0; k < n; k += F16_RUN) {
+        int64_t m = n - k < F16_RUN ? n - k : F16_RUN;
+        mk_f16_to_f32_run(in + k * st[1], st[1], t, m);
+        if (u->osz == 2) {
+            float r[F16_RUN]; /* sin and cos read their input after writing */
+            u->fn(t, 1, r, m);
+            mk_f32_to_f16_run(r, (mk_f16 *)out + k, m);
+        } else {
+            u->fn(t, 1, out + k * u->osz, m);
+        }
+    }
+}
+
+static bool unary_f16c(mk_unary_op op, const mk_array *in, const mk_array *out) {
+    return in->dtype == MK_FLOAT16 && (out->dtype == MK_FLOAT16 || out->dtype == MK_BOOL) && specs[op].fn[MK_FLOAT32] &&
+           op != MK_UNARY_sigmoid && op != MK_UNARY_degrees && op != MK_UNARY_radians && mk_f16c();
+}
+
 static int unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
-    const unary_spec *spec = &specs[*(mk_unary_op *)p->params];
-    if (mk_alloc_out(out[0]) < 0) return -1;
+    mk_unary_op op = *(mk_unary_op *)p->params;
+    const unary_spec *spec = &specs[op];
+    /* sin and cos read their input again after writing (K_SINCOS): no donation */
+    if ((op == MK_UNARY_sin || op == MK_UNARY_cos ? mk_alloc_out(out[0]) : mk_donate_or_alloc(p, out[0], in[0])) < 0)
+        return -1;
+    if (unary_f16c(op, in[0], out[0])) {
+        unary_ctx u = {spec->fn[MK_FLOAT32], mk_data(in[0]), mk_data(out[0]), 2, mk_dtype_size(out[0]->dtype)};
+        const int64_t *strides[2] = {out[0]->strides, in[0]->strides};
+        mk_iter it;
+        mk_iter_init(&it, out[0]->ndim, out[0]->shape, 2, strides);
+        mk_iter_run(&it, MK_GRAIN, unary_rows_f16c, &u);
+        return 0;
+    }
     run_unary(spec->fn[in[0]->dtype], in[0], out[0]);
     return 0;
 }
@@ -400,9 +442,35 @@ static void cast_rows(void *c, const int64_t *off, const int64_t *st, int64_t n)
           (char *)mk_data(out) + off[0] * mk_dtype_size(out->dtype), 1, n);
 }
 
+/* float16 <-> float32 casts by F16C runs (half_fast.h) */
+static void cast_rows_f16c(void *c, const int64_t *off, const int64_t *st, int64_t n) {
+    const mk_array *in = ((void **)c)[1], *out = ((void **)c)[2];
+    if (in->dtype == MK_FLOAT16) {
+        mk_f16_to_f32_run((const mk_f16 *)mk_data(in) + off[1], st[1], (float *)mk_data(out) + off[0], n);
+    } else if (st[1] == 1) {
+        mk_f32_to_f16_run((const float *)mk_data(in) + off[1], (mk_f16 *)mk_data(out) + off[0], n);
+    } else {
+        const float *src = (const float *)mk_data(in) + off[1];
+        float t[F16_RUN];
+        for (int64_t k = 0; k < n; k += F16_RUN) {
+            int64_t m = n - k < F16_RUN ? n - k : F16_RUN;
+            for (int64_t i = 0; i < m; i++) t[i] = src[(k + i) * st[1]];
+            mk_f32_to_f16_run(t, (mk_f16 *)mk_data(out) + off[0] + k, m);
+        }
+    }
+}
+
 static int astype_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
-    (void)p;
-    if (mk_alloc_out(out[0]) < 0) return -1;
+    if (mk_donate_or_alloc(p, out[0], in[0]) < 0) return -1;
+    if (((in[0]->dtype == MK_FLOAT16 && out[0]->dtype == MK_FLOAT32) ||
+         (in[0]->dtype == MK_FLOAT32 && out[0]->dtype == MK_FLOAT16)) && mk_f16c()) {
+        void *ctx[3] = {NULL, in[0], out[0]};
+        const int64_t *strides[2] = {out[0]->strides, in[0]->strides};
+        mk_iter it;
+        mk_iter_init(&it, out[0]->ndim, out[0]->shape, 2, strides);
+        mk_iter_run(&it, MK_GRAIN, cast_rows_f16c, ctx);
+        return 0;
+    }
     mk_cast_fn fn = mk_cast_table[in[0]->dtype][out[0]->dtype];
     void *ctx[3] = {&fn, in[0], out[0]};
     const int64_t *strides[2] = {out[0]->strides, in[0]->strides};

@@ -1,5 +1,6 @@
 /* Conversions between Python objects and core arrays, argument parsing and
  * error translation. */
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 
@@ -88,7 +89,9 @@ static void on_sigint(int sig, siginfo_t *si, void *uc) {
     }
 }
 
-static void arm_sigint(void) {
+static pthread_mutex_t arm_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void arm_sigint_locked(void) {
     struct sigaction cur;
     if (sigaction(SIGINT, NULL, &cur) != 0) return;
     if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigint) return;
@@ -102,6 +105,13 @@ static void arm_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
+/* mk_eval calls it without the GIL, so two threads may arm at once */
+static void arm_sigint(void) {
+    pthread_mutex_lock(&arm_mu);
+    arm_sigint_locked();
+    pthread_mutex_unlock(&arm_mu);
+}
+
 /* The arrays are held while the GIL is released: another thread may rebind
  * the Python object (x[0] = 1, x += 1) that lent them. Callers that read an
  * array after this returns hold their own reference to it. */
@@ -109,7 +119,7 @@ int mkpy_eval(mk_array *const *arrs, int n) {
     int rc, work = 0;
     for (int i = 0; i < n; i++) mk_incref(arrs[i]);
     for (int i = 0; i < n && !work; i++) work = arrs[i]->prim != NULL;
-    if (work) arm_sigint();
+    if (work && !mk_eval_arm) mk_eval_arm = arm_sigint; /* mk_eval arms it unless the work is tiny */
     for (;;) {
         Py_BEGIN_ALLOW_THREADS
         rc = mk_eval(arrs, n);
@@ -435,6 +445,25 @@ static void copy_row(char *dst, const char *src, Py_ssize_t n, Py_ssize_t stride
         memcpy(dst, src, (size_t)n * itemsize);
         return;
     }
+    if (stride == 2 * (Py_ssize_t)itemsize && (itemsize == 4 || itemsize == 8 || itemsize == 2) &&
+        ((uintptr_t)dst | (uintptr_t)src) % itemsize == 0) {
+        /* every other element (x[:, ::2]): a constant stride the compiler
+         * vectorises with shuffles */
+        if (itemsize == 4) {
+            uint32_t *d = (uint32_t *)dst;
+            const uint32_t *s = (const uint32_t *)src;
+            for (Py_ssize_t i = 0; i < n; i++) d[i] = s[2 * i];
+        } else if (itemsize == 8) {
+            uint64_t *d = (uint64_t *)dst;
+            const uint64_t *s = (const uint64_t *)src;
+            for (Py_ssize_t i = 0; i < n; i++) d[i] = s[2 * i];
+        } else {
+            uint16_t *d = (uint16_t *)dst;
+            const uint16_t *s = (const uint16_t *)src;
+            for (Py_ssize_t i = 0; i < n; i++) d[i] = s[2 * i];
+        }
+        return;
+    }
     switch (itemsize) { /* fixed sizes: a load and a store per element, no memcpy call */
     case 1:
         for (Py_ssize_t i = 0; i < n; i++) dst[i] = src[i * stride];
@@ -452,6 +481,11 @@ static void copy_row(char *dst, const char *src, Py_ssize_t n, Py_ssize_t stride
         for (Py_ssize_t i = 0; i < n; i++) memcpy(dst + itemsize * (size_t)i, src + i * stride, itemsize);
     }
 }
+
+static void copy_block(char *dst, const char *src, int nd, const Py_ssize_t *shp, const Py_ssize_t *str,
+                       size_t itemsize);
+static void copy_block_seq(char *dst, const char *src, int nd, const Py_ssize_t *shp, const Py_ssize_t *str,
+                           size_t itemsize);
 
 /* Copies a strided block into contiguous dst (row-major order). Dimensions
  * of extent 1 are dropped and neighbours that are contiguous with each other
@@ -476,6 +510,44 @@ static void copy_strided(char *dst, const char *src, int ndim, const Py_ssize_t 
         memcpy(dst, src, itemsize);
         return;
     }
+    copy_block(dst, src, nd, shp, str, itemsize);
+}
+
+/* Walks merged dims (copy_strided), in parallel over the first for big
+ * copies: a strided copy is bound by one core's loads, not by memory. */
+typedef struct {
+    char *dst;
+    const char *src;
+    int nd;
+    const Py_ssize_t *shp, *str;
+    size_t itemsize, outer_bytes;
+} block_job;
+
+static void block_range(void *c, int64_t b, int64_t e) {
+    block_job *j = c;
+    Py_ssize_t shp[MK_MAX_NDIM + 1];
+    memcpy(shp, j->shp, (size_t)j->nd * sizeof *shp);
+    shp[0] = (Py_ssize_t)(e - b);
+    copy_block_seq(j->dst + (size_t)b * j->outer_bytes, j->src + b * j->str[0], j->nd, shp, j->str, j->itemsize);
+}
+
+static void copy_block(char *dst, const char *src, int nd, const Py_ssize_t *shp, const Py_ssize_t *str,
+                       size_t itemsize) {
+    size_t outer_bytes = itemsize;
+    for (int i = 1; i < nd; i++) outer_bytes *= (size_t)shp[i];
+    if (nd >= 2 && str[nd - 1] != (Py_ssize_t)itemsize && outer_bytes * (size_t)shp[0] >= ((size_t)1 << 21) &&
+        mk_pool_threads() > 1) {
+        block_job j = {dst, src, nd, shp, str, itemsize, outer_bytes};
+        mk_interrupt_begin(); /* no earlier Ctrl-C may make the pool skip slices */
+        int64_t grain = (int64_t)(((size_t)1 << 18) / outer_bytes) + 1;
+        mk_parallel_for(shp[0], grain, block_range, &j);
+        return;
+    }
+    copy_block_seq(dst, src, nd, shp, str, itemsize);
+}
+
+static void copy_block_seq(char *dst, const char *src, int nd, const Py_ssize_t *shp, const Py_ssize_t *str,
+                           size_t itemsize) {
     Py_ssize_t inner = shp[nd - 1], istride = str[nd - 1];
     size_t rowbytes = (size_t)inner * itemsize;
     Py_ssize_t idx[MK_MAX_NDIM + 1] = {0};
