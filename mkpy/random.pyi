@@ -24,6 +24,9 @@ def key(seed: int) -> array:
 def laplace(shape: Sequence[int] = [], dtype: Optional[Dtype] = float32, loc: float = 0.0, scale: float = 1.0, key: Optional[array] = None, stream: StreamOrDevice = None) -> array:
     """Samples of the Laplace distribution."""
 
+def multivariate_normal(mean: Any, cov: Any, shape: Sequence[int] = [], dtype: Optional[Dtype] = float32, key: Optional[array] = None, stream: StreamOrDevice = None) -> array:
+    """Samples of the multivariate normal distribution with the given mean and covariance (float32 only)."""
+
 def normal(shape: Sequence[int] = [], dtype: Optional[Dtype] = float32, loc: Optional[Union[scalar, array]] = None, scale: Optional[Union[scalar, array]] = None, key: Optional[array] = None, stream: StreamOrDevice = None) -> array:
     """Normally distributed random numbers."""
 

@@ -129,7 +129,7 @@ def fuzz_shape(shape, make, dtype):
         assert n <= 10**6, (shape, "a huge array was allocated")
         assert a.shape == tuple(shape)
     else:
-        assert isinstance(err, (MemoryError, ValueError)), err
+        assert isinstance(err, (MemoryError, ValueError, OverflowError)), err
 
 
 # ------------------------------------------------------------------ indexing

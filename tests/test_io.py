@@ -127,8 +127,9 @@ def npy_bytes(x):
 def test_npy_malformed(tmp_path, mutate):
     p = tmp_path / "bad.npy"
     p.write_bytes(mutate(npy_bytes(np.ones((2, 3), np.float32))))
+    # missing data is found when the array is evaluated (as MLX reads it), the rest at load
     with pytest.raises(RuntimeError, match=r"\[load\]"):
-        mx.load(str(p))
+        mx.eval(mx.load(str(p)))
 
 
 def test_npy_object_and_structured_refused(tmp_path):
@@ -528,3 +529,35 @@ def test_gguf_q4_k(tmp_path):
     assert w.shape == (rows, cols // 8) and s.shape == (rows, cols // 32)
     np.testing.assert_allclose(_mlx_dequantize(w, s, b, 4), np.concatenate(want).reshape(rows, cols),
                                rtol=2e-3, atol=2e-2)
+
+
+# ------------------------------------------------------------------- lazy data, fp8
+
+def test_npy_truncated_data_raises_on_eval_not_on_load(tmp_path):
+    p = tmp_path / "t.npy"
+    p.write_bytes(npy_bytes(np.arange(16, dtype=np.float32))[:-64])
+    a = mx.load(str(p))                      # the header is fine: shape and dtype are known
+    assert a.shape == (16,) and a.dtype == mx.float32
+    with pytest.raises(RuntimeError, match="truncated"):
+        mx.eval(a + 1)
+    with pytest.raises(RuntimeError, match="truncated"):  # every later use fails the same way
+        a.tolist()
+
+
+def test_safetensors_fp8_loads_as_bytes(tmp_path):
+    import json, struct
+    codes = bytes([0x00, 0x7E, 0xFE, 0xB6, 0x2E, 0x38, 0x40, 0x01])
+    for name in ("F8_E4M3", "F8_E8M0"):
+        hdr = json.dumps({"w": {"dtype": name, "shape": [2, 4], "data_offsets": [0, 8]}}).encode()
+        p = tmp_path / f"{name}.safetensors"
+        p.write_bytes(struct.pack("<Q", len(hdr)) + hdr + codes)
+        w = mx.load(str(p))["w"]
+        assert w.dtype == mx.uint8 and w.shape == (2, 4)
+        assert np.array(w).tobytes() == codes
+    # e4m3 decoded by the definition: sign, 4 exponent bits (bias 7), 3 mantissa bits
+    def e4m3(c):
+        s = -1.0 if c & 0x80 else 1.0
+        e, m = (c >> 3) & 15, c & 7
+        return s * (m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    got = np.array(mx.from_fp8(mx.load(str(tmp_path / "F8_E4M3.safetensors"))["w"], mx.float32))
+    assert np.array_equal(got.ravel(), np.array([e4m3(c) for c in codes], np.float32))

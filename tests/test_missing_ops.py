@@ -235,3 +235,17 @@ def test_export_is_a_clear_error():
         mx.export_function("f.mlxfn", lambda x: x, mx.array(1.0))
     with pytest.raises(NotImplementedError):
         mx.import_function("f.mlxfn")
+
+
+def test_array_is_a_python_sequence_for_numpy():
+    # x[i] through the sequence protocol too (as MLX's class has it): NumPy then builds nested
+    # structures of arrays without its "not a sequence" coercion
+    import operator
+    x = mx.array([[1.0, 2.0], [3.0, 4.0]])
+    assert operator.getitem(x, -1).tolist() == [3.0, 4.0]
+    assert [r.tolist() for r in reversed(x)] == [[3.0, 4.0], [1.0, 2.0]]
+    got = np.asanyarray(([x, x + 1], [x * 2, x * 3]))
+    assert got.shape == (2, 2, 2, 2) and got.dtype == np.float32
+    np.testing.assert_array_equal(got[1, 1], np.array(x) * 3)
+    with pytest.raises(TypeError):
+        reversed(mx.array(1.0))

@@ -1,5 +1,6 @@
 """64-bit values are checked, never wrapped (issue #17): axes, shapes, sizes, grids and
 threadgroups; sizes too large to allocate raise before any allocation."""
+import numpy as np
 import pytest
 
 import mkpy as mx
@@ -35,21 +36,51 @@ def test_axis_in_int_range_but_invalid_is_mlx_index_error():
 
 
 def test_size_in_bytes_overflow_is_refused_at_construction():
-    # 2^31 * 2^31 float32 elements are 2^64 bytes: the byte count used to wrap to 0
+    # (2^31 - 1)^3 float32 elements overflow int64 bytes: the byte count used to wrap
     with pytest.raises(ValueError, match="overflows"):
-        mx.ones((2**31, 2**31))
+        mx.ones((2**31 - 1, 2**31 - 1, 2**31 - 1))
     with pytest.raises(ValueError, match="overflows"):
-        mx.zeros((2**62,), dtype=mx.float32)
-    with pytest.raises(ValueError, match="overflows"):
-        mx.zeros((2**40, 2**40))
+        mx.zeros((2**31 - 1,) * 4, dtype=mx.uint8)
     with pytest.raises(ValueError, match="Negative"):
         mx.zeros((-1,))
 
 
+@pytest.mark.parametrize("shape", [(2**31,), (2**31, 2**31), [2**62], (4, 2**40), 2**31, [-2**31 - 1]])
+def test_dims_beyond_int32_are_mlx_overflow_errors(shape):
+    # MLX's dims are C ints: nanobind's OverflowError naming the value, before anything is built
+    bad = [v for v in (shape if isinstance(shape, (list, tuple)) else [shape]) if not -2**31 <= v < 2**31][0]
+    for make in (mx.zeros, mx.ones, lambda s: mx.full(s, 1.5), lambda s: mx.reshape(mx.zeros(4), s),
+                 lambda s: mx.broadcast_to(mx.zeros(1), s)):
+        with pytest.raises(OverflowError, match=f"Integer value {bad} is outside the supported range"):
+            make(shape)
+
+
+def test_computed_dims_beyond_int32_are_overflow_errors():
+    big = mx.zeros(2**30)  # lazy: nothing of this size is allocated
+    msg = "Shape dimension {} is outside the supported range .* 32-bit integers for shape dimensions"
+    with pytest.raises(OverflowError, match=r"\[concatenate\] " + msg.format(3 * 2**30)):
+        mx.concatenate([big] * 3)
+    with pytest.raises(OverflowError, match=r"\[repeat\] " + msg.format(2**31)):
+        mx.repeat(big, 2)
+    with pytest.raises(OverflowError, match=r"\[tile\] " + msg.format(2**32)):
+        mx.tile(big, 4)
+    with pytest.raises(OverflowError, match=r"\[kron\] " + msg.format(2**32)):
+        mx.kron(mx.zeros(2**16), mx.zeros(2**16))
+    # the largest int32 dims still build
+    assert mx.concatenate([mx.zeros(2**30 - 1), mx.zeros(2**30)]).shape == (2**31 - 1,)
+
+
+def test_numpy_dim_beyond_int32_is_refused():
+    a = np.lib.stride_tricks.as_strided(np.zeros(1, np.bool_), shape=(2**31,), strides=(0,))
+    with pytest.raises(OverflowError, match="Shape dimension 2147483648 is outside the supported range "
+                       r"\[-2147483648, 2147483647\]. MLX currently uses 32-bit integers for shape dimensions."):
+        mx.array(a)
+
+
 def test_too_large_to_allocate_is_a_memory_error_before_allocating():
     # 4 TiB: mapped without reservation it used to "succeed", then the OOM killer ended the process
-    for make in (lambda: mx.zeros((2**40,)), lambda: mx.ones((2**20, 2**20)),
-                 lambda: mx.full((2**41,), 1, dtype=mx.uint8)):
+    for make in (lambda: mx.zeros((2**20, 2**20)), lambda: mx.ones((2**20, 2**20)),
+                 lambda: mx.full((2**21, 2**20), 1, dtype=mx.uint8)):
         with pytest.raises(MemoryError, match="bytes"):
             mx.eval(make())
     # the library stays usable

@@ -541,3 +541,51 @@ def test_extra_errors():
               lambda: mx.random.permutation(3.0, key=k)):
         with pytest.raises(TypeError):
             f()
+
+
+# ------------------------------------------------------------------ multivariate_normal
+
+def test_multivariate_normal_is_mean_plus_normal_times_svd_root():
+    # the definition MLX composes: mean + z @ (U * sqrt(S)) @ Vt, z = normal(shape + (n,)) of the same key
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((3, 3))
+    cov = (A @ A.T + np.eye(3)).astype(np.float32)
+    mean = np.array([1.0, -2.0, 0.5], np.float32)
+    key = mx.random.key(7)
+    got = np.array(mx.random.multivariate_normal(mx.array(mean), mx.array(cov), shape=(5,), key=key,
+                                                 stream=mx.cpu))
+    z = np.array(mx.random.normal((5, 3), key=key))
+    U, S, Vt = np.linalg.svd(cov.astype(np.float64))
+    want = mean + z @ ((U * np.sqrt(S)) @ Vt)
+    assert got.shape == (5, 3) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_multivariate_normal_statistics_and_shapes():
+    cov = np.array([[2.0, 0.6], [0.6, 1.0]], np.float32)
+    s = np.array(mx.random.multivariate_normal(mx.array([1.0, -1.0]), mx.array(cov), shape=(40000,),
+                                               key=mx.random.key(1), stream=mx.cpu))
+    assert np.abs(s.mean(0) - [1.0, -1.0]).max() < 0.05
+    assert np.abs(np.cov(s.T) - cov).max() < 0.06
+    # batch shapes broadcast: cov (4, 2, 2), mean (3, 1, 2) -> (3, 4, 2); integer inputs give float32
+    out = mx.random.multivariate_normal(mx.zeros((3, 1, 2), mx.int32), mx.broadcast_to(mx.eye(2), (4, 2, 2)),
+                                        stream=mx.cpu)
+    assert out.shape == (3, 4, 2) and out.dtype == mx.float32
+
+
+def test_multivariate_normal_errors_are_mlxs():
+    m, c = mx.zeros((2,)), mx.eye(2)
+    for t in (mx.float16, mx.bfloat16, mx.int32):
+        with pytest.raises(ValueError, match=r"\[multivariate_normal\] dtype must be float32."):
+            mx.random.multivariate_normal(m, c, dtype=t, stream=mx.cpu)
+    with pytest.raises(ValueError, match="mean must have at least one dimension"):
+        mx.random.multivariate_normal(mx.array(0.0), c, stream=mx.cpu)
+    with pytest.raises(ValueError, match="cov must have at least two dimensions"):
+        mx.random.multivariate_normal(m, mx.zeros((2,)), stream=mx.cpu)
+    with pytest.raises(ValueError, match="last two dimensions of cov must be equal"):
+        mx.random.multivariate_normal(m, mx.zeros((2, 3)), stream=mx.cpu)
+    with pytest.raises(ValueError, match="mean and cov must have compatible shapes"):
+        mx.random.multivariate_normal(mx.zeros((3,)), c, stream=mx.cpu)
+    # the SVD is CPU-only in MLX: the default (gpu) stream raises through it
+    with pytest.raises(ValueError, match="not yet supported on the GPU"):
+        mx.random.multivariate_normal(m, c)

@@ -204,6 +204,24 @@ static mk_array *npy_bad_header(void) {
     return NULL;
 }
 
+/* A loaded array whose data could not be read: a node without inputs whose
+ * evaluation raises the read error (MLX reads data lazily, on eval). */
+static int load_error_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    (void)in, (void)out;
+    mk_error_set(MK_ERR_RUNTIME, "%s", (const char *)p->params);
+    return -1;
+}
+static const mk_opdef load_error_def = {"Load", load_error_eval, NULL, NULL, NULL, NULL, true};
+
+static mk_array *load_error_node(mk_dtype dtype, int ndim, const int64_t *shape, const char *msg) {
+    char *m = strdup(msg);
+    if (!m) {
+        mk_nomem();
+        return NULL;
+    }
+    return mk_node(&load_error_def, m, dtype, ndim, shape, 0, NULL);
+}
+
 mk_array *mk_npy_read(const uint8_t *p, size_t n, size_t *used) {
     if (n < 10 || memcmp(p, NPY_MAGIC, 6) != 0) {
         mk_error_set(MK_ERR_RUNTIME, "[load] Invalid header in .npy file: no NumPy magic string");
@@ -295,9 +313,13 @@ mk_array *mk_npy_read(const uint8_t *p, size_t n, size_t *used) {
     if (size < 0) return NULL;
     size_t isz = mk_dtype_size((mk_dtype)dtype), avail = n - start - hlen;
     if ((uint64_t)size > avail / isz) {
-        mk_error_set(MK_ERR_RUNTIME, "[load] .npy file is truncated: %lld elements of %zu bytes need %s bytes, %zu present",
-                     (long long)size, isz, "more", avail);
-        return NULL;
+        /* As MLX: the header is read now, the data when the array is
+         * evaluated, so missing data is a RuntimeError at eval time. */
+        char msg[160];
+        snprintf(msg, sizeof msg, "[load] .npy file is truncated: %lld elements of %zu bytes need more bytes, %zu present",
+                 (long long)size, isz, avail);
+        if (used) *used = n;
+        return load_error_node((mk_dtype)dtype, ndim, shape, msg);
     }
     size_t nbytes = (size_t)size * isz;
     const uint8_t *data = p + start + hlen;
@@ -765,6 +787,8 @@ static int st_tensor(jp *j, const uint8_t *base, size_t avail, char *name, mk_na
                 if (!d) rc = -1;
                 for (int t = 0; d && t < MK_NDTYPES; t++)
                     if (!strcmp(d, ST_NAMES[t])) dtype = t;
+                /* fp8 tensors load as their bytes (uint8), as in MLX; from_fp8 decodes */
+                if (d && (!strcmp(d, "F8_E4M3") || !strcmp(d, "F8_E8M0"))) dtype = MK_UINT8;
                 if (d && dtype < 0) {
                     mk_error_set(MK_ERR_RUNTIME, "[safetensor] unsupported dtype %.32s", d);
                     rc = -1;

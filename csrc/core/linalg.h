@@ -44,4 +44,8 @@ int mk_einsum_path(const char *subscripts, int n, mk_array *const *operands, int
 mk_array *mk_block_masked_mm(mk_array *a, mk_array *b, int block_size, mk_array *mask_out, mk_array *mask_lhs,
                              mk_array *mask_rhs);
 
+/* random.multivariate_normal (random_mvn.c): MLX's composition through the SVD. */
+mk_array *mk_random_multivariate_normal(mk_array *mean, mk_array *cov, int nshape, const int64_t *shape,
+                                        mk_dtype dtype, mk_array *key, bool gpu);
+
 #endif

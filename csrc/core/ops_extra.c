@@ -10,6 +10,15 @@
 
 #include "transforms.h"
 
+int mk_check_dim(const char *op, int64_t v) {
+    if (v >= INT32_MIN && v <= INT32_MAX) return 0;
+    mk_error_set(MK_ERR_OVERFLOW,
+                 "[%s] Shape dimension %lld is outside the supported range [-2147483648, 2147483647]. "
+                 "MLX currently uses 32-bit integers for shape dimensions.",
+                 op, (long long)v);
+    return -1;
+}
+
 #define KEEP(x) mk_ar_keep(&A, (x))
 
 static mk_array *f32(mk_arena *A, double v) { return mk_ar_keep(A, mk_scalar_f64(MK_FLOAT32, v)); }
@@ -332,6 +341,8 @@ mk_array *mk_kron(mk_array *a, mk_array *b) {
     for (int i = 0; i < ndim; i++) os[i] = 1;
     for (int i = ndim - 1, j = a->ndim - 1; j >= 0; j--, i--) as[2 * i] = a->shape[j], os[i] *= a->shape[j];
     for (int i = ndim - 1, j = b->ndim - 1; j >= 0; j--, i--) bs[2 * i + 1] = b->shape[j], os[i] *= b->shape[j];
+    for (int i = 0; i < ndim; i++)
+        if (mk_check_dim("kron", os[i]) < 0) return NULL;
     mk_arena A = {0};
     mk_array *p = mk_ar_mul(&A, mk_ar_reshape(&A, a, 2 * ndim, as), mk_ar_reshape(&A, b, 2 * ndim, bs));
     mk_array *r = mk_ar_out(mk_ar_reshape(&A, p, ndim, os));

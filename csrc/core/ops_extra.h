@@ -8,6 +8,11 @@
 
 #include "ops.h"
 
+/* MLX's dims are C ints: a computed dimension beyond int32 is an
+ * OverflowError "[op] Shape dimension V is outside the supported range ...".
+ * Returns 0 or -1. */
+int mk_check_dim(const char *op, int64_t v);
+
 typedef enum { MK_WIN_HANNING, MK_WIN_HAMMING, MK_WIN_BARTLETT, MK_WIN_BLACKMAN } mk_window_kind;
 mk_array *mk_window(mk_window_kind kind, int64_t M);
 /* Quotient (floor_divide) and remainder, as one call. Returns 0 or -1. */

@@ -9,6 +9,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "ops_extra.h"
 #include "transforms.h"
 #include "pool.h"
 
@@ -196,6 +197,7 @@ mk_array *mk_concatenate(int n, mk_array *const *xs, int axis, bool has_axis) {
         }
         t = mk_promote(t, a->dtype);
     }
+    if (mk_check_dim("concatenate", shape[ax]) < 0) return NULL;
     mk_array **ins = calloc((unsigned)n, sizeof *ins), *r = NULL;
     int *params = malloc(sizeof *params);
     if (!ins || !params) {
@@ -344,7 +346,8 @@ mk_array *mk_tile(mk_array *x, int nreps, const int64_t *reps_in) {
         }
         exp_shape[n] = shape[i];
         bc_shape[n++] = shape[i];
-        fin_shape[i] = reps[i] * shape[i];
+        if (__builtin_mul_overflow(reps[i], shape[i], &fin_shape[i])) fin_shape[i] = INT64_MAX;
+        if (mk_check_dim("tile", fin_shape[i]) < 0) return NULL;
     }
     for (int i = 0; i < n; i++)
         if (bc_shape[i] < 0) {
@@ -390,10 +393,8 @@ mk_array *mk_repeat(mk_array *x, int64_t repeats, int axis, bool has_axis) {
         if (i == ax) {
             exp_shape[n] = 1;
             bc_shape[n++] = repeats;
-            if (__builtin_mul_overflow(fin_shape[i], repeats, &fin_shape[i])) {
-                mk_error_set(MK_ERR_VALUE, "Array size overflows int64.");
-                return NULL;
-            }
+            if (__builtin_mul_overflow(fin_shape[i], repeats, &fin_shape[i])) fin_shape[i] = INT64_MAX;
+            if (mk_check_dim("repeat", fin_shape[i]) < 0) return NULL;
         }
     }
     return expand_broadcast_reshape(x, n, exp_shape, bc_shape, x->ndim, fin_shape);

@@ -110,6 +110,7 @@ int mkpy_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObj
 
 int mkpy_parse_dtype(PyObject *obj, mk_dtype *out);    /* a Dtype object */
 int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape); /* int or sequence of ints */
+int mkpy_parse_strides(PyObject *obj, int *ndim, int64_t *strides); /* the same, int64 values */
 /* v as a C int, or an OverflowError (MLX's wording) when it does not fit. */
 int mkpy_int32_value(int64_t v, int *out);
 /* None: *naxes = -1; int or sequence of ints. */
@@ -162,5 +163,10 @@ int mkpy_setitem(PyMkArray *self, PyObject *key, PyObject *value);
 PyObject *mkpy_array_at(PyObject *self);
 /* Adds the ArrayAt type to the module (module.c). */
 int mkpy_indexops_init(PyObject *m);
+
+/* 1 when a stream argument (None: the default device; a Stream, Device or
+ * DeviceType) names the GPU, 0 for the CPU, -1 with the error set or *bad set
+ * when it is none of those (py_linalg_ns.c). */
+int mkpy_stream_is_gpu(PyObject *s, bool *bad);
 
 #endif

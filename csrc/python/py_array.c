@@ -684,8 +684,19 @@ static PyMappingMethods array_as_mapping = {
     .mp_ass_subscript = array_setitem,
 };
 
+/* x[i] through the sequence protocol too (as MLX's nanobind class has it), so
+ * PySequence_Check holds and NumPy treats nested arrays as sequences. */
+static PyObject *array_sq_item(PyObject *self, Py_ssize_t i) {
+    PyObject *k = PyLong_FromSsize_t(i);
+    if (!k) return NULL;
+    PyObject *r = mkpy_getitem((PyMkArray *)self, k);
+    Py_DECREF(k);
+    return r;
+}
+
 static PySequenceMethods array_as_sequence = {
     .sq_length = (lenfunc)array_len,
+    .sq_item = array_sq_item,
 };
 
 /* Iteration yields x[0], x[1], ... along the first axis. */

@@ -579,6 +579,13 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
     }
     for (int i = 0; i < ndim; i++) {
         shp[i] = shape[i]; /* negative strides are copied like any other (MLX refuses them) */
+        if (shp[i] > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError,
+                         "Shape dimension %lld is outside the supported range [-2147483648, 2147483647]. "
+                         "MLX currently uses 32-bit integers for shape dimensions.",
+                         (long long)shp[i]);
+            return NULL;
+        }
     }
     int complex128 = src_dtype == 100; /* stored as pairs of doubles, then converted */
     mk_dtype st = complex128 ? MK_COMPLEX64 : (mk_dtype)src_dtype;
@@ -958,10 +965,20 @@ int mkpy_parse_bool(PyObject *obj, int dflt, int *out) {
     return 0;
 }
 
-int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape) {
+/* A shape: MLX's dims are C ints, so values beyond int32 raise nanobind's
+ * OverflowError naming the value (check32), as MLX's Shape caster does. */
+static int parse_int_list(PyObject *obj, int *ndim, int64_t *shape, int check32);
+
+int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape) { return parse_int_list(obj, ndim, shape, 1); }
+
+int mkpy_parse_strides(PyObject *obj, int *ndim, int64_t *strides) { return parse_int_list(obj, ndim, strides, 0); }
+
+static int parse_int_list(PyObject *obj, int *ndim, int64_t *shape, int check32) {
+    int dummy;
     if (PyLong_Check(obj) || (PyIndex_Check(obj) && !PyMkArray_Check(obj))) {
         *ndim = 1;
-        return mkpy_parse_int(obj, &shape[0]);
+        if (mkpy_parse_int(obj, &shape[0]) < 0) return -1;
+        return check32 ? mkpy_int32_value(shape[0], &dummy) : 0;
     }
     PyObject *seq = PySequence_Fast(obj, "shape must be an int or a sequence of ints");
     if (!seq) return -1;
@@ -972,7 +989,8 @@ int mkpy_parse_shape(PyObject *obj, int *ndim, int64_t *shape) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (mkpy_parse_int(PySequence_Fast_GET_ITEM(seq, i), &shape[i]) < 0) {
+        if (mkpy_parse_int(PySequence_Fast_GET_ITEM(seq, i), &shape[i]) < 0 ||
+            (check32 && mkpy_int32_value(shape[i], &dummy) < 0)) {
             Py_DECREF(seq);
             return -1;
         }

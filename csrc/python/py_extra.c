@@ -87,7 +87,7 @@ static PyObject *py_as_strided(PyObject *m, PyObject *const *args, Py_ssize_t na
         memcpy(shape, x->shape, ndim * sizeof *shape);
     }
     if (a[2] && a[2] != Py_None) {
-        if (mkpy_parse_shape(a[2], &ns, strides) < 0) goto fail;
+        if (mkpy_parse_strides(a[2], &ns, strides) < 0) goto fail;
         if (ns != ndim) {
             PyErr_Format(PyExc_ValueError, "[as_strided] The shape and strides must have the same length.");
             goto fail;

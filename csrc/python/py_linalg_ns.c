@@ -51,6 +51,8 @@ done:
     return r;
 }
 
+int mkpy_stream_is_gpu(PyObject *s, bool *bad) { return stream_is_gpu(s, bad); }
+
 /* Parses a call: names as mkpy_parse (the last is "*stream"), the first
  * `narr` must be arrays. Sets *gpu. Returns 0, or -1 with the error set
  * (nanobind's message for calls that do not fit). */

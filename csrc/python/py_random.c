@@ -6,6 +6,7 @@
  * holding the global key, which can be read and replaced. */
 #include <string.h>
 
+#include "core/linalg.h"
 #include "core/types.h"
 #include "mkpy.h"
 
@@ -428,6 +429,33 @@ static PyObject *py_getattr(PyObject *m, PyObject *name) {
     return NULL;
 }
 
+/* --------------------------------------------------- multivariate_normal */
+
+static PyObject *py_multivariate_normal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"mean", "cov", "shape", "dtype", "key", "stream", NULL};
+    static const char sig[] =
+        "    1. multivariate_normal(mean: array, cov: array, shape: Sequence[int] = [], dtype: Dtype | None = "
+        "float32, key: array | None = None, stream: StreamOrDevice = None) -> array";
+    PyObject *a[6];
+    int ndim;
+    int64_t shape[MK_MAX_NDIM];
+    mk_dtype t;
+    bool bad;
+    (void)m;
+    if (mkpy_parse("multivariate_normal", args, nargs, kwnames, names, 2, a) < 0) return NULL;
+    if (!is_shape_arg(a[2], 0) || !is_dtype_arg(a[3]) || !is_key_arg(a[4]))
+        return mkpy_bad_call("multivariate_normal", sig, args, nargs, kwnames);
+    int gpu = mkpy_stream_is_gpu(a[5], &bad);
+    if (bad) return mkpy_bad_call("multivariate_normal", sig, args, nargs, kwnames);
+    if (gpu < 0) return NULL;
+    if (shape_arg(a[2], &ndim, shape) < 0 || dtype_arg(a[3], MK_FLOAT32, &t) < 0) return NULL;
+    mk_array *mean = mkpy_to_array(a[0], -1), *cov = mean ? mkpy_to_array(a[1], -1) : NULL;
+    if (!cov) return drop(mean, NULL, NULL), NULL;
+    mk_array *key = key_arg(a[4]);
+    if (!key) return drop(mean, cov, NULL), NULL;
+    return finish(mk_random_multivariate_normal(mean, cov, ndim, shape, t, key, gpu), key, mean, cov);
+}
+
 PyMethodDef mkpy_random_functions[] = {
     {"seed", FN(py_seed), FASTKW, "seed(seed)\n--\n\nSeed the global PRNG."},
     {"key", FN(py_key), FASTKW, "key(seed)\n--\n\nGet a PRNG key (uint32, shape (2,)) from a seed."},
@@ -462,6 +490,9 @@ PyMethodDef mkpy_random_functions[] = {
     {"permutation", FN(py_permutation), FASTKW,
      "permutation(x, axis=0, key=None, stream=None)\n--\n\n"
      "A random permutation of arange(x), or x permuted along axis."},
+    {"multivariate_normal", FN(py_multivariate_normal), FASTKW,
+     "multivariate_normal(mean, cov, shape=[], dtype=float32, key=None, stream=None)\n--\n\n"
+     "Samples of the multivariate normal distribution with the given mean and covariance (float32 only)."},
     {"__getattr__", (PyCFunction)py_getattr, METH_O, NULL},
     {NULL},
 };

@@ -127,6 +127,14 @@ static int parse_shape(const char *fname, const char *what, PyObject *obj, int a
                      MK_MAX_NDIM);
         return -1;
     }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (v[i] < INT32_MIN || v[i] > INT32_MAX) {
+            /* MLX's dims are C ints: nanobind's message, naming the value */
+            PyErr_Format(PyExc_OverflowError, "Integer value %lld is outside the supported range [-2147483648, "
+                         "2147483647].", (long long)v[i]);
+            PyMem_Free(v);
+            return -1;
+        }
     memcpy(shape, v, (size_t)n * sizeof *v);
     PyMem_Free(v);
     *ndim = (int)n;
