@@ -212,6 +212,21 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
 #undef RUN
 }
 
+/* The threadgroup that the g-th step of a launch runs. Metal leaves the
+ * order of threadgroups open; a 2-D grid of groups is walked in bands of
+ * MKK_BAND rows, column by column inside a band, so the groups that share a
+ * column (a GEMM's panel of B) run close together, while the band's rows
+ * share their panels of A. */
+#define MKK_BAND 8
+static uint64_t band_order(const mkk_launch *L, uint64_t g) {
+    const uint64_t nx = L->ngroups[0], ny = L->ngroups[1];
+    if (ny < 2 || nx < 2) return g;
+    const uint64_t plane = nx * ny, z = g / plane, r = g % plane;
+    const uint64_t band = r / (MKK_BAND * nx), in = r % (MKK_BAND * nx);
+    const uint64_t y0 = band * MKK_BAND, h = ny - y0 < MKK_BAND ? ny - y0 : MKK_BAND;
+    return z * plane + (y0 + in % h) * nx + in / h;
+}
+
 int mkk_cbs_run(const mkk_cbs_kernel *k, const mkk_launch *L, char *error, size_t errn) {
     cbs_worker *w = get_worker(k->info->frame_bytes, k->info->tg_alloc);
     if (!w) {
@@ -220,6 +235,6 @@ int mkk_cbs_run(const mkk_cbs_kernel *k, const mkk_launch *L, char *error, size_
     }
     struct mkpy_cbs_ctx ctx = {w->frame, w->deposit, w->simd, w->masks, w->tg};
     for (uint64_t g = L->group_begin; g < L->group_end; g++)
-        if (run_group(k, w, &ctx, L, g, error, errn) < 0) return -1;
+        if (run_group(k, w, &ctx, L, band_order(L, g), error, errn) < 0) return -1;
     return 0;
 }
