@@ -18,31 +18,12 @@ import numpy as np
 
 import mkpy as mx
 
+from bench_kernels import EXP_SRC, REDUCE_SRC  # the same kernels as the kernels section
 from common import Target, compare, fmt_time, progress, row, time_ratio
 
 SECTION = "checker"
 
 CHECKED_VS_NORMAL = Target("checked <= 30x a normal run", ratio_min=1 / 30)
-
-EXP_SRC = """
-    uint i = thread_position_in_grid.x;
-    out[i] = metal::exp(inp[i]);
-"""
-
-REDUCE_SRC = """
-    threadgroup float scratch[256];
-    const uint lid = thread_position_in_threadgroup.x;
-    const uint gsz = threads_per_grid.x;
-    float s = 0.0f;
-    for (uint i = thread_position_in_grid.x; i < uint(n); i += gsz) s += inp[i];
-    scratch[lid] = s;
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (uint off = threads_per_threadgroup.x / 2; off > 0; off >>= 1) {
-        if (lid < off) scratch[lid] += scratch[lid + off];
-        threadgroup_barrier(mem_flags::mem_threadgroup);
-    }
-    if (lid == 0) partial[threadgroup_position_in_grid.x] = scratch[0];
-"""
 
 
 def _cpu_best(fns, reps=7):

@@ -42,13 +42,6 @@
 #define ST_COUNT ((uint64_t)ST_CLOSED - 1)
 #define ST_GEN(s) ((uint32_t)((s) >> 32))
 
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ __volatile__("yield")
-#else
-#define cpu_relax() ((void)0)
-#endif
 
 static struct {
     pthread_once_t once;
@@ -102,7 +95,7 @@ static uint64_t wait_job(uint32_t seen) {
         s = atomic_load_explicit(&pool.state, memory_order_acquire);
         if (ST_GEN(s) != seen) return s;
         if (spins < WORKER_SPINS) {
-            cpu_relax();
+            mk_cpu_relax();
             continue;
         }
         pthread_mutex_lock(&pool.mu);
@@ -196,7 +189,7 @@ static void run_job(int nslices, int nth, mk_job_fn fn, void *ctx) {
         if (spins % CALLER_SPINS == CALLER_SPINS - 1)
             sched_yield(); /* give the core to a preempted worker */
         else
-            cpu_relax();
+            mk_cpu_relax();
         s = atomic_load_explicit(&pool.state, memory_order_acquire);
     }
     pthread_mutex_unlock(&pool.submit);

@@ -8,6 +8,15 @@
 
 #include <stdint.h>
 
+/* A spin-wait hint (a spinning thread yields the core's pipeline). */
+#if defined(__x86_64__) || defined(__i386__)
+#define mk_cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define mk_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define mk_cpu_relax() ((void)0)
+#endif
+
 typedef void (*mk_job_fn)(void *ctx, int ith, int nth);
 typedef void (*mk_range_fn)(void *ctx, int64_t begin, int64_t end);
 

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "coop.h"
+#include "core/pool.h"
 
 #define NOINLINE __attribute__((noinline))
 typedef struct mkpy_check_thread cthread;
@@ -39,13 +40,6 @@ typedef struct mkpy_check_thread cthread;
 #define BLOCK MKPY_CHECK_BLOCK         /* output elements per shadow block */
 #define ARENA_CHUNK ((size_t)1 << 20)  /* a worker's allocation unit for expanded blocks */
 
-#if defined(__x86_64__) || defined(__i386__)
-#define cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define cpu_relax() __asm__ __volatile__("yield")
-#else
-#define cpu_relax() ((void)0)
-#endif
 
 enum { K_OOB, K_TG_RACE, K_DEV_RACE, K_UNINIT, K_UNWRITTEN, K_DIV, NKINDS };
 static const char *const kind_names[NKINDS] = {
@@ -401,7 +395,7 @@ static int expand(worker *w, block *bk) {
 static inline void lock_block(block *bk) {
     if (!S.locking) return;
     while (__atomic_exchange_n(&bk->lock, 1, __ATOMIC_ACQUIRE))
-        while (__atomic_load_n(&bk->lock, __ATOMIC_RELAXED)) cpu_relax();
+        while (__atomic_load_n(&bk->lock, __ATOMIC_RELAXED)) mk_cpu_relax();
 }
 
 static inline void unlock_block(block *bk) {
