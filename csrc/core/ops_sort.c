@@ -1116,6 +1116,18 @@ static mk_array *extreme_route(mk_arena *A, const scan_params *sp, mk_array *x, 
     return NULL;
 }
 
+/* logcumsumexp's output for its vjp/jvp: the primitive's own, or the scan again */
+static mk_array *lse_output(mk_arena *A, mk_prim *p, mk_array *x, const scan_params *sp) {
+    mk_array *out = mk_ar_output(A, p, 0);
+    return out ? out : mk_ar_keep(A, mk_scan(MK_SCAN_LOGADDEXP, x, sp->axis, true, sp->reverse, sp->inclusive));
+}
+
+/* v split by sign, for sums taken in log space: max(v, 0) and max(-v, 0) */
+static void sign_parts(mk_arena *A, mk_array *v, mk_array *part[2]) {
+    mk_array *z = mk_ar_scalar(A, v, 0.0);
+    part[0] = mk_ar_bin(A, MK_BINARY_maximum, v, z);
+    part[1] = mk_ar_bin(A, MK_BINARY_maximum, mk_ar_neg(A, v), z);
+}
 static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
     const scan_params *sp = p->params;
     mk_array *x = p->inputs[0];
@@ -1187,11 +1199,8 @@ static int scan_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
         /* g_i = the sum of cot_j exp(x_i - out_j) over the j whose window holds i
          * (a reverse scan), in log space per sign of the cotangent (no overflow):
          * exp(x + L+) - exp(x + L-), L+- the reverse logcumsumexp of log(+-cot) - out */
-        mk_array *out = mk_ar_output(&A, p, 0);
-        if (!out) out = mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, x, sp->axis, true, sp->reverse, sp->inclusive));
-        mk_array *c = mk_ar_cast(&A, cots[0], x->dtype);
-        mk_array *z = mk_ar_scalar(&A, c, 0.0);
-        mk_array *part[2] = {mk_ar_bin(&A, MK_BINARY_maximum, c, z), mk_ar_bin(&A, MK_BINARY_maximum, mk_ar_neg(&A, c), z)};
+        mk_array *out = lse_output(&A, p, x, sp), *part[2];
+        sign_parts(&A, mk_ar_cast(&A, cots[0], x->dtype), part);
         for (int k = 0; k < 2; k++) {
             mk_array *l = mk_ar_sub(&A, mk_ar_un(&A, MK_UNARY_log, part[k]), out);
             mk_array *L = l ? mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, l, sp->axis, true, !sp->reverse, sp->inclusive)) : NULL;
@@ -1218,11 +1227,8 @@ static int scan_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
     if (!tans[0]) return 0;
     mk_array *x = p->inputs[0];
     mk_arena A = {0};
-    mk_array *y = mk_ar_output(&A, p, 0);
-    if (!y) y = mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, x, sp->axis, true, sp->reverse, sp->inclusive));
-    mk_array *t = mk_ar_cast(&A, tans[0], x->dtype);
-    mk_array *z = mk_ar_scalar(&A, t, 0.0);
-    mk_array *part[2] = {mk_ar_bin(&A, MK_BINARY_maximum, t, z), mk_ar_bin(&A, MK_BINARY_maximum, mk_ar_neg(&A, t), z)};
+    mk_array *y = lse_output(&A, p, x, sp), *part[2];
+    sign_parts(&A, mk_ar_cast(&A, tans[0], x->dtype), part);
     for (int k = 0; k < 2; k++) {
         mk_array *l = mk_ar_add(&A, mk_ar_un(&A, MK_UNARY_log, part[k]), x);
         mk_array *L = l ? mk_ar_keep(&A, mk_scan(MK_SCAN_LOGADDEXP, l, sp->axis, true, sp->reverse, sp->inclusive)) : NULL;
