@@ -51,7 +51,8 @@ ext = Extension(
 # run on fibers.
 LLVM_DIR = os.environ.get("MKPY_LLVM_DIR", "/usr/lib/llvm-15")
 HAVE_LLVM = os.path.isfile(os.path.join(LLVM_DIR, "include", "llvm-c", "Core.h"))
-PASS_SOURCES = ["csrc/kernel/ir/cbs_ir.c", "csrc/kernel/ir/cbs_main.c", "csrc/kernel/ir/check_ir.c"]
+PASS_SOURCES = ["csrc/kernel/ir/cbs_ir.c", "csrc/kernel/ir/cbs_main.c", "csrc/kernel/ir/check_ir.c",
+                "csrc/kernel/ir/ir_load.c"]
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,

@@ -1624,6 +1624,25 @@ done:
 /* Finds the kernel in the disk cache or compiles it. Runs without jit.mu:
  * other kernels launch and compile meanwhile. Returns 0, or -1 with the
  * error set. */
+/* A disk cache entry that loads and matches its key: counted, logged and
+ * its use time refreshed (the size-bounded cache evicts the oldest). */
+static bool disk_hit(const mkk_kernel *k, const char *kernel_name, const char *generated, const char *program,
+                     const char *dir, const char *hex, const char *so_path, const char *key_path, const char *full_key,
+                     built *out) {
+    if (!(out->handle = load_verified(so_path, key_path, full_key, &out->fn))) return false;
+    touch(so_path);
+    stats_update(dir, 0, 1, 0, false, NULL);
+    pthread_mutex_lock(&jit.mu);
+    jit.stats.disk_hits++;
+    pthread_mutex_unlock(&jit.mu);
+    out->fn.how = MKK_FOUND_ON_DISK;
+    mkk_debug(1, "kernel `%s` (%s): disk cache hit, %s (sources beside it: %s/%s.metal, .cpp)", k->name, kernel_name,
+              so_path, dir, hex);
+    mkk_debug_text(3, "generated Metal source", generated);
+    mkk_debug_text(3, "translated C++", program);
+    return true;
+}
+
 static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                  const char *kernel_name, built *out) {
     int ret = -1;
@@ -1698,17 +1717,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         snprintf(key_path, sizeof key_path, "%s/%s.key", dir, hex);
         snprintf(lock_path, sizeof lock_path, "%s/%s.lock", dir, hex);
         /* a hit: no lock taken */
-        if ((out->handle = load_verified(so_path, key_path, full_key, &out->fn))) {
-            touch(so_path);
-            stats_update(dir, 0, 1, 0, false, NULL);
-            pthread_mutex_lock(&jit.mu);
-            jit.stats.disk_hits++;
-            pthread_mutex_unlock(&jit.mu);
-            out->fn.how = MKK_FOUND_ON_DISK;
-            mkk_debug(1, "kernel `%s` (%s): disk cache hit, %s (sources beside it: %s/%s.metal, .cpp)", k->name,
-                      kernel_name, so_path, dir, hex);
-            mkk_debug_text(3, "generated Metal source", generated);
-            mkk_debug_text(3, "translated C++", program);
+        if (disk_hit(k, kernel_name, generated, program, dir, hex, so_path, key_path, full_key, out)) {
             ret = 0;
             goto done;
         }
@@ -1724,17 +1733,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     if (lock_fd >= 0) {
         while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR) {
         }
-        if ((out->handle = load_verified(so_path, key_path, full_key, &out->fn))) {
-            touch(so_path);
-            stats_update(dir, 0, 1, 0, false, NULL);
-            pthread_mutex_lock(&jit.mu);
-            jit.stats.disk_hits++;
-            pthread_mutex_unlock(&jit.mu);
-            out->fn.how = MKK_FOUND_ON_DISK;
-            mkk_debug(1, "kernel `%s` (%s): disk cache hit, %s (sources beside it: %s/%s.metal, .cpp)", k->name,
-                      kernel_name, so_path, dir, hex);
-            mkk_debug_text(3, "generated Metal source", generated);
-            mkk_debug_text(3, "translated C++", program);
+        if (disk_hit(k, kernel_name, generated, program, dir, hex, so_path, key_path, full_key, out)) {
             ret = 0;
             goto done;
         }

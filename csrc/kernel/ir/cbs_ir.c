@@ -48,7 +48,6 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,19 +96,6 @@ typedef struct {
     char *why;
     size_t whyn;
 } pass;
-
-static int fail(pass *p, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->why, p->whyn, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static const char *name_of(LLVMValueRef v) {
-    size_t n;
-    return LLVMGetValueName2(v, &n);
-}
 
 static LLVMValueRef callee(LLVMValueRef inst) {
     if (!LLVMIsACallInst(inst)) return NULL;
@@ -160,7 +146,7 @@ static int inline_all(pass *p) {
     unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
     for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
         if (LLVMIsDeclaration(fn) || fn == p->f || is_sync_fn(p, fn) || fn == p->fn_tg_alloc) continue;
-        const char *n = name_of(fn);
+        const char *n = mkk_ir_name(fn);
         if (strncmp(n, "mkpy_kernel_", 12) == 0) continue;
         LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
         LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
@@ -176,18 +162,18 @@ static int inline_all(pass *p) {
     LLVMDisposePassBuilderOptions(o);
     if (e) {
         char *msg = LLVMGetErrorMessage(e);
-        fail(p, "inlining failed: %s", msg);
+        mkk_ir_fail(p, "inlining failed: %s", msg);
         LLVMDisposeErrorMessage(msg);
         return -1;
     }
     /* whatever F still calls must not reach a runtime point */
     LLVMValueRef *seen = malloc(4096 * sizeof *seen);
-    if (!seen) return fail(p, "out of memory");
+    if (!seen) return mkk_ir_fail(p, "out of memory");
     for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
         for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
             if (LLVMIsAInvokeInst(in)) {
                 free(seen);
-                return fail(p, "the kernel uses exceptions");
+                return mkk_ir_fail(p, "the kernel uses exceptions");
             }
             if (!LLVMIsACallInst(in)) continue;
             LLVMValueRef c = LLVMGetCalledValue(in);
@@ -196,7 +182,7 @@ static int inline_all(pass *p) {
             int nseen = 0;
             if (!LLVMIsAFunction(c) || reaches_sync(p, c, seen, &nseen)) {
                 free(seen);
-                return fail(p, "a barrier or SIMD-group function is reached through a call that cannot be "
+                return mkk_ir_fail(p, "a barrier or SIMD-group function is reached through a call that cannot be "
                                "inlined (recursion or a function pointer)");
             }
         }
@@ -235,17 +221,17 @@ static int cfg_build(pass *p) {
     p->nsucc = calloc((size_t)n, sizeof *p->nsucc);
     p->succ = calloc((size_t)n, sizeof *p->succ);
     p->rank = calloc((size_t)n, sizeof *p->rank);
-    if (!p->blocks || !p->nsucc || !p->succ || !p->rank) return fail(p, "out of memory");
+    if (!p->blocks || !p->nsucc || !p->succ || !p->rank) return mkk_ir_fail(p, "out of memory");
     LLVMGetBasicBlocks(p->f, p->blocks);
     for (int i = 0; i < n; i++) {
         LLVMValueRef t = LLVMGetBasicBlockTerminator(p->blocks[i]);
-        if (!t) return fail(p, "a block without terminator");
+        if (!t) return mkk_ir_fail(p, "a block without terminator");
         int ns = (int)LLVMGetNumSuccessors(t);
         p->succ[i] = calloc((size_t)ns + 1, sizeof(int));
-        if (!p->succ[i]) return fail(p, "out of memory");
+        if (!p->succ[i]) return mkk_ir_fail(p, "out of memory");
         for (int s = 0; s < ns; s++) {
             int j = block_index(p, LLVMGetSuccessor(t, (unsigned)s));
-            if (j < 0) return fail(p, "a successor outside the function");
+            if (j < 0) return mkk_ir_fail(p, "a successor outside the function");
             p->succ[i][p->nsucc[i]++] = j;
         }
     }
@@ -259,7 +245,7 @@ static int cfg_build(pass *p) {
     char *edge = calloc((size_t)n * (size_t)n, 1);
     int rc = 0;
     if (!state || !stack || !pos || !back || !inloop || !indeg || !edge) {
-        rc = fail(p, "out of memory");
+        rc = mkk_ir_fail(p, "out of memory");
         goto out;
     }
     int sp = 0;
@@ -328,7 +314,7 @@ static int cfg_build(pass *p) {
      * before the `else` side, whatever order the optimiser left them in) */
     long long *key = malloc(sizeof *key * (size_t)n);
     if (!key) {
-        rc = fail(p, "out of memory");
+        rc = mkk_ir_fail(p, "out of memory");
         goto out;
     }
     long long last = 0;
@@ -355,7 +341,7 @@ static int cfg_build(pass *p) {
             if (p->rank[v] < 0 && indeg[v] == 0 && (pick < 0 || key[v] < key[pick])) pick = v;
         if (pick < 0) {
             free(key);
-            rc = fail(p, "the control flow is irreducible");
+            rc = mkk_ir_fail(p, "the control flow is irreducible");
             goto out;
         }
         p->rank[pick] = r;
@@ -492,7 +478,7 @@ static int mem_access(pass *p, LLVMValueRef in, mem_op *ops, int max) {
         LLVMValueRef c = LLVMGetCalledValue(in);
         if (is_sync_fn(p, c) || c == p->fn_tg_alloc) return 0;
         if (LLVMIsAFunction(c)) {
-            const char *nm = name_of(c);
+            const char *nm = mkk_ir_name(c);
             unsigned id = LLVMGetIntrinsicID(c);
             if (id) {
                 if (strncmp(nm, "llvm.memcpy", 11) == 0 || strncmp(nm, "llvm.memmove", 12) == 0) {
@@ -565,7 +551,7 @@ static int add_loop_steps(pass *p) {
     int *hdr = malloc(sizeof(int) * (size_t)n * 2); /* per back edge: its header */
     char *blocks = calloc((size_t)n * (size_t)n * 2, 1); /* per back edge: its loop's blocks */
     if (!stack || !pos || !state || !hdr || !blocks) {
-        rc = fail(p, "out of memory");
+        rc = mkk_ir_fail(p, "out of memory");
         goto out;
     }
     /* back edges u -> h (h on the DFS stack), each with its natural loop:
@@ -592,7 +578,7 @@ static int add_loop_steps(pass *p) {
         in[h] = 1;
         int *ws = malloc(sizeof(int) * (size_t)n), top = 0;
         if (!ws) {
-            rc = fail(p, "out of memory");
+            rc = mkk_ir_fail(p, "out of memory");
             goto out;
         }
         if (!in[u]) {
@@ -683,7 +669,7 @@ static int insert_one_step(pass *p) {
         free(seen);
         free(stack);
         free(ops);
-        return fail(p, "out of memory");
+        return mkk_ir_fail(p, "out of memory");
     }
     int result = 0;
     /* region starts: the entry (block 0) and the block after each site */
@@ -713,7 +699,7 @@ static int insert_one_step(pass *p) {
                         cap *= 2;
                         mem_op *g = realloc(ops, sizeof *ops * (size_t)cap);
                         if (!g) {
-                            result = fail(p, "out of memory");
+                            result = mkk_ir_fail(p, "out of memory");
                             goto done;
                         }
                         ops = g;
@@ -851,7 +837,7 @@ static unsigned long long privatize_threadgroup(pass *p, LLVMValueRef tg_base, L
 static int collect_sites(pass *p, site **out, int *nout) {
     int n = 0, cap = 64;
     site *s = malloc(sizeof *s * (size_t)cap);
-    if (!s) return fail(p, "out of memory");
+    if (!s) return mkk_ir_fail(p, "out of memory");
     for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
         for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
             int k = sync_kind(p, in);
@@ -861,7 +847,7 @@ static int collect_sites(pass *p, site **out, int *nout) {
                 site *g = realloc(s, sizeof *s * (size_t)cap);
                 if (!g) {
                     free(s);
-                    return fail(p, "out of memory");
+                    return mkk_ir_fail(p, "out of memory");
                 }
                 s = g;
             }
@@ -881,7 +867,7 @@ static int collect_sites(pass *p, site **out, int *nout) {
         }
     if (n >= MAX_SITES) {
         free(s);
-        return fail(p, "too many resume points");
+        return mkk_ir_fail(p, "too many resume points");
     }
     *out = s;
     *nout = n;
@@ -932,7 +918,7 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
     if (is_alloca && LLVMGetAlignment(v) > align) align = LLVMGetAlignment(v);
     if (align < 1) align = 1;
     if (align > 64) {
-        fail(p, "a variable aligned to more than 64 bytes");
+        mkk_ir_fail(p, "a variable aligned to more than 64 bytes");
         return NULL;
     }
     size = align_up(size ? size : 1, align);
@@ -950,7 +936,7 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
         unsigned long long *o = realloc(p->slot_offs, sizeof *o * (size_t)p->slot_addr_cap);
         if (o) p->slot_offs = o;
         if (!a || !b || !m || !o) {
-            fail(p, "out of memory");
+            mkk_ir_fail(p, "out of memory");
             return NULL;
         }
     }
@@ -1107,7 +1093,7 @@ oom:
     free(npred);
     free(p->dom);
     p->dom = NULL;
-    fail(p, "out of memory");
+    mkk_ir_fail(p, "out of memory");
     return -1;
 }
 
@@ -1255,7 +1241,7 @@ static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
     if (!seen || !stack) {
         free(seen);
         free(stack);
-        fail(p, "out of memory");
+        mkk_ir_fail(p, "out of memory");
         return -1;
     }
     LLVMValueRef assume[8];
@@ -1303,7 +1289,7 @@ static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth
     int pre = ok ? preload_sites(p, v, at, ok) : -1;
     if (pre < 0) {
         free(ok);
-        if (!ok) fail(p, "out of memory");
+        if (!ok) mkk_ir_fail(p, "out of memory");
         return NULL;
     }
     LLVMPositionBuilderBefore(p->b, at);
@@ -1324,7 +1310,7 @@ static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth
                 int *u = realloc(p->uni_slots, sizeof *u * (size_t)cap);
                 if (!u) {
                     free(ok);
-                    fail(p, "out of memory");
+                    mkk_ir_fail(p, "out of memory");
                     return NULL;
                 }
                 p->uni_slots = u;
@@ -1357,7 +1343,7 @@ static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth
             if (b) p->uni_of = b;
             if (!a || !b) {
                 free(ok);
-                fail(p, "out of memory");
+                mkk_ir_fail(p, "out of memory");
                 return NULL;
             }
             p->uni_loads_cap = cap;
@@ -1502,110 +1488,21 @@ static int alloca_crosses(pass *p, LLVMValueRef a, char *seen, int *stack) {
     return crosses;
 }
 
-int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char *why, size_t whyn) {
-    char *err = NULL;
-    LLVMInitializeNativeTarget();
-    LLVMInitializeNativeAsmPrinter();
-    LLVMMemoryBufferRef mb = NULL;
-    if (LLVMCreateMemoryBufferWithContentsOfFile(bc_path, &mb, &err)) {
-        snprintf(why, whyn, "cannot read %s: %s", bc_path, err ? err : "?");
-        goto fail;
-    }
-    if (LLVMParseBitcodeInContext2(cx, mb, &out->m)) {
-        LLVMDisposeMemoryBuffer(mb);
-        snprintf(why, whyn, "cannot parse the kernel's bitcode");
-        goto fail;
-    }
-    LLVMDisposeMemoryBuffer(mb);
-    out->triple = strdup(LLVMGetTarget(out->m));
-    LLVMTargetRef target;
-    if (!out->triple || LLVMGetTargetFromTriple(out->triple, &target, &err)) {
-        snprintf(why, whyn, "no target for %s: %s", out->triple ? out->triple : "?", err ? err : "out of memory");
-        goto fail;
-    }
-    out->cpu = LLVMGetHostCPUName();
-    out->features = LLVMGetHostCPUFeatures();
-    out->tm = LLVMCreateTargetMachine(target, out->triple, out->cpu, out->features, LLVMCodeGenLevelDefault,
-                                      LLVMRelocPIC, LLVMCodeModelDefault);
-    if (!out->tm) {
-        snprintf(why, whyn, "cannot create a target machine");
-        goto fail;
-    }
-    return 0;
-fail:
-    if (err) LLVMDisposeMessage(err);
-    return -1;
-}
-
-static void dump_ir(LLVMModuleRef m, const char *name) {
-    const char *dump = getenv("MKPY_CBS_DUMP"); /* a folder */
-    if (!dump || !name) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dump, name);
-    LLVMPrintModuleToFile(m, path, NULL);
-}
-
-int mkk_ir_finish(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *obj_path, int vectorize, const char *before,
-                  const char *after, char *why, size_t whyn) {
-    char *err = NULL;
-    dump_ir(m, before);
-    if (LLVMVerifyModule(m, LLVMReturnStatusAction, &err)) {
-        snprintf(why, whyn, "internal error, invalid IR: %.300s", err ? err : "");
-        goto fail;
-    }
-    if (err) {
-        LLVMDisposeMessage(err);
-        err = NULL;
-    }
-    LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
-    if (vectorize >= 0) {
-        LLVMPassBuilderOptionsSetLoopVectorization(o, vectorize);
-        LLVMPassBuilderOptionsSetSLPVectorization(o, vectorize);
-    }
-    LLVMErrorRef e = LLVMRunPasses(m, "default<O2>", tm, o);
-    LLVMDisposePassBuilderOptions(o);
-    if (e) {
-        char *msg = LLVMGetErrorMessage(e);
-        snprintf(why, whyn, "optimisation failed: %s", msg);
-        LLVMDisposeErrorMessage(msg);
-        return -1;
-    }
-    dump_ir(m, after);
-    if (LLVMTargetMachineEmitToFile(tm, m, (char *)obj_path, LLVMObjectFile, &err)) {
-        snprintf(why, whyn, "cannot emit %s: %s", obj_path, err ? err : "?");
-        goto fail;
-    }
-    return 0;
-fail:
-    if (err) LLVMDisposeMessage(err);
-    return -1;
-}
-
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
     pass P = {0}, *p = &P;
     p->why = why;
     p->whyn = whyn;
     why[0] = 0;
     int rc = -1;
-    char *err = NULL;
     site *sites = NULL;
     int nsites = 0;
-    LLVMTargetMachineRef tm = NULL;
-    char *triple = NULL, *cpu = NULL, *features = NULL;
+    mkk_ir_module mod = {0};
 
     p->cx = LLVMContextCreate();
     p->b = LLVMCreateBuilderInContext(p->cx);
-    {
-        mkk_ir_module mod = {0};
-        int lrc = mkk_ir_load(p->cx, bc_path, &mod, why, whyn);
-        p->m = mod.m;
-        tm = mod.tm;
-        triple = mod.triple;
-        cpu = mod.cpu;
-        features = mod.features;
-        if (lrc < 0) goto done;
-    }
-    p->tm = tm;
+    if (mkk_ir_load(p->cx, bc_path, &mod, why, whyn) < 0) goto done;
+    p->m = mod.m;
+    p->tm = mod.tm;
     p->td = LLVMGetModuleDataLayout(p->m);
     p->i8 = LLVMInt8TypeInContext(p->cx);
     p->i32 = LLVMInt32TypeInContext(p->cx);
@@ -1614,7 +1511,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     p->voidt = LLVMVoidTypeInContext(p->cx);
     p->f = LLVMGetNamedFunction(p->m, "mkpy_kernel_cbs_thread");
     if (!p->f || LLVMCountParams(p->f) != 9) {
-        fail(p, "no mkpy_kernel_cbs_thread in the kernel");
+        mkk_ir_fail(p, "no mkpy_kernel_cbs_thread in the kernel");
         goto done;
     }
     p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
@@ -1665,7 +1562,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                             tg_file = LLVMGetOperand(in, 2);
                         }
                     } else if (!LLVMIsAConstantInt(sz)) {
-                        fail(p, "a threadgroup variable of run-time size");
+                        mkk_ir_fail(p, "a threadgroup variable of run-time size");
                         goto done;
                     }
                     LLVMInstructionEraseFromParent(in);
@@ -1687,7 +1584,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     /* lockstep: step sites between conflicting memory operations */
     for (int round = 0;; round++) {
         if (round > MAX_STEPS) {
-            fail(p, "too many conflicting memory operations to put in lockstep");
+            mkk_ir_fail(p, "too many conflicting memory operations to put in lockstep");
             goto done;
         }
         int r = insert_one_step(p);
@@ -1744,7 +1641,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     p->index64 = index64;
     p->site_heads = malloc(sizeof(int) * (size_t)(nsites ? nsites : 1));
     if (!p->site_heads) {
-        fail(p, "out of memory");
+        mkk_ir_fail(p, "out of memory");
         goto done;
     }
     p->nsite_heads = nsites;
@@ -1762,7 +1659,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         if (!seen || !stack) {
             free(seen);
             free(stack);
-            fail(p, "out of memory");
+            mkk_ir_fail(p, "out of memory");
             goto done;
         }
         int bad = 0;
@@ -1775,7 +1672,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMTypeRef ty = LLVMTypeOf(in);
                 if (LLVMIsAAllocaInst(in)) {
                     if (!LLVMIsAConstantInt(LLVMGetOperand(in, 0))) {
-                        fail(p, "a variable-length array");
+                        mkk_ir_fail(p, "a variable-length array");
                         bad = 1;
                         break;
                     }
@@ -1814,13 +1711,13 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         free(seen);
         free(stack);
         if (bad) {
-            if (!why[0]) fail(p, "out of memory");
+            if (!why[0]) mkk_ir_fail(p, "out of memory");
             goto done;
         }
         /* a thread gets as much as a fiber's stack: a kernel needing more is
          * left to the fibers, which report the overflow */
         if (p->frame + stack_bytes > (128ull << 10)) {
-            fail(p, "a thread needs %llu bytes of variables, more than the 128 KiB a cooperative thread has",
+            mkk_ir_fail(p, "a thread needs %llu bytes of variables, more than the 128 KiB a cooperative thread has",
                  p->frame + stack_bytes);
             goto done;
         }
@@ -1854,7 +1751,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMTypeRef site_t = LLVMStructTypeInContext(p->cx, site_fields, 5, 0);
         LLVMValueRef *elems = malloc(sizeof *elems * (size_t)(nsites + 1));
         if (!elems) {
-            fail(p, "out of memory");
+            mkk_ir_fail(p, "out of memory");
             goto done;
         }
         LLVMValueRef nullp = LLVMConstPointerNull(p->ptr);
@@ -1934,7 +1831,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         {
             LLVMValueRef gfn = LLVMGetNamedFunction(p->m, "mkpy_kernel_cbs_group");
             if (!gfn) {
-                fail(p, "no mkpy_kernel_cbs_group in the kernel");
+                mkk_ir_fail(p, "no mkpy_kernel_cbs_group in the kernel");
                 goto done;
             }
             LLVMAddAttributeAtIndex(gfn, LLVMAttributeFunctionIndex,
@@ -1972,7 +1869,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         if (!dense_head || !dense_z) {
             free(dense_head);
             free(dense_z);
-            fail(p, "out of memory");
+            mkk_ir_fail(p, "out of memory");
             goto done;
         }
         for (int k = 0; k <= nsites; k++) {
@@ -2080,14 +1977,9 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     /* the step marker is gone: drop its declaration */
     if (!LLVMGetFirstUse(p->fn_step)) LLVMDeleteFunction(p->fn_step);
 
-    if (mkk_ir_finish(p->m, tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
+    if (mkk_ir_finish(p->m, p->tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
     rc = 0;
 done:
-    if (err) LLVMDisposeMessage(err);
-    if (tm) LLVMDisposeTargetMachine(tm);
-    free(triple);
-    if (cpu) LLVMDisposeMessage(cpu);
-    if (features) LLVMDisposeMessage(features);
     cfg_free(p);
     free(p->slot_addrs);
     free(p->slot_vals);
@@ -2099,7 +1991,7 @@ done:
     free(p->uni_loads);
     free(p->uni_of);
     free(sites);
-    if (p->m) LLVMDisposeModule(p->m);
+    mkk_ir_dispose(&mod);
     LLVMDisposeBuilder(p->b);
     LLVMContextDispose(p->cx);
     return rc;

@@ -39,7 +39,6 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,21 +63,6 @@ typedef struct {
     char *why;
     size_t whyn;
 } chk;
-
-static int fail(chk *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(chk *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->why, c->whyn, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static const char *name_of(LLVMValueRef v) {
-    size_t n;
-    const char *s = LLVMGetValueName2(v, &n);
-    return s ? s : "";
-}
 
 #define ROOT "mkpy_kernel_check_body"
 
@@ -108,9 +92,9 @@ static LLVMValueRef site_index(chk *c, const char *text) {
  * kernel's C++) and mkpy_chk_nsites get their definitions. */
 static int define_sites(chk *c) {
     LLVMValueRef decl = LLVMGetNamedGlobal(c->m, "mkpy_chk_sites"), n = LLVMGetNamedGlobal(c->m, "mkpy_chk_nsites");
-    if (!decl || !n) return fail(c, "the kernel lacks the checker's site table");
+    if (!decl || !n) return mkk_ir_fail(c, "the kernel lacks the checker's site table");
     LLVMValueRef *elems = malloc((size_t)c->nsites * sizeof *elems);
-    if (!elems) return fail(c, "out of memory");
+    if (!elems) return mkk_ir_fail(c, "out of memory");
     for (int i = 0; i < c->nsites; i++) {
         LLVMValueRef str = LLVMConstStringInContext(c->cx, c->site_text[i], (unsigned)strlen(c->site_text[i]), 0);
         LLVMValueRef g = LLVMAddGlobal(c->m, LLVMTypeOf(str), "mkpy.chk.site");
@@ -209,7 +193,7 @@ static int classify(LLVMValueRef p, LLVMValueRef *tg) {
         if (all_local(b, seen, &nseen, 0)) return 0;
     }
     if (LLVMIsAArgument(b)) {
-        const char *fn = name_of(LLVMGetParamParent(b));
+        const char *fn = mkk_ir_name(LLVMGetParamParent(b));
         if (strncmp(fn, "mkpy_kernel_", 12) == 0) return 0; /* args[], the launch */
         return 1;
     }
@@ -224,7 +208,7 @@ static int classify(LLVMValueRef p, LLVMValueRef *tg) {
 /* A threadgroup variable's name from its mangled name (a static local
  * `_ZZ...E1t`, possibly with a `_0` discriminator). */
 static void tg_name(LLVMValueRef g, char *out, size_t n) {
-    const char *s = name_of(g);
+    const char *s = mkk_ir_name(g);
     size_t L = strlen(s);
     snprintf(out, n, "%s", s);
     for (size_t i = L; i-- > 0;) {
@@ -356,7 +340,7 @@ static void instrument(chk *c, LLVMValueRef fn) {
                              MKPY_CHK_WRITE | MKPY_CHK_ATOMIC);
             } else if (LLVMIsACallInst(in)) {
                 LLVMValueRef callee = LLVMGetCalledValue(in);
-                const char *n = LLVMIsAFunction(callee) ? name_of(callee) : "";
+                const char *n = LLVMIsAFunction(callee) ? mkk_ir_name(callee) : "";
                 if (callee == c->sync_barrier && c->sync_barrier) {
                     after_call(c, in);
                     LLVMValueRef t = thread_arg(c, fn);
@@ -407,21 +391,12 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     c->whyn = whyn;
     why[0] = 0;
     int rc = -1;
-    char *err = NULL, *triple = NULL, *cpu = NULL, *features = NULL;
-    LLVMTargetMachineRef tm = NULL;
+    mkk_ir_module mod = {0};
 
     c->cx = LLVMContextCreate();
     c->b = LLVMCreateBuilderInContext(c->cx);
-    {
-        mkk_ir_module mod = {0};
-        int lrc = mkk_ir_load(c->cx, bc_path, &mod, why, whyn);
-        c->m = mod.m;
-        tm = mod.tm;
-        triple = mod.triple;
-        cpu = mod.cpu;
-        features = mod.features;
-        if (lrc < 0) goto done;
-    }
+    if (mkk_ir_load(c->cx, bc_path, &mod, why, whyn) < 0) goto done;
+    c->m = mod.m;
     c->td = LLVMGetModuleDataLayout(c->m);
     c->i1 = LLVMInt1TypeInContext(c->cx);
     c->i32 = LLVMInt32TypeInContext(c->cx);
@@ -435,7 +410,7 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     c->root = LLVMGetNamedFunction(c->m, ROOT);
     if (!c->fn_access || !c->fn_tg || !c->fn_barrier || !c->fn_div || !c->root || LLVMIsDeclaration(c->root) ||
         LLVMCountParams(c->root) != 3) {
-        fail(c, "the kernel lacks the checker's hooks");
+        mkk_ir_fail(c, "the kernel lacks the checker's hooks");
         goto done;
     }
     c->ty_access = LLVMGlobalGetValueType(c->fn_access);
@@ -449,17 +424,17 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
         unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
         unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
         for (LLVMValueRef fn = LLVMGetFirstFunction(c->m); fn; fn = LLVMGetNextFunction(fn)) {
-            if (LLVMIsDeclaration(fn) || skipped_fn(name_of(fn)) || fn == c->root) continue;
+            if (LLVMIsDeclaration(fn) || skipped_fn(mkk_ir_name(fn)) || fn == c->root) continue;
             LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
             LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
             LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c->cx, always, 0));
         }
         LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(c->m, "always-inline,function(sroa,instsimplify)", tm, o);
+        LLVMErrorRef e = LLVMRunPasses(c->m, "always-inline,function(sroa,instsimplify)", mod.tm, o);
         LLVMDisposePassBuilderOptions(o);
         if (e) {
             char *msg = LLVMGetErrorMessage(e);
-            fail(c, "inlining failed: %s", msg);
+            mkk_ir_fail(c, "inlining failed: %s", msg);
             LLVMDisposeErrorMessage(msg);
             goto done;
         }
@@ -471,7 +446,7 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     c->root_thread = LLVMGetParam(c->root, 2);
     site_index(c, "?");
     for (LLVMValueRef fn = LLVMGetFirstFunction(c->m); fn; fn = LLVMGetNextFunction(fn)) {
-        if (LLVMIsDeclaration(fn) || skipped_fn(name_of(fn))) continue;
+        if (LLVMIsDeclaration(fn) || skipped_fn(mkk_ir_name(fn))) continue;
         instrument(c, fn);
     }
     /* 5. the site table; the body is now inlined into its loops (so that
@@ -485,17 +460,12 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
         LLVMAddAttributeAtIndex(c->root, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c->cx, always, 0));
     }
 
-    if (mkk_ir_finish(c->m, tm, obj_path, -1, "check.ll", NULL, why, whyn) < 0) goto done;
+    if (mkk_ir_finish(c->m, mod.tm, obj_path, -1, "check.ll", NULL, why, whyn) < 0) goto done;
     rc = 0;
 done:
-    if (err) LLVMDisposeMessage(err);
-    if (tm) LLVMDisposeTargetMachine(tm);
-    free(triple);
-    if (cpu) LLVMDisposeMessage(cpu);
-    if (features) LLVMDisposeMessage(features);
     for (int i = 0; i < c->nsites; i++) free(c->site_text[i]);
     free(c->site_text);
-    if (c->m) LLVMDisposeModule(c->m);
+    mkk_ir_dispose(&mod);
     LLVMDisposeBuilder(c->b);
     LLVMContextDispose(c->cx);
     return rc;

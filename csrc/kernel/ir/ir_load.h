@@ -1,6 +1,6 @@
 /* What the two LLVM passes (cbs_ir.c, check_ir.c) share: reading a kernel's
  * bitcode and making the target machine for this host. Only the pass
- * program includes this (it needs LLVM 15's headers). */
+ * program includes this (it needs LLVM 15's headers); ir_load.c has the code. */
 #ifndef MKK_IR_LOAD_H
 #define MKK_IR_LOAD_H
 
@@ -27,5 +27,20 @@ int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char
  * `after` is not NULL, <dump>/<after>. Returns 0, or -1 with the reason in `why`. */
 int mkk_ir_finish(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *obj_path, int vectorize, const char *before,
                   const char *after, char *why, size_t whyn);
+
+/* Frees what mkk_ir_load made (the module too; its context stays) and zeroes *mod. */
+void mkk_ir_dispose(mkk_ir_module *mod);
+
+/* Both passes keep the caller's reason buffer as `why`/`whyn` in their state
+ * `st`: writes the reason there and evaluates to -1. */
+#define mkk_ir_fail(st, ...) mkk_ir_failf((st)->why, (st)->whyn, __VA_ARGS__)
+int mkk_ir_failf(char *why, size_t whyn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* An LLVM value's name, "" when it has none. */
+static inline const char *mkk_ir_name(LLVMValueRef v) {
+    size_t n;
+    const char *s = LLVMGetValueName2(v, &n);
+    return s ? s : "";
+}
 
 #endif
