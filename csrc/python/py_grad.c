@@ -745,7 +745,7 @@ static PyTypeObject transformed_Type = {
 
 static transformed *transformed_new(int kind, PyObject *fun) {
     if (!PyCallable_Check(fun)) {
-        PyErr_Format(PyExc_TypeError, "%s", "[transforms] Expected a callable function.");
+        PyErr_SetString(PyExc_TypeError, "[transforms] Expected a callable function.");
         return NULL;
     }
     transformed *t = PyObject_GC_New(transformed, &transformed_Type);
@@ -776,7 +776,7 @@ static int cmp_ssize(const void *a, const void *b) {
 static int set_argnums(transformed *t, PyObject *argnums, PyObject *argnames) {
     const char *tag = grad_tag(t);
     PyObject *names = NULL;
-    if (!argnames || (PyUnicode_Check(argnames))) {
+    if (!argnames || PyUnicode_Check(argnames)) {
         names = argnames ? PyTuple_Pack(1, argnames) : PyTuple_New(0);
     } else {
         /* distinct names, in their order */
