@@ -247,3 +247,66 @@ def test_transformations_from_several_threads():
     for t in ts:
         t.join()
     assert not errors
+
+
+def test_error_messages_kept_as_mlx():
+    x = mx.array([1.0, 2.0])
+    s = mx.array(1.0)
+    cases = [
+        (lambda: mx.value_and_grad(lambda a: [a])(s),
+         r"^\[value_and_grad\] The return value of the function whose gradient we want to compute should be either "
+         r"a scalar array or a tuple with the first value being a scalar array \(Union\[array, tuple\[array, Any, "
+         r"\.\.\.\]\]\); but list was returned\.$"),
+        (lambda: mx.value_and_grad(lambda a: ())(s),
+         r"^\[value_and_grad\] .* Instead, we got an empty tuple\.$"),
+        (lambda: mx.value_and_grad(lambda a: (1, a))(s),
+         r"^\[value_and_grad\] .*but it was a tuple with the first value being of type int \.$"),
+        (lambda: mx.grad(lambda a: a, argnums=[])(s), r"^\[grad\] Gradient wrt no argument requested$"),
+        (lambda: mx.grad(lambda a: a, argnums=-1)(s),
+         r"^\[grad\] Can't compute the gradient of negative argument index -1$"),
+        (lambda: mx.grad(lambda a, b: a, argnums=(1, 1))(s, s),
+         r"^\[grad\] Duplicate argument index 1 is not allowed\.$"),
+        (lambda: mx.grad(lambda a, b=None, c=None: a, argnames="b")(s, c=s),
+         r"^\[grad\] Can't compute the gradient of keyword argument 'b' because the function is called with the "
+         r"following keyword arguments \{c,\}$"),
+        (lambda: mx.vmap(lambda a: a, in_axes=2)(x),
+         r"^\[vmap\] Invalid vectorization axis 2 for array with shape \(2\)$"),
+        (lambda: mx.vmap(lambda a: a, out_axes=3)(x),
+         r"^\[vmap\] Invalid output vectorization axis 3 for array with shape \(\)$"),
+        (lambda: mx.vmap(lambda a, b: a, in_axes=[0, 0])(x, x),
+         r"^\[tree_visit\] The trees should have the same structure$"),
+        (lambda: mx.vmap(lambda a: a, in_axes=0.5)(x), r"^\[vmap\] axis must be int or None\.$"),
+        (lambda: mx.vmap(lambda a: a)(s), r"^\[vmap\] Invalid vectorization axis 0 for array with shape \(\)$"),
+        (lambda: mx.vmap(lambda a: a, in_axes=None)(x), r"^At least one of in_axes must be non-None\.$"),
+        (lambda: mx.vmap(lambda a: (a, a), out_axes=(0, 0, 0))(x),
+         r"^\[tree_visit\] The trees should have the same structure$"),
+        (lambda: mx.vmap(lambda a: a)("x"), r"^\[tree_flatten\] The argument should contain only arrays$"),
+    ]
+    for call, pattern in cases:
+        with pytest.raises(ValueError, match=pattern):
+            call()
+
+    @mx.custom_function
+    def f(a, scale=1.0):
+        return a * scale
+
+    @f.jvp
+    def f(primals, tangents):
+        return tangents
+
+    with pytest.raises(ValueError, match=r"^\[custom jvp\] Function should only accept positional arguments$"):
+        mx.jvp(lambda a: f(a, scale=2.0), [x], [x])
+
+
+def test_checkpoint_composes_with_jvp_vmap_and_compile():
+    f = lambda a: mx.sin(a) * 2  # noqa: E731
+    c = mx.checkpoint(f)
+    x = mx.array([1.0, 2.0])
+    (o,), (t,) = mx.jvp(c, [x], [mx.ones(2)])
+    np.testing.assert_allclose(np.array(t), 2 * np.cos([1.0, 2.0]), rtol=1e-6)
+    assert mx.vmap(c)(mx.ones((3, 2))).shape == (3, 2)
+    g = mx.grad(mx.compile(lambda a: c(a).sum()))(x)
+    np.testing.assert_allclose(np.array(g), 2 * np.cos([1.0, 2.0]), rtol=1e-6)
+    # constants in the output tree come back as they were
+    v = mx.checkpoint(lambda a: (a.sum(), 3.0, None))(x)
+    assert v[0].item() == 3.0 and v[1:] == (3.0, None)

@@ -4,7 +4,8 @@
  * return flat lists of arrays; the pytree and argnums handling of mx.grad &
  * co. is in py_grad.c and py_custom.c, mx.compile's in py_compile.c. */
 #include "core/transforms.h"
-#include "py_tree.h"
+#include "mkpy.h"
+#include "py_tree.h" /* the declarations of the mkpy_*_flat entry points */
 
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
 #define FN(f) (PyCFunction)(void (*)(void))(f)
