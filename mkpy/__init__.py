@@ -20,10 +20,6 @@ del random, fast, metal, distributed, cuda  # noqa: F821
 from . import random, fast, metal, distributed, cuda  # noqa: F401,E402
 del fft  # noqa: F821
 from . import fft  # noqa: F401,E402
-from ._compile import compile, disable_compile, enable_compile  # noqa: F401,A001
-from ._transforms import (  # noqa: F401,E402
-    grad, value_and_grad, vjp, jvp, vmap, custom_function, checkpoint,
-)
 from ._device import (  # noqa: F401
     Device, DeviceType, Stream, StreamContext, cpu, gpu, default_device,
     set_default_device, default_stream, set_default_stream, new_stream, stream, is_available, device_count,

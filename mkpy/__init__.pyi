@@ -480,8 +480,8 @@ def can_cast(from_: Any, to: Any) -> array:
 def ceil(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise ceil."""
 
-def checkpoint(fun: Any) -> Any:
-    """Returns a function computing the same values and gradients as ``fun``."""
+def checkpoint(fun: Any) -> Callable[..., Any]:
+    """Returns a function computing the same values and gradients as ``fun`` without keeping ``fun``'s intermediates for the backward pass: the gradient runs ``fun`` again on the saved inputs (gradient checkpointing)."""
 
 def clear_cache() -> None:
     """Free the buffers held in the buffer cache."""
@@ -684,7 +684,7 @@ def get_peak_memory() -> int:
 def get_printoptions() -> array:
     """The current print options."""
 
-def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Callable[..., Any]:
     """Returns a function which computes the gradient of ``fun`` (which must return a scalar array) with respect to the arguments in ``argnums`` and ``argnames``."""
 
 def greater(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
@@ -741,7 +741,7 @@ def isposinf(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def issubdtype(arg1: Union[Dtype, DtypeCategory], arg2: Union[Dtype, DtypeCategory]) -> bool:
     """Whether arg1 (a Dtype or DtypeCategory) is arg2 or falls under it."""
 
-def jvp(fun: Any, primals: Any, tangents: Any) -> Any:
+def jvp(fun: Any, primals: Any, tangents: Any) -> tuple[list[array], list[array]]:
     """Compute the Jacobian-vector product: the outputs of ``fun`` at ``primals`` and the products of its Jacobian with ``tangents``."""
 
 def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
@@ -1059,7 +1059,7 @@ def unflatten(a: array, /, axis: int, shape: Sequence[int], *, stream: StreamOrD
 def unstack(x: array, /, *, axis: int = 0, stream: StreamOrDevice = None) -> tuple[array, ...]:
     """Split an array along an axis, removing that axis."""
 
-def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Callable[..., Any]:
     """Returns a function which computes the value and gradient of ``fun``."""
 
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
@@ -1071,10 +1071,10 @@ def vecdot(a: array, b: array, /, *, axis: int = -1, stream: StreamOrDevice = No
 def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
     """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""
 
-def vjp(fun: Any, primals: Any, cotangents: Any) -> Any:
+def vjp(fun: Any, primals: Any, cotangents: Any) -> tuple[list[array], list[array]]:
     """Compute the vector-Jacobian product: the outputs of ``fun`` at ``primals`` and the products of ``cotangents`` with its Jacobian."""
 
-def vmap(fun: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
+def vmap(fun: Any, in_axes: Any = 0, out_axes: Any = 0) -> Callable[..., Any]:
     """Returns a vectorized version of ``fun``: it maps ``fun`` over the axes ``in_axes`` of its inputs and stacks the results along ``out_axes``."""
 
 def where(condition: Union[scalar, array], x: Union[scalar, array], y: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:

@@ -9,7 +9,7 @@ Names and signatures come from the objects themselves: every public name of
 mkpy and its submodules (cuda, distributed, fast, metal, random); the signature line at the head of
 each C docstring (``name(args)\\n--\\n\\n``, which CPython exposes as
 ``__text_signature__``, or several ``name(args) -> type`` lines for overloads
-such as arange); the Python signatures of mkpy/_device.py and mkpy/_compile.py;
+such as arange); the Python signatures of mkpy/_device.py;
 the members of the array, ArrayAt, Dtype and DtypeCategory types; and the
 kernel object that mx.fast.metal_kernel returns. Only the annotations come from
 the tables below (keyed by parameter and function name, with the type names
@@ -169,6 +169,9 @@ RETURNS = {
     "async_eval": "None", "eval": "None", "synchronize": "None", "clear_cache": "None",
     "reset_peak_memory": "None", "set_default_device": "None",
     "disable_compile": "None", "enable_compile": "None",
+    "grad": "Callable[..., Any]", "value_and_grad": "Callable[..., Any]", "vmap": "Callable[..., Any]",
+    "checkpoint": "Callable[..., Any]", "vjp": "tuple[list[array], list[array]]",
+    "jvp": "tuple[list[array], list[array]]",
     "atleast_1d": "Union[array, list[array]]", "atleast_2d": "Union[array, list[array]]",
     "atleast_3d": "Union[array, list[array]]",
     "broadcast_arrays": "list[array]", "split": "list[array]", "unstack": "tuple[array, ...]",
@@ -530,7 +533,7 @@ def render_py_class(cls):
 
 
 def render_decorator_class(cls):
-    """A decorator class of mkpy/_transforms.py (custom_function): __init__(fun), __call__ and
+    """A decorator class (custom_function, csrc/python/py_custom.c): __init__(fun), __call__ and
     the methods that register rules (each takes a function and returns the object)."""
     name = cls.__name__
     lines = [f"class {name}:\n", docline(cls.__doc__, ""),
@@ -596,7 +599,7 @@ def gen_init():
                 classes.append(render_enum(obj))
             elif obj.__module__ == "mkpy._device":
                 classes.append(render_py_class(obj))
-            elif obj.__module__ == "mkpy._transforms":
+            elif name == "custom_function":
                 classes.append(render_decorator_class(obj))
             else:
                 classes.append(render_cext_class(obj, names))
@@ -606,11 +609,12 @@ def gen_init():
             consts.append(f"{name}: {type(obj).__name__}\n")
         elif name == "compile":
             # a decorator usable bare or with arguments: two overloads
-            params = [p[0] for p in py_params(obj)]
+            sigs, cdoc = split_doc(obj)
+            params = [p[0] for p in parse_sig(sigs[0])] if sigs else []
             if params != ["fun", "inputs", "outputs", "shapeless"]:
                 raise SystemExit("gen_stubs: mkpy.compile's parameters changed; update gen_init")
             rest = "inputs: Optional[Any] = None, outputs: Optional[Any] = None, shapeless: bool = False"
-            funcs.append("@overload\n" + define("", name, "fun: _F, " + rest, "_F", py_doc(obj)) +
+            funcs.append("@overload\n" + define("", name, "fun: _F, " + rest, "_F", cdoc) +
                          "@overload\n" + define("", name, "fun: None = None, " + rest,
                                                 "Callable[[_F], _F]"))
         elif callable(obj):

@@ -3,6 +3,7 @@
  * the Python package re-exports. */
 #include "core/pool.h"
 #include "mkpy.h"
+#include "py_tree.h" /* grad & co., custom_function, compile */
 
 extern PyMethodDef mkpy_dtype_functions[];
 extern PyMethodDef mkpy_kernel_cache_functions[];
@@ -75,6 +76,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (rc == 0) rc = PyModule_AddFunctions(metal, mkpy_debug_functions);
     Py_XDECREF(metal);
     if (rc < 0) goto error;
+    if (mkpy_grad_init(m) < 0 || PyModule_AddFunctions(m, mkpy_grad_functions) < 0) goto error;
+    if (mkpy_custom_init(m) < 0) goto error;
+    if (mkpy_compile_init(m) < 0 || PyModule_AddFunctions(m, mkpy_compile_functions) < 0) goto error;
     return m;
 error:
     Py_DECREF(m);

@@ -1,10 +1,11 @@
 /* The binding of the function transformations (core/transforms.c). Each
  * entry point calls the user's function (with the GIL held) on tracers of
- * the flat list of primals, then runs the graph walk in C. The pytree and
- * argnums handling of mx.grad & co. is in mkpy/_transforms.py; these take
- * and return flat lists of arrays. */
+ * the flat list of primals, then runs the graph walk in C. These take and
+ * return flat lists of arrays; the pytree and argnums handling of mx.grad &
+ * co. is in py_grad.c and py_custom.c, mx.compile's in py_compile.c. */
 #include "core/transforms.h"
 #include "mkpy.h"
+#include "py_tree.h" /* the declarations of the mkpy_*_flat entry points */
 
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
 #define FN(f) (PyCFunction)(void (*)(void))(f)
@@ -91,19 +92,23 @@ static mk_array **tracers_of(mk_array **prim, Py_ssize_t n) {
     return tr;
 }
 
+/* Traces fun on tracers of the n arrays in (made into *tr, new refs):
+ * vjp, jvp and vmap share this; *outs and *nout as call_traced. */
+static int trace_on(const char *fname, PyObject *fun, mk_array **in, Py_ssize_t n, mk_array ***tr, mk_array ***outs,
+                    Py_ssize_t *nout) {
+    if (!(*tr = tracers_of(in, n))) return -1;
+    return call_traced(fname, fun, *tr, n, outs, nout);
+}
+
 /* _vjp(fun, primals, cotangents, argnums=None) -> (outputs, vjps) */
-static PyObject *py_vjp_flat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"fun", "primals", "cotangents", "argnums", NULL};
-    PyObject *a[4];
-    (void)m;
-    if (mkpy_parse("_vjp", args, nargs, kwnames, names, 3, a) < 0) return NULL;
+PyObject *mkpy_vjp_flat(PyObject *fun, PyObject *primals, PyObject *cotangents, PyObject *argnums) {
+    PyObject *a[4] = {fun, primals, cotangents, argnums};
     Py_ssize_t np = 0, nc = 0, no = 0, ng = 0;
     mk_array **prim = NULL, **cot = NULL, **tr = NULL, **outs = NULL, **grads = NULL, **sel = NULL;
     PyObject *result = NULL, *lo = NULL, *lg = NULL;
     if (!(prim = arrays_of("vjp", "primals", a[1], &np))) goto error;
     if (!(cot = arrays_of("vjp", "cotangents", a[2], &nc))) goto error;
-    if (!(tr = tracers_of(prim, np))) goto error;
-    if (call_traced("vjp", a[0], tr, np, &outs, &no) < 0) goto error;
+    if (trace_on("vjp", a[0], prim, np, &tr, &outs, &no) < 0) goto error;
     if (no != nc) {
         PyErr_Format(PyExc_ValueError,
                      "[vjp] Number of outputs to compute gradients for (%zd) does not match number of cotangents (%zd).",
@@ -174,11 +179,8 @@ error:
 }
 
 /* _jvp(fun, primals, tangents) -> (outputs, jvps) */
-static PyObject *py_jvp_flat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"fun", "primals", "tangents", NULL};
-    PyObject *a[3];
-    (void)m;
-    if (mkpy_parse("_jvp", args, nargs, kwnames, names, 3, a) < 0) return NULL;
+PyObject *mkpy_jvp_flat(PyObject *fun, PyObject *primals, PyObject *tangents) {
+    PyObject *a[3] = {fun, primals, tangents};
     Py_ssize_t np = 0, nt = 0, no = 0;
     mk_array **prim = NULL, **tan = NULL, **tr = NULL, **outs = NULL, **jv = NULL;
     PyObject *result = NULL, *lo = NULL, *lj = NULL;
@@ -196,8 +198,7 @@ static PyObject *py_jvp_flat(PyObject *m, PyObject *const *args, Py_ssize_t narg
             goto error;
         }
     }
-    if (!(tr = tracers_of(prim, np))) goto error;
-    if (call_traced("jvp", a[0], tr, np, &outs, &no) < 0) goto error;
+    if (trace_on("jvp", a[0], prim, np, &tr, &outs, &no) < 0) goto error;
     jv = PyMem_Calloc(no ? no : 1, sizeof *jv);
     if (!jv) {
         PyErr_NoMemory();
@@ -223,11 +224,8 @@ error:
 
 /* _vmap(fun, inputs, in_axes) -> (outputs, out_axes): fun is traced on
  * inputs without their batch axis; in_axes[i] is a normalised axis or -1. */
-static PyObject *py_vmap_flat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"fun", "inputs", "in_axes", NULL};
-    PyObject *a[3];
-    (void)m;
-    if (mkpy_parse("_vmap", args, nargs, kwnames, names, 3, a) < 0) return NULL;
+PyObject *mkpy_vmap_flat(PyObject *fun, PyObject *inputs, PyObject *in_axes) {
+    PyObject *a[3] = {fun, inputs, in_axes};
     Py_ssize_t ni = 0, no = 0;
     mk_array **in = NULL, **un = NULL, **tr = NULL, **outs = NULL, **bo = NULL;
     int *axes = NULL, *oax = NULL;
@@ -260,8 +258,7 @@ static PyObject *py_vmap_flat(PyObject *m, PyObject *const *args, Py_ssize_t nar
             un[i] = in[i];
         }
     }
-    if (!(tr = tracers_of(un, ni))) goto error;
-    if (call_traced("vmap", a[0], tr, ni, &outs, &no) < 0) goto error;
+    if (trace_on("vmap", a[0], un, ni, &tr, &outs, &no) < 0) goto error;
     bo = PyMem_Calloc(no ? no : 1, sizeof *bo);
     oax = PyMem_Calloc(no ? no : 1, sizeof *oax);
     if (!bo || !oax) {
@@ -437,11 +434,8 @@ static void cb_free(void *ctx) {
 
 /* _custom(fun, inputs, vjp, jvp, vmap) -> outputs: fun(inputs) (flat lists)
  * wrapped in a node carrying the given rules (None: through fun's graph). */
-static PyObject *py_custom(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    static const char *const names[] = {"fun", "inputs", "vjp", "jvp", "vmap", NULL};
-    PyObject *a[5];
-    (void)m;
-    if (mkpy_parse("_custom", args, nargs, kwnames, names, 5, a) < 0) return NULL;
+PyObject *mkpy_custom_flat(PyObject *fun, PyObject *inputs, PyObject *vjp, PyObject *jvp, PyObject *vmap) {
+    PyObject *a[5] = {fun, inputs, vjp, jvp, vmap};
     Py_ssize_t ni = 0, no = 0;
     mk_array **in = NULL, **fwd = NULL, **outs = NULL;
     PyObject *result = NULL;
@@ -569,6 +563,49 @@ error:
     PyMem_Free(axes);
     PyMem_Free(oax);
     return result;
+}
+
+/* The Python entry points of the flat functions above: one argument parser
+ * for all (the names of each, the C function and its arity). */
+typedef struct {
+    const char *name;
+    const char *const names[6];
+    int n, nrequired;
+} flat_sig;
+
+static const flat_sig sig_vjp = {"_vjp", {"fun", "primals", "cotangents", "argnums", NULL}, 4, 3};
+static const flat_sig sig_jvp = {"_jvp", {"fun", "primals", "tangents", NULL}, 3, 3};
+static const flat_sig sig_vmap = {"_vmap", {"fun", "inputs", "in_axes", NULL}, 3, 3};
+static const flat_sig sig_custom = {"_custom", {"fun", "inputs", "vjp", "jvp", "vmap", NULL}, 5, 5};
+
+static int flat_args(const flat_sig *sig, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **a) {
+    for (int k = 0; k < sig->n; k++) a[k] = NULL;
+    return mkpy_parse(sig->name, args, nargs, kwnames, sig->names, sig->nrequired, a);
+}
+
+static PyObject *py_vjp_flat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *a[4];
+    (void)m;
+    return flat_args(&sig_vjp, args, nargs, kwnames, a) < 0 ? NULL : mkpy_vjp_flat(a[0], a[1], a[2], a[3]);
+}
+
+static PyObject *py_jvp_flat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *a[3];
+    (void)m;
+    return flat_args(&sig_jvp, args, nargs, kwnames, a) < 0 ? NULL : mkpy_jvp_flat(a[0], a[1], a[2]);
+}
+
+static PyObject *py_vmap_flat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *a[3];
+    (void)m;
+    return flat_args(&sig_vmap, args, nargs, kwnames, a) < 0 ? NULL : mkpy_vmap_flat(a[0], a[1], a[2]);
+}
+
+static PyObject *py_custom(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *a[5];
+    (void)m;
+    return flat_args(&sig_custom, args, nargs, kwnames, a) < 0 ? NULL
+                                                                 : mkpy_custom_flat(a[0], a[1], a[2], a[3], a[4]);
 }
 
 /* _tracing() -> bool: whether a transformation (grad, vjp, jvp, vmap, a
