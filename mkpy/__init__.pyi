@@ -630,6 +630,9 @@ def expm1(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def export_function(file: Any, fun: Any, *args: Any, shapeless: Any = False, **kwargs: Any) -> array:
     """Not supported: raises NotImplementedError (MLX's format stores MLX's primitives)."""
 
+def export_to_dot(file: Any, *args: Any, **kwargs: Any) -> array:
+    """Export a graph to DOT format for visualization."""
+
 def exporter(file: Any, fun: Any, *, shapeless: Any = False) -> array:
     """Not supported: raises NotImplementedError."""
 

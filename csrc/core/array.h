@@ -111,6 +111,17 @@ typedef struct mk_opdef {
     /* set when no input has a gradient through this op (comparisons, random
      * bits, argsort): the gradient stops here without an error */
     bool nondiff;
+    /* mx.compile (core/compile.c). pure: the outputs are determined by the
+     * inputs, the output descriptions and the first params_size bytes of params
+     * (plain bytes, or NULL params when 0): a replay on inputs of the traced
+     * shapes copies the node, and equal nodes merge. copy_params: for other
+     * params (pointers), a copy with which a replay re-creates the node (no
+     * merging). mlx_name: MLX's name of the primitive into buf (export_to_dot;
+     * NULL: name in CamelCase). */
+    bool pure;
+    size_t params_size;
+    void *(*copy_params)(const void *params);
+    void (*mlx_name)(const mk_prim *p, char *buf, size_t n);
 } mk_opdef;
 
 typedef struct {

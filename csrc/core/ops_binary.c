@@ -14,6 +14,7 @@
 #include "mlx_math.h"
 #include "ops.h"
 #include "transforms.h"
+#include "compile.h"
 #include "simd.h"
 #include "types.h"
 
@@ -349,7 +350,11 @@ static int binary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int binary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int binary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int binary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef binary_def = {"binary", binary_eval, NULL, binary_vjp, binary_jvp, binary_vmap, false};
+static void binary_name(const mk_prim *p, char *buf, size_t n) {
+    mk_camel_name(mk_binary_names[*(const mk_binary_op *)p->params], buf, n);
+}
+static const mk_opdef binary_def = {"binary", binary_eval, NULL, binary_vjp, binary_jvp, binary_vmap, false,
+                                    true, sizeof(mk_binary_op), NULL, binary_name};
 
 mk_array *mk_binary(mk_binary_op op, mk_array *a, mk_array *b) {
     const binary_spec *spec = &specs[op];
@@ -433,7 +438,12 @@ static int where_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int where_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int where_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int where_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef where_def = {"where", where_eval, NULL, where_vjp, where_jvp, where_vmap, false};
+static void where_name(const mk_prim *p, char *buf, size_t n) {
+    (void)p;
+    snprintf(buf, n, "Select");
+}
+static const mk_opdef where_def = {"where", where_eval, NULL, where_vjp, where_jvp, where_vmap, false,
+                                   true, 0, NULL, where_name};
 
 mk_array *mk_where(mk_array *cond, mk_array *x, mk_array *y) {
     int64_t s1[MK_MAX_NDIM], shape[MK_MAX_NDIM];

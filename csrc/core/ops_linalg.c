@@ -28,12 +28,14 @@
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "iter.h"
 #include "ops.h"
 #include "transforms.h"
+#include "compile.h"
 #include "pool.h"
 #include "types.h"
 
@@ -448,7 +450,11 @@ done:
 static int gemm_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int gemm_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int gemm_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef gemm_def = {"matmul", gemm_eval, NULL, gemm_vjp, gemm_jvp, gemm_vmap, false};
+static void gemm_name(const mk_prim *p, char *buf, size_t n) {
+    snprintf(buf, n, "%s", ((const gemm_params *)p->params)->has_c ? "AddMM" : "Matmul");
+}
+static const mk_opdef gemm_def = {"matmul", gemm_eval, NULL, gemm_vjp, gemm_jvp, gemm_vmap, false,
+                                  true, sizeof(gemm_params), NULL, gemm_name};
 
 /* a (..., M, K) and b (..., K, N) of the output dtype; c NULL or of the
  * output's shape and dtype. */
@@ -841,12 +847,12 @@ static int gemm_align(mk_arena *A, int n, mk_array *const *in, const int *axes, 
         int r = x->ndim - (axes[i] >= 0);
         if (axes[i] > 0) x = mk_ar_keep(A, mk_moveaxis(x, axes[i], 0));
         if (!x) return -1;
-        int64_t shape[MK_MAX_NDIM];
-        int k = 0;
-        shape[k++] = axes[i] >= 0 ? x->shape[0] : 1;
-        for (int d = r; d < nd; d++) shape[k++] = 1;
-        for (int d = 0; d < r; d++) shape[k++] = x->shape[d + (axes[i] >= 0)];
-        if (!(out[i] = mk_ar_reshape(A, x, k, shape))) return -1;
+        /* unit dims inserted by position (expand_dims, not a reshape to
+         * sizes), so a shapeless replay follows new batch sizes */
+        int pos[MK_MAX_NDIM], k = 0, first = axes[i] >= 0 ? 1 : 0;
+        for (int d = 0; d < nd - r + 1 - first; d++) pos[k++] = first + d;
+        if (k) x = mk_ar_keep(A, mk_expand_dims(x, k, pos));
+        if (!(out[i] = x)) return -1;
     }
     return 0;
 }

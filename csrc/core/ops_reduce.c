@@ -28,6 +28,7 @@
  * Softmax and LogSumExp primitives) using MLX's own exp (mk_mlx_expf), so
  * short float32 rows give MLX's bits; other axes compose max, exp, sum as
  * MLX does, so dtypes and quirks follow it. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
@@ -36,6 +37,7 @@
 #include "mlx_math.h"
 #include "ops.h"
 #include "transforms.h"
+#include "compile.h"
 #include "pool.h"
 #include "simd.h"
 #include "types.h"
@@ -817,7 +819,8 @@ static int reduce_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int reduce_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int reduce_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef reduce_def = {"reduce", reduce_eval, NULL, reduce_vjp, reduce_jvp, reduce_vmap, false};
+static const mk_opdef reduce_def = {"reduce", reduce_eval, NULL, reduce_vjp, reduce_jvp, reduce_vmap, false,
+                                    true, sizeof(reduce_params), NULL, NULL};
 
 /* ============================================================ constructors */
 
@@ -1604,9 +1607,13 @@ static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_ar
     mk_array *f;
     int rc = reduce_factor(&A, p, &f);
     if (rc == 0) {
-        int64_t ks[MK_MAX_NDIM];
-        keep_shape(x, rp->red, ks);
-        mk_array *c = mk_ar_broadcast(&A, mk_ar_reshape(&A, mk_ar_cast(&A, cots[0], x->dtype), x->ndim, ks), x->ndim, x->shape);
+        /* the reduced axes put back (expand_dims) and the cotangent broadcast
+         * against x (a BroadcastAxes node while tracing): axis positions and
+         * x's shape only, so a shapeless replay follows new sizes */
+        int axes[MK_MAX_NDIM], na = red_axes(x, rp->red, axes);
+        mk_array *c = mk_ar_cast(&A, cots[0], x->dtype);
+        if (c && c->ndim != x->ndim) c = mk_ar_keep(&A, mk_expand_dims(c, na, axes));
+        c = mk_ar_broadcast_like(&A, c, x);
         if (f) c = mk_ar_mul(&A, c, mk_ar_conj(&A, f));
         grads[0] = mk_ar_out(c);
         if (!grads[0]) rc = -1;

@@ -4,6 +4,7 @@
  * kernel per dtype, generated from an expression in `x` written once per class
  * of types (float, complex, integer, bool). <tgmath.h> makes `exp(x)` pick
  * expf, exp or cexpf from the compute type. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
@@ -13,6 +14,7 @@
 #include "mlx_math.h"
 #include "ops.h"
 #include "transforms.h"
+#include "compile.h"
 #include "simd.h"
 #include "types.h"
 
@@ -387,9 +389,14 @@ static int unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int unary_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int unary_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int unary_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef unary_def = {"unary", unary_eval, NULL, unary_vjp, unary_jvp, unary_vmap, false};
+static void unary_name(const mk_prim *p, char *buf, size_t n) {
+    mk_camel_name(mk_unary_names[*(const mk_unary_op *)p->params], buf, n);
+}
+static const mk_opdef unary_def = {"unary", unary_eval, NULL, unary_vjp, unary_jvp, unary_vmap, false,
+                                   true, sizeof(mk_unary_op), NULL, unary_name};
 /* stop_gradient: the identity, where differentiation stops (nondiff) */
-static const mk_opdef stop_gradient_def = {"StopGradient", unary_eval, NULL, NULL, NULL, unary_vmap, true};
+static const mk_opdef stop_gradient_def = {"StopGradient", unary_eval, NULL, NULL, NULL, unary_vmap, true,
+                                           true, sizeof(mk_unary_op), NULL, NULL};
 
 mk_array *mk_unary(mk_unary_op op, mk_array *x) {
     const unary_spec *spec = &specs[op];
@@ -483,7 +490,12 @@ static int astype_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int astype_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int astype_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int astype_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef astype_def = {"astype", astype_eval, NULL, astype_vjp, astype_jvp, astype_vmap, false};
+static void astype_name(const mk_prim *p, char *buf, size_t n) {
+    (void)p;
+    snprintf(buf, n, "AsType");
+}
+static const mk_opdef astype_def = {"astype", astype_eval, NULL, astype_vjp, astype_jvp, astype_vmap, false,
+                                    true, 0, NULL, astype_name};
 
 mk_array *mk_astype(mk_array *x, mk_dtype dtype) {
     return mk_node(&astype_def, NULL, dtype, x->ndim, x->shape, 1, &x);

@@ -2,12 +2,14 @@
  * swapaxes, moveaxis, expand_dims, squeeze, flatten, broadcast_to and basic
  * slicing. Each is a lazy node whose evaluator only computes an offset and
  * strides (reshape copies when the input's layout cannot be viewed). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "iter.h"
 #include "ops.h"
 #include "transforms.h"
+#include "compile.h"
 #include "types.h"
 
 int mk_norm_axis(const char *op, int axis, int ndim) {
@@ -53,7 +55,9 @@ static int view_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int view_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int view_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int view_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef view_def = {"view", view_eval, NULL, view_vjp, view_jvp, view_vmap, false};
+static void view_name(const mk_prim *p, char *buf, size_t n);
+static const mk_opdef view_def = {"view", view_eval, NULL, view_vjp, view_jvp, view_vmap, false,
+                                  true, sizeof(view_params), NULL, view_name};
 
 static view_params *view_new(const mk_array *x, int ndim) {
     view_params *v = calloc(1, sizeof *v);
@@ -140,7 +144,8 @@ static int reshape_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int reshape_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int reshape_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
-static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL, reshape_vjp, reshape_jvp, reshape_vmap, false};
+static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL, reshape_vjp, reshape_jvp, reshape_vmap, false,
+                                     true, sizeof(int), NULL, NULL};
 
 mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
     int64_t shape[MK_MAX_NDIM];
@@ -622,6 +627,33 @@ static int view_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
     return grads[0] ? 0 : -1;
 }
 
+/* MLX's name for what the view does */
+static void view_name(const mk_prim *p, char *buf, size_t n) {
+    const view_params *v = p->params;
+    const char *name = "Slice";
+    bool sliced = false, bcast = false, perm = false;
+    for (int d = 0; d < v->in_ndim; d++) sliced |= v->start[d] != 0;
+    for (int k = 0, last = -1; k < v->ndim; k++) {
+        sliced |= v->mult[k] != 1;
+        bcast |= v->map[k] < 0 && p->outdesc[0].shape[k] != 1;
+        if (v->map[k] >= 0) {
+            perm |= v->map[k] < last;
+            last = v->map[k];
+        }
+    }
+    if (sliced)
+        name = "Slice";
+    else if (bcast)
+        name = "Broadcast";
+    else if (perm)
+        name = "Transpose";
+    else if (v->ndim < v->in_ndim)
+        name = "Squeeze";
+    else if (v->ndim > v->in_ndim)
+        name = "ExpandDims";
+    snprintf(buf, n, "%s", name);
+}
+
 static int view_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
     view_params *v = malloc(sizeof *v);
     if (!v) {
@@ -654,9 +686,29 @@ static int view_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array 
         v->mult[k + 1] = v0->mult[k];
     }
     for (int d = 0; d < v0->in_ndim; d++) v->start[d + 1] = v0->start[d];
+    /* a dim that showed a whole input dim (transposes, expand_dims, squeeze,
+     * the unsliced dims of a slice) shows the whole new one: a shapeless
+     * replay follows new sizes; new, broadcast and sliced dims keep theirs */
     int64_t shape[MK_MAX_NDIM];
+    const mk_array *x0 = p->inputs[0];
     shape[0] = x->shape[0];
-    memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
+    for (int k = 0; k < v0->ndim; k++) {
+        int d = v0->map[k];
+        int64_t len = p->outdesc[0].shape[k];
+        bool whole = d >= 0 && v0->start[d] == 0 && v0->mult[k] == 1 && len == x0->shape[d];
+        shape[k + 1] = whole && x->ndim == v->in_ndim ? x->shape[d + 1] : len;
+        if (d >= 0 && !whole && len > 0 && x->ndim == v->in_ndim) {
+            /* a slice kept on a new size must stay inside it */
+            int64_t n = x->shape[d + 1], last = v0->start[d] + (len - 1) * v0->mult[k];
+            if (v0->start[d] >= n || last < 0 || last >= n) {
+                free(v);
+                mk_ar_free(&A);
+                mk_error_set(MK_ERR_VALUE, "[compile] A slice of %lld elements traced on an axis of %lld does not "
+                             "fit an axis of %lld.", (long long)len, (long long)x0->shape[d], (long long)n);
+                return -1;
+            }
+        }
+    }
     outs[0] = mk_node(&view_def, v, x->dtype, v->ndim, shape, 1, &x);
     out_axes[0] = 0;
     mk_ar_free(&A);

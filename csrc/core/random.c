@@ -278,7 +278,7 @@ static int bits_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef bits_def = {"random_bits", bits_eval, NULL};
+static const mk_opdef bits_def = {"random_bits", bits_eval, NULL, NULL, NULL, NULL, false, true, 0, NULL, NULL};
 
 mk_array *mk_random_bits(int ndim, const int64_t *shape, int width, mk_array *key) {
     if (key && check_key(key) < 0) return NULL;
@@ -385,7 +385,8 @@ static int sample_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef sample_def = {"random_sample", sample_eval, NULL};
+static const mk_opdef sample_def = {"random_sample", sample_eval, NULL, NULL, NULL, NULL, false,
+                                    true, sizeof(sample_params), NULL, NULL};
 
 /* A node drawing samples of the given kind from key (new reference). */
 static mk_array *sample_node(sample_kind kind, float upper, int ndim, const int64_t *shape, mk_dtype dtype,
@@ -633,7 +634,8 @@ static int mlx_unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out)
     return 0;
 }
 
-static const mk_opdef mlx_unary_def = {"mlx_erf", mlx_unary_eval, NULL};
+static const mk_opdef mlx_unary_def = {"mlx_erf", mlx_unary_eval, NULL, NULL, NULL, NULL, false,
+                                       true, sizeof(mlx_unary_op), NULL, NULL};
 
 /* op(x) for a float array x; consumes x. */
 static mk_array *mlx_unary(mlx_unary_op op, mk_array *x) {
@@ -736,7 +738,8 @@ static int argmax_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef argmax_def = {"argmax", argmax_eval, NULL};
+static const mk_opdef argmax_def = {"argmax", argmax_eval, NULL, NULL, NULL, NULL, false,
+                                    true, sizeof(argmax_params), NULL, NULL};
 
 static mk_array *argmax_axis(mk_array *x, int axis) {
     if (!x) return NULL;
@@ -819,7 +822,8 @@ static int cdf_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef cdf_def = {"categorical_cdf", cdf_eval, NULL};
+static const mk_opdef cdf_def = {"categorical_cdf", cdf_eval, NULL, NULL, NULL, NULL, false,
+                                 true, sizeof(cdf_params), NULL, NULL};
 
 static mk_array *categorical_cdf(mk_array *logits, int axis, int ndim, const int64_t *shape, mk_array *key) {
     mk_array *u = sample_node(S_UNIFORM, below_one(MK_FLOAT32), ndim, shape, MK_FLOAT32, key);
@@ -950,7 +954,7 @@ static int argsort_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef argsort_def = {"argsort", argsort_eval, NULL};
+static const mk_opdef argsort_def = {"argsort", argsort_eval, NULL, NULL, NULL, NULL, false, true, 0, NULL, NULL};
 
 /* take(x, idx, axis) for a uint32 index vector: out[..., i, ...] = x[..., idx[i], ...] */
 typedef struct {
@@ -1008,7 +1012,8 @@ static int take_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return 0;
 }
 
-static const mk_opdef take_def = {"take", take_eval, NULL};
+static const mk_opdef take_def = {"take", take_eval, NULL, NULL, NULL, NULL, false,
+                                  true, sizeof(take_params), NULL, NULL};
 
 mk_array *mk_random_permutation_n(int64_t n, mk_array *key) {
     mk_array *b = mk_random_bits(1, &n, 4, key);

@@ -2,7 +2,9 @@
  * jvp and vmap, the tracer primitive and helpers for the per-op rules (the
  * rules themselves sit beside each evaluator in the ops_*.c files). */
 #include "transforms.h"
+#include "compile.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,7 +111,8 @@ static int tracer_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arra
     return 0;
 }
 
-static const mk_opdef tracer_def = {"Copy", tracer_eval, NULL, tracer_vjp, tracer_jvp, tracer_vmap, false};
+static const mk_opdef tracer_def = {"Copy", tracer_eval, NULL, tracer_vjp, tracer_jvp, tracer_vmap, false,
+                                    true, 0, NULL, NULL};
 
 mk_array *mk_tracer(mk_array *x) { return mk_node(&tracer_def, NULL, x->dtype, x->ndim, x->shape, 1, &x); }
 
@@ -213,6 +216,16 @@ fail:
     free(stack);
     topo_free(t);
     return -1;
+}
+
+int mk_graph_topo(int nout, mk_array *const *outs, int nin, mk_array *const *ins, mk_prim ***order, size_t *n) {
+    topo t;
+    if (topo_build(&t, nout, outs, nin, ins, false) < 0) return -1;
+    *order = t.order;
+    *n = t.n;
+    t.order = NULL;
+    topo_free(&t);
+    return 0;
 }
 
 /* ------------------------------------------------------------ shared checks */
@@ -759,7 +772,16 @@ mk_array *mk_ar_sum_to(mk_arena *A, mk_array *x, int ndim, const int64_t *shape)
     if (!s) return NULL;
     bool same = s->ndim == ndim;
     for (int d = 0; same && d < ndim; d++) same = s->shape[d] == shape[d];
-    return same ? s : mk_ar_reshape(A, s, ndim, shape);
+    if (same) return s;
+    /* the leading dims are squeezed rather than reshaped away: axis positions
+     * only, so a shapeless replay follows new sizes (MLX's broadcast_vjp) */
+    bool fits = s->ndim == x->ndim;
+    for (int d = 0; fits && d < ndim; d++) fits = s->shape[lead + d] == shape[d];
+    for (int d = 0; fits && d < lead; d++) fits = s->shape[d] == 1;
+    if (!fits) return mk_ar_reshape(A, s, ndim, shape);
+    int la[MK_MAX_NDIM];
+    for (int d = 0; d < lead; d++) la[d] = d;
+    return mk_ar_keep(A, mk_squeeze(s, lead, la));
 }
 
 mk_array *mk_ar_output(mk_arena *A, mk_prim *p, int k) {

@@ -907,7 +907,41 @@ int mkk_plan_launch(const char *kernel_name, const int64_t grid[3], const int64_
     return 0;
 }
 
-static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params};
+/* A copy of a call's params, with which mx.compile re-creates the call on
+ * new inputs of the traced shapes (core/compile.c). */
+static void *copy_params(const void *p) {
+    const kernel_params *kp = p;
+    const mkk_call *c = kp->c;
+    kernel_params *q = calloc(1, sizeof *q);
+    mkk_call *d = q ? calloc(1, sizeof *d) : NULL;
+    if (!d) goto fail;
+    *d = *c;
+    d->templ = NULL;
+    d->output_dtypes = NULL;
+    d->call_site = NULL;
+    d->ntemplate = 0;
+    if (c->ntemplate && !(d->templ = calloc((size_t)c->ntemplate, sizeof *d->templ))) goto fail;
+    for (; d->ntemplate < c->ntemplate; d->ntemplate++) {
+        mkk_targ *t = &d->templ[d->ntemplate];
+        *t = c->templ[d->ntemplate];
+        if (!(t->name = strdup(c->templ[d->ntemplate].name))) goto fail;
+    }
+    size_t no = (size_t)(kp->k->noutputs ? kp->k->noutputs : 1);
+    if (!(d->output_dtypes = malloc(no * sizeof *d->output_dtypes))) goto fail;
+    if (kp->k->noutputs) memcpy(d->output_dtypes, c->output_dtypes, no * sizeof *d->output_dtypes);
+    if (c->call_site && !(d->call_site = strdup(c->call_site))) goto fail;
+    mkk_kernel_incref(kp->k);
+    q->k = kp->k;
+    q->c = d;
+    return q;
+fail:
+    mkk_call_free(d);
+    free(q);
+    return mk_nomem();
+}
+
+static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params, NULL, NULL, NULL, false,
+                                    false, 0, copy_params, NULL};
 
 int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
                      const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs) {

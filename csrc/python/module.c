@@ -16,6 +16,7 @@ int mkpy_dtype_init(PyObject *m);
 int mkpy_fast_init(void);
 int mkpy_distributed_init(PyObject *m); /* py_distributed.c: mkpy.distributed, mkpy.cuda */
 extern PyMethodDef mkpy_extra_functions[]; /* py_extra.c */
+extern PyMethodDef mkpy_dot_functions[]; /* py_dot.c: export_to_dot */
 int mkpy_extra_init(PyObject *m);
 
 static PyModuleDef core_module = {
@@ -67,6 +68,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (add_submodule(m, "metal", mkpy_metal_functions) < 0) goto error;
     if (add_submodule(m, "linalg", mkpy_linalg_ns_functions) < 0) goto error;
     if (PyModule_AddFunctions(m, mkpy_einsum_functions) < 0) goto error;
+    if (PyModule_AddFunctions(m, mkpy_dot_functions) < 0) goto error;
     if (mkpy_fast_init() < 0) goto error;
     if (mkpy_distributed_init(m) < 0) goto error;
     if (PyModule_AddFunctions(m, mkpy_extra_functions) < 0 || mkpy_extra_init(m) < 0) goto error;

@@ -4,6 +4,7 @@
  * return flat lists of arrays; the pytree and argnums handling of mx.grad &
  * co. is in py_grad.c and py_custom.c, mx.compile's in py_compile.c. */
 #include "core/transforms.h"
+#include "core/compile.h"
 #include "mkpy.h"
 #include "py_tree.h" /* the declarations of the mkpy_*_flat entry points */
 
@@ -505,17 +506,17 @@ error:
 }
 
 /* _replay(tracers, outputs, inputs) -> outputs: the traced graph from the
- * tracers to the outputs, rebuilt on new inputs (a vmap with a batch of one:
- * each primitive's batching rule re-creates it on the new arrays). Outputs
- * that do not depend on the inputs are returned as traced (constants). */
+ * tracers to the outputs, rebuilt on new inputs (core/compile.c: each
+ * primitive re-created on the new arrays, through its batching rule when its
+ * input shapes changed; equal nodes merged). Outputs that do not depend on
+ * the inputs are returned as traced (constants). */
 static PyObject *py_replay(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"tracers", "outputs", "inputs", NULL};
     PyObject *a[3];
     (void)m;
     if (mkpy_parse("_replay", args, nargs, kwnames, names, 3, a) < 0) return NULL;
     Py_ssize_t nt = 0, no = 0, ni = 0;
-    mk_array **tr = NULL, **outs = NULL, **in = NULL, **bin = NULL, **bo = NULL;
-    int *axes = NULL, *oax = NULL;
+    mk_array **tr = NULL, **outs = NULL, **in = NULL, **bo = NULL;
     PyObject *result = NULL;
     if (!(tr = arrays_of("compile", "tracers", a[0], &nt))) goto error;
     if (!(outs = arrays_of("compile", "outputs", a[1], &no))) goto error;
@@ -524,44 +525,20 @@ static PyObject *py_replay(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
         PyErr_SetString(PyExc_ValueError, "_replay(): one input per tracer");
         goto error;
     }
-    bin = PyMem_Calloc(ni ? ni : 1, sizeof *bin);
-    axes = PyMem_Calloc(ni ? ni : 1, sizeof *axes);
-    bo = PyMem_Calloc(no ? no : 1, sizeof *bo);
-    oax = PyMem_Calloc(no ? no : 1, sizeof *oax);
-    if (!bin || !axes || !bo || !oax) {
+    if (!(bo = PyMem_Calloc(no ? no : 1, sizeof *bo))) {
         PyErr_NoMemory();
         goto error;
     }
-    for (Py_ssize_t i = 0; i < ni; i++) {
-        int zero = 0;
-        if (!(bin[i] = mk_expand_dims(in[i], 1, &zero))) {
-            mkpy_raise();
-            goto error;
-        }
-    }
-    if (mk_vmap_graph((int)ni, tr, bin, axes, (int)no, outs, bo, oax) < 0) {
+    if (mk_replay_graph((int)ni, tr, in, (int)no, outs, bo) < 0) {
         mkpy_raise();
         goto error;
-    }
-    for (Py_ssize_t j = 0; j < no; j++) {
-        if (oax[j] < 0) continue;
-        mk_array *r = mk_squeeze(bo[j], 1, &oax[j]);
-        if (!r) {
-            mkpy_raise();
-            goto error;
-        }
-        mk_decref(bo[j]);
-        bo[j] = r;
     }
     result = list_of(bo, no);
 error:
     free_arrays(tr, nt);
     free_arrays(outs, no);
     free_arrays(in, ni);
-    free_arrays(bin, ni);
     free_arrays(bo, no);
-    PyMem_Free(axes);
-    PyMem_Free(oax);
     return result;
 }
 
