@@ -391,7 +391,8 @@ def test_gguf_hand_written(tmp_path):
     gguf_file([("x", (1 << 40, 1 << 40), 0, bytes(8))]),
     gguf_file([("x", (2,), 2, bytes(18))]),                   # Q4_0 with a last dim not a multiple of 32
     gguf_file([("x", (64,), 2, bytes(18))]),                  # Q4_0 data past the end
-    gguf_file([("x", (32,), 12, bytes(144))]),                # Q4_K: not a whole super-block
+    gguf_file([("x", (512,), 12, bytes(144))]),               # Q4_K: the second super-block is missing
+    gguf_file([("x", (300,), 14, bytes(210))]),               # Q6_K: a partial last block must be whole
     gguf_file([("x", (32,), 11, bytes(144))]),                # Q3_K: not supported
     gguf_file([("x", (2,), 0, bytes(8)), ("x", (2,), 0, bytes(8))]),
     gguf_file([("x", (2,), 0, bytes(8))])[:40],
@@ -502,11 +503,10 @@ def test_gguf_quantized_blocks(tmp_path, qtype):
                                np.concatenate(want).reshape(rows, cols), rtol=2e-3, atol=2e-3)
 
 
-def test_gguf_q4_k(tmp_path):
-    rng = np.random.default_rng(12)
-    rows, cols = 2, 256
-    blocks, want = b"", []
-    for _ in range(rows):
+def _q4k_blocks(rng, n):
+    """n Q4_K super-blocks (GGML's layout) and the 8 scales and mins of each."""
+    blocks, meta = b"", []
+    for _ in range(n):
         d, dmin = np.float16(rng.uniform(0.01, 0.1)), np.float16(rng.uniform(0.01, 0.1))
         sc, mn = rng.integers(0, 64, 8), rng.integers(0, 64, 8)
         packed = bytearray(12)  # GGML's 6-bit packing of 8 scales and 8 mins
@@ -520,15 +520,87 @@ def test_gguf_q4_k(tmp_path):
             lo, hi = q[64 * c:64 * c + 32], q[64 * c + 32:64 * c + 64]
             qs += (lo | (hi << 4)).astype(np.uint8).tobytes()
         blocks += d.tobytes() + dmin.tobytes() + bytes(packed) + qs
+        meta.append((d, dmin, sc, mn, q))
+    return blocks, meta
+
+
+def test_gguf_q4_k_loads_as_float16(tmp_path):
+    # MLX loads Q4_K dequantized to float16 (gguflib's gguf_tensor_to_f16),
+    # where both 32-weight halves of a 32-byte run take the scale and min of
+    # the even sub-block (GGML's reference gives the odd half its own)
+    rng = np.random.default_rng(12)
+    rows, cols = 2, 256
+    blocks, meta = _q4k_blocks(rng, rows)
+    want = []
+    for d, dmin, sc, mn, q in meta:
         for j in range(8):
-            want.append(np.float32(d) * sc[j] * q[32 * j:32 * j + 32] - np.float32(dmin) * mn[j])
+            e = j & ~1
+            w = q[32 * j:32 * j + 32].astype(np.float32) * (np.float32(sc[e]) * np.float32(d))
+            want.append((w - np.float32(mn[e]) * np.float32(dmin)).astype(np.float16))
     p = tmp_path / "k.gguf"
     p.write_bytes(gguf_file([("w.weight", (cols, rows), 12, blocks)]))
     got = mx.load(str(p))
-    w, s, b = got["w.weight"], got["w.scales"], got["w.biases"]
-    assert w.shape == (rows, cols // 8) and s.shape == (rows, cols // 32)
-    np.testing.assert_allclose(_mlx_dequantize(w, s, b, 4), np.concatenate(want).reshape(rows, cols),
-                               rtol=2e-3, atol=2e-2)
+    assert set(got) == {"w.weight"}
+    w = got["w.weight"]
+    assert w.dtype == mx.float16 and w.shape == (rows, cols)
+    assert np.array_equal(np.array(w), np.concatenate(want).reshape(rows, cols))
+
+
+def test_gguf_q6_k_and_q2_k_load_as_float16(tmp_path):
+    rng = np.random.default_rng(5)
+    # Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, f16 d
+    ql = rng.integers(0, 256, 128).astype(np.uint8)
+    qh = rng.integers(0, 256, 64).astype(np.uint8)
+    scales = rng.integers(-128, 128, 16).astype(np.int8)
+    d = np.float16(0.03125)
+    q6 = np.zeros(256, np.int64)
+    for h in range(2):
+        for j in range(128):
+            lo = (ql[64 * h + j % 64] >> (4 * (j // 64))) & 15
+            hi = (qh[32 * h + j % 32] >> (2 * (j // 32))) & 3
+            q6[128 * h + j] = lo | (hi << 4)
+    s = np.float32(d) * scales.astype(np.float32)[np.arange(256) // 16]
+    want6 = (s * (q6 - 32).astype(np.float32)).astype(np.float16)
+    raw6 = ql.tobytes() + qh.tobytes() + scales.tobytes() + d.tobytes()
+    # Q2_K: 16 bytes (min << 4 | scale), 64 bytes of 2-bit values, f16 d, f16 dmin
+    sm = rng.integers(0, 256, 16).astype(np.uint8)
+    qs = rng.integers(0, 256, 64).astype(np.uint8)
+    d2, m2 = np.float16(0.0625), np.float16(0.015625)
+    j = np.arange(256)
+    q2 = (qs[32 * (j // 128) + j % 32] >> (2 * ((j % 128) // 32))) & 3
+    sc = np.float32(d2) * (sm[j // 16] & 15).astype(np.float32)
+    mn = np.float32(m2) * (sm[j // 16] >> 4).astype(np.float32)
+    want2 = (q2.astype(np.float32) * sc - mn).astype(np.float16)
+    raw2 = sm.tobytes() + qs.tobytes() + d2.tobytes() + m2.tobytes()
+    bf = np.array([1.5, -2.25, 3e-3, 65504.0], np.float32)
+    rawb = (bf.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    p = tmp_path / "k.gguf"
+    p.write_bytes(gguf_file([("a", (256,), 14, raw6), ("b", (128, 2), 10, raw2), ("c", (4,), 30, rawb)]))
+    got = mx.load(str(p))
+    assert all(v.dtype == mx.float16 for v in got.values())
+    assert np.array_equal(np.array(got["a"]), want6)
+    assert got["b"].shape == (2, 128) and np.array_equal(np.array(got["b"]).reshape(-1), want2)
+    bf16_vals = (np.frombuffer(rawb, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(np.array(got["c"]), bf16_vals.astype(np.float16))
+    # a partial last block: the leading weights of a whole block
+    p.write_bytes(gguf_file([("a", (100,), 14, raw6)]))
+    assert np.array_equal(np.array(mx.load(str(p))["a"]), want6[:100])
+
+
+@pytest.mark.parametrize("t,name", [(6, "Q5_0"), (7, "Q5_1"), (11, "Q3_K"), (13, "Q5_K"), (15, "Q8_K"),
+                                    (27, "I64"), (28, "F64"), (77, "unknown")])
+def test_gguf_types_mlx_does_not_load(tmp_path, t, name):
+    p = tmp_path / "u.gguf"
+    p.write_bytes(gguf_file([("x", (256,), t, bytes(2048))]))
+    with pytest.raises(RuntimeError, match=r"\[load_gguf\] gguf_tensor_to_f16 failed: tensor 'x' has GGUF type "
+                                           + str(t) + r" \(" + name + r"\)"):
+        mx.load(str(p))
+
+
+@pytest.mark.parametrize("dt", [mx.bfloat16, mx.uint8, mx.int64, mx.float64, mx.bool_, mx.complex64])
+def test_save_gguf_refuses_dtypes_mlx_refuses(tmp_path, dt):
+    with pytest.raises(RuntimeError, match=r"\[save_gguf\] dtype .* is not supported"):
+        mx.save_gguf(str(tmp_path / "x.gguf"), {"a": mx.ones((2,), dtype=dt)})
 
 
 # ------------------------------------------------------------------- lazy data, fp8

@@ -25,7 +25,8 @@ static void mem_add(int64_t n) {
 
 int64_t mk_memory_active(void) { return atomic_load(&mem_active); }
 int64_t mk_memory_peak(void) { return atomic_load(&mem_peak); }
-void mk_memory_reset_peak(void) { atomic_store(&mem_peak, atomic_load(&mem_active)); }
+/* MLX sets the peak to 0 (it rises again with the next allocation) */
+void mk_memory_reset_peak(void) { atomic_store(&mem_peak, 0); }
 
 #define MK_ALIGN 64
 /* Buffers from this size on are mapped directly, so that memory goes back to
@@ -65,50 +66,77 @@ static void unmap_buffer(void *data, size_t size) { munmap((char *)data - MK_GUA
 
 /* ------------------------------------------------------- buffer cache */
 
-/* Freed mapped blocks, most recently freed first. A request takes the first
- * block whose size is at least the request and at most 1/8 above it (MLX's
- * allocator also reuses near sizes). The default limit is MLX's: the memory
- * limit, set by the binding; until then, no limit below the system's. */
+/* Freed buffers, as MLX's allocator keeps them: every buffer an array frees
+ * goes to the cache while the cache holds less than its limit, and later
+ * allocations reuse them. The default limit is MLX's: the memory limit, set
+ * by the binding; until then, no limit below the system's.
+ *  - Mapped blocks (>= MK_MMAP_MIN) sit in one list; a request takes the
+ *    newest block whose size is at least the request and at most 1/8 above
+ *    it (MLX's allocator also reuses near sizes).
+ *  - Heap blocks (smaller, sizes in multiples of MK_ALIGN) sit in one list
+ *    per exact size, so a request finds one in O(1).
+ * All blocks are also in one list by age (newest first), and the limit
+ * releases the oldest first. */
 typedef struct cached_block {
     void *data;
     size_t size;
-    struct cached_block *next;
+    struct cached_block *newer, *older; /* by age */
+    struct cached_block *bin_next, *bin_prev;
 } cached_block;
+
+#define MK_NBINS (MK_MMAP_MIN / MK_ALIGN) /* bin 0: the mapped blocks; bin i: heap blocks of i * MK_ALIGN bytes */
 
 static struct {
     pthread_mutex_t mu;
-    cached_block *head;
+    cached_block *newest, *oldest;
+    cached_block *bins[MK_NBINS];
     int64_t bytes, limit;
-} cache = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, INT64_MAX};
+} cache = {.mu = PTHREAD_MUTEX_INITIALIZER, .limit = INT64_MAX};
+
+static size_t cache_bin(size_t size) { return size >= MK_MMAP_MIN ? 0 : size / MK_ALIGN; }
+
+static void release_block(void *data, size_t size) {
+    if (size >= MK_MMAP_MIN)
+        unmap_buffer(data, size);
+    else
+        free(data);
+}
+
+/* Unlinks c from both lists. Called with the lock held. */
+static void cache_unlink_locked(cached_block *c) {
+    if (c->newer) c->newer->older = c->older;
+    else cache.newest = c->older;
+    if (c->older) c->older->newer = c->newer;
+    else cache.oldest = c->newer;
+    if (c->bin_prev) c->bin_prev->bin_next = c->bin_next;
+    else cache.bins[cache_bin(c->size)] = c->bin_next;
+    if (c->bin_next) c->bin_next->bin_prev = c->bin_prev;
+    cache.bytes -= (int64_t)c->size;
+}
 
 static void *cache_take(size_t size, size_t *got) {
     void *p = NULL;
     pthread_mutex_lock(&cache.mu);
-    for (cached_block **l = &cache.head; *l; l = &(*l)->next) {
-        cached_block *c = *l;
-        if (c->size >= size && c->size - size <= size / 8) {
-            *l = c->next;
-            cache.bytes -= (int64_t)c->size;
-            p = c->data;
-            *got = c->size;
-            free(c);
-            break;
-        }
+    cached_block *c = cache.bins[cache_bin(size)];
+    if (size >= MK_MMAP_MIN)
+        while (c && !(c->size >= size && c->size - size <= size / 8)) c = c->bin_next;
+    if (c) {
+        cache_unlink_locked(c);
+        p = c->data;
+        *got = c->size;
+        free(c);
     }
     pthread_mutex_unlock(&cache.mu);
     return p;
 }
 
-/* Unmaps the oldest blocks until the cache holds at most `target` bytes.
+/* Releases the oldest blocks until the cache holds at most `target` bytes.
  * Called with the lock held. */
 static void cache_trim_locked(int64_t target) {
-    while (cache.bytes > target && cache.head) {
-        cached_block **l = &cache.head;
-        while ((*l)->next) l = &(*l)->next;
-        cached_block *c = *l;
-        *l = NULL;
-        cache.bytes -= (int64_t)c->size;
-        unmap_buffer(c->data, c->size);
+    while (cache.bytes > target && cache.oldest) {
+        cached_block *c = cache.oldest;
+        cache_unlink_locked(c);
+        release_block(c->data, c->size);
         free(c);
     }
 }
@@ -120,15 +148,23 @@ static void cache_put(void *data, size_t size) {
         cache_trim_locked(cache.limit - (int64_t)size);
         c->data = data;
         c->size = size;
-        c->next = cache.head;
-        cache.head = c;
+        c->newer = NULL;
+        c->older = cache.newest;
+        if (cache.newest) cache.newest->newer = c;
+        else cache.oldest = c;
+        cache.newest = c;
+        size_t bin = cache_bin(size);
+        c->bin_prev = NULL;
+        c->bin_next = cache.bins[bin];
+        if (c->bin_next) c->bin_next->bin_prev = c;
+        cache.bins[bin] = c;
         cache.bytes += (int64_t)size;
         c = NULL;
         data = NULL;
     }
     pthread_mutex_unlock(&cache.mu);
     free(c);
-    if (data) unmap_buffer(data, size);
+    if (data) release_block(data, size);
 }
 
 int64_t mk_cache_memory(void) {
@@ -299,7 +335,13 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
         }
         alloc = got;
     } else {
-        b->data = aligned_alloc(MK_ALIGN, alloc);
+        size_t got = alloc;
+        b->data = cache_take(alloc, &got);
+        if (!b->data) b->data = aligned_alloc(MK_ALIGN, alloc);
+        if (!b->data && mk_cache_memory() > 0) {
+            mk_cache_clear();
+            b->data = aligned_alloc(MK_ALIGN, alloc);
+        }
     }
     if (!b->data) {
         free(b);
@@ -329,9 +371,9 @@ void mk_buffer_decref(mk_buffer *b) {
             char *rw = end - b->capacity;
             if (b->capacity > pages) mprotect(rw, b->capacity - pages, PROT_READ | PROT_WRITE);
             cache_put(rw, b->capacity);
+        } else {
+            cache_put(b->data, b->capacity);
         }
-        else
-            free(b->data);
     }
     free(b);
 }

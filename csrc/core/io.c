@@ -1087,35 +1087,95 @@ void mk_gguf_kvs_free(mk_gguf_kv *kv, int n) {
 
 /* GGML's Q4_0 (2), Q4_1 (3) and Q8_0 (8) blocks of 32 weights, unpacked as MLX does into
  * (uint32 weights, float16 scales, float16 biases) of affine quantisation with group size 32. */
-static int gguf_quant_bits(unsigned t) { return t == 2 || t == 3 || t == 12 ? 4 : t == 8 ? 8 : 0; }
-/* bytes per block and weights per block */
-static size_t gguf_quant_block(unsigned t) { return t == 2 ? 18 : t == 3 ? 20 : t == 12 ? 144 : 34; }
-static int64_t gguf_quant_group(unsigned t) { return t == 12 ? 256 : 32; }
+static int gguf_quant_bits(unsigned t) { return t == 2 || t == 3 ? 4 : t == 8 ? 8 : 0; }
+/* bytes per block */
+static size_t gguf_quant_block(unsigned t) { return t == 2 ? 18 : t == 3 ? 20 : 34; }
+static int64_t gguf_quant_group(unsigned t) { (void)t; return 32; }
 
-/* Q4_K: super-blocks of 256 weights, 8 sub-blocks of 32 with 6-bit scales and mins. */
-static void gguf_q4k(const uint8_t *data, int64_t nsuper, uint8_t *wd, mk_f16 *s, mk_f16 *b) {
-    for (int64_t g = 0; g < nsuper; g++, data += 144) {
-        mk_f16 h;
-        memcpy(&h, data, 2);
-        float dd = mk_f16_to_f32(h);
-        memcpy(&h, data + 2, 2);
-        float dm = mk_f16_to_f32(h);
-        const uint8_t *sc = data + 4, *q = data + 16;
-        for (int j = 0; j < 8; j++) {
-            uint8_t d, m;
-            if (j < 4) {
-                d = sc[j] & 63;
-                m = sc[j + 4] & 63;
-            } else {
-                d = (uint8_t)((sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4);
-                m = (uint8_t)((sc[j + 4] >> 4) | (sc[j] >> 6) << 4);
-            }
-            s[g * 8 + j] = mk_f32_to_f16(d * dd);
-            b[g * 8 + j] = mk_f32_to_f16(-(m * dm));
+/* The other types MLX loads (through gguflib's gguf_tensor_to_f16): BF16 (30)
+ * and the k-quants Q2_K (10), Q4_K (12), Q6_K (14), each weight computed in
+ * float from GGML's block layout and rounded once to float16. Blocks of
+ * gguf_f16_items weights in gguf_f16_bytes bytes; 0 for other types. */
+static int64_t gguf_f16_items(unsigned t) { return t == 30 ? 1 : t == 10 || t == 12 || t == 14 ? 256 : 0; }
+static size_t gguf_f16_bytes(unsigned t) { return t == 30 ? 2 : t == 10 ? 84 : t == 12 ? 144 : 210; }
+
+static float f16_at(const uint8_t *p) {
+    mk_f16 h;
+    memcpy(&h, p, 2);
+    return mk_f16_to_f32(h);
+}
+
+/* GGML's names for the tensor types, for the error of the ones MLX refuses */
+static const char *gguf_type_name(unsigned t) {
+    static const char *const names[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1",
+                                        "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+                                        "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",
+                                        "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+    return t < sizeof names / sizeof *names ? names[t] : "unknown";
+}
+
+/* count weights of type t from data (whole blocks present) into out */
+static void gguf_to_f16(unsigned t, const uint8_t *data, int64_t count, mk_f16 *out) {
+    int64_t i = 0;
+    if (t == 30) { /* bfloat16: the high half of a float32 */
+        for (; i < count; i++) {
+            uint16_t h;
+            memcpy(&h, data + 2 * i, 2);
+            out[i] = mk_f32_to_f16(mk_bf16_to_f32((mk_bf16){h}));
         }
-        for (int c = 0; c < 4; c++, q += 32) {
-            for (int k = 0; k < 16; k++) *wd++ = (uint8_t)((q[2 * k] & 15) | (q[2 * k + 1] & 15) << 4);
-            for (int k = 0; k < 16; k++) *wd++ = (uint8_t)(q[2 * k] >> 4 | (q[2 * k + 1] >> 4) << 4);
+        return;
+    }
+    for (const uint8_t *blk = data; i < count; blk += gguf_f16_bytes(t)) {
+        if (t == 12) {
+            /* Q4_K: f16 d, f16 dmin, 12 bytes of 8 6-bit scales and 8 6-bit
+             * mins, then 128 bytes: per 32 bytes, 32 weights in the low
+             * nibbles then 32 in the high ones; w = q * (d * sc) - dmin * m.
+             * GGML's reference gives sub-block j scale/min j; gguflib (so
+             * MLX) gives both sub-blocks of a 32-byte run (2c, 2c + 1) the
+             * scale and min of 2c, and MLX's results are what mkpy follows
+             * (docs/design.md, "API surface, continued"). */
+            float d = f16_at(blk), dmin = f16_at(blk + 2), sc[8], mn[8];
+            const uint8_t *k = blk + 4, *q = blk + 16;
+            for (int j = 0; j < 8; j++) {
+                int dv = j < 4 ? k[j] & 63 : (k[j + 4] & 15) | (k[j - 4] >> 6) << 4;
+                int mv = j < 4 ? k[j + 4] & 63 : (k[j + 4] >> 4) | (k[j] >> 6) << 4;
+                sc[j] = (float)dv * d;
+                mn[j] = (float)mv * dmin;
+            }
+            for (int j = 0; j < 8 && i < count; j++)
+                for (int e = 0; e < 32 && i < count; e++) {
+                    int v = j % 2 ? q[(j / 2) * 32 + e] >> 4 : q[(j / 2) * 32 + e] & 15;
+                    float w = (float)v * sc[j & ~1];
+                    out[i++] = mk_f32_to_f16(w - mn[j & ~1]);
+                }
+        } else if (t == 14) {
+            /* Q6_K: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16
+             * int8 scales, f16 d; two halves of 128 weights; the 6-bit
+             * value is stored plus 32; w = (d * scale) * (q - 32) */
+            float d = f16_at(blk + 208);
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *lo = blk + 64 * h, *hi = blk + 128 + 32 * h;
+                const int8_t *scl = (const int8_t *)(blk + 192) + 8 * h;
+                for (int j = 0; j < 128 && i < count; j++) {
+                    int v = ((lo[j % 64] >> (j / 64 * 4)) & 15) | ((hi[j % 32] >> (j / 32 * 2)) & 3) << 4;
+                    float s = d * (float)scl[j / 16];
+                    out[i++] = mk_f32_to_f16(s * (float)(v - 32));
+                }
+            }
+        } else {
+            /* Q2_K: 16 bytes of (4-bit min << 4 | 4-bit scale) per 16
+             * weights, 64 bytes of 2-bit values (two halves of 128: weight j
+             * of a half is bits 2*(j/32) of byte j%32), f16 d, f16 dmin;
+             * w = q * (d * scale) - dmin * min */
+            float d = f16_at(blk + 80), dmin = f16_at(blk + 82);
+            for (int j = 0; j < 256 && i < count; j++) {
+                int h = j / 128, jj = j % 128;
+                uint8_t sm = blk[j / 16];
+                int v = (blk[16 + 32 * h + jj % 32] >> (jj / 32 * 2)) & 3;
+                float s = d * (float)(sm & 15), m = dmin * (float)(sm >> 4);
+                float w = (float)v * s;
+                out[i++] = mk_f32_to_f16(w - m);
+            }
         }
     }
 }
@@ -1144,8 +1204,7 @@ static int gguf_add_quantized(mk_named *out, char *name, unsigned t, int ndim, c
     uint8_t *wd = mk_data(w);
     mk_f16 *s = mk_data(sc), *b = mk_data(bi);
     size_t blk = gguf_quant_block(t);
-    if (t == 12) gguf_q4k(data, sc->size / 8, wd, s, b);
-    for (int64_t g = 0; t != 12 && g < sc->size; g++, data += blk) {
+    for (int64_t g = 0; g < sc->size; g++, data += blk) {
         memcpy(&s[g], data, 2);
         float f = mk_f16_to_f32(s[g]);
         if (t == 3) memcpy(&b[g], data + 2, 2);
@@ -1243,7 +1302,7 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
         }
     }
     typedef struct {
-        int dtype, ndim, qtype;
+        int dtype, ndim, qtype, ftype;
         int64_t shape[MK_MAX_NDIM];
         uint64_t off;
     } tinfo;
@@ -1281,9 +1340,14 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
                          nd ? (long long)ti[i].shape[nd - 1] : 0LL);
             goto terror;
         }
-        if (ti[i].dtype < 0 && !ti[i].qtype) {
-            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Unsupported GGUF tensor type %llu (tensor '%.200s')",
-                         (unsigned long long)t, tn[i]);
+        ti[i].ftype = t < 64 && gguf_f16_items((unsigned)t) ? (int)t : 0;
+        if (ti[i].dtype < 0 && !ti[i].qtype && !ti[i].ftype) {
+            /* MLX hands every other type to gguflib's gguf_tensor_to_f16, which refuses it */
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[load_gguf] gguf_tensor_to_f16 failed: tensor '%.200s' has GGUF type %llu (%s), which MLX "
+                         "does not load (it loads F32, F16, BF16, I8, I16, I32, Q4_0, Q4_1, Q8_0, Q2_K, Q4_K and "
+                         "Q6_K).",
+                         tn[i], (unsigned long long)t, gguf_type_name(t < 1000 ? (unsigned)t : 1000));
             goto terror;
         }
     }
@@ -1311,6 +1375,27 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
             tn[i] = NULL;
             if (gguf_add_quantized(out, name, (unsigned)ti[i].qtype, ti[i].ndim, ti[i].shape, p + base + ti[i].off) < 0)
                 goto terror;
+            continue;
+        }
+        if (ti[i].ftype) {
+            /* float16 from the blocks (a last partial block must be present whole) */
+            unsigned ft = (unsigned)ti[i].ftype;
+            int64_t per = gguf_f16_items(ft), nblk = (size + per - 1) / per;
+            if (ti[i].off > avail || (uint64_t)nblk > (avail - ti[i].off) / gguf_f16_bytes(ft)) {
+                mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
+                goto terror;
+            }
+            for (int j = 0; j < out->n; j++)
+                if (!strcmp(out->names[j], tn[i])) {
+                    mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Duplicate parameter name %.200s", tn[i]);
+                    goto terror;
+                }
+            mk_array *a = mk_array_empty(MK_FLOAT16, ti[i].ndim, ti[i].shape);
+            if (!a) goto terror;
+            gguf_to_f16(ft, p + base + ti[i].off, size, mk_data(a));
+            char *name = tn[i];
+            tn[i] = NULL;
+            if (named_add(out, name, a) < 0) goto terror;
             continue;
         }
         size_t isz = mk_dtype_size((mk_dtype)ti[i].dtype);

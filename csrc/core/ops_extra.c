@@ -129,6 +129,77 @@ mk_array *mk_as_strided(mk_array *x, int ndim, const int64_t *shape, const int64
 
 /* ------------------------------------------------------- hadamard_transform */
 
+/* The Hadamard matrices of orders 12, 20 and 28 that MLX uses for the sizes
+ * m * 2^k, built from their constructions (checked in the tests: H H^T = m I,
+ * and the transform against the definition):
+ *  - 12: Paley's second construction for q = 5 (q = 1 mod 4). Q is the
+ *    Jacobsthal matrix Q[i][j] = chi(j - i) (chi the quadratic character of
+ *    GF(5)), C = [[0, 1^T], [1, Q]] the symmetric conference matrix of order
+ *    6, H = C (x) [[1, 1], [1, -1]] + I (x) [[1, -1], [-1, -1]].
+ *  - 20 and 28: Williamson's array [[A, B, C, D], [-B, A, -D, C],
+ *    [-C, D, A, -B], [-D, -C, B, A]] of symmetric circulants of odd order n
+ *    (5, 7) with A^2 + B^2 + C^2 + D^2 = 4n I. With S = 2I - J and
+ *    M_k = J - 2(I + P^k + P^-k) (P the cyclic shift, h = (n-1)/2):
+ *    S^2 = 4I + (n-4)J and the sum of M_k^2 over k = 1..h is
+ *    (12h - 12)I + (h(n-12) + 12)J. So n = 7 takes (S, M_1, M_2, M_3):
+ *    4I + 3J + 24I - 3J = 28I, and n = 5 takes (S, -S, M_1, M_2):
+ *    8I + 2J + 12I - 2J = 20I. The transform multiplies by the transpose of
+ *    that array (as MLX's does: its output for the identity is the array). */
+static int legendre(int a, int q) {
+    a = ((a % q) + q) % q;
+    if (a == 0) return 0;
+    int r = 1;
+    for (int e = 0; e < (q - 1) / 2; e++) r = r * a % q;
+    return r == 1 ? 1 : -1;
+}
+
+/* circulant entry (i, j) of the first row c (length n) */
+static int circ(const int *c, int n, int i, int j) { return c[((j - i) % n + n) % n]; }
+
+static void hadamard_matrix(int m, float *H) {
+    if (m == 12) {
+        const int q = 5, C_n = q + 1;
+        int C[6][6];
+        for (int i = 0; i < C_n; i++)
+            for (int j = 0; j < C_n; j++)
+                C[i][j] = i == 0 && j == 0 ? 0 : i == 0 || j == 0 ? 1 : legendre(j - i, q);
+        static const int A2[2][2] = {{1, 1}, {1, -1}}, B2[2][2] = {{1, -1}, {-1, -1}};
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++)
+                H[i * m + j] = (float)(C[i / 2][j / 2] * A2[i % 2][j % 2] + (i / 2 == j / 2 ? B2[i % 2][j % 2] : 0));
+        return;
+    }
+    const int n = m / 4;
+    int W[4][7]; /* first rows of the four circulants */
+    for (int t = 0; t < n; t++) W[0][t] = t == 0 ? 1 : -1; /* S = 2I - J */
+    int first_k = 1, slot = 1;
+    if (n == 5) {
+        for (int t = 0; t < n; t++) W[1][t] = -W[0][t]; /* -S */
+        slot = 2;
+    }
+    for (int k = first_k; slot < 4; k++, slot++)
+        for (int t = 0; t < n; t++) W[slot][t] = t == 0 || t == k || t == n - k ? -1 : 1; /* M_k */
+    /* Williamson's array: block (I, J) is sign * W[idx] */
+    static const int idx[4][4] = {{0, 1, 2, 3}, {1, 0, 3, 2}, {2, 3, 0, 1}, {3, 2, 1, 0}};
+    static const int sgn[4][4] = {{1, 1, 1, 1}, {-1, 1, -1, 1}, {-1, 1, 1, -1}, {-1, -1, 1, 1}};
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < m; j++) {
+            int bi = i / n, bj = j / n;
+            H[j * m + i] = (float)(sgn[bi][bj] * circ(W[idx[bi][bj]], n, i % n, j % n));
+        }
+}
+
+static mk_array *hadamard_matrix_array(int m) {
+    if (m != 12 && m != 20 && m != 28) {
+        mk_error_set(MK_ERR_VALUE, "[hadamard] Only orders 12, 20 and 28 are built here.");
+        return NULL;
+    }
+    int64_t shp[2] = {m, m};
+    mk_array *h = mk_array_empty(MK_FLOAT32, 2, shp);
+    if (h) hadamard_matrix(m, mk_data(h));
+    return h;
+}
+
 mk_array *mk_hadamard(mk_array *x, bool has_scale, float scale) {
     if (x->size == 0) {
         mk_error_set(MK_ERR_VALUE, "[hadamard_transform] Does not support empty arrays.");
@@ -149,20 +220,28 @@ mk_array *mk_hadamard(mk_array *x, bool has_scale, float scale) {
         mk_ar_free(&A);
         return r;
     }
+    /* n = m * 2^k with m in 1, 12, 20, 28 (MLX takes the first m that
+     * divides n; a quotient that is not a power of two is refused here) */
+    int m = 1;
+    int64_t p2 = n;
     if (n & (n - 1)) {
-        /* MLX also has the sizes m * 2^k for m in 12, 20, 28, through its own
-         * fixed Hadamard matrices of those orders: not here */
-        mk_error_set(MK_ERR_VALUE,
-                     "[hadamard_transform] Only sizes that are powers of two are supported here, "
-                     "got %lld (MLX's m * 2^k sizes with m in 12, 20, 28 are not implemented).",
-                     (long long)n);
-        return NULL;
+        static const int orders[3] = {12, 20, 28};
+        for (int i = 0; i < 3; i++)
+            if (n % orders[i] == 0) {
+                m = orders[i];
+                p2 = n / m;
+                break;
+            }
+        if (m == 1 || (p2 & (p2 - 1))) {
+            mk_error_set(MK_ERR_VALUE, "[hadamard] Only supports n = m*2^k where m in (1, 12, 20, 28).");
+            return NULL;
+        }
     }
     /* the butterflies run in float32 (MLX computes in float), then round once */
     mk_array *cur = mk_ar_cast(&A, x, MK_FLOAT32);
-    int64_t rows = x->size / n;
-    for (int64_t h = 1; h < n && cur; h *= 2) {
-        int64_t shp[4] = {rows, n / (2 * h), 2, h};
+    int64_t rows = x->size / p2;
+    for (int64_t h = 1; h < p2 && cur; h *= 2) {
+        int64_t shp[4] = {rows, p2 / (2 * h), 2, h};
         mk_array *v = mk_ar_reshape(&A, cur, 4, shp), *parts[2] = {NULL, NULL};
         if (!v || mk_split_sections(v, 2, 2, parts) < 0) {
             cur = NULL;
@@ -172,6 +251,12 @@ mk_array *mk_hadamard(mk_array *x, bool has_scale, float scale) {
         KEEP(parts[1]);
         mk_array *both[2] = {mk_ar_add(&A, parts[0], parts[1]), mk_ar_sub(&A, parts[0], parts[1])};
         cur = both[0] && both[1] ? KEEP(mk_concatenate(2, both, 2, true)) : NULL;
+    }
+    if (cur && m > 1) {
+        /* index i of the row is (i / 2^k, i % 2^k): H_m mixes the first one */
+        int64_t shp[3] = {x->size / n, m, p2};
+        mk_array *hm = KEEP(hadamard_matrix_array(m));
+        cur = hm ? mk_ar_matmul(&A, hm, mk_ar_reshape(&A, cur, 3, shp)) : NULL;
     }
     if (cur) cur = mk_ar_mul(&A, cur, f32(&A, scale));
     cur = mk_ar_reshape(&A, cur, x->ndim, x->shape);

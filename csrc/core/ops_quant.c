@@ -18,9 +18,10 @@
  *
  * quantized_matmul dequantizes blocks of rows of w into float32 on the
  * thread pool and multiplies them with OpenBLAS's sgemm (docs/design.md,
- * "Quantisation"). gather_mm and gather_qmm are compositions (take of the
- * selected matrices, then a batched product), so their gradients come from
- * the rules of take and matmul / quantized_matmul. */
+ * "Quantisation"). gather_qmm is a composition (take of the selected
+ * matrices, then a batched product), so its gradients come from the rules of
+ * take and quantized_matmul; gather_mm has its own primitive
+ * (ops_gathermm.c). */
 #include "ops_quant.h"
 
 #include <cblas.h>
@@ -1090,7 +1091,6 @@ static mk_array *pick(mk_array *x, mk_array *idx) {
 
 mk_array *mk_gather_mm(mk_array *a, mk_array *b, mk_array *lhs_in, mk_array *rhs_in, bool sorted) {
     char b1[256], b2[256];
-    (void)sorted;
     if (!lhs_in && !rhs_in) return mk_matmul(a, b);
     if (a->ndim == 0 || b->ndim == 0) {
         mk_error_set(MK_ERR_VALUE, "[gather_mm] Got 0 dimension input. Inputs must have at least one dimension.");
@@ -1119,17 +1119,9 @@ mk_array *mk_gather_mm(mk_array *a, mk_array *b, mk_array *lhs_in, mk_array *rhs
     if (!(lhs = indices_or_default("[gather_mm]", lhs_in, A)) || !(rhs = indices_or_default("[gather_mm]", rhs_in, B)))
         goto done;
     if (broadcast_pair(&lhs, &rhs) < 0) goto done;
-    {
-        mk_array *ac = mk_as_dtype(A, t), *bc = ac ? mk_as_dtype(B, t) : NULL;
-        if (bc) {
-            ag = pick(ac, lhs);
-            bg = ag ? pick(bc, rhs) : NULL;
-        }
-        mk_xdecref(ac);
-        mk_xdecref(bc);
-    }
-    if (!bg) goto done;
-    r = mk_matmul(ag, bg);
+    /* MLX's GatherMM primitive (ops_gathermm.c); MLX's sorted flags */
+    if ((ag = mk_as_dtype(A, t)) && (bg = mk_as_dtype(B, t)))
+        r = mk_gather_mm_node(ag, bg, lhs, rhs, sorted && !rhs_in, sorted && !lhs_in);
     if (r && (a1 || b1d)) {
         int axes[2], n = 0;
         if (a1) axes[n++] = r->ndim - 2;

@@ -25,6 +25,10 @@ mk_array *mk_quantized_matmul(mk_array *x, mk_array *w, mk_array *scales, mk_arr
 mk_array *mk_gather_qmm(mk_array *x, mk_array *w, mk_array *scales, mk_array *biases, mk_array *lhs,
                         mk_array *rhs, bool transpose, int group_size, int bits, int mode, bool sorted);
 mk_array *mk_gather_mm(mk_array *a, mk_array *b, mk_array *lhs, mk_array *rhs, bool sorted);
+/* The GatherMM node itself (ops_gathermm.c): a, b of one floating dtype and
+ * >= 2-D with matching inner dims; lhs, rhs integral of one shape. */
+mk_array *mk_gather_mm_node(mk_array *a, mk_array *b, mk_array *lhs, mk_array *rhs, bool left_sorted,
+                            bool right_sorted);
 mk_array *mk_segmented_mm(mk_array *a, mk_array *b, mk_array *segments);
 /* MLX's qqmm: dequantize(quantize(x)) @ dequantize(w).T (w quantized, with
  * scales, or floating); gsx / gsw: nvfp4 global scales or NULL. */

@@ -144,6 +144,17 @@ static PyObject *py_clear_cache(PyObject *m, PyObject *const *args, Py_ssize_t n
 
 static PyObject *py_set_wired_limit(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
+    static const char *const names[] = {"limit", NULL};
+    PyObject *a[1];
+    int64_t v;
+    if (mkpy_parse("set_wired_limit", args, nargs, kw, names, 1, a) < 0 || mkpy_parse_int(a[0], &v) < 0) return NULL;
+    /* MLX (Metal) refuses a limit above the recommended working set
+     * (device_info's max_recommended_working_set_size) */
+    if (v > physical_memory() / 4 * 3) {
+        PyErr_SetString(PyExc_ValueError, "[metal::set_wired_limit] Setting a wired limit larger than "
+                                          "the maximum working set size is not allowed.");
+        return NULL;
+    }
     return set_limit("set_wired_limit", &wired_limit, 0, args, nargs, kw);
 }
 

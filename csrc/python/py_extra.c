@@ -751,11 +751,17 @@ static PyObject *py_printoptions(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* MLX's .mlxfn files serialise its C++ primitives by name with their
  * parameters in MLX's own layout; mkpy's graph has other primitives, so it
- * can neither write files MLX reads nor read MLX's: a clear error. */
+ * can neither write files MLX reads nor read MLX's: a clear error naming
+ * the gap (the feasibility estimate is in docs/design.md, "API surface,
+ * continued"). */
 static PyObject *not_exportable(const char *fname) {
     PyErr_Format(PyExc_NotImplementedError,
-                 "[%s] mkpy cannot export or import functions: MLX's .mlxfn format serialises MLX's own C++ "
-                 "primitives and their parameters, which mkpy's graph does not have.",
+                 "[%s] Not implemented in mkpy. MLX's .mlxfn format stores a traced function as a tape of MLX's "
+                 "C++ primitives (116 kinds, such as Add, Matmul, Reshape, Convolution), each written by name "
+                 "with its parameters in MLX's own field order, plus the constants' bytes. mkpy's graph is made "
+                 "of different primitives, and there is no table yet translating mkpy's primitives to MLX's "
+                 "(for export) or MLX's to mkpy's ops (for import); the container itself (header, inputs, "
+                 "outputs, tape) is not the obstacle.",
                  fname);
     return NULL;
 }
