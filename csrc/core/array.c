@@ -262,12 +262,30 @@ int mk_check_alloc(size_t nbytes) {
     return 0;
 }
 
+/* A buffer under MK_MMAP_MIN is one heap block: the mk_buffer, then its
+ * data at the next multiple of MK_ALIGN. One plain malloc, served by glibc's
+ * per-thread cache for small sizes, where a separate aligned_alloc went
+ * through _int_memalign (no per-thread cache, splits and consolidations:
+ * a fifth of a 16-element op + eval, docs/performance.md). */
+static mk_buffer *small_buffer_alloc(size_t alloc) {
+    char *raw = malloc(sizeof(mk_buffer) + MK_ALIGN - 1 + alloc);
+    if (!raw) return NULL;
+    mk_buffer *b = (mk_buffer *)raw;
+    uintptr_t d = ((uintptr_t)(raw + sizeof(mk_buffer)) + MK_ALIGN - 1) & ~(uintptr_t)(MK_ALIGN - 1);
+    b->data = (void *)d;
+    return b;
+}
+
 mk_buffer *mk_buffer_alloc(size_t nbytes) {
     if (mk_check_alloc(nbytes) < 0) return NULL;
-    mk_buffer *b = malloc(sizeof *b);
-    if (!b) return mk_nomem();
     size_t alloc = (nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
     if (alloc == 0) alloc = MK_ALIGN;
+    mk_buffer *b;
+    if (alloc < MK_MMAP_MIN) {
+        if (!(b = small_buffer_alloc(alloc))) return mk_nomem();
+    } else if (!(b = malloc(sizeof *b))) {
+        return mk_nomem();
+    }
     if (alloc >= MK_MMAP_MIN) {
         size_t used = alloc; /* the buffer and its padding, ending at the mapping's end */
         alloc = (alloc + MK_PAGE - 1) / MK_PAGE * MK_PAGE;
@@ -298,8 +316,6 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
             b->data = NULL;
         }
         alloc = got;
-    } else {
-        b->data = aligned_alloc(MK_ALIGN, alloc);
     }
     if (!b->data) {
         free(b);
@@ -330,8 +346,7 @@ void mk_buffer_decref(mk_buffer *b) {
             if (b->capacity > pages) mprotect(rw, b->capacity - pages, PROT_READ | PROT_WRITE);
             cache_put(rw, b->capacity);
         }
-        else
-            free(b->data);
+        /* else the data is inside b's block (small_buffer_alloc) */
     }
     free(b);
 }
@@ -435,6 +450,12 @@ static void drain(void) {
 
 void mk_decref(mk_array *a) {
     if (atomic_fetch_sub_explicit(&a->refcnt, 1, memory_order_acq_rel) != 1) return;
+    if (atomic_load_explicit(&a->prim, memory_order_acquire) == NULL) {
+        /* evaluated: freeing it frees nothing else that could recurse */
+        if (a->buf) mk_buffer_decref(a->buf);
+        free(a);
+        return;
+    }
     bury((uintptr_t)a);
     drain();
 }
@@ -443,6 +464,11 @@ static void prim_incref(mk_prim *p) { atomic_fetch_add_explicit(&p->refcnt, 1, m
 
 static void prim_decref(mk_prim *p) {
     if (atomic_fetch_sub_explicit(&p->refcnt, 1, memory_order_acq_rel) != 1) return;
+    if (p->ninputs == 0) {
+        /* run and detached (or no inputs): nothing it frees can recurse */
+        free_prim(p);
+        return;
+    }
     bury((uintptr_t)p | 1);
     drain();
 }
@@ -478,8 +504,11 @@ static mk_array *array_new(mk_dtype dtype, int ndim, const int64_t *shape) {
                      (int)mk_dtype_size(dtype));
         return NULL;
     }
-    mk_array *a = calloc(1, sizeof *a);
+    /* malloc + memset, not calloc: glibc's calloc skips its per-thread
+     * cache, and a node is allocated and freed for every op */
+    mk_array *a = malloc(sizeof *a);
     if (!a) return mk_nomem();
+    memset(a, 0, sizeof *a);
     atomic_init(&a->refcnt, 1);
     a->dtype = dtype;
     a->ndim = ndim;
@@ -685,8 +714,8 @@ bool mk_tracing(void) { return trace_depth > 0; }
 /* Runs one primitive whose inputs are all evaluated, then detaches it
  * (unless tracing); or, when another thread is running it, waits for that
  * thread and takes its outcome (its error too). The caller holds a
- * reference to p. */
-static int run_prim(mk_prim *p) {
+ * reference to p and the graph lock, which this releases. */
+static int run_prim_locked(mk_prim *p) {
     const int n = p->noutputs;
     mk_array *stack_outs[4];
     bool stack_temp[4];
@@ -695,6 +724,7 @@ static int run_prim(mk_prim *p) {
     if (n > 4) {
         outs = malloc((size_t)n * (sizeof *outs + sizeof *temp));
         if (!outs) {
+            graph_unlock();
             mk_nomem();
             return -1;
         }
@@ -702,7 +732,6 @@ static int run_prim(mk_prim *p) {
     }
     int rc = 0;
 
-    graph_lock();
     if (p->state == MK_PRIM_RUNNING) {
         /* another thread runs it: wait for its result */
         unsigned fails = p->fails;
@@ -814,6 +843,51 @@ done:
     return rc;
 }
 
+static int run_prim(mk_prim *p) {
+    graph_lock();
+    return run_prim_locked(p);
+}
+
+/* One element-wise op (unary, binary, astype) with one output of at most
+ * 4096 elements, which runs in microseconds: mk_eval does not arm the
+ * Ctrl-C handler for it and mk_eval_small runs it at once. Under the graph
+ * lock. */
+static bool small_prim(const mk_prim *p) {
+    if (p->noutputs != 1 || p->outdesc[0].ndim < 0) return false;
+    const char *nm = p->op->name;
+    if (!((nm[0] == 'u' && !strcmp(nm, "unary")) || (nm[0] == 'b' && !strcmp(nm, "binary")) ||
+          (nm[0] == 'a' && !strcmp(nm, "astype"))))
+        return false;
+    for (int k = 0; k < p->ninputs; k++)
+        if (p->inputs[k]->size > 4096) return false;
+    int64_t osz = 1;
+    for (int k = 0; k < p->outdesc[0].ndim; k++) osz *= p->outdesc[0].shape[k];
+    return osz <= 4096;
+}
+
+int mk_eval_small(mk_array *a) {
+    if (trace_depth) return 0;
+    if (!atomic_load_explicit(&a->prim, memory_order_acquire)) return 1;
+    graph_lock();
+    mk_prim *p = atomic_load_explicit(&a->prim, memory_order_relaxed);
+    if (!p) {
+        graph_unlock();
+        return 1;
+    }
+    bool ok = p->state == MK_PRIM_PENDING && !p->donated && small_prim(p);
+    for (int k = 0; ok && k < p->ninputs; k++)
+        ok = atomic_load_explicit(&p->inputs[k]->prim, memory_order_relaxed) == NULL;
+    if (!ok) {
+        graph_unlock();
+        return 0;
+    }
+    prim_incref(p);
+    mk_interrupt_begin();
+    int rc = run_prim_locked(p);
+    prim_decref(p);
+    return rc < 0 ? -1 : 1;
+}
+
 static uint64_t eval_epoch; /* under the graph lock */
 
 typedef struct {
@@ -893,17 +967,7 @@ int mk_eval(mk_array *const *arrays, int n) {
     }
     /* one small element-wise op finishes in microseconds: the binding's
      * Ctrl-C handler (a system call to check it) is not armed for it */
-    bool quick = false;
-    if (on == 1 && order[0]->noutputs == 1 && order[0]->outdesc[0].ndim >= 0 &&
-        (order[0]->op->name[0] == 'u' || order[0]->op->name[0] == 'b' || order[0]->op->name[0] == 'a') &&
-        (!strcmp(order[0]->op->name, "unary") || !strcmp(order[0]->op->name, "binary") ||
-         !strcmp(order[0]->op->name, "astype"))) {
-        quick = true;
-        for (int k = 0; k < order[0]->ninputs && quick; k++) quick = order[0]->inputs[k]->size <= 4096;
-        int64_t osz = 1;
-        for (int k = 0; k < order[0]->outdesc[0].ndim; k++) osz *= order[0]->outdesc[0].shape[k];
-        if (osz > 4096) quick = false;
-    }
+    bool quick = on == 1 && small_prim(order[0]);
     graph_unlock();
     void (*arm)(void) = mk_eval_arm;
     if (on && !quick && arm) arm();

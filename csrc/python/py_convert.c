@@ -121,9 +121,16 @@ int mkpy_eval(mk_array *const *arrs, int n) {
     for (int i = 0; i < n && !work; i++) work = arrs[i]->prim != NULL;
     if (work && !mk_eval_arm) mk_eval_arm = arm_sigint; /* mk_eval arms it unless the work is tiny */
     for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = mk_eval(arrs, n);
-        Py_END_ALLOW_THREADS
+        /* one small element-wise op runs with the GIL held: releasing and
+         * taking it back cost more than the op */
+        int small = work && n == 1 ? mk_eval_small(arrs[0]) : 0;
+        if (small) {
+            rc = small < 0 ? -1 : 0;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            rc = mk_eval(arrs, n);
+            Py_END_ALLOW_THREADS
+        }
         mkpy_flush_deferred(); /* what the kernels printed, cache warnings */
         if (rc == 0 || mk_error_code() != MK_ERR_INTERRUPT) break;
         /* interrupted: run the Python-level handler; when it raises nothing,
