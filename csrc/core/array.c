@@ -504,12 +504,14 @@ static mk_array *array_new(mk_dtype dtype, int ndim, const int64_t *shape) {
                      (int)mk_dtype_size(dtype));
         return NULL;
     }
-    /* malloc + memset, not calloc: glibc's calloc skips its per-thread
-     * cache, and a node is allocated and freed for every op */
+    /* malloc, then zero all but the count, not calloc: glibc's calloc
+     * skips its per-thread cache, and a node is allocated and freed for
+     * every op (a memset of the whole block right after malloc would be
+     * turned back into calloc by GCC) */
     mk_array *a = malloc(sizeof *a);
     if (!a) return mk_nomem();
-    memset(a, 0, sizeof *a);
     atomic_init(&a->refcnt, 1);
+    memset((char *)a + sizeof a->refcnt, 0, sizeof *a - sizeof a->refcnt);
     a->dtype = dtype;
     a->ndim = ndim;
     a->size = size;
@@ -848,44 +850,26 @@ static int run_prim(mk_prim *p) {
     return run_prim_locked(p);
 }
 
-/* One element-wise op (unary, binary, astype) with one output of at most
- * 4096 elements, which runs in microseconds: mk_eval does not arm the
- * Ctrl-C handler for it and mk_eval_small runs it at once. Under the graph
- * lock. */
+/* An element-wise op (unary, binary, astype), a view (transpose, reshape)
+ * or a copy to dense storage, with one output of at most 4096 elements and
+ * inputs as small: it runs in microseconds. A graph of up to
+ * MK_SMALL_PRIMS of them is "small": mk_eval does not arm the Ctrl-C
+ * handler for it, and mk_eval_small runs it with the GIL held. Under the
+ * graph lock. */
+#define MK_SMALL_PRIMS 8
+
 static bool small_prim(const mk_prim *p) {
     if (p->noutputs != 1 || p->outdesc[0].ndim < 0) return false;
     const char *nm = p->op->name;
     if (!((nm[0] == 'u' && !strcmp(nm, "unary")) || (nm[0] == 'b' && !strcmp(nm, "binary")) ||
-          (nm[0] == 'a' && !strcmp(nm, "astype"))))
+          (nm[0] == 'a' && !strcmp(nm, "astype")) || (nm[0] == 'v' && !strcmp(nm, "view")) ||
+          (nm[0] == 'r' && !strcmp(nm, "reshape")) || (nm[0] == 'c' && !strcmp(nm, "contiguous"))))
         return false;
     for (int k = 0; k < p->ninputs; k++)
         if (p->inputs[k]->size > 4096) return false;
     int64_t osz = 1;
     for (int k = 0; k < p->outdesc[0].ndim; k++) osz *= p->outdesc[0].shape[k];
     return osz <= 4096;
-}
-
-int mk_eval_small(mk_array *a) {
-    if (trace_depth) return 0;
-    if (!atomic_load_explicit(&a->prim, memory_order_acquire)) return 1;
-    graph_lock();
-    mk_prim *p = atomic_load_explicit(&a->prim, memory_order_relaxed);
-    if (!p) {
-        graph_unlock();
-        return 1;
-    }
-    bool ok = p->state == MK_PRIM_PENDING && !p->donated && small_prim(p);
-    for (int k = 0; ok && k < p->ninputs; k++)
-        ok = atomic_load_explicit(&p->inputs[k]->prim, memory_order_relaxed) == NULL;
-    if (!ok) {
-        graph_unlock();
-        return 0;
-    }
-    prim_incref(p);
-    mk_interrupt_begin();
-    int rc = run_prim_locked(p);
-    prim_decref(p);
-    return rc < 0 ? -1 : 1;
 }
 
 static uint64_t eval_epoch; /* under the graph lock */
@@ -901,7 +885,10 @@ typedef struct {
  * one a thread finds running elsewhere is waited for, one already done is
  * skipped. Waiting cannot deadlock: a thread waits only between primitives,
  * holding none, and the running thread needs nothing from it. */
-int mk_eval(mk_array *const *arrays, int n) {
+/* small_only (mk_eval_small): gives up, returning 1 with nothing done, as
+ * soon as the graph is not small (small_prim); else it runs it on this
+ * thread as mk_eval does. */
+static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
     mk_interrupt_begin();
     /* small graphs use the C stack: no allocation for one op's eval */
     frame stack0[16];
@@ -951,6 +938,7 @@ int mk_eval(mk_array *const *arrays, int n) {
                     stack[sn++] = (frame){q, 0};
                 }
             } else {
+                if (small_only && (on == MK_SMALL_PRIMS || !small_prim(f->p))) goto not_small;
                 if (on == ocap) {
                     mk_prim **o = order == order0 ? malloc(ocap * 2 * sizeof *order)
                                                   : realloc(order, ocap * 2 * sizeof *order);
@@ -965,9 +953,18 @@ int mk_eval(mk_array *const *arrays, int n) {
             }
         }
     }
-    /* one small element-wise op finishes in microseconds: the binding's
-     * Ctrl-C handler (a system call to check it) is not armed for it */
-    bool quick = on == 1 && small_prim(order[0]);
+    /* a small graph finishes in microseconds: the binding's Ctrl-C handler
+     * (a system call to check it) is not armed for it */
+    bool quick = on <= MK_SMALL_PRIMS;
+    for (size_t k = 0; k < on && quick; k++) quick = small_prim(order[k]);
+    if (small_only && on == 1 && nunlinked == 0) {
+        /* one primitive: run it under this hold of the lock */
+        if (stack != stack0) free(stack);
+        if (unlinked != unlinked0) free(unlinked);
+        rc = run_prim_locked(order[0]);
+        prim_decref(order[0]);
+        return rc;
+    }
     graph_unlock();
     void (*arm)(void) = mk_eval_arm;
     if (on && !quick && arm) arm();
@@ -992,6 +989,14 @@ int mk_eval(mk_array *const *arrays, int n) {
     for (; i < on; i++) prim_decref(order[i]);
     if (order != order0) free(order);
     return rc;
+not_small:
+    graph_unlock();
+    for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
+    if (unlinked != unlinked0) free(unlinked);
+    for (size_t k = 0; k < on; k++) prim_decref(order[k]);
+    if (stack != stack0) free(stack);
+    if (order != order0) free(order);
+    return 1;
 nomem:
     graph_unlock();
     for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
@@ -1001,6 +1006,14 @@ nomem:
     if (order != order0) free(order);
     mk_nomem();
     return -1;
+}
+
+int mk_eval(mk_array *const *arrays, int n) { return eval_impl(arrays, n, false); }
+
+int mk_eval_small(mk_array *const *arrays, int n) {
+    if (trace_depth || n > MK_SMALL_PRIMS) return 0;
+    int rc = eval_impl(arrays, n, true);
+    return rc < 0 ? -1 : rc == 0 ? 1 : 0;
 }
 
 void (*_Atomic mk_eval_arm)(void);

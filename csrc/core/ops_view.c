@@ -56,9 +56,12 @@ static int view_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array 
 static const mk_opdef view_def = {"view", view_eval, NULL, view_vjp, view_jvp, view_vmap, false};
 
 static view_params *view_new(const mk_array *x, int ndim) {
-    view_params *v = calloc(1, sizeof *v);
+    /* not calloc, which skips glibc's per-thread cache (and not a memset
+     * of the whole block, which GCC turns back into calloc) */
+    view_params *v = malloc(sizeof *v);
     if (!v) return mk_nomem();
     v->ndim = ndim;
+    memset((char *)v + sizeof v->ndim, 0, sizeof *v - sizeof v->ndim);
     v->in_ndim = x->ndim;
     for (int k = 0; k < ndim; k++) {
         v->map[k] = -1;

@@ -121,9 +121,9 @@ int mkpy_eval(mk_array *const *arrs, int n) {
     for (int i = 0; i < n && !work; i++) work = arrs[i]->prim != NULL;
     if (work && !mk_eval_arm) mk_eval_arm = arm_sigint; /* mk_eval arms it unless the work is tiny */
     for (;;) {
-        /* one small element-wise op runs with the GIL held: releasing and
-         * taking it back cost more than the op */
-        int small = work && n == 1 ? mk_eval_small(arrs[0]) : 0;
+        /* a few small element-wise ops or copies run with the GIL held:
+         * releasing and taking it back cost more than they do */
+        int small = work ? mk_eval_small(arrs, n) : 1; /* nothing to do: evaluated */
         if (small) {
             rc = small < 0 ? -1 : 0;
         } else {
