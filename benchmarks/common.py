@@ -32,14 +32,16 @@ def _sample(fn, inner):
     return (time.perf_counter() - t0) / inner
 
 
-def compare(contenders, *, warmup=2, min_reps=3, max_reps=9, budget_s=3.0, sample_s=0.02):
+def compare(contenders, *, warmup=2, min_reps=3, max_reps=9, budget_s=3.0, sample_s=0.02, settle_s=0.0):
     """Best seconds per call of each contender ({name: fn}), interleaved.
 
     Runs `warmup` interleaved calls of each, sizes each contender's sample to
     about `sample_s`, then runs rounds until `min_reps` are done and either
     `max_reps` are done or `budget_s` has passed. With warmup=0 (for calls of
     seconds, warmed up by the caller on a smaller size) the sizing call counts
-    as the first round."""
+    as the first round. settle_s: a pause before each timed sample, so that
+    worker threads a library leaves running after its calls (MLX's) are done
+    before the next contender is timed."""
     names = [n for n, f in contenders.items() if f is not None]
     gc_was = gc.isenabled()
     gc.collect()
@@ -59,6 +61,8 @@ def compare(contenders, *, warmup=2, min_reps=3, max_reps=9, budget_s=3.0, sampl
         while rounds < min_reps or (rounds < max_reps and time.perf_counter() - start < budget_s):
             k = rounds % len(names)
             for n in names[k:] + names[:k]:
+                if settle_s:
+                    time.sleep(settle_s)
                 best[n] = min(best[n], _sample(contenders[n], inner[n]))
             rounds += 1
     finally:

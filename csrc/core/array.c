@@ -95,11 +95,25 @@ static struct {
 
 static size_t cache_bin(size_t size) { return size >= MK_MMAP_MIN ? 0 : size / MK_ALIGN; }
 
-static void release_block(void *data, size_t size) {
-    if (size >= MK_MMAP_MIN)
+/* A heap block is a whole small buffer (small_buffer_alloc: its mk_buffer,
+ * then its data); its record lives in its data, which is free while cached
+ * (at least MK_ALIGN bytes). A mapped block's record is malloc'ed. */
+_Static_assert(sizeof(cached_block) <= MK_ALIGN, "a cached heap block holds its own record");
+
+static bool heap_block(size_t size) { return size < MK_MMAP_MIN; }
+
+static cached_block *heap_record(void *block) { return (cached_block *)((mk_buffer *)block)->data; }
+
+/* Frees an unlinked block and its record. */
+static void release_block(cached_block *c) {
+    void *data = c->data;
+    size_t size = c->size;
+    if (heap_block(size)) {
+        free(data); /* the record with it */
+    } else {
+        free(c);
         unmap_buffer(data, size);
-    else
-        free(data);
+    }
 }
 
 /* Unlinks c from both lists. Called with the lock held. */
@@ -124,7 +138,7 @@ static void *cache_take(size_t size, size_t *got) {
         cache_unlink_locked(c);
         p = c->data;
         *got = c->size;
-        free(c);
+        if (!heap_block(c->size)) free(c);
     }
     pthread_mutex_unlock(&cache.mu);
     return p;
@@ -136,13 +150,14 @@ static void cache_trim_locked(int64_t target) {
     while (cache.bytes > target && cache.oldest) {
         cached_block *c = cache.oldest;
         cache_unlink_locked(c);
-        release_block(c->data, c->size);
-        free(c);
+        release_block(c);
     }
 }
 
+/* data: a mapped block's pages, or a heap block (a whole small mk_buffer). */
 static void cache_put(void *data, size_t size) {
-    cached_block *c = malloc(sizeof *c);
+    bool heap = heap_block(size);
+    cached_block *c = heap ? heap_record(data) : malloc(sizeof *c);
     pthread_mutex_lock(&cache.mu);
     if (c && (int64_t)size <= cache.limit) {
         cache_trim_locked(cache.limit - (int64_t)size);
@@ -163,8 +178,12 @@ static void cache_put(void *data, size_t size) {
         data = NULL;
     }
     pthread_mutex_unlock(&cache.mu);
-    free(c);
-    if (data) release_block(data, size);
+    if (heap) {
+        free(data); /* not kept (NULL when kept) */
+    } else {
+        free(c);
+        if (data) unmap_buffer(data, size);
+    }
 }
 
 int64_t mk_cache_memory(void) {
@@ -298,12 +317,37 @@ int mk_check_alloc(size_t nbytes) {
     return 0;
 }
 
+/* A buffer under MK_MMAP_MIN is one heap block: the mk_buffer, then its
+ * data at the next multiple of MK_ALIGN. One plain malloc, served by glibc's
+ * per-thread cache for small sizes, where a separate aligned_alloc went
+ * through _int_memalign (no per-thread cache, splits and consolidations:
+ * a fifth of a 16-element op + eval, docs/performance.md). */
+static mk_buffer *small_buffer_alloc(size_t alloc) {
+    char *raw = malloc(sizeof(mk_buffer) + MK_ALIGN - 1 + alloc);
+    if (!raw) return NULL;
+    mk_buffer *b = (mk_buffer *)raw;
+    uintptr_t d = ((uintptr_t)(raw + sizeof(mk_buffer)) + MK_ALIGN - 1) & ~(uintptr_t)(MK_ALIGN - 1);
+    b->data = (void *)d;
+    return b;
+}
+
 mk_buffer *mk_buffer_alloc(size_t nbytes) {
     if (mk_check_alloc(nbytes) < 0) return NULL;
-    mk_buffer *b = malloc(sizeof *b);
-    if (!b) return mk_nomem();
     size_t alloc = (nbytes + MK_ALIGN - 1) / MK_ALIGN * MK_ALIGN;
     if (alloc == 0) alloc = MK_ALIGN;
+    mk_buffer *b;
+    if (heap_block(alloc)) {
+        size_t got = alloc; /* heap blocks are taken by exact size */
+        b = cache_take(alloc, &got);
+        if (!b) b = small_buffer_alloc(alloc);
+        if (!b && mk_cache_memory() > 0) {
+            mk_cache_clear();
+            b = small_buffer_alloc(alloc);
+        }
+        if (!b) return mk_nomem();
+    } else if (!(b = malloc(sizeof *b))) {
+        return mk_nomem();
+    }
     if (alloc >= MK_MMAP_MIN) {
         size_t used = alloc; /* the buffer and its padding, ending at the mapping's end */
         alloc = (alloc + MK_PAGE - 1) / MK_PAGE * MK_PAGE;
@@ -334,14 +378,6 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
             b->data = NULL;
         }
         alloc = got;
-    } else {
-        size_t got = alloc;
-        b->data = cache_take(alloc, &got);
-        if (!b->data) b->data = aligned_alloc(MK_ALIGN, alloc);
-        if (!b->data && mk_cache_memory() > 0) {
-            mk_cache_clear();
-            b->data = aligned_alloc(MK_ALIGN, alloc);
-        }
     }
     if (!b->data) {
         free(b);
@@ -372,7 +408,8 @@ void mk_buffer_decref(mk_buffer *b) {
             if (b->capacity > pages) mprotect(rw, b->capacity - pages, PROT_READ | PROT_WRITE);
             cache_put(rw, b->capacity);
         } else {
-            cache_put(b->data, b->capacity);
+            cache_put(b, b->capacity); /* the data is inside b's block (small_buffer_alloc) */
+            return;
         }
     }
     free(b);
@@ -477,6 +514,12 @@ static void drain(void) {
 
 void mk_decref(mk_array *a) {
     if (atomic_fetch_sub_explicit(&a->refcnt, 1, memory_order_acq_rel) != 1) return;
+    if (atomic_load_explicit(&a->prim, memory_order_acquire) == NULL) {
+        /* evaluated: freeing it frees nothing else that could recurse */
+        if (a->buf) mk_buffer_decref(a->buf);
+        free(a);
+        return;
+    }
     bury((uintptr_t)a);
     drain();
 }
@@ -485,6 +528,11 @@ static void prim_incref(mk_prim *p) { atomic_fetch_add_explicit(&p->refcnt, 1, m
 
 static void prim_decref(mk_prim *p) {
     if (atomic_fetch_sub_explicit(&p->refcnt, 1, memory_order_acq_rel) != 1) return;
+    if (p->ninputs == 0) {
+        /* run and detached (or no inputs): nothing it frees can recurse */
+        free_prim(p);
+        return;
+    }
     bury((uintptr_t)p | 1);
     drain();
 }
@@ -520,9 +568,14 @@ static mk_array *array_new(mk_dtype dtype, int ndim, const int64_t *shape) {
                      (int)mk_dtype_size(dtype));
         return NULL;
     }
-    mk_array *a = calloc(1, sizeof *a);
+    /* malloc, then zero all but the count, not calloc: glibc's calloc
+     * skips its per-thread cache, and a node is allocated and freed for
+     * every op (a memset of the whole block right after malloc would be
+     * turned back into calloc by GCC) */
+    mk_array *a = malloc(sizeof *a);
     if (!a) return mk_nomem();
     atomic_init(&a->refcnt, 1);
+    memset((char *)a + sizeof a->refcnt, 0, sizeof *a - sizeof a->refcnt);
     a->dtype = dtype;
     a->ndim = ndim;
     a->size = size;
@@ -727,8 +780,8 @@ bool mk_tracing(void) { return trace_depth > 0; }
 /* Runs one primitive whose inputs are all evaluated, then detaches it
  * (unless tracing); or, when another thread is running it, waits for that
  * thread and takes its outcome (its error too). The caller holds a
- * reference to p. */
-static int run_prim(mk_prim *p) {
+ * reference to p and the graph lock, which this releases. */
+static int run_prim_locked(mk_prim *p) {
     const int n = p->noutputs;
     mk_array *stack_outs[4];
     bool stack_temp[4];
@@ -737,6 +790,7 @@ static int run_prim(mk_prim *p) {
     if (n > 4) {
         outs = malloc((size_t)n * (sizeof *outs + sizeof *temp));
         if (!outs) {
+            graph_unlock();
             mk_nomem();
             return -1;
         }
@@ -744,7 +798,6 @@ static int run_prim(mk_prim *p) {
     }
     int rc = 0;
 
-    graph_lock();
     if (p->state == MK_PRIM_RUNNING) {
         /* another thread runs it: wait for its result */
         unsigned fails = p->fails;
@@ -856,6 +909,33 @@ done:
     return rc;
 }
 
+static int run_prim(mk_prim *p) {
+    graph_lock();
+    return run_prim_locked(p);
+}
+
+/* An element-wise op (unary, binary, astype), a view (transpose, reshape)
+ * or a copy to dense storage, with one output of at most 4096 elements and
+ * inputs as small: it runs in microseconds. A graph of up to
+ * MK_SMALL_PRIMS of them is "small": mk_eval does not arm the Ctrl-C
+ * handler for it, and mk_eval_small runs it with the GIL held. Under the
+ * graph lock. */
+#define MK_SMALL_PRIMS 8
+
+static bool small_prim(const mk_prim *p) {
+    if (p->noutputs != 1 || p->outdesc[0].ndim < 0) return false;
+    const char *nm = p->op->name;
+    if (!((nm[0] == 'u' && !strcmp(nm, "unary")) || (nm[0] == 'b' && !strcmp(nm, "binary")) ||
+          (nm[0] == 'a' && !strcmp(nm, "astype")) || (nm[0] == 'v' && !strcmp(nm, "view")) ||
+          (nm[0] == 'r' && !strcmp(nm, "reshape")) || (nm[0] == 'c' && !strcmp(nm, "contiguous"))))
+        return false;
+    for (int k = 0; k < p->ninputs; k++)
+        if (p->inputs[k]->size > 4096) return false;
+    int64_t osz = 1;
+    for (int k = 0; k < p->outdesc[0].ndim; k++) osz *= p->outdesc[0].shape[k];
+    return osz <= 4096;
+}
+
 static uint64_t eval_epoch; /* under the graph lock */
 
 typedef struct {
@@ -869,7 +949,10 @@ typedef struct {
  * one a thread finds running elsewhere is waited for, one already done is
  * skipped. Waiting cannot deadlock: a thread waits only between primitives,
  * holding none, and the running thread needs nothing from it. */
-int mk_eval(mk_array *const *arrays, int n) {
+/* small_only (mk_eval_small): gives up, returning 1 with nothing done, as
+ * soon as the graph is not small (small_prim); else it runs it on this
+ * thread as mk_eval does. */
+static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
     mk_interrupt_begin();
     /* small graphs use the C stack: no allocation for one op's eval */
     frame stack0[16];
@@ -919,6 +1002,7 @@ int mk_eval(mk_array *const *arrays, int n) {
                     stack[sn++] = (frame){q, 0};
                 }
             } else {
+                if (small_only && (on == MK_SMALL_PRIMS || !small_prim(f->p))) goto not_small;
                 if (on == ocap) {
                     mk_prim **o = order == order0 ? malloc(ocap * 2 * sizeof *order)
                                                   : realloc(order, ocap * 2 * sizeof *order);
@@ -933,18 +1017,17 @@ int mk_eval(mk_array *const *arrays, int n) {
             }
         }
     }
-    /* one small element-wise op finishes in microseconds: the binding's
-     * Ctrl-C handler (a system call to check it) is not armed for it */
-    bool quick = false;
-    if (on == 1 && order[0]->noutputs == 1 && order[0]->outdesc[0].ndim >= 0 &&
-        (order[0]->op->name[0] == 'u' || order[0]->op->name[0] == 'b' || order[0]->op->name[0] == 'a') &&
-        (!strcmp(order[0]->op->name, "unary") || !strcmp(order[0]->op->name, "binary") ||
-         !strcmp(order[0]->op->name, "astype"))) {
-        quick = true;
-        for (int k = 0; k < order[0]->ninputs && quick; k++) quick = order[0]->inputs[k]->size <= 4096;
-        int64_t osz = 1;
-        for (int k = 0; k < order[0]->outdesc[0].ndim; k++) osz *= order[0]->outdesc[0].shape[k];
-        if (osz > 4096) quick = false;
+    /* a small graph finishes in microseconds: the binding's Ctrl-C handler
+     * (a system call to check it) is not armed for it */
+    bool quick = on <= MK_SMALL_PRIMS;
+    for (size_t k = 0; k < on && quick; k++) quick = small_prim(order[k]);
+    if (small_only && on == 1 && nunlinked == 0) {
+        /* one primitive: run it under this hold of the lock */
+        if (stack != stack0) free(stack);
+        if (unlinked != unlinked0) free(unlinked);
+        rc = run_prim_locked(order[0]);
+        prim_decref(order[0]);
+        return rc;
     }
     graph_unlock();
     void (*arm)(void) = mk_eval_arm;
@@ -970,6 +1053,14 @@ int mk_eval(mk_array *const *arrays, int n) {
     for (; i < on; i++) prim_decref(order[i]);
     if (order != order0) free(order);
     return rc;
+not_small:
+    graph_unlock();
+    for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
+    if (unlinked != unlinked0) free(unlinked);
+    for (size_t k = 0; k < on; k++) prim_decref(order[k]);
+    if (stack != stack0) free(stack);
+    if (order != order0) free(order);
+    return 1;
 nomem:
     graph_unlock();
     for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
@@ -979,6 +1070,14 @@ nomem:
     if (order != order0) free(order);
     mk_nomem();
     return -1;
+}
+
+int mk_eval(mk_array *const *arrays, int n) { return eval_impl(arrays, n, false); }
+
+int mk_eval_small(mk_array *const *arrays, int n) {
+    if (trace_depth || n > MK_SMALL_PRIMS) return 0;
+    int rc = eval_impl(arrays, n, true);
+    return rc < 0 ? -1 : rc == 0 ? 1 : 0;
 }
 
 void (*_Atomic mk_eval_arm)(void);

@@ -236,6 +236,13 @@ void mk_trace_push(void);
 void mk_trace_pop(void);
 bool mk_tracing(void);
 static inline int mk_eval1(mk_array *a) { return mk_is_evaluated(a) ? 0 : mk_eval(&a, 1); }
+/* mk_eval for a small graph: when what the arrays need is at most 8
+ * pending primitives, each an element-wise op, a view or a dense copy of at
+ * most 4096 elements (microseconds of work, so the binding keeps the GIL for
+ * it), evaluates them and returns 1 (also when there is nothing to do); -1
+ * with the error set when one failed; 0, with nothing done, when the graph
+ * is not small (or a trace runs): the caller then calls mk_eval. */
+int mk_eval_small(mk_array *const *arrays, int n);
 
 /* Called after each primitive is evaluated, when set (the profiler,
  * kernel/diag.c): the op's name, its start and end (CLOCK_MONOTONIC ns) and

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <tgmath.h>
 
+#include "half_fast.h"
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
@@ -336,6 +337,132 @@ static const rkern reduce_kernels[6][MK_NDTYPES] = {
     [MK_REDUCE_ALL] = {LOGIC(RK_ENT, all)},
     [MK_REDUCE_ANY] = {LOGIC(RK_ENT, any)},
 };
+
+/* ---- float32 max and min in vector types. GCC keeps the generic kernel's
+ * select (x > a or x is NaN) a branch per element; this is the same kernel,
+ * with its LANES lanes in one vector and the select as a compare and a
+ * blend, so every block gives the same bits (the same element wins, NaNs
+ * and signed zeros included) as the generic kernel, which still runs the
+ * strided rows. */
+typedef float vrf32 __attribute__((vector_size(LANES * 4)));
+typedef int32_t vri32 __attribute__((vector_size(LANES * 4)));
+#define VSTEP_max(a, x) (((x) > (a)) | ((x) != (x)))
+#define VSTEP_min(a, x) (((a) > (x)) | ((x) != (x)))
+#define VROW_MINMAX(op)                                                                                \
+    MK_SIMD_CLONES static void vrow_##op##_f32(const void *x_, int64_t st, int64_t n, int64_t pos,     \
+                                               void *acc_) {                                           \
+        if (st != 1) {                                                                                 \
+            row_##op##_f32(x_, st, n, pos, acc_);                                                      \
+            return;                                                                                    \
+        }                                                                                              \
+        const float *x = x_;                                                                           \
+        float total = *(float *)acc_;                                                                  \
+        while (n > 0) {                                                                                \
+            int64_t m = n < BLOCK ? n : BLOCK, i = 0;                                                  \
+            vrf32 lane;                                                                                \
+            for (int k = 0; k < LANES; k++) lane[k] = INIT_##op(f32);                                  \
+            for (; i + LANES <= m; i += LANES) {                                                       \
+                vrf32 v;                                                                               \
+                memcpy(&v, x + i, sizeof v);                                                           \
+                vri32 take = VSTEP_##op(lane, v);                                                      \
+                lane = (vrf32)(((vri32)v & take) | ((vri32)lane & ~take));                             \
+            }                                                                                          \
+            float t = lane[0];                                                                         \
+            for (int k = 1; k < LANES; k++) t = STEP_##op(f32, t, lane[k]);                            \
+            for (; i < m; i++) t = STEP_##op(f32, t, x[i]);                                            \
+            total = STEP_##op(f32, total, t);                                                          \
+            x += m;                                                                                    \
+            n -= m;                                                                                    \
+        }                                                                                              \
+        *(float *)acc_ = total;                                                                        \
+    }                                                                                                  \
+    static void vrows_##op##_f32(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,    \
+                                 void *out_) {                                                         \
+        if (n < 2 * LANES) {                                                                           \
+            rows_##op##_f32(x_, xs, nrows, st, n, out_);                                               \
+            return;                                                                                    \
+        }                                                                                              \
+        const float *x = x_;                                                                           \
+        float *out = out_;                                                                             \
+        for (int64_t r = 0; r < nrows; r++) {                                                          \
+            float acc = INIT_##op(f32);                                                                \
+            vrow_##op##_f32(x + r * xs, st, n, 0, &acc);                                               \
+            out[r] = acc;                                                                              \
+        }                                                                                              \
+    }
+VROW_MINMAX(max)
+VROW_MINMAX(min)
+
+/* ---- float16 through F16C (half_fast.h): sum, prod, max and min read
+ * float16 runs a block of BLOCK at a time, widened with vcvtph2ps, and run
+ * the float32 kernel on the block. The float32 kernels have the same lanes,
+ * blocks and accumulator types as the float16 ones (float lanes; a double
+ * for sums), and widening is exact, so the results are the same bits as the
+ * software path (MKPY_NO_F16C=1). Column mode keeps the software loads. */
+#define F32ROW_sum row_sum_f32
+#define F32ROW_prod row_prod_f32
+#define F32ROW_max vrow_max_f32
+#define F32ROW_min vrow_min_f32
+#define F16C_ROW(op, A)                                                                                \
+    static void row16c_##op(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc) {          \
+        const mk_f16 *x = x_;                                                                          \
+        float buf[BLOCK];                                                                              \
+        while (n > 0) {                                                                                \
+            int64_t m = n < BLOCK ? n : BLOCK;                                                         \
+            mk_f16_to_f32_run(x, st, buf, m);                                                          \
+            F32ROW_##op(buf, 1, m, pos, acc);                                                          \
+            x += m * st;                                                                               \
+            n -= m;                                                                                    \
+        }                                                                                              \
+    }                                                                                                  \
+    static void rows16c_##op(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,        \
+                             void *out_) {                                                             \
+        if (n < 2 * LANES) { /* short rows: the software path's own loop */                            \
+            rows_##op##_f16(x_, xs, nrows, st, n, out_);                                               \
+            return;                                                                                    \
+        }                                                                                              \
+        const mk_f16 *x = x_;                                                                          \
+        mk_f16 *out = out_;                                                                            \
+        for (int64_t r = 0; r < nrows; r++) {                                                          \
+            A acc = (A)(INIT_##op(f16));                                                               \
+            row16c_##op(x + r * xs, st, n, 0, &acc);                                                   \
+            MK_STORE_f16(&out[r], acc);                                                                \
+        }                                                                                              \
+    }
+F16C_ROW(sum, double)
+F16C_ROW(prod, float)
+F16C_ROW(max, float)
+F16C_ROW(min, float)
+
+static const row_fn f16c_row[4] = {
+    [MK_REDUCE_SUM] = row16c_sum, [MK_REDUCE_PROD] = row16c_prod, [MK_REDUCE_MAX] = row16c_max,
+    [MK_REDUCE_MIN] = row16c_min};
+static const rows_fn f16c_rows[4] = {
+    [MK_REDUCE_SUM] = rows16c_sum, [MK_REDUCE_PROD] = rows16c_prod, [MK_REDUCE_MAX] = rows16c_max,
+    [MK_REDUCE_MIN] = rows16c_min};
+
+/* k with the vector row kernels for a float32 max/min, or the F16C ones
+ * when k is a float16 sum/prod/max/min and the CPU has F16C (the copy
+ * lives in *tmp); k itself otherwise. */
+static const rkern *f16c_kernel(const rkern *k, rkern *tmp) {
+    static const int ops[4] = {MK_REDUCE_SUM, MK_REDUCE_PROD, MK_REDUCE_MAX, MK_REDUCE_MIN};
+    if (k == &reduce_kernels[MK_REDUCE_MAX][MK_FLOAT32] || k == &reduce_kernels[MK_REDUCE_MIN][MK_FLOAT32]) {
+        bool mx = k == &reduce_kernels[MK_REDUCE_MAX][MK_FLOAT32];
+        *tmp = *k;
+        tmp->row = mx ? vrow_max_f32 : vrow_min_f32;
+        tmp->rows = mx ? vrows_max_f32 : vrows_min_f32;
+        return tmp;
+    }
+    for (int i = 0; i < 4; i++)
+        if (k == &reduce_kernels[ops[i]][MK_FLOAT16]) {
+            if (!mk_f16c()) return k;
+            *tmp = *k;
+            tmp->row = f16c_row[ops[i]];
+            tmp->rows = f16c_rows[ops[i]];
+            return tmp;
+        }
+    return k;
+}
 
 /* ---- argmax / argmin: (value, index) accumulators. A nan wins and, as
  * with ties, the first one is kept (MLX and NumPy agree). */
@@ -707,6 +834,8 @@ static void reduce_job(void *c, int ith, int nth) {
  * kept dims, in order). */
 static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool keep_order, mk_array *out) {
     rplan pl;
+    rkern k16;
+    k = f16c_kernel(k, &k16);
     memset(&pl, 0, sizeof pl);
     pl.k = k;
     pl.x = mk_data(x);

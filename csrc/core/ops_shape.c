@@ -13,6 +13,10 @@
 #include "transforms.h"
 #include "pool.h"
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 /* ------------------------------------------------------------ strided copy */
 
 
@@ -49,7 +53,8 @@ static void copy_rows(void *c, const int64_t *off, const int64_t *st, int64_t n)
 
 /* A transpose-like copy (the two innermost dims are unit-stride in dst and
  * in src respectively) goes by square tiles, so that both sides stay in
- * cache. Work items are (outer index, tile row). */
+ * cache (partial tiles at the edges, and for dims under a tile: one loop
+ * nest instead of a call per row). Work items are (outer index, tile row). */
 #define TILE 32
 
 typedef struct {
@@ -57,6 +62,37 @@ typedef struct {
     copy_ctx u;
     int64_t ntr; /* tile rows per outer index */
 } tile_ctx;
+
+/* d[r * dr + k] = s[r + k * sc] for r in [r0, r1), k in [c0, c1), 4-byte
+ * elements: 4x4 blocks moved as four loads, a register transpose and four
+ * stores (shuffles only: the bits are copied as they are). */
+static void tile_t32(uint32_t *d, int64_t dr, const uint32_t *s, int64_t sc, int64_t r0, int64_t r1, int64_t c0,
+                     int64_t c1) {
+    int64_t r = r0;
+#ifdef __SSE2__
+    for (; r + 4 <= r1; r += 4) {
+        int64_t k = c0;
+        for (; k + 4 <= c1; k += 4) {
+            const uint32_t *q = s + r + k * sc;
+            __m128i a0 = _mm_loadu_si128((const __m128i *)q);
+            __m128i a1 = _mm_loadu_si128((const __m128i *)(q + sc));
+            __m128i a2 = _mm_loadu_si128((const __m128i *)(q + 2 * sc));
+            __m128i a3 = _mm_loadu_si128((const __m128i *)(q + 3 * sc));
+            __m128i t0 = _mm_unpacklo_epi32(a0, a1), t1 = _mm_unpacklo_epi32(a2, a3);
+            __m128i t2 = _mm_unpackhi_epi32(a0, a1), t3 = _mm_unpackhi_epi32(a2, a3);
+            uint32_t *o = d + r * dr + k;
+            _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + dr), _mm_unpackhi_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(o + 2 * dr), _mm_unpacklo_epi64(t2, t3));
+            _mm_storeu_si128((__m128i *)(o + 3 * dr), _mm_unpackhi_epi64(t2, t3));
+        }
+        for (; k < c1; k++)
+            for (int64_t i = r; i < r + 4; i++) d[i * dr + k] = s[i + k * sc];
+    }
+#endif
+    for (; r < r1; r++)
+        for (int64_t k = c0; k < c1; k++) d[r * dr + k] = s[r + k * sc];
+}
 
 static void copy_tiles(void *c, int64_t begin, int64_t end) {
     const tile_ctx *t = c;
@@ -77,6 +113,11 @@ static void copy_tiles(void *c, int64_t begin, int64_t end) {
         }
         char *dst = t->u.dst + doff * (int64_t)sz;
         const char *src = t->u.src + soff * (int64_t)sz;
+        if (sz == 4 && dc == 1 && sr == 1) {
+            for (int64_t c0 = 0; c0 < C; c0 += TILE)
+                tile_t32((uint32_t *)dst, dr, (const uint32_t *)src, sc, r0, r1, c0, c0 + TILE < C ? c0 + TILE : C);
+            continue;
+        }
         for (int64_t c0 = 0; c0 < C; c0 += TILE) {
             int64_t c1 = c0 + TILE < C ? c0 + TILE : C;
 #define LOOP(T)                                                                                        \
@@ -109,8 +150,7 @@ void mk_copy_into(const mk_array *src, void *dst, const int64_t *dst_strides) {
     mk_iter it;
     mk_iter_init(&it, src->ndim, src->shape, 2, strides);
     int nd = it.ndim;
-    if (nd >= 2 && it.shape[nd - 1] >= TILE && it.shape[nd - 2] >= TILE && it.strides[0][nd - 1] == 1 &&
-        it.strides[1][nd - 2] == 1 && it.strides[1][nd - 1] != 1) {
+    if (nd >= 2 && it.strides[0][nd - 1] == 1 && it.strides[1][nd - 2] == 1 && it.strides[1][nd - 1] != 1) {
         tile_ctx t = {&it, u, (it.shape[nd - 2] + TILE - 1) / TILE};
         int64_t items = it.total / (it.shape[nd - 2] * it.shape[nd - 1]) * t.ntr;
         int64_t grain = MK_GRAIN / (TILE * it.shape[nd - 1]);

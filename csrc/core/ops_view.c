@@ -60,9 +60,12 @@ static const mk_opdef view_def = {"view", view_eval, NULL, view_vjp, view_jvp, v
                                   true, sizeof(view_params), NULL, view_name};
 
 static view_params *view_new(const mk_array *x, int ndim) {
-    view_params *v = calloc(1, sizeof *v);
+    /* not calloc, which skips glibc's per-thread cache (and not a memset
+     * of the whole block, which GCC turns back into calloc) */
+    view_params *v = malloc(sizeof *v);
     if (!v) return mk_nomem();
     v->ndim = ndim;
+    memset((char *)v + sizeof v->ndim, 0, sizeof *v - sizeof v->ndim);
     v->in_ndim = x->ndim;
     for (int k = 0; k < ndim; k++) {
         v->map[k] = -1;

@@ -25,6 +25,25 @@ static PyObject *array_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return mkpy_wrap(a);
 }
 
+/* mkpy.array(...) through vectorcall (the type's tp_vectorcall, used by
+ * calls of the type object): no argument tuple and dict, no format-string
+ * parsing. The class has no subclasses (no Py_TPFLAGS_BASETYPE). */
+static PyObject *array_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    static const char *const names[] = {"val", "dtype", NULL};
+    PyObject *a[2];
+    (void)type;
+    if (mkpy_parse("array", args, PyVectorcall_NARGS(nargsf), kwnames, names, 1, a) < 0) return NULL;
+    int dtype = -1;
+    if (a[1] && a[1] != Py_None) {
+        mk_dtype t;
+        if (mkpy_parse_dtype(a[1], &t) < 0) return NULL;
+        dtype = t;
+    }
+    mk_array *r = mkpy_to_array(a[0], dtype);
+    if (!r) return NULL;
+    return mkpy_wrap(r);
+}
+
 static void array_dealloc(PyMkArray *self) {
     if (self->weakreflist) PyObject_ClearWeakRefs((PyObject *)self);
     if (self->arr) mk_decref(self->arr);
@@ -814,5 +833,6 @@ PyTypeObject PyMkArray_Type = {
     .tp_methods = array_methods,
     .tp_getset = array_getset,
     .tp_new = array_new,
+    .tp_vectorcall = array_vectorcall,
     .tp_weaklistoffset = offsetof(PyMkArray, weakreflist),
 };

@@ -121,9 +121,16 @@ int mkpy_eval(mk_array *const *arrs, int n) {
     for (int i = 0; i < n && !work; i++) work = arrs[i]->prim != NULL;
     if (work && !mk_eval_arm) mk_eval_arm = arm_sigint; /* mk_eval arms it unless the work is tiny */
     for (;;) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = mk_eval(arrs, n);
-        Py_END_ALLOW_THREADS
+        /* a few small element-wise ops or copies run with the GIL held:
+         * releasing and taking it back cost more than they do */
+        int small = work ? mk_eval_small(arrs, n) : 1; /* nothing to do: evaluated */
+        if (small) {
+            rc = small < 0 ? -1 : 0;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            rc = mk_eval(arrs, n);
+            Py_END_ALLOW_THREADS
+        }
         mkpy_flush_deferred(); /* what the kernels printed, cache warnings */
         if (rc == 0 || mk_error_code() != MK_ERR_INTERRUPT) break;
         /* interrupted: run the Python-level handler; when it raises nothing,
@@ -228,7 +235,41 @@ static int has_attr_fast(PyObject *o, PyObject **cache, const char *name) {
     return k;
 }
 static PyObject *name_mlx_array, *name_array_interface;
-#define HAS_MLX_ARRAY(o) has_attr_fast(o, &name_mlx_array, "__mlx_array__")
+
+/* Types whose objects go straight to the buffer protocol (NumPy's
+ * ndarray): not mkpy arrays, not Python scalars, with a buffer, and no
+ * __mlx_array__ that could ever appear (immutable static types whose
+ * instances have no __dict__). A few slots, filled first come, under the
+ * GIL; they skip the attribute look-up and the type tests. */
+#define PLAIN_BUFFER_TYPES 4
+static PyTypeObject *plain_buffer_types[PLAIN_BUFFER_TYPES];
+
+static int is_plain_buffer_type(PyTypeObject *tp) {
+    for (int i = 0; i < PLAIN_BUFFER_TYPES && plain_buffer_types[i]; i++)
+        if (plain_buffer_types[i] == tp) return 1;
+    return 0;
+}
+
+/* Called after the full tests found `o` a buffer without __mlx_array__. */
+static void note_plain_buffer_type(PyObject *o) {
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+    PyTypeObject *tp = Py_TYPE(o);
+    if ((tp->tp_flags & Py_TPFLAGS_HEAPTYPE) || !(tp->tp_flags & Py_TPFLAGS_IMMUTABLETYPE) || tp->tp_dictoffset != 0)
+        return;
+    for (int i = 0; i < PLAIN_BUFFER_TYPES; i++) {
+        if (plain_buffer_types[i] == tp) return;
+        if (!plain_buffer_types[i]) {
+            plain_buffer_types[i] = tp;
+            return;
+        }
+    }
+#else
+    (void)o;
+#endif
+}
+
+static int has_mlx_array(PyObject *o) { return has_attr_fast(o, &name_mlx_array, "__mlx_array__"); }
+#define HAS_MLX_ARRAY(o) has_mlx_array(o)
 #define HAS_ARRAY_INTERFACE(o) has_attr_fast(o, &name_array_interface, "__array_interface__")
 
 static int is_mlx_array(PyObject *o) {
@@ -416,7 +457,7 @@ static mk_array *from_nested(PyObject *obj, int dtype) {
 /* Buffer format -> dtype. Returns -1 for unsupported formats. */
 static int format_dtype(const char *fmt, Py_ssize_t itemsize) {
     if (!fmt) return MK_UINT8;
-    if (strcmp(fmt, "bfloat16") == 0) return MK_BFLOAT16;
+    if (fmt[0] == 'b' && strcmp(fmt, "bfloat16") == 0) return MK_BFLOAT16;
     if (*fmt == '<' || *fmt == '=' || *fmt == '@' || *fmt == '|') fmt++;
     if (*fmt == '>' || *fmt == '!') return -1; /* big-endian */
     if (fmt[0] == 'Z') {
@@ -590,6 +631,29 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
     int complex128 = src_dtype == 100; /* stored as pairs of doubles, then converted */
     mk_dtype st = complex128 ? MK_COMPLEX64 : (mk_dtype)src_dtype;
     mk_dtype out = want >= 0 ? (mk_dtype)want : (st == MK_FLOAT64 ? MK_FLOAT32 : st);
+    if (!complex128) {
+        /* C-contiguous input: one memcpy, or one conversion straight from
+         * the source (float64 -> float32) when its items are aligned */
+        bool dense = true;
+        if (strides) {
+            Py_ssize_t s = itemsize;
+            for (int i = ndim - 1; i >= 0 && dense; i--) {
+                if (shape[i] != 1 && strides[i] != s) dense = false;
+                s *= shape[i];
+            }
+        }
+        if (dense && (st == out || (uintptr_t)data % (uintptr_t)itemsize == 0)) {
+            mk_array *a = mk_array_empty(out, ndim, shp);
+            if (!a) return (mk_array *)mkpy_raise();
+            if (a->size == 0)
+                ;
+            else if (st == out)
+                memcpy(a->buf->data, data, (size_t)a->size * (size_t)itemsize);
+            else
+                mk_cast_table[st][out](data, 1, a->buf->data, 1, a->size);
+            return a;
+        }
+    }
     if (complex128) shp[ndim] = 2;
     mk_array *raw = mk_array_empty(complex128 ? MK_FLOAT64 : st, ndim + complex128, shp);
     if (!raw) return (mk_array *)mkpy_raise();
@@ -730,6 +794,7 @@ static mk_array *from_scalar(PyObject *obj, int dtype) {
  * buffers and __array_interface__. NULL without an error set: none of these. */
 static mk_array *from_non_sequence(PyObject *obj, int dtype) {
     mk_array *a = NULL;
+    if (is_plain_buffer_type(Py_TYPE(obj))) return from_buffer(obj, dtype);
     if (PyMkArray_Check(obj) || (!mkpy_is_scalar(obj) && HAS_MLX_ARRAY(obj))) {
         if (PyMkArray_Check(obj)) {
             a = MKARR(obj);
@@ -744,7 +809,10 @@ static mk_array *from_non_sequence(PyObject *obj, int dtype) {
         return a;
     }
     if (mkpy_is_scalar(obj)) return from_scalar(obj, dtype);
-    if (PyObject_CheckBuffer(obj)) return from_buffer(obj, dtype);
+    if (PyObject_CheckBuffer(obj)) {
+        note_plain_buffer_type(obj);
+        return from_buffer(obj, dtype);
+    }
     if (!PyUnicode_Check(obj) && !PyList_Check(obj) && !PyTuple_Check(obj)) {
         PyObject *iface = PyObject_GetAttrString(obj, "__array_interface__");
         if (iface) {
