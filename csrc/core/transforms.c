@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "stream.h"
 
 /* ------------------------------------------------------------ pointer map */
 
@@ -306,7 +307,10 @@ int mk_vjp_graph(int nout, mk_array *const *outs, mk_array *const *cots, int nin
                 mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for %s.", p->op->name);
                 prc = -1;
             } else {
+                /* the rule's nodes go on the primitive's stream, as MLX's */
+                mk_stream sv = mk_stream_scope(p->stream);
                 prc = p->op->vjp(p, pc, want, g);
+                mk_stream_scope(sv);
             }
             for (int i = 0; prc == 0 && i < ni; i++) {
                 if (!g[i]) continue;
@@ -397,6 +401,7 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
         }
         int prc = 0;
         if (any && !p->op->nondiff) {
+            mk_stream sv = mk_stream_scope(p->stream); /* as MLX's: the primitive's stream */
             if (p->op->jvp)
                 prc = p->op->jvp(p, ti, to);
             else if (p->op->vjp)
@@ -405,6 +410,7 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
                 mk_error_set(MK_ERR_VALUE, "[Primitive::jvp] Not implemented for %s.", p->op->name);
                 prc = -1;
             }
+            mk_stream_scope(sv);
         }
         for (int j = 0; j < no; j++) {
             if (!to[j]) continue;
@@ -528,7 +534,9 @@ int mk_vmap_graph(int nin, mk_array *const *ins, mk_array *const *bins, const in
                 prc = -1;
             } else {
                 for (int j = 0; j < no; j++) oax[j] = -1;
+                mk_stream sv = mk_stream_scope(p->stream); /* as MLX's: the primitive's stream */
                 prc = p->op->vmap(p, bi, ax, bo, oax);
+                mk_stream_scope(sv);
             }
         }
         for (int j = 0; j < no; j++) {

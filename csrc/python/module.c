@@ -16,6 +16,8 @@ int mkpy_fast_init(void);
 int mkpy_distributed_init(PyObject *m); /* py_distributed.c: mkpy.distributed, mkpy.cuda */
 extern PyMethodDef mkpy_extra_functions[]; /* py_extra.c */
 int mkpy_extra_init(PyObject *m);
+int mkpy_stream_init(PyObject *m);   /* py_stream.c: Device, Stream, default_stream, ... */
+int mkpy_streams_scope(PyObject *m); /* py_stream.c: the stream= override lasts one call */
 
 static PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
@@ -75,6 +77,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (rc == 0) rc = PyModule_AddFunctions(metal, mkpy_debug_functions);
     Py_XDECREF(metal);
     if (rc < 0) goto error;
+    if (mkpy_stream_init(m) < 0 || mkpy_streams_scope(m) < 0) goto error;
     return m;
 error:
     Py_DECREF(m);
