@@ -30,13 +30,19 @@ class ArrayAt:
     def subtract(self, value: Union[scalar, array]) -> array:
         """The array with value subtracted at the indices."""
 
+@final
 class Device:
     """A device: ``Device(mkpy.gpu, 0)``."""
-    type: DeviceType
-    index: int
-    def __init__(self, type: Union[DeviceType, int], index: int = 0) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, type: Union[DeviceType, int], index: int = 0) -> Device: ...
+    @property
+    def index(self) -> int:
+        """The device's index (0: mkpy has one device of each type)."""
+    @property
+    def type(self) -> DeviceType:
+        """The device's type: mkpy.cpu or mkpy.gpu."""
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def __ne__(self, other: object, /) -> bool: ...
     def __repr__(self) -> str: ...
 
 class DeviceType(enum.Enum):
@@ -83,20 +89,39 @@ class PrintOptions:
     def precision(self) -> int:
         """Decimals printed (-1: the default format)."""
 
+@final
 class Stream:
-    """A stream on a device."""
-    index: int
-    device: Device
-    def __init__(self, index: int, device: Device) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    """A stream for running operations on a given device (made by new_stream, default_stream)."""
+    @property
+    def device(self) -> Device:
+        """The stream's device."""
+    @property
+    def index(self) -> int:
+        """The stream's index, counted over the process as MLX's."""
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def __ne__(self, other: object, /) -> bool: ...
     def __repr__(self) -> str: ...
 
+@final
 class StreamContext:
-    """Context manager making a stream (or a device's default stream) the default: the default device becomes its device, and this thread's default stream for it; both are restored on exit."""
-    def __init__(self, s: Union[Stream, Device, DeviceType]) -> None: ...
-    def __enter__(self) -> StreamContext: ...
-    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None) -> bool: ...
+    """A context manager setting the default device and stream; see stream()."""
+    def __new__(cls, s: Union[Stream, Device, DeviceType]) -> StreamContext: ...
+    def __enter__(self) -> None:
+        """Make the stream (or device) the default."""
+    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None) -> None:
+        """Restore the default device and stream."""
+
+@final
+class ThreadLocalStream:
+    """A stream that is unique per thread: each thread that uses it runs on a stream of its own."""
+    @property
+    def device(self) -> Device:
+        """The stream's device."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    def __repr__(self) -> str: ...
 
 @final
 class array:
@@ -486,6 +511,9 @@ def checkpoint(fun: Any) -> Callable[..., Any]:
 def clear_cache() -> None:
     """Free the buffers held in the buffer cache."""
 
+def clear_streams() -> None:
+    """Destroy the streams made on this thread (its default streams too: evaluating on them afterwards raises, as in MLX)."""
+
 def clip(a: array, /, a_min: Union[scalar, array, None], a_max: Union[scalar, array, None], *, stream: StreamOrDevice = None) -> array:
     """Clip values to [a_min, a_max]."""
 
@@ -556,10 +584,10 @@ def cumsum(a: array, /, axis: Optional[int] = None, *, reverse: bool = False, in
     """Cumulative sum along axis (of the flattened array when axis is None), of a cast to dtype when one is given."""
 
 def default_device() -> Device:
-    """The default device (``Device(gpu, 0)``, as on a Mac)."""
+    """The default device: Device(gpu, 0) unless set, as on a Mac."""
 
 def default_stream(device: Union[Device, DeviceType]) -> Stream:
-    """This thread's default stream on a device."""
+    """This thread's default stream of a device (each thread has its own)."""
 
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
@@ -571,7 +599,7 @@ def dequantize(w: Any, /, scales: Any, biases: Any = None, group_size: Any = Non
     """The matrix a quantization represents."""
 
 def device_count(device_type: DeviceType) -> int:
-    """Number of devices of a type: one of each."""
+    """Devices of a type: one of each."""
 
 def device_info() -> dict[str, Union[str, int]]:
     """MLX's device keys, describing mkpy's CPU back-end."""
@@ -718,7 +746,7 @@ def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Inner product of 1-D arrays; in higher dimensions a sum product over the last axes."""
 
 def is_available(device: Union[Device, DeviceType]) -> bool:
-    """Whether a device can be used: both are (the CPU back-end serves mkpy.gpu)."""
+    """Whether a device exists: both types do (mkpy's CPU back-end serves mkpy.gpu)."""
 
 def isclose(a: array, b: array, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bool = False, stream: StreamOrDevice = None) -> array:
     """Element-wise |a - b| <= atol + rtol * |b|."""
@@ -837,6 +865,12 @@ def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def new_stream(device: Union[Device, DeviceType]) -> Stream:
     """A new stream on a device."""
 
+def new_thread_local_stream(device: Union[Device, DeviceType]) -> ThreadLocalStream:
+    """A stream that is unique per thread: each thread using it gets a stream of its own."""
+
+def new_thread_unsafe_stream(device: Union[Device, DeviceType]) -> Stream:
+    """A new stream that can be evaluated on any thread."""
+
 def not_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise not_equal with broadcasting."""
 
@@ -940,7 +974,7 @@ def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""
 
 def set_default_device(device: Union[Device, DeviceType]) -> None:
-    """Set the default device; accepts a Device or mkpy.cpu / mkpy.gpu."""
+    """Set the default device (a Device, or mkpy.cpu / mkpy.gpu)."""
 
 def set_default_stream(stream: Stream) -> None:
     """Make a stream this thread's default for its device (the default device is unchanged)."""
@@ -1000,7 +1034,7 @@ def stop_gradient(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise stop_gradient."""
 
 def stream(s: Union[Stream, Device, DeviceType]) -> StreamContext:
-    """Context manager selecting a stream or device, as mlx.core.stream: ``with mx.stream(mx.cpu):``."""
+    """A context manager making a stream (or a device's default stream) the default: ``with mx.stream(mx.cpu):``."""
 
 def subtract(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise subtract with broadcasting."""

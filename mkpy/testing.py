@@ -26,6 +26,8 @@ def assert_allclose(actual, expected, rtol=1e-05, atol=1e-08, equal_nan=True, er
     of the difference). ``actual`` and ``expected`` may be arrays, scalars, lists or anything
     ``mx.array`` takes; their shapes must be equal (a scalar ``expected`` is broadcast).
     Infinities must match exactly; NaNs match NaNs when ``equal_nan`` (numpy's default).
+    A float64 comparison runs on the CPU stream (``mx.stream(mx.cpu)``): GPU streams refuse float64,
+    as MLX's do.
 
     The message gives the number of mismatched elements, the worst element (index, both
     values) and the largest absolute and relative errors, for example::
@@ -50,6 +52,14 @@ def assert_allclose(actual, expected, rtol=1e-05, atol=1e-08, equal_nan=True, er
         rtol, atol, _dtype_name(a), _dtype_name(e))
     if err_msg:
         header = err_msg + "\n" + header
+    if any(_dtype_name(x) in _WIDE for x in (a, e)):
+        # computed in float64, which GPU streams refuse (as MLX's): on the CPU stream
+        with _mx.stream(_mx.cpu):
+            return _check(a, e, header, rtol, atol, equal_nan)
+    return _check(a, e, header, rtol, atol, equal_nan)
+
+
+def _check(a, e, header, rtol, atol, equal_nan):
     if e.ndim == 0 and a.ndim > 0:
         e = _mx.broadcast_to(e, a.shape)
     if tuple(a.shape) != tuple(e.shape):

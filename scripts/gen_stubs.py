@@ -183,6 +183,8 @@ RETURNS = {
     "issubdtype": "bool", "is_available": "bool",
     "default_device": "Device", "default_stream": "Stream", "new_stream": "Stream",
     "stream": "StreamContext", "set_default_stream": "None",
+    "clear_streams": "None", "new_thread_local_stream": "ThreadLocalStream",
+    "new_thread_unsafe_stream": "Stream",
     "distributed:init": "Group",
     "random:seed": "None", "random:split": "array",
     "fast:metal_kernel": "MetalKernel",
@@ -212,6 +214,9 @@ PROPERTIES = {
               "dtype": "Dtype"},
     "iinfo": {"min": "int", "max": "int", "dtype": "Dtype"},
     "PrintOptions": {"precision": "int"},
+    "Device": {"type": "DeviceType", "index": "int"},
+    "Stream": {"device": "Device", "index": "int"},
+    "ThreadLocalStream": {"device": "Device"},
 }
 
 # methods with a signature line: parameter overrides and return types
@@ -225,6 +230,7 @@ METHOD_RETURNS = {
     "array.reshape": "array", "array.transpose": "array", "array.__array__": "Any",
     "array.__array_namespace__": "types.ModuleType", "ArrayAt.*": "array",
     "Group.rank": "int", "Group.size": "int", "Group.split": "Group",
+    "StreamContext.__enter__": "None", "StreamContext.__exit__": "None",
 }
 
 _BINOPS = "add sub mul truediv floordiv mod pow and or xor lshift rshift".split()
@@ -255,6 +261,8 @@ CLASS_DUNDERS = {
     "Group": {"__repr__": ("", "str")},
     "finfo": {"__repr__": ("", "str")},
     "iinfo": {"__repr__": ("", "str")},
+    **{c: {"__eq__": ("other: object", "bool"), "__ne__": ("other: object", "bool"), "__hash__": ("", "int"),
+           "__repr__": ("", "str")} for c in ("Device", "Stream", "ThreadLocalStream")},
 }
 # members left out, with the reason
 SKIP = {
@@ -266,7 +274,8 @@ SKIP = {
     "__release_buffer__": "the buffer protocol",
 }
 # Dtype's comparison slot answers NotImplemented for the orderings
-SKIP_IN = {"Dtype": {"__lt__", "__le__", "__gt__", "__ge__"}}
+SKIP_IN = {"Dtype": {"__lt__", "__le__", "__gt__", "__ge__"},
+           **{c: {"__lt__", "__le__", "__gt__", "__ge__"} for c in ("Device", "Stream", "ThreadLocalStream")}}
 
 # instance attributes of the Python classes of mkpy/_device.py (set in __init__)
 PY_ATTRS = {"Device": {"type": "DeviceType", "index": "int"},

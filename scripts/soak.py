@@ -70,12 +70,15 @@ class Soak:
         rng = np.random.default_rng(0)
         self.shared_np = rng.standard_normal((64, 64)).astype(np.float32)
         self.lazy_ref = None
+        self.shared_stream = mx.new_thread_unsafe_stream(mx.gpu)
         self.new_lazy()
 
     def new_lazy(self):
-        # a fresh shared, unevaluated graph that every thread evaluates
+        # a fresh shared, unevaluated graph that every thread evaluates: on a thread-unsafe stream,
+        # as MLX needs (a thread cannot evaluate nodes of another thread's own streams)
         s = mx.array(self.shared_np)
-        self.lazy = mx.softmax(s @ s.T, axis=-1) * 4
+        with mx.stream(self.shared_stream):
+            self.lazy = mx.softmax(s @ s.T, axis=-1) * 4
         if self.lazy_ref is None:
             p = self.shared_np @ self.shared_np.T
             e = np.exp(p - p.max(-1, keepdims=True))
@@ -138,6 +141,7 @@ class Soak:
 
     def spawner(self):
         x = mx.ones(1024)
+        mx.eval(x)  # the short-lived threads read it: evaluated here, on its stream's thread
 
         def call():
             y, z = tree(x, 1024)

@@ -4,3 +4,15 @@ import os
 import tempfile
 
 os.environ["MKPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="mkpy-test-cache-")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def cpu_device():
+    """Runs a test with the CPU as the default device (``mx.stream(mx.cpu)``), as MLX code must on a
+    Mac for float64: GPU streams refuse it ("float64 is not supported on the GPU")."""
+    import mkpy as mx
+
+    with mx.stream(mx.cpu):
+        yield

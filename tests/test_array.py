@@ -331,6 +331,7 @@ def astype_values(t):
     return [0, 1, 2, 100, 7]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("src", DTYPES, ids=NAMES)
 def test_astype_all_pairs(src):
     vals = astype_values(src)
@@ -640,6 +641,7 @@ def test_array_namespace():
 
 # -------------------------------------------------------- copy and pickle
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("t", DTYPES, ids=NAMES)
 def test_copy_deepcopy_pickle(t):
     a = mx.array([[0, 1, 2], [3, 4, 5]], t)

@@ -159,6 +159,7 @@ def test_convolve():
     check(mx.convolve(mx.array(a), mx.array(v3), "same"), np.convolve(a, v3, "same"))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_dtypes_and_layouts():
     x, w = f32(2, 8, 4), f32(3, 3, 4)
     want = ref_conv(x, w, [1], [0], [0], [1], [1])

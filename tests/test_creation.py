@@ -146,6 +146,7 @@ MLX_VALUES = {
 }
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name", sorted(MLX_VALUES))
 def test_values_as_mlx(name):
     expr, dtype, shape, values = MLX_VALUES[name]
@@ -157,6 +158,7 @@ def test_values_as_mlx(name):
 
 # --------------------------------------------------------- zeros, ones, full
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_zeros_ones(dtype):
     for shape in [(2, 3), (0, 4), (), (5,), (1, 2, 1, 3)]:
@@ -173,6 +175,7 @@ def test_zeros_large_parallel():
     assert not np.any(to_np(b))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_full_scalar_with_dtype(dtype):
     a = mx.full((2, 3), 1, dtype)
@@ -180,6 +183,7 @@ def test_full_scalar_with_dtype(dtype):
     check(a, np.ones((2, 3)), expected_dtype)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_full_dtype_rules():
     # MLX's to_array(vals, dtype): a float only takes floating dtypes, an
     # array keeps its own dtype
@@ -206,6 +210,7 @@ def test_full_broadcast():
     check(mx.full((2, 3), mx.array([1, 2, 3]).astype(mx.bfloat16)), [[1, 2, 3]] * 2, mx.bfloat16)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_like(dtype):
     x = mx.ones((2, 3), dtype)
@@ -216,6 +221,7 @@ def test_like(dtype):
     check(mx.full_like(x, 1), np.ones((2, 3)), dtype)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_full_like():
     i = mx.ones((2, 2), mx.int32)
     check(mx.full_like(i, 2.7), [[2, 2], [2, 2]], mx.int32)
@@ -245,6 +251,7 @@ def test_arange_vs_numpy_floats():
 
 @pytest.mark.parametrize("dtype", [mx.int8, mx.uint8, mx.int16, mx.int32, mx.int64, mx.uint32, mx.float16,
                                    mx.bfloat16, mx.float32, mx.float64, mx.complex64])
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_arange_dtypes(dtype):
     a = mx.arange(1, 40, 3, dtype)
     check(a, np.arange(1, 40, 3), dtype)
@@ -336,6 +343,7 @@ def test_linspace_is_mlx_formula():
     np.testing.assert_array_equal(big, (np.float32(1) - t) * np.float32(-3) + t * np.float32(7))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16, mx.float64, mx.int32, mx.bool_, mx.complex64])
 def test_linspace_dtypes(dtype):
     a = mx.linspace(0, 10, 5, dtype=dtype)
@@ -357,6 +365,7 @@ def test_linspace_args_and_errors():
 
 # ------------------------------------------------------- eye, identity, tri
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_eye_identity(dtype):
     for n, m, k in [(3, None, 0), (3, 4, 1), (3, 4, -2), (3, 4, 5), (3, 4, -5), (0, None, 0), (3, 0, 0),
@@ -368,6 +377,7 @@ def test_eye_identity(dtype):
     check(mx.identity(0), np.identity(0), mx.float32)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tri(dtype):
     for n, m, k in [(3, None, 0), (3, 4, 1), (4, 3, -1), (2, 3, -5), (3, 5, 10), (0, None, 0), (1, 6, 2)]:
@@ -394,6 +404,7 @@ def test_eye_errors():
 
 # -------------------------------------------------------------- tril, triu
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tril_triu_dtypes(dtype):
     base = np.arange(1, 25).reshape(2, 3, 4)

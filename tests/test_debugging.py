@@ -386,6 +386,7 @@ def test_failed_assert_in_pytest_shows_the_array(tmp_path):
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16, mx.int32, mx.uint8, mx.float64,
                                    mx.complex64, mx.bool_])
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_assert_allclose_every_dtype(dtype):
     vals = [[1, 0, 1], [0, 1, 1]]
     a = mx.array(vals).astype(dtype)

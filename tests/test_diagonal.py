@@ -47,6 +47,7 @@ DIAG_SIG = "diag(a: array, /, k: int = 0, *, stream: StreamOrDevice = None) -> a
 
 # ---------------------------------------------------------------- diagonal
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_diagonal_dtypes(dtype):
     a, n = make((3, 4), dtype)
@@ -134,6 +135,7 @@ def test_diagonal_bad_calls():
 
 # -------------------------------------------------------------------- diag
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_diag_dtypes(dtype):
     v, vn = make((4,), dtype)

@@ -113,6 +113,7 @@ def test_same_intermediate_twice_and_broadcasting():
     np.testing.assert_allclose(np.array(r3), np.exp(xn[:1]) + np.exp(xn), rtol=1e-6)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32", "uint8", "complex64", "float64"])
 def test_dtypes_and_casts(dtype):
     d = getattr(mx, dtype)
@@ -172,7 +173,10 @@ def test_scatter_into_a_temporary():
 def test_threads_sharing_a_graph():
     xn = np.linspace(-1, 1, N, dtype=np.float32)
     x = mx.array(xn)
-    shared = mx.exp(x) * 0.5  # lazy, held by every thread's graph
+    # lazy, held by every thread's graph: on a stream every thread may evaluate (as MLX, a thread
+    # cannot evaluate nodes of another thread's own streams)
+    with mx.stream(mx.new_thread_unsafe_stream(mx.gpu)):
+        shared = mx.exp(x) * 0.5
     want = np.exp(xn) * np.float32(0.5)
     errors = []
 

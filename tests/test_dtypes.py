@@ -166,6 +166,7 @@ def promotion_table():
     return table
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("a", ABBR)
 def test_promotion_table(a):
     table = promotion_table()
@@ -300,6 +301,7 @@ def check(expect, fn):
         assert fn().dtype == BY_ABBR[expect]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("sc,op,cells", list(weak_rows()))
 def test_weak_scalars(sc, op, cells):
     scalar = eval(sc)
@@ -311,6 +313,7 @@ def test_weak_scalars(sc, op, cells):
         check(second, lambda: f(x, scalar))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_weak_scalar_examples():
     assert (mx.array([1, 2], mx.float16) * 2.0).dtype == mx.float16
     assert (mx.array([1, 2], mx.bfloat16) + 1).dtype == mx.bfloat16
@@ -359,6 +362,7 @@ def test_weak_int_overflow():
         mx.array([1.0]) + 2**70
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_weak_float_keeps_precision_of_float64():
     assert (mx.array(1.0, mx.float64) + 0.1).item() == 1.1
     assert (mx.array(1.0, mx.float32) + 0.1).item() == pytest.approx(1.1, rel=1e-7)

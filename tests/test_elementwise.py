@@ -144,6 +144,7 @@ UNARY_ERRORS = {
 }
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("op", list(RESULT_DTYPES))
 def test_result_dtypes_and_errors(op):
     n = 1 if op in UNARY else 2
@@ -218,6 +219,7 @@ NP_UNARY_COMPLEX = {
 }
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("op", [op for op in UNARY if op not in ("sign", "erfinv")])
 @pytest.mark.parametrize("t", DTYPES, ids=ABBR)
 def test_unary_vs_numpy(op, t):
@@ -251,6 +253,7 @@ def test_unary_vs_numpy(op, t):
     assert_close(got, expect, check_t if out_t != mx.bool_ else t, atol=1e-6 if t == mx.float64 else None)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("t", DTYPES, ids=ABBR)
 def test_sign(t):
     vals = unary_inputs(t)
@@ -270,6 +273,7 @@ def test_sign(t):
     assert all(math.isnan(z.real) and math.isnan(z.imag) for z in s)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("t", FLOATS, ids=["f2", "f4", "f8", "bf"])
 def test_erfinv(t):
     vals = [-0.999, -0.9, -0.5, -0.1, 0.0, 0.1, 0.5, 0.9, 0.999]
@@ -343,6 +347,7 @@ def test_round_half_to_even():
     assert mx.round(2.5).item() == 2.0
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_round_decimals():
     # MLX: round(x * s) * (1 / s) with s = 10^d a float, in at least float32,
     # then back to the input dtype
@@ -400,6 +405,7 @@ NP_BINARY = {
 }
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("op", BINARY)
 @pytest.mark.parametrize("t", DTYPES, ids=ABBR)
 def test_binary_vs_numpy(op, t):

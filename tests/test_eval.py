@@ -275,7 +275,9 @@ def test_default_device_and_streams():
         with pytest.raises(TypeError):
             mx.set_default_device("cpu")
         s = mx.default_stream(mx.cpu)
-        assert repr(s) == "Stream(Device(cpu, 0), 0)" and s.device == mx.Device(mx.cpu)
+        # the importing thread's default streams: gpu 0, then cpu 1
+        assert repr(s) == "Stream(Device(cpu, 0), 1)" and s.device == mx.Device(mx.cpu)
+        assert repr(mx.default_stream(mx.gpu)) == "Stream(Device(gpu, 0), 0)"
         assert mx.default_stream(mx.Device(mx.cpu)) == s
         n1, n2 = mx.new_stream(mx.cpu), mx.new_stream(mx.gpu)
         assert n1 != n2 and n2.index == n1.index + 1
@@ -285,7 +287,7 @@ def test_default_device_and_streams():
         assert mx.default_device() == mx.Device(mx.gpu)
         with mx.stream(n1):
             assert mx.default_device() == mx.Device(mx.cpu)
-        # ops accept stream= and device= values and ignore them
+        # ops take a stream or a device (its default stream); their nodes run on it (tests/test_streams.py)
         assert mx.add(mx.array([1]), 1, stream=mx.cpu).tolist() == [2]
         assert mx.exp(mx.array([0.0]), stream=n1).tolist() == [1.0]
     finally:

@@ -140,6 +140,7 @@ def test_norm_eps_and_constant_rows():
     assert np.isnan(out[0]).all() and (out[1] == 1).all()
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_norm_float64_computes_in_float32():
     x = randn((3, 17), 6, 3)
     w = randn((17,), 7)
@@ -355,6 +356,7 @@ def test_rope_matches_mlx_exactly(dt):
     assert_same(npv(out).ravel(), MLX[f"rope_{dt}_freqs"])
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_rope_float64():
     x = randn((2, 3, 4, 8), 12)
     out = mx.fast.rope(mx.array(x).astype(mx.float64), 8, traditional=False, base=10000.0, scale=1.0, offset=2)
@@ -511,6 +513,7 @@ def test_sdpa_matches_mlx_exactly(dt):
     assert_same(npv(S(q, k, v, scale=0.35, mask=mx.array(m > -1.5))).ravel(), MLX[f"sdpa_{dt}_bool"])
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_sdpa_float64_and_mixed_dtypes():
     q, k, v = randn((1, 2, 4, 8), 1), randn((1, 1, 6, 8), 2), randn((1, 1, 6, 3), 3)
     f64 = [mx.array(a).astype(mx.float64) for a in (q, k, v)]
@@ -605,7 +608,7 @@ def test_sdpa_errors():
            lambda: S(q.astype(mx.int32), k.astype(mx.int32), v.astype(mx.int32), scale=0.5))
     raises(ValueError, P + "Received unsupported type complex64.", lambda: S(q.astype(mx.complex64), k, v, scale=0.5))
     raises(ValueError, P + "Mask type must promote to output type float32.",
-           lambda: S(q, k, v, scale=0.5, mask=mx.zeros((3, 5), dtype=mx.float64)))
+           lambda: S(q, k, v, scale=0.5, mask=mx.zeros((3, 5), dtype=mx.float64, stream=mx.cpu)))
     raises(ValueError, P + "Mask type must promote to output type float16.",
            lambda: S(*(a.astype(mx.float16) for a in (q, k, v)), scale=0.5, mask=mx.zeros((3, 5))))
     raises(ValueError, "[broadcast_shapes] Shapes (2,3,5) and (2,4,3,5) cannot be broadcast.",
@@ -616,7 +619,7 @@ def test_sdpa_errors():
     raises(ValueError, P + "Received invalid shape for sinks (4,1).",
            lambda: S(q, k, v, scale=0.5, sinks=mx.zeros((4, 1))))
     raises(ValueError, P + "Type of sinks must promote to output type float32.",
-           lambda: S(q, k, v, scale=0.5, sinks=mx.zeros(4, dtype=mx.float64)))
+           lambda: S(q, k, v, scale=0.5, sinks=mx.zeros(4, dtype=mx.float64, stream=mx.cpu)))
     raises(ValueError, P + "force_fused=True but no fused kernel is available in CPU backend.",
            lambda: S(q, k, v[:, :, :4], scale=0.5, force_fused=True))
     raises(ValueError, "[matmul] Last dimension of first input with shape (2,2,2,3,5) must match second to last "

@@ -75,6 +75,7 @@ def test_norms():
         close(mx.fft.rfft(mx.array(x.real), norm=norm), np.fft.rfft(x.real, norm=norm))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_dtypes_and_layouts():
     # real and integer inputs are promoted; results are complex64 (irfft: float32)
     assert mx.fft.fft(mx.arange(8)).dtype == mx.complex64

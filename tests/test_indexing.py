@@ -109,6 +109,7 @@ def test_fuzz_against_numpy(shape):
                 check(got[k2], np.asarray(want2))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dtypes(dtype):
     a, n = base((3, 4, 5), dtype)

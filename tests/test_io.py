@@ -47,6 +47,7 @@ def test_npy_numpy_roundtrip(tmp_path, dt):
     np.testing.assert_array_equal(y, x)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", ALL)
 def test_npy_mx_roundtrip_every_dtype(tmp_path, dt):
     for shape in [(), (0,), (3, 0, 2), (5,), (2, 3, 4)]:
@@ -140,6 +141,7 @@ def test_npy_object_and_structured_refused(tmp_path):
 
 # ------------------------------------------------------------------- npz
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("compressed", [False, True])
 def test_npz_roundtrip_with_numpy(tmp_path, compressed):
     save = mx.savez_compressed if compressed else mx.savez
@@ -215,6 +217,7 @@ def test_npz_huge_declared_size(tmp_path):
 
 # ----------------------------------------------------------- safetensors
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_safetensors_roundtrip_metadata(tmp_path):
     arrs = {str(d).split(".")[-1]: mx_sample(d, (2, 5)) for d in ALL}
     arrs["scalar"] = mx.array(3.0, mx.bfloat16)
@@ -364,6 +367,7 @@ def gguf_file(tensors=(), kvs=b"", nkv=0, alignment=32, version=3):
     return head + bytes(-len(head) % alignment) + data
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_gguf_hand_written(tmp_path):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     kvs = (gstr("general.alignment") + struct.pack("<II", 4, 64) + gstr("d") + struct.pack("<Id", 12, 0.5)

@@ -298,6 +298,7 @@ def test_machine_made_headers_are_scanned():
         kernel("long_nul", source="x" * 10**6 + "\0")
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_opt_out_compile_option_and_environment(monkeypatch):
     src = "uint i = thread_position_in_grid.x;\ndouble d = double(inp[i]) * 2.0;\nout[i] = float(d);"
     x = mx.arange(4, dtype=mx.float32)

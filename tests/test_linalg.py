@@ -85,6 +85,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", FLOATS)
 @pytest.mark.parametrize("sa,sb", SHAPES)
 def test_matmul_shapes(sa, sb, dt):
@@ -118,6 +119,7 @@ PROMOTION = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("da,db,dr", PROMOTION)
 def test_matmul_promotion(da, db, dr):
     a, b = rand((3, 4), da, 1), rand((4, 2), db, 2)
@@ -269,6 +271,7 @@ LAYOUT_SHAPES = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", ["float32", "float16", "float64"])
 @pytest.mark.parametrize("sa,sb", LAYOUT_SHAPES)
 def test_matmul_layouts(sa, sb, dt):
@@ -379,6 +382,7 @@ def test_half_precision_large_values_overflow_to_inf():
 # ------------------------------------------------------------------ addmm
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", FLOATS)
 def test_addmm_values(dt):
     c, a, b = rand((3, 5), dt, 1), rand((3, 4), dt, 2), rand((4, 5), dt, 3)
@@ -440,6 +444,7 @@ def test_addmm_shapes(sc, sa, sb, want):
     check(r, 0.5 * ref_matmul(a, b) + 2.0 * npv(c), "float32")
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_addmm_dtypes():
     f = lambda s, dt: rand(s, dt, 4)
     assert dname(mx.addmm(f((2, 2), "float32"), f((2, 3), "int32"), f((3, 2), "int32"))) == "float32"
@@ -464,6 +469,7 @@ def test_addmm_dtypes():
         mx.addmm(f((2, 2), "complex64"), f((2, 4), "float32"), f((3, 2), "float32"))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_addmm_scalars_are_float32():
     # alpha and beta are C floats in MLX: 0.1 is rounded to float32 first
     r = mx.addmm(mx.ones((2, 2), dtype=mx.float64), mx.ones((2, 3), dtype=mx.float64),
@@ -485,6 +491,7 @@ def test_addmm_beta_zero_and_empty_k():
     assert r.tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", ["float32", "float16", "float64"])
 def test_addmm_layouts(dt):
     t = getattr(mx, dt)
@@ -523,6 +530,7 @@ def test_addmm_signature():
 @pytest.mark.parametrize("dt", FLOATS)
 @pytest.mark.parametrize("sa,sb", [((3,), (3,)), ((2, 3), (4, 3)), ((2, 3), (3,)), ((2, 3, 4), (5, 4)),
                                    ((2, 3, 4), (5, 1, 4)), ((0,), (0,)), ((2, 0), (3, 0))])
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_inner(sa, sb, dt):
     a, b = rand(sa, dt, 1), rand(sb, dt, 2)
     r = mx.inner(a, b)
@@ -551,6 +559,7 @@ def test_inner_errors():
     assert dname(mx.inner(mx.ones(3, dtype=mx.float16), mx.ones(3))) == "float32"
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", FLOATS + ["int32", "uint8", "bool_"])
 def test_outer(dt):
     a, b = rand((3,), dt, 1), rand((4,), dt, 2)
@@ -596,6 +605,7 @@ def test_outer_shapes_and_dtypes():
     ((3, 4), (4, 3), [(1,), (0,)]),
     ((3, 4), (4, 3), [[], []]),
 ])
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_tensordot(sa, sb, axes, dt):
     a, b = rand(sa, dt, 1), rand(sb, dt, 2)
     r = mx.tensordot(a, b, axes) if axes != 2 else mx.tensordot(a, b)

@@ -117,6 +117,7 @@ def test_norm_defaults_and_errors():
 # ------------------------------------------------------------------ factorizations
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("shape", [(4, 4), (6, 3), (3, 6), (2, 3, 5, 4)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_qr(shape, dtype):
@@ -223,6 +224,7 @@ def test_solve():
         mx.linalg.solve_triangular(mx.array(t), mx.array(v), True, stream=C)  # upper is keyword-only
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_eigh(dtype):
     a = spd(3, n=5, dtype=dtype)

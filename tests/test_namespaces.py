@@ -176,7 +176,7 @@ def test_set_default_stream_and_context():
     # the context manager sets device and stream, and restores both, also on an exception
     gpu_default = mx.default_stream(mx.gpu)
     with mx.stream(s) as ctx:
-        assert isinstance(ctx, mx.StreamContext)
+        assert ctx is None  # MLX's __enter__ returns None
         assert mx.default_device() == mx.Device(mx.cpu) and mx.default_stream(mx.cpu) == s
     # as MLX's StreamContext: on exit the default device and *its* default stream are restored;
     # the stream set for another device stays its default
@@ -201,7 +201,7 @@ def test_set_default_stream_and_context():
         assert mx.default_device() == mx.cpu
         assert (mx.array([1.5]) * 2).tolist() == [3.0]
     assert mx.default_device() == old_dev
-    with pytest.raises(RuntimeError, match=r"\[StreamContext\] Invalid argument, please specify a stream or device."):
+    with pytest.raises(TypeError, match="incompatible function arguments"):  # as MLX 0.32's binding
         mx.stream(None)
     with pytest.raises(TypeError):
         mx.stream("cpu")

@@ -230,6 +230,7 @@ def _dtype_name(a):
 
 # ---------------------------------------------------------------- exact values
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_exact_as_mlx(name):
     expr, dtype, shape, values = EXPECTED[name]
@@ -353,6 +354,7 @@ def test_uniform_dtypes(dtype):
     assert v.min() >= -1 and v.max() < 2
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16, mx.float64, mx.complex64])
 def test_normal_dtypes(dtype):
     a = mx.random.normal((3, 2), dtype, key=mx.random.key(1))
@@ -439,6 +441,7 @@ def test_large_draws_follow_the_stream():
 
 # ---------------------------------------------------------------------- errors
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_errors():
     k = mx.random.key(0)
     cases = [
@@ -513,6 +516,7 @@ def test_permutation_is_a_permutation():
     assert y.dtype == mx.int8 and sorted(y.tolist()) == x.tolist()
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_extra_errors():
     k = mx.random.key(0)
     cases = [

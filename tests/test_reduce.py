@@ -129,6 +129,7 @@ def np_reduce(op, ref, ax, keepdims, dt):
 # ------------------------------------------------------------ basic ops
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min", "all", "any", "mean"])
 def test_reduce_matches_numpy(op, dt):
@@ -144,6 +145,7 @@ def test_reduce_matches_numpy(op, dt):
                 check(out, exp, result_dtype(op, dt), np.shape(exp), rt, at)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16", "float64", "int32", "uint8", "bool_", "complex64"])
 @pytest.mark.parametrize("fn", ["var", "std"])
 def test_var_std(fn, dt):
@@ -180,6 +182,7 @@ def np_logsumexp(ref, ax, keepdims):
     return out if keepdims else np.squeeze(out, axis=ax if ax is not None else tuple(range(ref.ndim)))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16", "float64", "int32", "int8"])
 def test_logsumexp(dt):
     x, ref = make(data((2, 3, 4), dt, seed=2), dt)
@@ -207,6 +210,7 @@ def np_softmax(ref, ax):
     return e / np.sum(e, axis=ax, keepdims=True)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16", "float64"])
 @pytest.mark.parametrize("precise", [False, True])
 def test_softmax(dt, precise):
@@ -280,6 +284,7 @@ def test_half_precision_values():
 # ------------------------------------------------------------ argmax / argmin
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", list(DTYPES))
 @pytest.mark.parametrize("op", ["argmax", "argmin"])
 def test_arg_reduce(op, dt):

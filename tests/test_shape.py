@@ -60,6 +60,7 @@ def views(shape, dtype=mx.float32):
 
 # --------------------------------------------------------------------- reshape
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_reshape_dtypes(dtype):
     a, n = make((2, 3, 4), dtype)
@@ -369,6 +370,7 @@ def test_atleast():
 
 # -------------------------------------------------------------------- concatenate
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_concatenate_dtypes(dtype):
     a, an = make((2, 3), dtype, seed=1)
@@ -610,6 +612,7 @@ def test_repeat(dtype):
 
 # --------------------------------------------------------------------------- pad
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_pad_dtypes(dtype):
     a, n = make((3, 4), dtype)

@@ -90,6 +90,7 @@ def axes_of(v):
 # ================================================================ sort / argsort
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", REAL)
 @pytest.mark.parametrize("shape", [(9,), (4, 7), (3, 4, 5)])
 def test_sort_argsort_vs_numpy(dt, shape):
@@ -113,6 +114,7 @@ def test_sort_default_axis_and_positional():
     same(npv(mx.sort(x, axis=None)), np.sort(ref.reshape(-1)))
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_sort_nan_inf_zero_placement():
     x = mx.array(np.array([NAN, 1, NAN, 0, INF, -INF, -0.0, 0.0], np.float32))
     got = npv(mx.sort(x))
@@ -192,6 +194,7 @@ def check_partition(vals, kth, axis):
     assert (key[..., :kth] <= k).all() and (key[..., kth + 1:] >= k).all()
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", REAL)
 def test_partition_property(dt):
     x, ref = make(data((6, 11), dt, specials=True), dt)
@@ -267,6 +270,7 @@ def test_topk():
     assert mx.topk(mx.zeros((2, 0)), 1, axis=0).shape == (1, 0)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", REAL)
 def test_topk_vs_numpy(dt):
     x, ref = make(data((5, 9), dt, seed=2), dt)
@@ -334,6 +338,7 @@ def close(got, ref, dt, op):
         assert np.array_equal(got, ref.astype(got.dtype)), (got, ref)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("dt", REAL)
 @pytest.mark.parametrize("op", SCANS)
 def test_scan_vs_numpy(op, dt):
@@ -423,6 +428,7 @@ def test_scan_half_precision_is_mlx():
     assert p[-5:-3].tolist() == [37888, 56832] and np.isinf(p[-3:]).all()
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_scan_nan_rules():
     nanv = np.array([1.0, NAN, 3.0], np.float32)
     for dt in ("float32", "float64"):

@@ -65,6 +65,7 @@ UNARY = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name,fn,x", UNARY, ids=[u[0] for u in UNARY])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_unary_grad_matches_finite_differences(name, fn, x, dtype):
@@ -87,6 +88,7 @@ BINARY = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name,fn", BINARY, ids=[b[0] for b in BINARY])
 def test_binary_grad_both_arguments_with_broadcasting(name, fn):
     _check_grad(lambda a: fn(a, _arr(B2)), B1)
@@ -122,6 +124,7 @@ SHAPE_OPS = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name,fn", SHAPE_OPS, ids=[s[0] for s in SHAPE_OPS])
 def test_shape_and_index_ops_grad(name, fn):
     _check_grad(fn, ANY)
@@ -139,6 +142,7 @@ REDUCE_OPS = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name,fn", REDUCE_OPS, ids=[r[0] for r in REDUCE_OPS])
 def test_reductions_and_matmul_grad(name, fn):
     _check_grad(fn, POS if name in ("prod", "cumprod") else ANY)
@@ -219,6 +223,7 @@ def test_stop_gradient():
     assert g.tolist() == [2.0, 3.0]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 def test_vjp_and_jvp_agree():
     a = _arr(RNG.standard_normal((3, 4)))
     f = lambda x: mx.tanh(x @ x.T).sum(axis=0)  # noqa: E731
@@ -231,6 +236,7 @@ def test_vjp_and_jvp_agree():
     assert (u * jv).sum().item() == pytest.approx((vj * t).sum().item(), rel=1e-6)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name,fn", SHAPE_OPS + REDUCE_OPS, ids=[s[0] for s in SHAPE_OPS + REDUCE_OPS])
 def test_jvp_matches_vjp_per_op(name, fn):
     a = _arr(POS if name in ("prod", "cumprod") else ANY)
@@ -366,6 +372,7 @@ FAST_OPS = [
 ]
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name,fn", FAST_OPS, ids=[f[0] for f in FAST_OPS])
 def test_fast_ops_grad_and_jvp(name, fn):
     # the fused ops compute in float32: compare with the differences of the float64 inputs loosely

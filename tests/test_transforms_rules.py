@@ -100,6 +100,7 @@ def _masked_set(dst, src):
     return d
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("npdt,mxdt,eps,tol", DTYPES)
 @pytest.mark.parametrize("argnum", [0, 1])
 def test_masked_scatter_grad_matches_finite_differences(npdt, mxdt, eps, tol, argnum):
@@ -149,6 +150,7 @@ def test_masked_scatter_vmap_matches_a_loop(axes):
 
 # ------------------------------------------------------------- scatter prod and divmod
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("npdt,mxdt,eps,tol", DTYPES)
 @pytest.mark.parametrize("argnum", [0, 1])
 def test_scatter_prod_grad_matches_finite_differences(npdt, mxdt, eps, tol, argnum):
@@ -250,6 +252,7 @@ def test_shapeless_gather_keeps_whole_axes_whole():
     assert t(mx.ones((3, 2))).shape == (2, 2) and t(mx.ones((4, 5))).shape == (2, 5)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("npdt,mxdt,eps,tol", DTYPES)
 @pytest.mark.parametrize("reverse,inclusive", [(False, True), (True, True), (False, False), (True, False)])
 def test_logcumsumexp_grad_matches_finite_differences(npdt, mxdt, eps, tol, reverse, inclusive):
@@ -280,6 +283,7 @@ def _rope(traditional, freqs=None):
     return lambda a: mx.fast.rope(a, 4, traditional=traditional, base=None, scale=1.0, offset=1, freqs=freqs)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("npdt,mxdt,eps,tol", DTYPES)
 @pytest.mark.parametrize("traditional", [False, True])
 def test_rope_grad_matches_finite_differences(npdt, mxdt, eps, tol, traditional):

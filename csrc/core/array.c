@@ -10,6 +10,7 @@
 
 #include "ops.h"
 #include "pool.h"
+#include "stream.h"
 
 /* ------------------------------------------------------------------ memory */
 
@@ -580,6 +581,7 @@ static mk_array *array_new(mk_dtype dtype, int ndim, const int64_t *shape) {
     a->ndim = ndim;
     a->size = size;
     if (ndim) memcpy(a->shape, shape, ndim * sizeof *shape);
+    a->stream = MK_STREAM_NONE; /* nodes: set by mk_prim_make */
     return a;
 }
 
@@ -685,6 +687,16 @@ int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const 
         mk_error_set(MK_ERR_VALUE, "[%s] Invalid number of inputs or outputs.", op->name);
         goto fail;
     }
+    /* the stream it is made on (stream.h), and MLX's float64 rule for GPU
+     * streams, checked when the node is made as MLX's array constructor */
+    mk_stream stream = mk_current_stream();
+    if (stream == MK_STREAM_NONE) goto fail;
+    if (mk_stream_device(stream) == MK_GPU) {
+        for (int i = 0; i < ninputs; i++)
+            if (mk_stream_check_dtype(stream, inputs[i]->dtype) < 0) goto fail;
+        for (int i = 0; i < noutputs; i++)
+            if (mk_stream_check_dtype(stream, outdesc[i].dtype) < 0) goto fail;
+    }
     size_t head = (sizeof(mk_prim) + 7) / 8 * 8;
     mk_prim *p = malloc(head + (size_t)noutputs * sizeof(mk_outdesc) + (size_t)(ninputs ? ninputs : 1) * sizeof(mk_array *) +
                         (size_t)noutputs * sizeof(mk_array *));
@@ -694,6 +706,7 @@ int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const 
     p->op = op;
     p->params = params;
     params = NULL;
+    p->stream = stream;
     p->ninputs = ninputs;
     p->noutputs = noutputs;
     p->outdesc = (mk_outdesc *)((char *)p + head);
@@ -712,6 +725,7 @@ int mk_prim_make(const mk_opdef *op, void *params, int ninputs, mk_array *const 
         if (!a) break;
         atomic_init(&a->prim, p);
         a->out_index = made;
+        a->stream = stream;
         p->outputs[made] = a;
         prim_incref(p);
         outs[made] = a;
@@ -1037,6 +1051,7 @@ static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
     if (unlinked != unlinked0) free(unlinked);
 
     size_t i = 0;
+    mk_stream last_stream = MK_STREAM_NONE;
     for (; i < on; i++) {
         mk_prim *p = order[i];
         if (mk_interrupted()) {
@@ -1044,6 +1059,12 @@ static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
             rc = -1;
             break;
         }
+        /* a stream another thread made cannot run here (stream.h), as MLX */
+        if (p->stream != last_stream && mk_stream_check_usable(p->stream) < 0) {
+            rc = -1;
+            break;
+        }
+        last_stream = p->stream;
         if (run_prim(p) < 0) {
             rc = -1;
             break;

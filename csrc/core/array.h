@@ -83,6 +83,7 @@ struct mk_array {
     /* pending while unevaluated (NULL once evaluated; see mk_is_evaluated): */
     _Atomic(mk_prim *) prim;
     int out_index;
+    uint32_t stream; /* the mk_stream its node was made on (stream.h); MK_STREAM_NONE if none */
 };
 
 /* An operation's evaluator: given evaluated inputs, fill every output
@@ -147,6 +148,7 @@ struct mk_prim {
     bool donated;    /* an output took over an input's buffer (mk_donate) */
     mk_errcode err_code; /* the last failure, for the threads that waited */
     char *err_msg;
+    uint32_t stream; /* the mk_stream it was made on (stream.h), as MLX's Primitive::stream() */
 };
 
 /* --- buffers --- */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "stream.h"
 
 /* ------------------------------------------------------------ pointer map */
 
@@ -114,7 +115,15 @@ static int tracer_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arra
 static const mk_opdef tracer_def = {"Copy", tracer_eval, NULL, tracer_vjp, tracer_jvp, tracer_vmap, false,
                                     true, 0, NULL, NULL};
 
-mk_array *mk_tracer(mk_array *x) { return mk_node(&tracer_def, NULL, x->dtype, x->ndim, x->shape, 1, &x); }
+/* A tracer is mkpy's bookkeeping (MLX marks the array itself): it goes on
+ * this thread's CPU stream, so that it passes any dtype (stream.h); the ops
+ * the traced function applies to it keep MLX's rules. */
+mk_array *mk_tracer(mk_array *x) {
+    mk_stream sv = mk_stream_scope(mk_default_stream(MK_CPU));
+    mk_array *t = mk_node(&tracer_def, NULL, x->dtype, x->ndim, x->shape, 1, &x);
+    mk_stream_scope(sv);
+    return t;
+}
 
 mk_array *mk_stop_gradient(mk_array *x) { return mk_unary(MK_UNARY_stop_gradient, x); }
 
@@ -282,8 +291,19 @@ int mk_vjp_graph(int nout, mk_array *const *outs, mk_array *const *cots, int nin
     mk_trace_push();
     for (int i = 0; i < nout; i++) {
         if (!cots[i] || !topo_array_dep(&t, outs[i])) continue;
-        mk_incref(cots[i]);
-        if (accumulate(&acc, outs[i], cots[i], outs[i]->dtype) < 0) goto done;
+        mk_array *c = cots[i];
+        if (c->dtype != outs[i]->dtype && mk_is_evaluated(c)) {
+            /* a constant seed (grad's 1.0): MLX makes it in the output's dtype
+             * with no node, so its cast goes on the CPU stream, where any
+             * dtype is allowed (stream.h), not on the default one */
+            mk_stream sv = mk_stream_scope(mk_default_stream(MK_CPU));
+            c = mk_astype(c, outs[i]->dtype);
+            mk_stream_scope(sv);
+            if (!c) goto done;
+        } else {
+            mk_incref(c);
+        }
+        if (accumulate(&acc, outs[i], c, outs[i]->dtype) < 0) goto done;
     }
     for (size_t k = t.n; k-- > 0;) {
         mk_prim *p = t.order[k];
@@ -319,7 +339,10 @@ int mk_vjp_graph(int nout, mk_array *const *outs, mk_array *const *cots, int nin
                 mk_error_set(MK_ERR_VALUE, "[Primitive::vjp] Not implemented for %s.", p->op->name);
                 prc = -1;
             } else {
+                /* the rule's nodes go on the primitive's stream, as MLX's */
+                mk_stream sv = mk_stream_scope(p->stream);
                 prc = p->op->vjp(p, pc, want, g);
+                mk_stream_scope(sv);
             }
             for (int i = 0; prc == 0 && i < ni; i++) {
                 if (!g[i]) continue;
@@ -410,6 +433,7 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
         }
         int prc = 0;
         if (any && !p->op->nondiff) {
+            mk_stream sv = mk_stream_scope(p->stream); /* as MLX's: the primitive's stream */
             if (p->op->jvp)
                 prc = p->op->jvp(p, ti, to);
             else if (p->op->vjp)
@@ -418,6 +442,7 @@ int mk_jvp_graph(int nin, mk_array *const *ins, mk_array *const *tans, int nout,
                 mk_error_set(MK_ERR_VALUE, "[Primitive::jvp] Not implemented for %s.", p->op->name);
                 prc = -1;
             }
+            mk_stream_scope(sv);
         }
         for (int j = 0; j < no; j++) {
             if (!to[j]) continue;
@@ -541,7 +566,9 @@ int mk_vmap_graph(int nin, mk_array *const *ins, mk_array *const *bins, const in
                 prc = -1;
             } else {
                 for (int j = 0; j < no; j++) oax[j] = -1;
+                mk_stream sv = mk_stream_scope(p->stream); /* as MLX's: the primitive's stream */
                 prc = p->op->vmap(p, bi, ax, bo, oax);
+                mk_stream_scope(sv);
             }
         }
         for (int j = 0; j < no; j++) {

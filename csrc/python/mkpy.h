@@ -169,4 +169,10 @@ int mkpy_indexops_init(PyObject *m);
  * when it is none of those (py_linalg_ns.c). */
 int mkpy_stream_is_gpu(PyObject *s, bool *bad);
 
+/* A stream= argument of an op (py_stream.c): resolves it as MLX's
+ * to_stream and makes it the stream the op's nodes record, until the call
+ * returns. NULL and None leave the current stream. 0, or -1 with a
+ * TypeError (not a stream or device) or the error. */
+int mkpy_stream_arg(const char *fname, PyObject *stream);
+
 #endif

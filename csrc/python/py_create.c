@@ -277,7 +277,7 @@ static int arange_bind(const char *const *names, int n, PyObject *const *args, P
 static PyObject *py_arange(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const n1[] = {"start", "stop", "step", "dtype", "stream"};
     static const char *const n2[] = {"stop", "step", "dtype", "stream"};
-    PyObject *a[5], *start = NULL, *stop = NULL, *step = NULL, *dt = NULL;
+    PyObject *a[5], *start = NULL, *stop = NULL, *step = NULL, *dt = NULL, *st = NULL;
     (void)m;
     /* overload 1: start and stop given, stop may be None */
     if (arange_bind(n1, 5, args, nargs, kwnames, a) == 0 && a[0] && a[1] && num_kind(a[0]) &&
@@ -287,6 +287,7 @@ static PyObject *py_arange(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
         stop = a[1] == Py_None ? NULL : a[1];
         step = a[2];
         dt = a[3];
+        st = a[4];
         if (!stop) {
             stop = start;
             start = NULL;
@@ -296,10 +297,12 @@ static PyObject *py_arange(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
         stop = a[0];
         step = a[1];
         dt = a[2];
+        st = a[3];
     } else {
         return mkpy_bad_call("arange", arange_sigs, args, nargs, kwnames);
     }
     if (step == Py_None) step = NULL;
+    if (mkpy_stream_arg("arange", st) < 0) return NULL;
     PyObject *vals[3] = {start, stop, step};
     double d[3] = {0.0, 0.0, 1.0};
     int any_float = 0, big = 0;

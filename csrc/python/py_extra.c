@@ -282,6 +282,8 @@ static PyObject *py_meshgrid(PyObject *m, PyObject *const *args, Py_ssize_t narg
             } else if (strcmp(k, "stream")) {
                 PyErr_Format(PyExc_TypeError, "meshgrid() got an unexpected keyword argument '%s'", k);
                 return NULL;
+            } else if (mkpy_stream_arg("meshgrid", v) < 0) {
+                return NULL;
             }
         }
     }

@@ -4,6 +4,7 @@
  * compile errors can point at it. */
 #include <string.h>
 
+#include "core/stream.h"
 #include "kernel/check.h"
 #include "kernel/kernel.h"
 #include "mkpy.h"
@@ -458,7 +459,17 @@ static int parse_template(PyObject *obj, mkk_call *c) {
     return 0;
 }
 
+static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+/* the call's stream= (mkpy_parse makes it current) lasts for the call */
 static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    mk_stream sv = mk_stream_override();
+    PyObject *r = kernel_call(self_o, args, nargsf, kwnames);
+    mk_stream_scope(sv);
+    return r;
+}
+
+static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     static const char *const names[] = {"*inputs",   "*output_shapes", "*output_dtypes", "*grid",  "*threadgroup",
                                         "*template", "*init_value",    "*verbose",       "*stream", NULL};
     PyMkKernel *self = (PyMkKernel *)self_o;

@@ -3,10 +3,11 @@
  * `const array&` parameters (no scalars or lists); a call that does not fit
  * gets nanobind's "incompatible function arguments".
  *
- * The stream argument decides MLX's CPU-only rule: None means the default
- * stream of the default device (mkpy._device; Device(gpu, 0) unless set, as
- * on a Mac), a Device or mkpy.cpu / mkpy.gpu its default stream, a Stream
- * its device. The ops MLX runs on the CPU only raise on a GPU stream. */
+ * The stream argument decides MLX's CPU-only rule: None means the current
+ * stream (the default stream of the default device, Device(gpu, 0) unless
+ * set, as on a Mac; core/stream.h), a Device or mkpy.cpu / mkpy.gpu its
+ * default stream, a Stream its device. The ops MLX runs on the CPU only
+ * raise on a GPU stream. */
 #include <string.h>
 
 #include "core/linalg.h"
@@ -17,41 +18,9 @@
 #define SOD "stream: StreamOrDevice = None"
 
 /* 1 when the stream argument names a GPU stream, 0 for a CPU one, -1 with
- * *bad set when it is not a stream, device or None (or an error is set). */
-static int stream_is_gpu(PyObject *s, bool *bad) {
-    static PyObject *dev_mod;
-    *bad = false;
-    if (!dev_mod && !(dev_mod = PyImport_ImportModule("mkpy._device"))) return -1;
-    PyObject *dev = NULL, *type = NULL, *gpu = NULL;
-    int r = -1;
-    PyObject *Stream = PyObject_GetAttrString(dev_mod, "Stream"), *Device = PyObject_GetAttrString(dev_mod, "Device"),
-             *DeviceType = PyObject_GetAttrString(dev_mod, "DeviceType");
-    if (!Stream || !Device || !DeviceType) goto done;
-    if (!s || s == Py_None) {
-        dev = PyObject_CallMethod(dev_mod, "default_device", NULL);
-    } else if (PyObject_TypeCheck(s, (PyTypeObject *)Stream)) {
-        dev = PyObject_GetAttrString(s, "device");
-    } else if (PyObject_TypeCheck(s, (PyTypeObject *)Device) || PyObject_TypeCheck(s, (PyTypeObject *)DeviceType)) {
-        dev = Py_NewRef(s);
-    } else {
-        *bad = true;
-        goto done;
-    }
-    if (!dev) goto done;
-    type = PyObject_TypeCheck(dev, (PyTypeObject *)DeviceType) ? Py_NewRef(dev) : PyObject_GetAttrString(dev, "type");
-    if (!type || !(gpu = PyObject_GetAttrString(dev_mod, "gpu"))) goto done;
-    r = PyObject_RichCompareBool(type, gpu, Py_EQ);
-done:
-    Py_XDECREF(Stream);
-    Py_XDECREF(Device);
-    Py_XDECREF(DeviceType);
-    Py_XDECREF(dev);
-    Py_XDECREF(type);
-    Py_XDECREF(gpu);
-    return r;
-}
-
-int mkpy_stream_is_gpu(PyObject *s, bool *bad) { return stream_is_gpu(s, bad); }
+ * *bad set when it is not a stream, device or None (or an error is set).
+ * The op's stream= was made the current stream by mkpy_parse (py_stream.c). */
+static int stream_is_gpu(PyObject *s, bool *bad) { return mkpy_stream_is_gpu(s, bad); }
 
 /* Parses a call: names as mkpy_parse (the last is "*stream"), the first
  * `narr` must be arrays. Sets *gpu. Returns 0, or -1 with the error set
@@ -385,6 +354,7 @@ static int einsum_args(const char *fname, const char *sig, PyObject *const *args
                 if (bad) goto bad;
                 return -1;
             }
+            if (mkpy_stream_arg(fname, args[nargs + k]) < 0) return -1;
         } else if (!strcmp(kw, "subscripts") && !sobj) {
             sobj = args[nargs + k];
         } else {

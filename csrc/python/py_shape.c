@@ -882,6 +882,7 @@ static PyObject *py_broadcast_arrays(PyObject *m, PyObject *const *args, Py_ssiz
             PyErr_Format(PyExc_TypeError, "broadcast_arrays() got an unexpected keyword argument '%s'", key);
             return NULL;
         }
+        if (mkpy_stream_arg("broadcast_arrays", args[nargs + k]) < 0) return NULL;
     }
     if (nargs > INT_MAX) {
         PyErr_SetString(PyExc_ValueError, "[broadcast_arrays] Too many arrays.");
@@ -924,6 +925,7 @@ static PyObject *atleast(int k, const char *fname, PyObject *const *args, Py_ssi
             PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", fname, key);
             return NULL;
         }
+        if (mkpy_stream_arg(fname, args[nargs + j]) < 0) return NULL;
     }
     PyObject *list = PyList_New(nargs);
     if (!list) return NULL;
