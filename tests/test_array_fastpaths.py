@@ -147,8 +147,10 @@ def test_eval_of_evaluated_arrays_and_nesting():
 
 
 def test_small_evals_from_many_threads():
+    # as in MLX, a node several threads evaluate is made on a thread-unsafe stream
+    shared_stream = mx.new_thread_unsafe_stream(mx.gpu)
     base = [mx.array(np.full(16, float(i), np.float32)) for i in range(4)]
-    shared = mx.multiply(base[0], base[1])  # one pending node several threads evaluate
+    shared = mx.multiply(base[0], base[1], stream=shared_stream)  # one pending node several threads evaluate
     errors = []
 
     def work(k):
