@@ -249,6 +249,7 @@ int mk_xwrite_graph(mk_wbuf *w, const mk_xgraph *g) {
         } else {
             w_bool(w, false);
             w_bool(w, true);
+            if (n->shared) continue; /* its data is in an earlier function */
             const mk_array *c = n->constant;
             w_shape(w, c->ndim, c->shape);
             w_dtype(w, c->dtype);
@@ -326,6 +327,7 @@ typedef struct {
     size_t cap, n;
     uint64_t next_id;
     mk_xgraph *g;
+    mk_xconsts *cs;
 } xctx;
 
 static size_t hash_ptr(const void *p, size_t cap) {
@@ -622,6 +624,10 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         case MK_UNARY_log10: name = "Log", xs_int(&st, MK_XS_INT, 1); break;
         case MK_UNARY_sqrt: name = "Sqrt", xs_int(&st, MK_XS_BOOL, 0); break;
         case MK_UNARY_rsqrt: name = "Sqrt", xs_int(&st, MK_XS_BOOL, 1); break;
+        case MK_UNARY_isnan: { /* as MLX: x != x */
+            uint64_t two[2] = {ids[0], ids[0]};
+            return emit(cx, "NotEqual", &st, 2, two, 1, &od, out_ids) ? 0 : -1;
+        }
         default: name = unary_mlx[op.u];
         }
         if (!name) return unmapped(mk_unary_names[op.u]);
@@ -852,8 +858,38 @@ static int emit_all(xctx *cx, mk_array *root) {
                 mk_decref(c);
                 goto fail;
             }
+            mk_xconsts *cs = cx->cs;
+            int k = 0;
+            while (k < cs->n && cs->keys[k] != f->a) k++;
+            if (k < cs->n) {
+                mk_decref(c);
+                mk_incref(cs->vals[k]);
+                xn->constant = cs->vals[k];
+                xn->shared = true;
+                xn->id = s->id = cs->ids[k];
+                continue;
+            }
             xn->constant = c;
             xn->id = s->id = cx->next_id++;
+            if (cs->n == cs->cap) {
+                int cap = cs->cap ? 2 * cs->cap : 16;
+                mk_array **nk = realloc(cs->keys, (size_t)cap * sizeof *nk);
+                if (nk) cs->keys = nk;
+                mk_array **nv = nk ? realloc(cs->vals, (size_t)cap * sizeof *nv) : NULL;
+                if (nv) cs->vals = nv;
+                uint64_t *ni = nv ? realloc(cs->ids, (size_t)cap * sizeof *ni) : NULL;
+                if (!ni) {
+                    mk_nomem();
+                    goto fail;
+                }
+                cs->ids = ni;
+                cs->cap = cap;
+            }
+            mk_incref(f->a);
+            mk_incref(c);
+            cs->keys[cs->n] = f->a;
+            cs->vals[cs->n] = c;
+            cs->ids[cs->n++] = xn->id;
             continue;
         }
         /* every output of the primitive gets its id at once */
@@ -887,10 +923,24 @@ fail:
     return -1;
 }
 
-int mk_export_graph(int nin, mk_array *const *tracers, int nout, mk_array *const *outs, mk_xgraph *g) {
+void mk_xconsts_free(mk_xconsts *c) {
+    for (int i = 0; i < c->n; i++) {
+        mk_decref(c->keys[i]);
+        mk_decref(c->vals[i]);
+    }
+    free(c->keys);
+    free(c->vals);
+    free(c->ids);
+    memset(c, 0, sizeof *c);
+}
+
+int mk_export_graph(int nin, mk_array *const *tracers, int nout, mk_array *const *outs, mk_xconsts *cs,
+                    mk_xgraph *g) {
     xctx cx = {0};
-    cx.next_id = 1;
+    if (!cs->next_id) cs->next_id = 1;
+    cx.next_id = cs->next_id;
     cx.g = g;
+    cx.cs = cs;
     unmapped_flag = false;
     g->nin = nin;
     g->nout = nout;
@@ -917,9 +967,11 @@ int mk_export_graph(int nin, mk_array *const *tracers, int nout, mk_array *const
         g->out_ids[j] = id_find(&cx, outs[j])->id;
         desc_of(outs[j], &g->out_desc[j]);
     }
+    cs->next_id = cx.next_id;
     xctx_free(&cx);
     return 0;
 fail:
+    cs->next_id = cx.next_id;
     xctx_free(&cx);
     return -1;
 }
@@ -1085,7 +1137,14 @@ static bool id_known(const uint64_t *known, int n, uint64_t id) {
     return false;
 }
 
-static int read_graph(rbuf *r, mk_xgraph *g) {
+/* the constants read so far in a file, shared by id across its functions */
+typedef struct {
+    uint64_t *ids;
+    mk_array **vals; /* borrowed from the nodes that own them */
+    int n, cap;
+} rconsts;
+
+static int read_graph(rbuf *r, mk_xgraph *g, rconsts *rc) {
     uint64_t *known = NULL;
     size_t nknown = 0, capk = 0;
 #define KNOW(x)                                                                                                    \
@@ -1147,6 +1206,18 @@ static int read_graph(rbuf *r, mk_xgraph *g) {
                 }
                 continue;
             }
+            int k = 0;
+            while (k < rc->n && rc->ids[k] != id) k++;
+            if (k < rc->n) {
+                mk_xnode *xn = xg_new_node(g);
+                if (!xn) goto fail;
+                xn->id = id;
+                mk_incref(rc->vals[k]);
+                xn->constant = rc->vals[k];
+                xn->shared = true;
+                KNOW(id);
+                continue;
+            }
             mk_outdesc d;
             if (r_desc(r, &d, "a constant's descriptor") < 0) goto fail;
             int64_t nb = mk_shape_size(d.ndim, d.shape) * (int64_t)mk_dtype_size(d.dtype);
@@ -1166,6 +1237,20 @@ static int read_graph(rbuf *r, mk_xgraph *g) {
             xn->id = id;
             xn->constant = c;
             KNOW(id);
+            if (rc->n == rc->cap) {
+                int cap = rc->cap ? 2 * rc->cap : 16;
+                uint64_t *ni = realloc(rc->ids, (size_t)cap * sizeof *ni);
+                if (ni) rc->ids = ni;
+                mk_array **nv = ni ? realloc(rc->vals, (size_t)cap * sizeof *nv) : NULL;
+                if (!nv) {
+                    mk_nomem();
+                    goto fail;
+                }
+                rc->vals = nv;
+                rc->cap = cap;
+            }
+            rc->ids[rc->n] = id;
+            rc->vals[rc->n++] = c;
             continue;
         }
         mk_xnode *xn = xg_new_node(g);
@@ -1264,10 +1349,17 @@ int mk_xread_file(const unsigned char *data, size_t len, mk_xfile *f) {
         mk_nomem();
         goto fail;
     }
+    rconsts rc = {0};
     for (int i = 0; i < count; i++) {
         f->count = i + 1;
-        if (read_graph(&r, &f->funs[i]) < 0) goto fail;
+        if (read_graph(&r, &f->funs[i], &rc) < 0) {
+            free(rc.ids);
+            free(rc.vals);
+            goto fail;
+        }
     }
+    free(rc.ids);
+    free(rc.vals);
     return 0;
 fail:
     mk_xfile_free(f);

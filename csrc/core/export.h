@@ -62,6 +62,7 @@ typedef struct {
     uint64_t *out_ids;
     mk_outdesc *outd;
     mk_array *constant; /* constants: evaluated, row contiguous */
+    bool shared;        /* a constant written by an earlier function */
 } mk_xnode;
 
 typedef struct {
@@ -93,7 +94,18 @@ void mk_xfile_free(mk_xfile *f);   /* contents */
  * are evaluated and kept as constants. Returns 0, or -1 with the error set
  * (MK_ERR_NOTIMPL naming an mkpy primitive without an MLX mapping). Call it
  * without the GIL (it may evaluate). */
-int mk_export_graph(int nin, mk_array *const *tracers, int nout, mk_array *const *outs, mk_xgraph *g);
+typedef struct {
+    mk_array **keys; /* the graph's arrays (held) */
+    mk_array **vals; /* their contiguous values (held) */
+    uint64_t *ids;
+    int n, cap;
+    uint64_t next_id; /* ids are unique across an exporter's functions */
+} mk_xconsts;
+void mk_xconsts_free(mk_xconsts *c);
+/* cs: the constants of earlier functions of the same file, shared by id
+ * (their data is written once, as MLX does); updated. */
+int mk_export_graph(int nin, mk_array *const *tracers, int nout, mk_array *const *outs, mk_xconsts *cs,
+                    mk_xgraph *g);
 
 /* After mk_export_graph failed: whether it failed on an mkpy primitive that
  * has no MLX mapping yet (the binding raises NotImplementedError). */

@@ -128,6 +128,7 @@ typedef struct {
     char *metadata;
     int count;
     mk_xgraph *funs;
+    mk_xconsts consts;
     mk_wbuf body; /* the functions written so far */
 } ExporterObject;
 
@@ -142,6 +143,7 @@ static void exporter_dealloc(ExporterObject *e) {
     for (int i = 0; i < e->count; i++) mk_xgraph_free(&e->funs[i]);
     PyMem_Free(e->funs);
     mk_wbuf_free(&e->body);
+    mk_xconsts_free(&e->consts);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -194,6 +196,7 @@ static PyObject *exporter_make(PyObject *fun, PyObject *target, bool shapeless, 
     e->count = 0;
     e->funs = NULL;
     memset(&e->body, 0, sizeof e->body);
+    memset(&e->consts, 0, sizeof e->consts);
     PyObject_GC_Track(e);
     const char *md = "";
     if (metadata && metadata != Py_None) {
@@ -331,7 +334,7 @@ static int export_callback(PyObject *cb, const mk_xgraph *g) {
     PyObject *cl = PyList_New(0);
     for (int t = 0; cl && t < g->nnodes; t++) {
         const mk_xnode *n = &g->nodes[t];
-        if (!n->constant) continue;
+        if (!n->constant || n->shared) continue;
         mk_incref(n->constant);
         PyObject *a = mkpy_wrap(n->constant), *nmo = a ? name_of(&nm, n->id) : NULL;
         PyObject *pair = nmo ? PyTuple_Pack(2, nmo, a) : NULL;
@@ -461,7 +464,7 @@ static int exporter_export(ExporterObject *e, PyObject *pos, PyObject *kw) {
     }
     int erc;
     Py_BEGIN_ALLOW_THREADS
-    erc = mk_export_graph(nin, tr, nout, outs, &g);
+    erc = mk_export_graph(nin, tr, nout, outs, &e->consts, &g);
     Py_END_ALLOW_THREADS
     if (erc < 0) {
         if (mk_export_unmapped()) {
