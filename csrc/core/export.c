@@ -827,7 +827,7 @@ static int emit_all(xctx *cx, mk_array *root) {
             continue;
         }
         mk_prim *p = f->a->prim;
-        if (s->dep > 0 && f->next < p->ninputs) {
+        if (p && f->next < p->ninputs) {
             mk_array *in = p->inputs[f->next++];
             if (!id_find(cx, in)->id) {
                 if (n == cap) {
@@ -843,6 +843,23 @@ static int emit_all(xctx *cx, mk_array *root) {
             continue;
         }
         n--;
+        int saved = cx->g->nnodes;
+        if (s->dep <= 0 && p) {
+            /* input-free: as MLX, the primitive over its constant inputs
+             * when mkpy can map it; else its value as a constant */
+            uint64_t oid[1] = {0};
+            if (p->noutputs == 1) {
+                if (map_prim(cx, p, &f->a, oid) == 0) {
+                    s = id_find(cx, f->a);
+                    s->id = oid[0];
+                    continue;
+                }
+                if (!unmapped_flag) goto fail;
+            }
+            unmapped_flag = false;
+            mk_error_clear();
+            while (cx->g->nnodes > saved) xnode_free(&cx->g->nodes[--cx->g->nnodes]);
+        }
         if (s->dep <= 0) {
             /* a constant: its value now, row contiguous */
             mk_array *c = mk_contiguous(f->a, false);
