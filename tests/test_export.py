@@ -235,3 +235,21 @@ def test_imports_file_written_by_mlx():
     f = mx.import_function(os.path.join(DATA, "mlx_exp_add.mlxfn"))
     out = f(mx.array([1.0, -5.0, 3.0]), mx.array([0.0, 1.0, 1.5]))[0]
     assert out.tolist() == [1.0, 7.0, 6.0]
+
+
+def test_scatter_on_leading_axes(tmp_path):
+    p = path_in(tmp_path)
+
+    def fn(x, y, z):
+        return x.at[y].add(z)
+
+    x, y, z = mx.array([1, 2, 3]), mx.array([0, 0, 1]), mx.array([1, 1, 1])
+    mx.export_function(p, fn, x, y, z)
+    assert mx.import_function(p)(x, y, z)[0].tolist() == [3, 3, 3]
+
+    def fm(x, y, z):
+        return x.at[y].maximum(z)
+
+    x, y, z = mx.zeros((4, 3)), mx.array([[0, 2]]), mx.ones((1, 2, 3))
+    mx.export_function(p, fm, x, y, z)
+    assert mx.array_equal(mx.import_function(p)(x, y, z)[0], fm(x, y, z))

@@ -31,6 +31,9 @@
 #include "ops_quant.h"
 #include "transforms.h"
 
+/* (ops_index.c; declared here as only export uses it) */
+bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
+
 /* ================================================================ schemas */
 
 typedef struct {
@@ -81,6 +84,7 @@ static const xschema schemas[] = {
     {"SearchSorted", "b"},   /* right */
     {"RandomBits", "vi"},    /* shape, width */
     {"Arange", "FFF"},       /* start, stop, step */
+    {"Scatter", "iv"},       /* Max, Min, Sum, Prod, None; axes */
 };
 #define NSCHEMAS ((int)(sizeof schemas / sizeof schemas[0]))
 
@@ -752,6 +756,47 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         xs_int(&st, MK_XS_INT, ic);
         xs_int(&st, MK_XS_BOOL, ba);
         return emit(cx, "QuantizedMatmul", &st, nin, ids, 1, &od, out_ids) ? 0 : -1;
+    }
+    mk_index_dim dims[MK_MAX_NDIM];
+    if (mk_xp_scatter(p, &ia, &ib, &ic, dims)) {
+        /* MLX's Scatter(axes) covers index arrays on the leading dims, in
+         * order, with full slices after them and the index dims first */
+        static const int scmap[5] = {[MK_SCATTER_NONE] = 4, [MK_SCATTER_SUM] = 2, [MK_SCATTER_PROD] = 3,
+                                     [MK_SCATTER_MAX] = 0, [MK_SCATTER_MIN] = 1};
+        const mk_array *x = ins[0], *u = ins[nin - 1];
+        bool ok = ic == 0 && ib >= 1 && ib <= x->ndim && ia >= 0 && ia <= 4;
+        for (int d = 0; ok && d < x->ndim; d++)
+            ok = d < ib ? dims[d].kind == MK_IDX_ARRAY && dims[d].arr == d
+                        : dims[d].kind == MK_IDX_SLICE && dims[d].start == 0 && dims[d].step == 1 &&
+                              dims[d].len == x->shape[d];
+        if (!ok) return unmapped("scatter (this indexing pattern)");
+        int nb = u->ndim - (x->ndim - ib); /* the index arrays' broadcast dims */
+        if (nb < 0 || u->ndim + ib > MK_MAX_NDIM) return unmapped("scatter (this indexing pattern)");
+        uint64_t in[MK_MAX_NDIM + 2];
+        in[0] = ids[0];
+        for (int k = 0; k < ib; k++) {
+            const mk_array *a = ins[1 + k];
+            if (same_shape(a->ndim, a->shape, nb, u->shape)) {
+                in[1 + k] = ids[1 + k];
+                continue;
+            }
+            if (xs_vec(&st, nb, u->shape) < 0) return -1;
+            if (!(in[1 + k] = emit1(cx, "Broadcast", &st, 1, &ids[1 + k], a->dtype, nb, u->shape))) return -1;
+        }
+        int64_t ax[MK_MAX_NDIM], ushape[MK_MAX_NDIM];
+        int m = 0;
+        for (int d = 0; d < nb; d++) ushape[m++] = u->shape[d];
+        for (int k = 0; k < ib; k++) ax[k] = nb + k, ushape[m++] = 1;
+        for (int d = nb; d < u->ndim; d++) ushape[m++] = u->shape[d];
+        if (xs_vec(&st, ib, ax) < 0) return -1;
+        if (!(in[1 + ib] = emit1(cx, "ExpandDims", &st, 1, &ids[nin - 1], u->dtype, m, ushape))) return -1;
+        xs_int(&st, MK_XS_INT, scmap[ia]);
+        for (int k = 0; k < ib; k++) ax[k] = k;
+        if (xs_vec(&st, ib, ax) < 0) {
+            xstate_free(&st);
+            return -1;
+        }
+        return emit(cx, "Scatter", &st, ib + 2, in, 1, &od, out_ids) ? 0 : -1;
     }
     return unmapped(p->op->name);
 }
@@ -1610,6 +1655,44 @@ static mk_array *build(const mk_xnode *n, mk_array *const *in) {
             return NULL;
         }
         return mk_put_along_axis(in[0], in[1], in[2], (int)s[1].i, true);
+    }
+    if (!strcmp(nm, "Scatter")) {
+        static const mk_scatter_op scop[5] = {MK_SCATTER_MAX, MK_SCATTER_MIN, MK_SCATTER_SUM, MK_SCATTER_PROD,
+                                              MK_SCATTER_NONE};
+        mk_array *x = in[0], *u = in[n->nin - 1];
+        int na = n->nin - 2;
+        if (na < 1 || s[1].n != na || s[0].i < 0 || s[0].i > 4 || na > x->ndim) goto bad_state;
+        mk_index_dim dims[MK_MAX_NDIM];
+        bool used[MK_MAX_NDIM] = {false};
+        for (int d = 0; d < x->ndim; d++) dims[d] = (mk_index_dim){MK_IDX_SLICE, 0, 0, 1, x->shape[d]};
+        for (int j = 0; j < na; j++) {
+            int a = s[1].v[j];
+            if (a < 0) a += x->ndim;
+            if (a < 0 || a >= x->ndim || used[a]) goto bad_state;
+            used[a] = true;
+            dims[a] = (mk_index_dim){MK_IDX_ARRAY, j, 0, 1, 1};
+        }
+        /* updates: B + x's shape with the indexed dims of size 1; mkpy
+         * wants B + the other dims */
+        int nb = u->ndim - x->ndim;
+        if (nb < 0) goto bad_state;
+        int m = 0;
+        for (int d = 0; d < x->ndim; d++)
+            if (used[d]) ax[m++] = nb + d;
+        for (int d = 0; d < x->ndim; d++) {
+            if (used[d] && u->shape[nb + d] != 1) goto bad_state;
+        }
+        bool contiguous_axes = true;
+        for (int j = 0; j < na; j++) contiguous_axes &= s[1].v[j] == j || s[1].v[j] == j - x->ndim;
+        if (!contiguous_axes) {
+            mk_error_set(MK_ERR_VALUE, "[import_function] Scatter on axes other than the leading ones cannot be rebuilt yet.");
+            return NULL;
+        }
+        mk_array *us = mk_squeeze(u, m, ax);
+        if (!us) return NULL;
+        mk_array *r = mk_scatter(x, dims, na, in + 1, 0, us, scop[s[0].i]);
+        mk_decref(us);
+        return r;
     }
     if (!strcmp(nm, "Concatenate"))
         return n->nin < 1 ? (goto_bad_inputs(n), NULL) : mk_concatenate(n->nin, in, (int)s[0].i, true);

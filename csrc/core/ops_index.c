@@ -1555,3 +1555,13 @@ bool mk_xp_put_axis(const mk_prim *p, int *axis, int *scatter_op) {
     *scatter_op = ((const int *)p->params)[1];
     return true;
 }
+/* scatter: the plan (export.c maps the plans MLX's Scatter can express) */
+bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims) {
+    if (p->op != &scatter_def) return false;
+    const gs_params *g = p->params;
+    *op = g->op;
+    *narr = g->narr;
+    *bpos = g->bpos;
+    memcpy(dims, g->dims, sizeof g->dims);
+    return true;
+}
