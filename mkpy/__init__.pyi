@@ -76,6 +76,17 @@ class DtypeCategory:
     def __repr__(self) -> str: ...
 
 @final
+class FunctionExporter:
+    """A callable object to export multiple traces of a function to a file (make it with mx.exporter)."""
+    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+    def __enter__(self) -> Any:
+        """The exporter itself."""
+    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None, /) -> Any:
+        """Close the exporter."""
+    def close(self) -> Any:
+        """Stop exporting to the file."""
+
+@final
 class PrintOptions:
     """Options for printing arrays."""
     def __new__(cls, precision: Any = -1) -> PrintOptions: ...
@@ -627,11 +638,11 @@ def expand_dims(a: array, /, axis: Union[int, Sequence[int]], *, stream: StreamO
 def expm1(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise expm1."""
 
-def export_function(file: Any, fun: Any, *args: Any, shapeless: Any = False, **kwargs: Any) -> array:
-    """Not supported: raises NotImplementedError (MLX's format stores MLX's primitives)."""
+def export_function(file_or_callback: Any, fun: Any, *args: Any, shapeless: Any = False, metadata: Any = None, **kwargs: Any) -> None:
+    """Export a function's traced graph to a file in MLX's .mlxfn format (or pass it to a callback)."""
 
-def exporter(file: Any, fun: Any, *, shapeless: Any = False) -> array:
-    """Not supported: raises NotImplementedError."""
+def exporter(file: Any, fun: Any, *, shapeless: Any = False, metadata: Any = None) -> FunctionExporter:
+    """Make a callable object to export multiple traces of a function to a file."""
 
 def eye(n: int, m: Optional[int] = None, k: int = 0, dtype: Optional[Dtype] = float32, *, stream: StreamOrDevice = None) -> array:
     """An n x m array with ones on the k-th diagonal."""
@@ -708,8 +719,8 @@ def identity(n: int, dtype: Optional[Dtype] = float32, *, stream: StreamOrDevice
 def imag(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise imag."""
 
-def import_function(file: Any) -> array:
-    """Not supported: raises NotImplementedError."""
+def import_function(file: Any, return_metadata: Any = False) -> Any:
+    """Import a function from a .mlxfn file; it returns a tuple of arrays."""
 
 def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Inner product of 1-D arrays; in higher dimensions a sum product over the last axes."""

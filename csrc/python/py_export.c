@@ -557,9 +557,10 @@ static PyObject *exporter_exit(ExporterObject *e, PyObject *args) {
 }
 
 static PyMethodDef exporter_methods[] = {
-    {"close", (PyCFunction)exporter_close, METH_NOARGS, "close()\n--\n\nStop exporting to the file."},
-    {"__enter__", (PyCFunction)exporter_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)exporter_exit, METH_VARARGS, NULL},
+    {"close", (PyCFunction)exporter_close, METH_NOARGS, "close($self, /)\n--\n\nStop exporting to the file."},
+    {"__enter__", (PyCFunction)exporter_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nThe exporter itself."},
+    {"__exit__", (PyCFunction)exporter_exit, METH_VARARGS,
+     "__exit__($self, exc_type=None, exc_value=None, traceback=None, /)\n--\n\nClose the exporter."},
     {NULL},
 };
 
