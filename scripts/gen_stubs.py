@@ -195,6 +195,7 @@ RETURNS = {
     "testing:assert_allclose": "None",
     "save": "None", "savez": "None", "savez_compressed": "None", "save_safetensors": "None",
     "save_gguf": "None",
+    "export_function": "None", "exporter": "FunctionExporter", "import_function": "Any",
     "linalg:qr": "tuple[array, array]", "linalg:svd": "Union[array, tuple[array, array, array]]",
     "linalg:eig": "tuple[array, array]", "linalg:eigh": "tuple[array, array]",
     "linalg:lu": "tuple[array, array, array]", "linalg:lu_factor": "tuple[array, array]",
@@ -263,6 +264,7 @@ CLASS_DUNDERS = {
     "iinfo": {"__repr__": ("", "str")},
     **{c: {"__eq__": ("other: object", "bool"), "__ne__": ("other: object", "bool"), "__hash__": ("", "int"),
            "__repr__": ("", "str")} for c in ("Device", "Stream", "ThreadLocalStream")},
+    "FunctionExporter": {"__call__": ("*args: Any, **kwargs: Any", "None")},
 }
 # members left out, with the reason
 SKIP = {
@@ -508,7 +510,7 @@ def render_cext_class(cls, names):
                 # the number slot serves both sides: keep the reflected form where it works
                 if getattr(probe, name)(1) is NotImplemented:
                     continue
-            slots.append(slot_def(name, *dunders[name], posonly=True))
+            slots.append(slot_def(name, *dunders[name], posonly="*" not in dunders[name][0]))
         else:
             methods.append(render_method(cname, name, member, names))
     final = "" if cls.__flags__ & (1 << 10) else "@final\n"  # no Py_TPFLAGS_BASETYPE

@@ -230,15 +230,6 @@ def test_weakref_and_printoptions():
         mx.set_printoptions(precision=-1)
 
 
-def test_export_is_a_clear_error():
-    with pytest.raises(NotImplementedError, match="mlxfn"):
-        mx.export_function("f.mlxfn", lambda x: x, mx.array(1.0))
-    with pytest.raises(NotImplementedError, match=r"\[import_function\].*no table yet translating"):
-        mx.import_function("f.mlxfn")
-    with pytest.raises(NotImplementedError, match=r"\[exporter\].*MLX's C\+\+ primitives"):
-        mx.exporter("f.mlxfn", lambda x: x)
-
-
 def test_array_is_a_python_sequence_for_numpy():
     # x[i] through the sequence protocol too (as MLX's class has it): NumPy then builds nested
     # structures of arrays without its "not a sequence" coercion

@@ -632,3 +632,12 @@ static int where_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array
     mk_ar_free(&A);
     return rc;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_binary(const mk_prim *p, mk_binary_op *op) {
+    if (p->op != &binary_def) return false;
+    *op = *(const mk_binary_op *)p->params;
+    return true;
+}
+bool mk_xp_where(const mk_prim *p) { return p->op == &where_def; }

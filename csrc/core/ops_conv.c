@@ -775,3 +775,22 @@ mk_array *mk_conv_transpose(mk_array *in, mk_array *wt, int nd, const int *strid
     a.flip = true;
     return mk_conv_general(in, wt, &a);
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_conv(const mk_prim *p, int *nd, int *stride, int *pad_lo, int *pad_hi, int *kdil, int *idil, int *groups,
+                bool *flip) {
+    if (p->op != &conv_def) return false;
+    const conv_params *q = p->params;
+    *nd = q->nd;
+    for (int i = 0; i < q->nd; i++) {
+        stride[i] = q->stride[i];
+        pad_lo[i] = q->pad_lo[i];
+        pad_hi[i] = q->pad_hi[i];
+        kdil[i] = q->kdil[i];
+        idil[i] = q->idil[i];
+    }
+    *groups = q->groups;
+    *flip = q->flip;
+    return true;
+}

@@ -501,3 +501,7 @@ static mk_array *trimask(const char *name, mk_array *x, int64_t k, bool upper) {
 
 mk_array *mk_tril(mk_array *x, int64_t k) { return trimask("tril", x, k, false); }
 mk_array *mk_triu(mk_array *x, int64_t k) { return trimask("triu", x, k, true); }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_full(const mk_prim *p) { return p->op == &full_def; }

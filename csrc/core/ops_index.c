@@ -1541,3 +1541,27 @@ static int masked_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arra
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_take_axis(const mk_prim *p, int *axis) {
+    if (p->op != &take_axis_def) return false;
+    *axis = *(const int *)p->params;
+    return true;
+}
+bool mk_xp_put_axis(const mk_prim *p, int *axis, int *scatter_op) {
+    if (p->op != &put_axis_def) return false;
+    *axis = ((const int *)p->params)[0];
+    *scatter_op = ((const int *)p->params)[1];
+    return true;
+}
+/* scatter: the plan (export.c maps the plans MLX's Scatter can express) */
+bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims) {
+    if (p->op != &scatter_def) return false;
+    const gs_params *g = p->params;
+    *op = g->op;
+    *narr = g->narr;
+    *bpos = g->bpos;
+    memcpy(dims, g->dims, sizeof g->dims);
+    return true;
+}

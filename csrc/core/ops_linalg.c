@@ -874,3 +874,14 @@ static int gemm_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array 
     mk_ar_free(&A);
     return rc;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_gemm(const mk_prim *p, float *alpha, float *beta, bool *has_c) {
+    if (p->op != &gemm_def) return false;
+    const gemm_params *gp = p->params;
+    *alpha = gp->alpha;
+    *beta = gp->beta;
+    *has_c = gp->has_c;
+    return true;
+}

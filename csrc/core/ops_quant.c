@@ -1397,3 +1397,16 @@ done:
     mk_xdecref(y);
     return r;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_qmm(const mk_prim *p, int *gs, int *bits, int *mode, bool *transpose) {
+    if (p->op != &qmm_def) return false;
+    const qparams *q = p->params;
+    *gs = q->gs;
+    *bits = q->bits;
+    *mode = q->mode;
+    *transpose = q->transpose;
+    return true;
+}
+bool mk_xp_rowc(const mk_prim *p) { return p->op == &rowc_def; }

@@ -1844,3 +1844,13 @@ static int lastax_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arra
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_reduce(const mk_prim *p, int *which, bool *red) {
+    if (p->op != &reduce_def) return false;
+    const reduce_params *rp = p->params;
+    *which = reduce_which(rp);
+    memcpy(red, rp->red, sizeof rp->red);
+    return true;
+}

@@ -733,3 +733,11 @@ static int pad_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array *
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_concat(const mk_prim *p, int *axis) {
+    if (p->op != &concat_def) return false;
+    *axis = *(const int *)p->params;
+    return true;
+}

@@ -1248,3 +1248,23 @@ static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array 
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_sort(const mk_prim *p, int *kind, int *axis, int64_t *kth) {
+    if (p->op != &sort_def) return false;
+    const sort_params *sp = p->params;
+    *kind = sp->kind;
+    *axis = sp->axis;
+    *kth = sp->kth;
+    return true;
+}
+bool mk_xp_scan(const mk_prim *p, int *op, int *axis, bool *reverse, bool *inclusive) {
+    if (p->op != &scan_def) return false;
+    const scan_params *sp = p->params;
+    *op = (int)sp->op;
+    *axis = sp->axis;
+    *reverse = sp->reverse;
+    *inclusive = sp->inclusive;
+    return true;
+}

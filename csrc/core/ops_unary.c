@@ -666,3 +666,12 @@ static int astype_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arra
     out_axes[0] = axes[0];
     return outs[0] ? 0 : -1;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_unary(const mk_prim *p, mk_unary_op *op) {
+    if (p->op != &unary_def && p->op != &stop_gradient_def) return false;
+    *op = p->params ? *(const mk_unary_op *)p->params : MK_UNARY_stop_gradient;
+    return true;
+}
+bool mk_xp_astype(const mk_prim *p) { return p->op == &astype_def; }

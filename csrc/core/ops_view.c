@@ -817,3 +817,19 @@ mk_array *mk_contiguous(mk_array *x, bool allow_col_major) {
     *params = allow_col_major;
     return mk_node(&contiguous_def, params, x->dtype, x->ndim, x->shape, 1, &x);
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_view(const mk_prim *p, int *map, int64_t *mult, int64_t *start) {
+    if (p->op != &view_def) return false;
+    const view_params *v = p->params;
+    memcpy(map, v->map, sizeof v->map);
+    memcpy(mult, v->mult, sizeof v->mult);
+    memcpy(start, v->start, sizeof v->start);
+    return true;
+}
+bool mk_xp_reshape(const mk_prim *p, int *infer) {
+    if (p->op != &reshape_def) return false;
+    *infer = p->params ? *(const int *)p->params : -1;
+    return true;
+}

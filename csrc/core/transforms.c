@@ -942,3 +942,7 @@ int mk_custom(int n, mk_array *const *primals, int m, mk_array *const *fwd, cons
     free(d);
     return rc;
 }
+
+/* ---- export accessors (export.h) ---- */
+#include "export.h"
+bool mk_xp_tracer(const mk_prim *p) { return p->op == &tracer_def; }

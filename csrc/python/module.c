@@ -17,6 +17,7 @@ int mkpy_fast_init(void);
 int mkpy_distributed_init(PyObject *m); /* py_distributed.c: mkpy.distributed, mkpy.cuda */
 extern PyMethodDef mkpy_extra_functions[]; /* py_extra.c */
 extern PyMethodDef mkpy_dot_functions[]; /* py_dot.c: export_to_dot */
+int mkpy_export_init(PyObject *m);          /* py_export.c */
 int mkpy_extra_init(PyObject *m);
 int mkpy_stream_init(PyObject *m);   /* py_stream.c: Device, Stream, default_stream, ... */
 int mkpy_streams_scope(PyObject *m); /* py_stream.c: the stream= override lasts one call */
@@ -74,6 +75,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (mkpy_fast_init() < 0) goto error;
     if (mkpy_distributed_init(m) < 0) goto error;
     if (PyModule_AddFunctions(m, mkpy_extra_functions) < 0 || mkpy_extra_init(m) < 0) goto error;
+    if (mkpy_export_init(m) < 0) goto error;
     PyObject *metal = PyObject_GetAttrString(m, "metal");
     int rc = metal ? PyModule_AddFunctions(metal, mkpy_kernel_cache_functions) : -1;
     if (rc == 0) rc = PyModule_AddFunctions(metal, mkpy_check_functions);

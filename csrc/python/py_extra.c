@@ -749,37 +749,6 @@ static PyObject *py_printoptions(PyObject *m, PyObject *const *args, Py_ssize_t 
     return (PyObject *)c;
 }
 
-/* ------------------------------------------------------- export / import */
-
-/* MLX's .mlxfn files serialise its C++ primitives by name with their
- * parameters in MLX's own layout; mkpy's graph has other primitives, so it
- * can neither write files MLX reads nor read MLX's: a clear error naming
- * the gap (the feasibility estimate is in docs/design.md, "API surface,
- * continued"). */
-static PyObject *not_exportable(const char *fname) {
-    PyErr_Format(PyExc_NotImplementedError,
-                 "[%s] Not implemented in mkpy. MLX's .mlxfn format stores a traced function as a tape of MLX's "
-                 "C++ primitives (116 kinds, such as Add, Matmul, Reshape, Convolution), each written by name "
-                 "with its parameters in MLX's own field order, plus the constants' bytes. mkpy's graph is made "
-                 "of different primitives, and there is no table yet translating mkpy's primitives to MLX's "
-                 "(for export) or MLX's to mkpy's ops (for import); the container itself (header, inputs, "
-                 "outputs, tape) is not the obstacle.",
-                 fname);
-    return NULL;
-}
-static PyObject *py_export_function(PyObject *m, PyObject *args, PyObject *kw) {
-    (void)m, (void)args, (void)kw;
-    return not_exportable("export_function");
-}
-static PyObject *py_import_function(PyObject *m, PyObject *args, PyObject *kw) {
-    (void)m, (void)args, (void)kw;
-    return not_exportable("import_function");
-}
-static PyObject *py_exporter(PyObject *m, PyObject *args, PyObject *kw) {
-    (void)m, (void)args, (void)kw;
-    return not_exportable("exporter");
-}
-
 /* ------------------------------------------------------------------ asarray */
 
 static PyObject *py_asarray(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
@@ -1027,13 +996,6 @@ PyMethodDef mkpy_extra_functions[] = {
      "get_printoptions()\n--\n\nThe current print options."},
     {"printoptions", FN(py_printoptions), FASTKW,
      "printoptions(precision=-1)\n--\n\nA context manager setting print options temporarily."},
-    {"export_function", (PyCFunction)(void (*)(void))py_export_function, METH_VARARGS | METH_KEYWORDS,
-     "export_function(file, fun, *args, shapeless=False, **kwargs)\n--\n\n"
-     "Not supported: raises NotImplementedError (MLX's format stores MLX's primitives)."},
-    {"import_function", (PyCFunction)(void (*)(void))py_import_function, METH_VARARGS | METH_KEYWORDS,
-     "import_function(file)\n--\n\nNot supported: raises NotImplementedError."},
-    {"exporter", (PyCFunction)(void (*)(void))py_exporter, METH_VARARGS | METH_KEYWORDS,
-     "exporter(file, fun, *, shapeless=False)\n--\n\nNot supported: raises NotImplementedError."},
     {"asarray", FN(py_asarray), FASTKW,
      "asarray(a, dtype=None, *, copy=None)\n--\n\nConvert the input to an array (an array of that dtype is returned as is)."},
     {"from_dlpack", FN(py_from_dlpack), FASTKW,
