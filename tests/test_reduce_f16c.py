@@ -14,7 +14,6 @@ import pytest
 import mkpy as mx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 SHAPES = [(5000,), (1000, 37), (37, 1000), (3, 40, 17), (200_000,), (2, 7), (9,), (33, 2049), (0,), (16,), (17,)]
 OPS = ["sum", "prod", "max", "min", "mean"]
@@ -61,8 +60,11 @@ def compute():
 
 @pytest.fixture(scope="module")
 def software():
-    env = dict(os.environ, MKPY_NO_F16C="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    code = "import json, sys; sys.path.insert(0, %r); import test_reduce_f16c as t; print(json.dumps(t.compute()))" % HERE
+    # the child imports the same mkpy build as this process (a sanitizer build too)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(mx.__file__)))
+    env = dict(os.environ, MKPY_NO_F16C="1", PYTHONPATH=pkg_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import json, sys; sys.path[:0] = [%r, %r]; import test_reduce_f16c as t; "
+            "print(json.dumps(t.compute()))" % (pkg_root, HERE))
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.splitlines()[-1])
