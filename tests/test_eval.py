@@ -335,3 +335,27 @@ def test_compile_gives_the_functions_outputs():
     assert mx.compile(shapeless=True)(g)(x).tolist() == [0.0, 2.0, 4.0]
     mx.disable_compile()
     mx.enable_compile()
+
+
+def test_async_eval_inside_a_transformation():
+    # MLX refuses async_eval of an array that depends on a transformation's tracer
+    def fun(x):
+        y = x + 1.0
+        mx.async_eval(y)
+        return mx.exp(y)
+
+    with pytest.raises(ValueError, match=r"\[async_eval\] Not allowed inside a graph transformation"):
+        mx.grad(fun)(mx.array(1.0))
+    with pytest.raises(ValueError, match=r"\[async_eval\] Not allowed inside a graph transformation"):
+        mx.vmap(fun)(mx.ones((2, 2)))
+
+    # an array that does not depend on the tracers is evaluated as usual
+    def g(x):
+        c = mx.ones((3,)) * 2
+        mx.async_eval(c)
+        return (x * c).sum()
+
+    assert np.array_equal(np.array(mx.grad(g)(mx.ones((3,)))), [2.0, 2.0, 2.0])
+    a = mx.ones((2,)) + 1
+    mx.async_eval(a)
+    assert a.tolist() == [2.0, 2.0]

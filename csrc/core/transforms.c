@@ -943,6 +943,51 @@ int mk_custom(int n, mk_array *const *primals, int m, mk_array *const *fwd, cons
     return rc;
 }
 
+/* ------------------------------------------------------ async_eval check */
+
+/* 1 when the graph behind `outs` contains a tracer (a transformation's
+ * input stand-in): MLX refuses async_eval of such arrays inside a
+ * transformation. 0 if not, -1 on error. */
+int mk_graph_has_tracer(int n, mk_array *const *outs) {
+    ptrmap seen = {0};
+    size_t cap = 64, k = 0;
+    mk_array **stack = malloc(cap * sizeof *stack);
+    int rc = 0;
+    if (!stack) goto nomem;
+    for (int i = 0; i < n && !rc; i++) {
+        stack[k++] = outs[i];
+        while (k && !rc) {
+            mk_array *a = stack[--k];
+            if (pm_find(&seen, a)) continue;
+            if (!pm_get(&seen, a)) goto fail;
+            mk_prim *p = a->prim;
+            if (!p) continue;
+            if (p->op == &tracer_def) {
+                rc = 1;
+                break;
+            }
+            for (int j = 0; j < p->ninputs; j++) {
+                if (k == cap) {
+                    mk_array **s2 = realloc(stack, (cap *= 2) * sizeof *stack);
+                    if (!s2) goto nomem;
+                    stack = s2;
+                }
+                stack[k++] = p->inputs[j];
+            }
+        }
+        k = 0;
+    }
+    goto done;
+nomem:
+    mk_nomem();
+fail:
+    rc = -1;
+done:
+    free(stack);
+    pm_free(&seen);
+    return rc;
+}
+
 /* ---- export accessors (export.h) ---- */
 #include "export.h"
 bool mk_xp_tracer(const mk_prim *p) { return p->op == &tracer_def; }

@@ -38,6 +38,9 @@ int mk_vmap_graph(int nin, mk_array *const *ins, mk_array *const *bins, const in
  * compiled function may only read through its tracers (MLX's "uncaptured
  * inputs"); 0 if not, -1 on error. */
 int mk_graph_reaches(int nout, mk_array *const *outs, int nin, mk_array *const *ins, int nf, mk_array *const *forbid);
+/* 1 when the graph behind `outs` contains a transformation's tracer, 0 if
+ * not, -1 on error (async_eval's check). */
+int mk_graph_has_tracer(int n, mk_array *const *outs);
 
 /* A function with its own transformation rules (mx.custom_function). The
  * node's outputs are the m outputs `fwd` of the function's own graph on the

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mkpy.h"
+#include "core/transforms.h"
 
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
 #define FN(f) (PyCFunction)(void (*)(void))(f)
@@ -245,7 +246,7 @@ static int collect(PyObject *root, ptr_list *arrays) {
     return rc;
 }
 
-static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs, bool async) {
     ptr_list l = {0};
     for (Py_ssize_t i = 0; i < nargs; i++)
         if (collect(args[i], &l) < 0) {
@@ -256,6 +257,17 @@ static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs) {
     if (l.n > INT_MAX) {
         PyErr_SetString(PyExc_ValueError, "[eval] Too many arrays.");
         rc = -1;
+    } else if (async && l.n && mk_tracing()) {
+        /* MLX: async_eval of an array that depends on a transformation's
+         * tracer (inside grad, vmap, ...) is refused */
+        int t = mk_graph_has_tracer((int)l.n, (mk_array *const *)l.items);
+        if (t != 0) {
+            if (t > 0) PyErr_SetString(PyExc_ValueError, "[async_eval] Not allowed inside a graph transformation.");
+            else mkpy_raise();
+            rc = -1;
+        } else {
+            rc = mkpy_eval((mk_array *const *)l.items, (int)l.n);
+        }
     } else if (l.n) {
         rc = mkpy_eval((mk_array *const *)l.items, (int)l.n);
     }
@@ -266,7 +278,12 @@ static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs) {
 
 static PyObject *py_eval(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     (void)m;
-    return eval_args(args, nargs);
+    return eval_args(args, nargs, false);
+}
+
+static PyObject *py_async_eval(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    (void)m;
+    return eval_args(args, nargs, true);
 }
 
 static PyObject *py_synchronize(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
@@ -322,7 +339,7 @@ PyMethodDef mkpy_ops_functions[] = {
      "Element-wise |a - b| <= atol + rtol * |b|."},
     {"eval", FN(py_eval), METH_FASTCALL,
      "eval(*args)\n--\n\nEvaluate arrays, or trees (lists, tuples, dicts) of arrays."},
-    {"async_eval", FN(py_eval), METH_FASTCALL,
+    {"async_eval", FN(py_async_eval), METH_FASTCALL,
      "async_eval(*args)\n--\n\nStart evaluating arrays. mkpy evaluates them before returning."},
     {"synchronize", FN(py_synchronize), METH_FASTCALL,
      "synchronize(stream=None)\n--\n\nWait for queued work (mkpy's eval is synchronous)."},
