@@ -202,6 +202,12 @@ def test_export_to_dot_format_as_mlx(tmp_path):
     mx.export_to_dot(str(path), [d, {"k": (c,)}])
     text = path.read_text()
     assert 'label ="Exp"' in text and 'label ="Multiply"' in text
+    buf = io.StringIO()
+    x = mx.ones((2, 3)) * 2
+    mx.export_to_dot(buf, mx.argmax(x.T, axis=0), mx.sum(mx.broadcast_to(x, (4, 2, 3)), axis=1))
+    text = buf.getvalue()
+    for name in ("Transpose", "ArgMax", "Broadcast", "Sum"):
+        assert f'label ="{name}"' in text, name
     assert re.search(r'\{ "[A-Z]+"; \}', text)
 
 

@@ -948,8 +948,20 @@ static int reduce_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int reduce_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int reduce_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int reduce_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+/* MLX's names: Sum, Prod, Max, Min, And, Or, ArgMin, ArgMax (from the kernel table row) */
+static void reduce_name(const mk_prim *p, char *buf, size_t n) {
+    static const char *const names[6] = {"Sum", "Prod", "Max", "Min", "And", "Or"};
+    const rkern *k = ((const reduce_params *)p->params)->k;
+    const rkern *r0 = &reduce_kernels[0][0], *a0 = &arg_kernels[0][0];
+    if (k >= r0 && k < r0 + 6 * MK_NDTYPES)
+        snprintf(buf, n, "%s", names[(k - r0) / MK_NDTYPES]);
+    else if (k >= a0 && k < a0 + 2 * MK_NDTYPES)
+        snprintf(buf, n, "%s", (k - a0) / MK_NDTYPES ? "ArgMin" : "ArgMax");
+    else
+        snprintf(buf, n, "Reduce");
+}
 static const mk_opdef reduce_def = {"reduce", reduce_eval, NULL, reduce_vjp, reduce_jvp, reduce_vmap, false,
-                                    true, sizeof(reduce_params), NULL, NULL};
+                                    true, sizeof(reduce_params), NULL, reduce_name};
 
 /* ============================================================ constructors */
 
