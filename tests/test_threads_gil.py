@@ -27,6 +27,10 @@ import numpy as np
 import mkpy as mx
 
 faulthandler.dump_traceback_later(float(sys.argv[1]), exit=True)  # a deadlock: every stack, then exit
+# the threads share lazy nodes: as in MLX, on a thread-unsafe stream (one thread cannot evaluate
+# nodes of another thread's own streams)
+SHARED = mx.new_thread_unsafe_stream(mx.gpu)
+mx.set_default_stream(SHARED)
 
 # a slow kernel (a loop per thread) that makes a random key [x0, x1] and says
 # which engine runs it (verbose), so that a key is still being made while
@@ -76,6 +80,7 @@ def run(fns, seconds):
 
     def wrap(fn):
         try:
+            mx.set_default_stream(SHARED)
             fn()
         except BaseException:  # noqa: BLE001 - reported below
             import traceback
