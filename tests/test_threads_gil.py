@@ -257,15 +257,19 @@ def test_the_gil_is_released_while_an_op_evaluates():
     import numpy as np
     a = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
     x = mx.array(a)
-    y = mx.zeros_like(x)
-    for i in range(40):  # 40 independent products (no error carried from one to the next)
-        y = y + mx.tanh((x @ x) * (1.0 / (i + 1)))
+    # built here, evaluated on another thread: on a thread-unsafe stream, as MLX needs
+    with mx.stream(mx.new_thread_unsafe_stream(mx.gpu)):
+        y = mx.zeros_like(x)
+        for i in range(40):  # 40 independent products (no error carried from one to the next)
+            y = y + mx.tanh((x @ x) * (1.0 / (i + 1)))
     started, done = threading.Event(), threading.Event()
 
     def evaluate():
         started.set()
-        mx.eval(y)
-        done.set()
+        try:
+            mx.eval(y)
+        finally:
+            done.set()
 
     t = threading.Thread(target=evaluate)
     t.start()
