@@ -168,7 +168,7 @@ def test_device_and_stream_objects():
 
 
 def test_stream_context_restores_device_and_stream():
-    old_dev, old_gpu = mx.default_device(), mx.default_stream(mx.gpu)
+    old_dev, old_gpu, old_cpu = mx.default_device(), mx.default_stream(mx.gpu), mx.default_stream(mx.cpu)
     n = mx.new_stream(mx.cpu)
     ctx = mx.stream(n)
     assert ctx.__enter__() is None
@@ -180,6 +180,9 @@ def test_stream_context_restores_device_and_stream():
     finally:
         ctx.__exit__(None, None, None)
     assert mx.default_device() == old_dev and mx.default_stream(mx.gpu) == old_gpu
+    # as MLX's: the stream set for the other device stays its default
+    assert mx.default_stream(mx.cpu) == n
+    mx.set_default_stream(old_cpu)
     with pytest.raises(ZeroDivisionError):
         with mx.stream(mx.cpu):
             1 / 0
@@ -275,3 +278,10 @@ def test_clear_streams_destroys_this_threads_streams():
     s, err = in_thread(work)
     assert err == f"There is no Stream(gpu, {s.index}) in current thread."
     assert (mx.arange(3) + 1).tolist() == [1, 2, 3]  # other threads keep theirs
+
+
+def test_dlpack_stream_is_not_an_mlx_stream():
+    # DLPack's `stream` names a device queue: passed through, not resolved as MLX's
+    a = mx.array([1.0, 2.0])
+    assert a.__dlpack__(stream=None) is not None
+    assert np.from_dlpack(a).tolist() == [1.0, 2.0]

@@ -61,13 +61,25 @@ def new_kernel():
     return k, c
 
 
+# As in MLX, a thread can evaluate only nodes of its own streams or of thread-unsafe ones: the
+# graphs these tests share between threads are built on one thread-unsafe stream, by every thread
+SHARED = mx.new_thread_unsafe_stream(mx.gpu)
+
+
+@pytest.fixture(autouse=True)
+def _shared_stream():
+    with mx.stream(SHARED):
+        yield
+
+
 def run_threads(fns, timeout=120):
-    """Runs each fn on its own thread; re-raises the first failure."""
+    """Runs each fn on its own thread (on the shared stream); re-raises the first failure."""
     errors = []
 
     def wrap(fn):
         try:
-            fn()
+            with mx.stream(SHARED):
+                fn()
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 

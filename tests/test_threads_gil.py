@@ -27,6 +27,10 @@ import numpy as np
 import mkpy as mx
 
 faulthandler.dump_traceback_later(float(sys.argv[1]), exit=True)  # a deadlock: every stack, then exit
+# the threads share lazy nodes: as in MLX, on a thread-unsafe stream (one thread cannot evaluate
+# nodes of another thread's own streams)
+SHARED = mx.new_thread_unsafe_stream(mx.gpu)
+mx.set_default_stream(SHARED)
 
 # a slow kernel (a loop per thread) that makes a random key [x0, x1] and says
 # which engine runs it (verbose), so that a key is still being made while
@@ -76,6 +80,7 @@ def run(fns, seconds):
 
     def wrap(fn):
         try:
+            mx.set_default_stream(SHARED)
             fn()
         except BaseException:  # noqa: BLE001 - reported below
             import traceback
@@ -252,15 +257,19 @@ def test_the_gil_is_released_while_an_op_evaluates():
     import numpy as np
     a = np.random.default_rng(0).standard_normal((384, 384)).astype(np.float32)
     x = mx.array(a)
-    y = mx.zeros_like(x)
-    for i in range(40):  # 40 independent products (no error carried from one to the next)
-        y = y + mx.tanh((x @ x) * (1.0 / (i + 1)))
+    # built here, evaluated on another thread: on a thread-unsafe stream, as MLX needs
+    with mx.stream(mx.new_thread_unsafe_stream(mx.gpu)):
+        y = mx.zeros_like(x)
+        for i in range(40):  # 40 independent products (no error carried from one to the next)
+            y = y + mx.tanh((x @ x) * (1.0 / (i + 1)))
     started, done = threading.Event(), threading.Event()
 
     def evaluate():
         started.set()
-        mx.eval(y)
-        done.set()
+        try:
+            mx.eval(y)
+        finally:
+            done.set()
 
     t = threading.Thread(target=evaluate)
     t.start()

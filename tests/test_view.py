@@ -14,6 +14,7 @@ def mx_dtype(name):
     return mx.bool_ if name == "bool" else getattr(mx, name)
 
 
+@pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("src,dst", PAIRS)
 @pytest.mark.parametrize("layout", ["dense", "transposed", "sliced", "offset"])
 def test_view_matches_numpy(src, dst, layout):

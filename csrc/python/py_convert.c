@@ -985,11 +985,13 @@ int mkpy_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObj
             PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname, nm);
             return -1;
         }
-    /* the op's stream: its nodes record it (py_stream.c) */
-    for (int i = 0; i < n; i++)
-        if (out[i] && out[i] != Py_None && !strcmp(names[i][0] == '*' ? names[i] + 1 : names[i], "stream") &&
-            mkpy_stream_arg(fname, out[i]) < 0)
-            return -1;
+    /* the op's stream: its nodes record it (py_stream.c); DLPack's `stream`
+     * is a device queue handle, not one of MLX's streams */
+    if (strcmp(fname, "__dlpack__") != 0)
+        for (int i = 0; i < n; i++)
+            if (out[i] && out[i] != Py_None && !strcmp(names[i][0] == '*' ? names[i] + 1 : names[i], "stream") &&
+                mkpy_stream_arg(fname, out[i]) < 0)
+                return -1;
     return 0;
 }
 
