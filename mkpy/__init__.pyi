@@ -30,13 +30,19 @@ class ArrayAt:
     def subtract(self, value: Union[scalar, array]) -> array:
         """The array with value subtracted at the indices."""
 
+@final
 class Device:
     """A device: ``Device(mkpy.gpu, 0)``."""
-    type: DeviceType
-    index: int
-    def __init__(self, type: Union[DeviceType, int], index: int = 0) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, type: Union[DeviceType, int], index: int = 0) -> Device: ...
+    @property
+    def index(self) -> int:
+        """The device's index (0: mkpy has one device of each type)."""
+    @property
+    def type(self) -> DeviceType:
+        """The device's type: mkpy.cpu or mkpy.gpu."""
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def __ne__(self, other: object, /) -> bool: ...
     def __repr__(self) -> str: ...
 
 class DeviceType(enum.Enum):
@@ -94,20 +100,39 @@ class PrintOptions:
     def precision(self) -> int:
         """Decimals printed (-1: the default format)."""
 
+@final
 class Stream:
-    """A stream on a device."""
-    index: int
-    device: Device
-    def __init__(self, index: int, device: Device) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    """A stream for running operations on a given device (made by new_stream, default_stream)."""
+    @property
+    def device(self) -> Device:
+        """The stream's device."""
+    @property
+    def index(self) -> int:
+        """The stream's index, counted over the process as MLX's."""
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
+    def __ne__(self, other: object, /) -> bool: ...
     def __repr__(self) -> str: ...
 
+@final
 class StreamContext:
-    """Context manager making a stream (or a device's default stream) the default: the default device becomes its device, and this thread's default stream for it; both are restored on exit."""
-    def __init__(self, s: Union[Stream, Device, DeviceType]) -> None: ...
-    def __enter__(self) -> StreamContext: ...
-    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None) -> bool: ...
+    """A context manager setting the default device and stream; see stream()."""
+    def __new__(cls, s: Union[Stream, Device, DeviceType]) -> StreamContext: ...
+    def __enter__(self) -> None:
+        """Make the stream (or device) the default."""
+    def __exit__(self, exc_type: Any = None, exc_value: Any = None, traceback: Any = None) -> None:
+        """Restore the default device and stream."""
+
+@final
+class ThreadLocalStream:
+    """A stream that is unique per thread: each thread that uses it runs on a stream of its own."""
+    @property
+    def device(self) -> Device:
+        """The stream's device."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __ne__(self, other: object, /) -> bool: ...
+    def __repr__(self) -> str: ...
 
 @final
 class array:
@@ -491,11 +516,14 @@ def can_cast(from_: Any, to: Any) -> array:
 def ceil(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise ceil."""
 
-def checkpoint(fun: Any) -> Any:
-    """Returns a function computing the same values and gradients as ``fun``."""
+def checkpoint(fun: Any) -> Callable[..., Any]:
+    """Returns a function computing the same values and gradients as ``fun`` without keeping ``fun``'s intermediates for the backward pass: the gradient runs ``fun`` again on the saved inputs (gradient checkpointing)."""
 
 def clear_cache() -> None:
     """Free the buffers held in the buffer cache."""
+
+def clear_streams() -> None:
+    """Destroy the streams made on this thread (its default streams too: evaluating on them afterwards raises, as in MLX)."""
 
 def clip(a: array, /, a_min: Union[scalar, array, None], a_max: Union[scalar, array, None], *, stream: StreamOrDevice = None) -> array:
     """Clip values to [a_min, a_max]."""
@@ -567,10 +595,10 @@ def cumsum(a: array, /, axis: Optional[int] = None, *, reverse: bool = False, in
     """Cumulative sum along axis (of the flattened array when axis is None), of a cast to dtype when one is given."""
 
 def default_device() -> Device:
-    """The default device (``Device(gpu, 0)``, as on a Mac)."""
+    """The default device: Device(gpu, 0) unless set, as on a Mac."""
 
 def default_stream(device: Union[Device, DeviceType]) -> Stream:
-    """This thread's default stream on a device."""
+    """This thread's default stream of a device (each thread has its own)."""
 
 def degrees(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise degrees."""
@@ -582,7 +610,7 @@ def dequantize(w: Any, /, scales: Any, biases: Any = None, group_size: Any = Non
     """The matrix a quantization represents."""
 
 def device_count(device_type: DeviceType) -> int:
-    """Number of devices of a type: one of each."""
+    """Devices of a type: one of each."""
 
 def device_info() -> dict[str, Union[str, int]]:
     """MLX's device keys, describing mkpy's CPU back-end."""
@@ -641,6 +669,9 @@ def expm1(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def export_function(file_or_callback: Any, fun: Any, *args: Any, shapeless: Any = False, metadata: Any = None, **kwargs: Any) -> None:
     """Export a function's traced graph to a file in MLX's .mlxfn format (or pass it to a callback)."""
 
+def export_to_dot(file: Any, *args: Any, **kwargs: Any) -> array:
+    """Export a graph to DOT format for visualization."""
+
 def exporter(file: Any, fun: Any, *, shapeless: Any = False, metadata: Any = None) -> FunctionExporter:
     """Make a callable object to export multiple traces of a function to a file."""
 
@@ -695,7 +726,7 @@ def get_peak_memory() -> int:
 def get_printoptions() -> array:
     """The current print options."""
 
-def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+def grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Callable[..., Any]:
     """Returns a function which computes the gradient of ``fun`` (which must return a scalar array) with respect to the arguments in ``argnums`` and ``argnames``."""
 
 def greater(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
@@ -726,7 +757,7 @@ def inner(a: array, b: array, /, *, stream: StreamOrDevice = None) -> array:
     """Inner product of 1-D arrays; in higher dimensions a sum product over the last axes."""
 
 def is_available(device: Union[Device, DeviceType]) -> bool:
-    """Whether a device can be used: both are (the CPU back-end serves mkpy.gpu)."""
+    """Whether a device exists: both types do (mkpy's CPU back-end serves mkpy.gpu)."""
 
 def isclose(a: array, b: array, /, rtol: float = 1e-05, atol: float = 1e-08, *, equal_nan: bool = False, stream: StreamOrDevice = None) -> array:
     """Element-wise |a - b| <= atol + rtol * |b|."""
@@ -752,7 +783,7 @@ def isposinf(a: array, /, *, stream: StreamOrDevice = None) -> array:
 def issubdtype(arg1: Union[Dtype, DtypeCategory], arg2: Union[Dtype, DtypeCategory]) -> bool:
     """Whether arg1 (a Dtype or DtypeCategory) is arg2 or falls under it."""
 
-def jvp(fun: Any, primals: Any, tangents: Any) -> Any:
+def jvp(fun: Any, primals: Any, tangents: Any) -> tuple[list[array], list[array]]:
     """Compute the Jacobian-vector product: the outputs of ``fun`` at ``primals`` and the products of its Jacobian with ``tangents``."""
 
 def kron(a: array, b: array, *, stream: StreamOrDevice = None) -> array:
@@ -844,6 +875,12 @@ def negative(a: array, /, *, stream: StreamOrDevice = None) -> array:
 
 def new_stream(device: Union[Device, DeviceType]) -> Stream:
     """A new stream on a device."""
+
+def new_thread_local_stream(device: Union[Device, DeviceType]) -> ThreadLocalStream:
+    """A stream that is unique per thread: each thread using it gets a stream of its own."""
+
+def new_thread_unsafe_stream(device: Union[Device, DeviceType]) -> Stream:
+    """A new stream that can be evaluated on any thread."""
 
 def not_equal(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise not_equal with broadcasting."""
@@ -948,7 +985,7 @@ def set_cache_limit(limit: int) -> int:
     """Set the buffer cache limit; returns the previous one."""
 
 def set_default_device(device: Union[Device, DeviceType]) -> None:
-    """Set the default device; accepts a Device or mkpy.cpu / mkpy.gpu."""
+    """Set the default device (a Device, or mkpy.cpu / mkpy.gpu)."""
 
 def set_default_stream(stream: Stream) -> None:
     """Make a stream this thread's default for its device (the default device is unchanged)."""
@@ -1008,7 +1045,7 @@ def stop_gradient(a: array, /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise stop_gradient."""
 
 def stream(s: Union[Stream, Device, DeviceType]) -> StreamContext:
-    """Context manager selecting a stream or device, as mlx.core.stream: ``with mx.stream(mx.cpu):``."""
+    """A context manager making a stream (or a device's default stream) the default: ``with mx.stream(mx.cpu):``."""
 
 def subtract(a: Union[scalar, array], b: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:
     """Element-wise subtract with broadcasting."""
@@ -1070,7 +1107,7 @@ def unflatten(a: array, /, axis: int, shape: Sequence[int], *, stream: StreamOrD
 def unstack(x: array, /, *, axis: int = 0, stream: StreamOrDevice = None) -> tuple[array, ...]:
     """Split an array along an axis, removing that axis."""
 
-def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Any:
+def value_and_grad(fun: Any, argnums: Any = None, argnames: Any = []) -> Callable[..., Any]:
     """Returns a function which computes the value and gradient of ``fun``."""
 
 def var(a: array, /, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, ddof: int = 0, *, stream: StreamOrDevice = None) -> array:
@@ -1082,10 +1119,10 @@ def vecdot(a: array, b: array, /, *, axis: int = -1, stream: StreamOrDevice = No
 def view(a: array, dtype: Dtype, stream: StreamOrDevice = None) -> array:
     """View the array as a different type: the bytes of each row of the last axis, read as dtype (the last axis grows or shrinks by the ratio of the item sizes)."""
 
-def vjp(fun: Any, primals: Any, cotangents: Any) -> Any:
+def vjp(fun: Any, primals: Any, cotangents: Any) -> tuple[list[array], list[array]]:
     """Compute the vector-Jacobian product: the outputs of ``fun`` at ``primals`` and the products of ``cotangents`` with its Jacobian."""
 
-def vmap(fun: Any, in_axes: Any = 0, out_axes: Any = 0) -> Any:
+def vmap(fun: Any, in_axes: Any = 0, out_axes: Any = 0) -> Callable[..., Any]:
     """Returns a vectorized version of ``fun``: it maps ``fun`` over the axes ``in_axes`` of its inputs and stacks the results along ``out_axes``."""
 
 def where(condition: Union[scalar, array], x: Union[scalar, array], y: Union[scalar, array], /, *, stream: StreamOrDevice = None) -> array:

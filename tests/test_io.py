@@ -604,7 +604,7 @@ def test_gguf_types_mlx_does_not_load(tmp_path, t, name):
 @pytest.mark.parametrize("dt", [mx.bfloat16, mx.uint8, mx.int64, mx.float64, mx.bool_, mx.complex64])
 def test_save_gguf_refuses_dtypes_mlx_refuses(tmp_path, dt):
     with pytest.raises(RuntimeError, match=r"\[save_gguf\] dtype .* is not supported"):
-        mx.save_gguf(str(tmp_path / "x.gguf"), {"a": mx.ones((2,), dtype=dt)})
+        mx.save_gguf(str(tmp_path / "x.gguf"), {"a": mx.ones((2,), dtype=dt, stream=mx.cpu)})
 
 
 # ------------------------------------------------------------------- lazy data, fp8
