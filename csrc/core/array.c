@@ -1075,22 +1075,19 @@ static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
     if (order != order0) free(order);
     return rc;
 not_small:
-    graph_unlock();
-    for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
-    if (unlinked != unlinked0) free(unlinked);
-    for (size_t k = 0; k < on; k++) prim_decref(order[k]);
-    if (stack != stack0) free(stack);
-    if (order != order0) free(order);
-    return 1;
+    rc = 1;
+    goto unwind;
 nomem:
+    mk_nomem();
+    rc = -1;
+unwind: /* the walk stopped: drop what it collected */
     graph_unlock();
     for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
     if (unlinked != unlinked0) free(unlinked);
     for (size_t k = 0; k < on; k++) prim_decref(order[k]);
     if (stack != stack0) free(stack);
     if (order != order0) free(order);
-    mk_nomem();
-    return -1;
+    return rc;
 }
 
 int mk_eval(mk_array *const *arrays, int n) { return eval_impl(arrays, n, false); }

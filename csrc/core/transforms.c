@@ -612,27 +612,22 @@ done:
     return rc;
 }
 
-int mk_graph_reaches(int nout, mk_array *const *outs, int nin, mk_array *const *ins, int nf, mk_array *const *forbid) {
-    ptrmap stop = {0}, bad = {0}, seen = {0};
+/* Walks the graph behind outs (depth first, each array once, not past the
+ * arrays in `stop`): 1 as soon as an array satisfies hit, 0 if none does,
+ * -1 on error. */
+static int graph_find(int nout, mk_array *const *outs, ptrmap *stop,
+                      bool (*hit)(const mk_array *, const void *), const void *ctx) {
+    ptrmap seen = {0};
     size_t cap = 64, n = 0;
     mk_array **stack = malloc(cap * sizeof *stack);
     int rc = 0;
     if (!stack) goto nomem;
-    for (int i = 0; i < nin; i++)
-        if (!pm_get(&stop, ins[i])) goto fail;
-    for (int i = 0; i < nf; i++)
-        if (!pm_get(&bad, forbid[i])) goto fail;
     for (int i = 0; i < nout && !rc; i++) {
-        if (n == cap) {
-            mk_array **s2 = realloc(stack, (cap *= 2) * sizeof *stack);
-            if (!s2) goto nomem;
-            stack = s2;
-        }
-        stack[n++] = outs[i];
+        stack[n++] = outs[i]; /* the stack is empty here */
         while (n && !rc) {
             mk_array *a = stack[--n];
-            if (pm_find(&stop, a) || pm_find(&seen, a)) continue;
-            if (pm_find(&bad, a)) {
+            if (pm_find(stop, a) || pm_find(&seen, a)) continue;
+            if (hit(a, ctx)) {
                 rc = 1;
                 break;
             }
@@ -647,6 +642,7 @@ int mk_graph_reaches(int nout, mk_array *const *outs, int nin, mk_array *const *
                 stack[n++] = a->prim->inputs[k];
             }
         }
+        n = 0;
     }
     goto done;
 nomem:
@@ -655,9 +651,23 @@ fail:
     rc = -1;
 done:
     free(stack);
+    pm_free(&seen);
+    return rc;
+}
+
+static bool in_map(const mk_array *a, const void *map) { return pm_find((ptrmap *)map, a) != NULL; }
+
+int mk_graph_reaches(int nout, mk_array *const *outs, int nin, mk_array *const *ins, int nf, mk_array *const *forbid) {
+    ptrmap stop = {0}, bad = {0};
+    int rc = -1;
+    for (int i = 0; i < nin; i++)
+        if (!pm_get(&stop, ins[i])) goto done;
+    for (int i = 0; i < nf; i++)
+        if (!pm_get(&bad, forbid[i])) goto done;
+    rc = graph_find(nout, outs, &stop, in_map, &bad);
+done:
     pm_free(&stop);
     pm_free(&bad);
-    pm_free(&seen);
     return rc;
 }
 
@@ -948,44 +958,14 @@ int mk_custom(int n, mk_array *const *primals, int m, mk_array *const *fwd, cons
 /* 1 when the graph behind `outs` contains a tracer (a transformation's
  * input stand-in): MLX refuses async_eval of such arrays inside a
  * transformation. 0 if not, -1 on error. */
+static bool is_tracer(const mk_array *a, const void *unused) {
+    (void)unused;
+    return a->prim && a->prim->op == &tracer_def;
+}
+
 int mk_graph_has_tracer(int n, mk_array *const *outs) {
-    ptrmap seen = {0};
-    size_t cap = 64, k = 0;
-    mk_array **stack = malloc(cap * sizeof *stack);
-    int rc = 0;
-    if (!stack) goto nomem;
-    for (int i = 0; i < n && !rc; i++) {
-        stack[k++] = outs[i];
-        while (k && !rc) {
-            mk_array *a = stack[--k];
-            if (pm_find(&seen, a)) continue;
-            if (!pm_get(&seen, a)) goto fail;
-            mk_prim *p = a->prim;
-            if (!p) continue;
-            if (p->op == &tracer_def) {
-                rc = 1;
-                break;
-            }
-            for (int j = 0; j < p->ninputs; j++) {
-                if (k == cap) {
-                    mk_array **s2 = realloc(stack, (cap *= 2) * sizeof *stack);
-                    if (!s2) goto nomem;
-                    stack = s2;
-                }
-                stack[k++] = p->inputs[j];
-            }
-        }
-        k = 0;
-    }
-    goto done;
-nomem:
-    mk_nomem();
-fail:
-    rc = -1;
-done:
-    free(stack);
-    pm_free(&seen);
-    return rc;
+    ptrmap none = {0};
+    return graph_find(n, outs, &none, is_tracer, NULL);
 }
 
 /* ---- export accessors (export.h) ---- */
