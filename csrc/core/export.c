@@ -808,6 +808,21 @@ typedef struct {
     int next;
 } frame;
 
+/* Pushes a frame for `a`, growing the stack; -1 when out of memory. */
+static int push_frame(frame **stk, size_t *n, size_t *cap, mk_array *a) {
+    if (*n == *cap) {
+        frame *ns = realloc(*stk, *cap * 2 * sizeof **stk);
+        if (!ns) {
+            mk_nomem();
+            return -1;
+        }
+        *stk = ns;
+        *cap *= 2;
+    }
+    (*stk)[(*n)++] = (frame){a, 0};
+    return 0;
+}
+
 static int mark_deps(xctx *cx, mk_array *root) {
     size_t cap = 64, n = 0;
     frame *stk = malloc(cap * sizeof *stk);
@@ -829,17 +844,7 @@ static int mark_deps(xctx *cx, mk_array *root) {
             mk_array *in = p->inputs[f->next++];
             idslot *si = id_put(cx, in);
             if (!si) goto fail;
-            if (si->dep < 0) {
-                if (n == cap) {
-                    frame *ns = realloc(stk, (cap *= 2) * sizeof *stk);
-                    if (!ns) {
-                        mk_nomem();
-                        goto fail;
-                    }
-                    stk = ns;
-                }
-                stk[n++] = (frame){in, 0};
-            }
+            if (si->dep < 0 && push_frame(&stk, &n, &cap, in) < 0) goto fail;
             continue;
         }
         int dep = 0;
@@ -874,17 +879,7 @@ static int emit_all(xctx *cx, mk_array *root) {
         mk_prim *p = f->a->prim;
         if (p && f->next < p->ninputs) {
             mk_array *in = p->inputs[f->next++];
-            if (!id_find(cx, in)->id) {
-                if (n == cap) {
-                    frame *ns = realloc(stk, (cap *= 2) * sizeof *stk);
-                    if (!ns) {
-                        mk_nomem();
-                        goto fail;
-                    }
-                    stk = ns;
-                }
-                stk[n++] = (frame){in, 0};
-            }
+            if (!id_find(cx, in)->id && push_frame(&stk, &n, &cap, in) < 0) goto fail;
             continue;
         }
         n--;

@@ -1238,6 +1238,22 @@ static int gguf_add_quantized(mk_named *out, char *name, unsigned t, int ndim, c
     return named_add(out, bname, bi);
 }
 
+/* A tensor's `count` units of `unit` bytes from `off` lie within the `avail`
+ * bytes of data, and its name is new; else MLX's error (-1). */
+static int gguf_tensor_fits(const mk_named *out, const char *name, uint64_t off, uint64_t avail, uint64_t count,
+                            size_t unit) {
+    if (off > avail || count > (avail - off) / unit) {
+        mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", name);
+        return -1;
+    }
+    for (int j = 0; j < out->n; j++)
+        if (!strcmp(out->names[j], name)) {
+            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Duplicate parameter name %.200s", name);
+            return -1;
+        }
+    return 0;
+}
+
 int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out, int *nkv_out) {
     memset(out, 0, sizeof *out);
     *kvs_out = NULL;
@@ -1381,15 +1397,7 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
             /* float16 from the blocks (a last partial block must be present whole) */
             unsigned ft = (unsigned)ti[i].ftype;
             int64_t per = gguf_f16_items(ft), nblk = (size + per - 1) / per;
-            if (ti[i].off > avail || (uint64_t)nblk > (avail - ti[i].off) / gguf_f16_bytes(ft)) {
-                mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
-                goto terror;
-            }
-            for (int j = 0; j < out->n; j++)
-                if (!strcmp(out->names[j], tn[i])) {
-                    mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Duplicate parameter name %.200s", tn[i]);
-                    goto terror;
-                }
+            if (gguf_tensor_fits(out, tn[i], ti[i].off, avail, (uint64_t)nblk, gguf_f16_bytes(ft)) < 0) goto terror;
             mk_array *a = mk_array_empty(MK_FLOAT16, ti[i].ndim, ti[i].shape);
             if (!a) goto terror;
             gguf_to_f16(ft, p + base + ti[i].off, size, mk_data(a));
@@ -1399,15 +1407,7 @@ int mk_gguf_read(const uint8_t *p, size_t n, mk_named *out, mk_gguf_kv **kvs_out
             continue;
         }
         size_t isz = mk_dtype_size((mk_dtype)ti[i].dtype);
-        if (ti[i].off > avail || (uint64_t)size > (avail - ti[i].off) / isz) {
-            mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Tensor '%.200s' has data past the end of the file", tn[i]);
-            goto terror;
-        }
-        for (int j = 0; j < out->n; j++)
-            if (!strcmp(out->names[j], tn[i])) {
-                mk_error_set(MK_ERR_RUNTIME, "[load_gguf] Duplicate parameter name %.200s", tn[i]);
-                goto terror;
-            }
+        if (gguf_tensor_fits(out, tn[i], ti[i].off, avail, (uint64_t)size, isz) < 0) goto terror;
         mk_array *a = mk_array_empty((mk_dtype)ti[i].dtype, ti[i].ndim, ti[i].shape);
         if (!a) goto terror;
         if (size) memcpy(mk_data(a), p + base + ti[i].off, (size_t)size * isz);
