@@ -16,3 +16,29 @@ def cpu_device():
 
     with mx.stream(mx.cpu):
         yield
+
+
+@pytest.fixture
+def in_threads():
+    """``in_threads(work, n=4)`` runs ``work(k)`` for k in range(n), each on its own thread, and
+    re-raises the first failure once all have finished."""
+    import threading
+
+    def run(work, n=4):
+        errors = []
+
+        def wrap(k):
+            try:
+                work(k)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                errors.append(e)
+
+        ts = [threading.Thread(target=wrap, args=(k,)) for k in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errors:
+            raise errors[0]
+
+    return run

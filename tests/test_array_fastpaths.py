@@ -4,7 +4,6 @@ float64), the type cache that sends ndarrays to the buffer protocol, the
 vectorcall constructor, small graphs evaluated with the GIL held, transposing
 copies by tiles, and small buffers allocated with their header. No timing
 here: performance is measured by benchmarks/bench_array.py."""
-import threading
 
 import numpy as np
 import pytest
@@ -146,28 +145,19 @@ def test_eval_of_evaluated_arrays_and_nesting():
     assert a.tolist() == [1.0, 2.0]
 
 
-def test_small_evals_from_many_threads():
+def test_small_evals_from_many_threads(in_threads):
     # as in MLX, a node several threads evaluate is made on a thread-unsafe stream
     shared_stream = mx.new_thread_unsafe_stream(mx.gpu)
     base = [mx.array(np.full(16, float(i), np.float32)) for i in range(4)]
     shared = mx.multiply(base[0], base[1], stream=shared_stream)  # one pending node several threads evaluate
-    errors = []
 
     def work(k):
-        try:
-            for j in range(300):
-                x = mx.contiguous(mx.transpose(mx.reshape(base[k] * j, (4, 4))))
-                mx.eval(x, shared)
-                assert np.array_equal(np.array(x), np.full((4, 4), float(k * j), np.float32))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        for j in range(300):
+            x = mx.contiguous(mx.transpose(mx.reshape(base[k] * j, (4, 4))))
+            mx.eval(x, shared)
+            assert np.array_equal(np.array(x), np.full((4, 4), float(k * j), np.float32))
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors
+    in_threads(work)
     assert np.array_equal(np.array(shared), np.zeros(16, np.float32))
 
 

@@ -1,6 +1,5 @@
 """Buffer donation (issue #15): an element-wise op writes its result over an
 input that nothing else can see; an array anyone still holds never changes."""
-import threading
 
 import numpy as np
 import pytest
@@ -170,7 +169,7 @@ def test_scatter_into_a_temporary():
     np.testing.assert_array_equal(np.array(y), want)
 
 
-def test_threads_sharing_a_graph():
+def test_threads_sharing_a_graph(in_threads):
     xn = np.linspace(-1, 1, N, dtype=np.float32)
     x = mx.array(xn)
     # lazy, held by every thread's graph: on a stream every thread may evaluate (as MLX, a thread
@@ -178,21 +177,12 @@ def test_threads_sharing_a_graph():
     with mx.stream(mx.new_thread_unsafe_stream(mx.gpu)):
         shared = mx.exp(x) * 0.5
     want = np.exp(xn) * np.float32(0.5)
-    errors = []
 
     def work(k):
-        try:
-            for _ in range(3):
-                y = chain_mx(shared + k, 12)
-                mx.eval(y)
-                np.testing.assert_allclose(np.array(y), chain_np(want + np.float32(k), 12), rtol=2e-6, atol=1e-6)
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
+        for _ in range(3):
+            y = chain_mx(shared + k, 12)
+            mx.eval(y)
+            np.testing.assert_allclose(np.array(y), chain_np(want + np.float32(k), 12), rtol=2e-6, atol=1e-6)
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[0]
+    in_threads(work)
     np.testing.assert_allclose(np.array(shared), want, rtol=1e-6)

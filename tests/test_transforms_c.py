@@ -6,7 +6,6 @@ import collections
 import gc
 import pickle
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -227,26 +226,16 @@ def test_compile_decorator_options_and_disable():
         mx.compile(3)
 
 
-def test_transformations_from_several_threads():
-    errors = []
-
+def test_transformations_from_several_threads(in_threads):
     def work(k):
-        try:
-            x = mx.array([float(k), 1.0])
-            for _ in range(20):
-                g = mx.grad(lambda a: (a * a).sum())(x)
-                assert g.tolist() == [2.0 * k, 2.0]
-                v = mx.vmap(lambda a: a + k)(x)
-                assert v.tolist() == [2.0 * k, 1.0 + k]
-        except Exception as e:  # noqa: BLE001
-            errors.append(e)
+        x = mx.array([float(k), 1.0])
+        for _ in range(20):
+            g = mx.grad(lambda a: (a * a).sum())(x)
+            assert g.tolist() == [2.0 * k, 2.0]
+            v = mx.vmap(lambda a: a + k)(x)
+            assert v.tolist() == [2.0 * k, 1.0 + k]
 
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors
+    in_threads(work)
 
 
 def test_error_messages_kept_as_mlx():
