@@ -23,10 +23,14 @@ test: build
 
 # Benchmarks (by hand, never part of `make test`): one table of same-run ratios,
 # benchmarks/results.json and, with matplotlib, benchmarks/results.png.
-# BENCH_ARGS="--quick" or "--only ops,launch" narrows the run.
+# BENCH_ARGS="--quick" or "--only ops,launch" narrows the run. MLX's CPU build (the array
+# section's side-by-side column) goes into the venv MKPY_BENCH_MLX_VENV names, made from PyPI
+# on first use; MKPY_BENCH_MLX_VENV= (empty) runs without it.
+MKPY_BENCH_MLX_VENV ?= $(HOME)/.cache/mkpy/bench-mlx-venv
 bench: build
 	@sh scripts/install-bench-deps.sh
-	PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
+	@MKPY_BENCH_MLX_VENV="$(MKPY_BENCH_MLX_VENV)" PYTHON="$(PYTHON)" sh scripts/install-bench-mlx.sh
+	MKPY_BENCH_MLX_VENV="$(MKPY_BENCH_MLX_VENV)" PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
 
 # A longer multi-threaded run (by hand, never part of `make test`): 8 threads mixing ops,
 # shared lazy graphs, cached and new kernels and short-lived threads, printing RSS,

@@ -4,45 +4,49 @@ reductions), accumulating scatter, transpose + copy, small ops.
 
 Each row times mkpy, NumPy and, when `mlx.core` is importable, MLX (CPU
 device) in the same rounds; the ratio is against the faster peer (above 1
-mkpy wins), the note gives both. MLX is found by `import mlx.core`, else
-in the venv named by MKPY_BENCH_MLX_VENV, e.g.
-    /usr/bin/python3 -m venv --system-site-packages /tmp/mlxvenv
-    /tmp/mlxvenv/bin/pip install "mlx[cpu]"
-    MKPY_BENCH_MLX_VENV=/tmp/mlxvenv make bench BENCH_ARGS="--only array"
-Run alone: PYTHONPATH=. python3 benchmarks/bench_array.py
+mkpy wins), the note gives both. Calls of about a microsecond (SMALL) are
+timed with each library in processes of its own, the memory row too. MLX is
+found by `import mlx.core`, else in the venv named by MKPY_BENCH_MLX_VENV,
+which `make bench` makes (scripts/install-bench-mlx.sh):
+    make bench BENCH_ARGS="--only array"
+Run alone: MKPY_BENCH_MLX_VENV=... PYTHONPATH=. python3 benchmarks/bench_array.py
 """
-import glob
 import os
-import sys
 
 import numpy as np
 
 import mkpy as mx
 
-from common import Target, compare, fmt_ratio, fmt_time, progress, row, run_child, time_ratio
+from child import import_lib
+from common import Target, compare, compare_in_children, fmt_ratio, fmt_time, progress, row, run_child, time_ratio
 
 SECTION = "array"
 BEST = Target(">= 1.0x (no slower than the best peer)", ratio_min=1.0)
 
+# The calls of about a microsecond. Timed with each library in processes of its own
+# (common.compare_in_children): in one process, MLX's worker threads and allocator moved
+# mkpy's and NumPy's sub-microsecond times by up to 4x between runs (docs/performance.md).
+# (name, setup making NumPy data from np and rng, then mkpy's or MLX's arrays of it as mx,
+#  the expression mkpy and MLX evaluate, NumPy's expression)
+_T = "t = rng.standard_normal((25, 40)).astype(np.float32)"
+SMALL = [
+    ("array(numpy f32) 1e3 + eval", "a = rng.standard_normal(1000).astype(np.float32)", "",
+     "mx.array(a)", "a.copy()"),
+    ("transpose + copy 1e3", _T, "tm = mx.array(t)", "mx.contiguous(mx.transpose(tm))", "np.ascontiguousarray(t.T)"),
+    ("multiply 1e3", _T, "tm = mx.array(t)", "mx.multiply(tm, tm)", "np.multiply(t, t)"),
+    ("multiply 16 + eval", "s = np.arange(16, dtype=np.float32)", "sm = mx.array(s)", "mx.multiply(sm, sm)",
+     "np.multiply(s, s)"),
+]
+
 
 def load_mlx():
+    """MLX's CPU build if importable here or in MKPY_BENCH_MLX_VENV (child.import_lib), else None."""
     try:
-        import mlx.core as mlx
-        return mlx
-    except ImportError:
-        pass
-    venv = os.environ.get("MKPY_BENCH_MLX_VENV")
-    if not venv:
-        return None
-    for site in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")):
-        if site not in sys.path:
-            sys.path.append(site)
-    try:
-        import mlx.core as mlx
-        mlx.set_default_device(mlx.cpu)
-        return mlx
+        mlx = import_lib("mlx")
     except ImportError:
         return None
+    progress("array: MLX %s (CPU) as a peer" % getattr(mlx, "__version__", "?"))
+    return mlx
 
 
 def _same(got, want):
@@ -65,6 +69,9 @@ def run(opts):
         # pause, whichever contender is timed next pays for them (mostly mkpy,
         # which follows MLX in two rounds of three)
         best = compare(fns, budget_s=budget, max_reps=9, settle_s=0.01)
+        add_row(name, best, check)
+
+    def add_row(name, best, check):
         peers = {k: v for k, v in best.items() if k != "mkpy"}
         ref = min(peers, key=peers.get)
         note = ", ".join("%s %s" % (k, fmt_ratio(time_ratio(best["mkpy"], v))) for k, v in sorted(peers.items()))
@@ -77,10 +84,23 @@ def run(opts):
 
     M = (lambda f: f) if mlx is not None else (lambda f: None)
 
+    def small_case(name, np_setup, mx_setup, expr, np_expr):
+        """A row timed by compare_in_children (see SMALL). The result check runs here, on
+        mkpy, against NumPy."""
+        progress("array: " + name)
+        specs = {"mkpy": {"setup": np_setup + "\n" + mx_setup, "stmt": "mx.eval(%s)" % expr},
+                 "numpy": {"setup": np_setup, "stmt": np_expr}}
+        if mlx is not None:
+            specs["mlx"] = specs["mkpy"]
+        best = compare_in_children(specs, rounds=2 if opts.quick else 3)
+        g = {"np": np, "rng": np.random.default_rng(0), "mx": mx}
+        exec(np_setup + "\n" + mx_setup, g)
+        add_row(name, best, check=_same(eval(expr, g), eval(np_expr, g)))
+
     # conversion from NumPy (+ eval)
-    for n in (1_000, 4_000_000):
+    for n in (4_000_000,):
         a = rng.standard_normal(n).astype(np.float32)
-        case("array(numpy f32) %s + eval" % ("1e3" if n == 1000 else "4e6"), {
+        case("array(numpy f32) 4e6 + eval", {
             "mkpy": lambda: mx.eval(mx.array(a)), "numpy": lambda: a.copy(),
             "mlx": M(lambda: mlx.eval(mlx.array(a)))}, check=_same(mx.array(a), a))
     a2 = rng.standard_normal((2000, 2000)).astype(np.float32)[:, ::2]
@@ -156,34 +176,23 @@ def run(opts):
         "mkpy": lambda: mx.eval(zm.at[im].add(um)), "numpy": lambda: np.add.at(z.copy(), idx, upd),
         "mlx": M(lambda: mlx.eval(zl.at[il].add(ul)))}, check=_same(zm.at[im].add(um), want))
 
-    # transpose + copy, multiply and a tiny op
-    t = rng.standard_normal((25, 40)).astype(np.float32)
-    tm = mx.array(t)
-    tl = mlx.array(t) if mlx else None
-    case("transpose + copy 1e3", {"mkpy": lambda: mx.eval(mx.contiguous(mx.transpose(tm))),
-                                  "numpy": lambda: np.ascontiguousarray(t.T),
-                                  "mlx": M(lambda: mlx.eval(mlx.contiguous(mlx.transpose(tl))))},
-         check=_same(mx.contiguous(mx.transpose(tm)), t.T))
-    case("multiply 1e3", {"mkpy": lambda: mx.eval(mx.multiply(tm, tm)), "numpy": lambda: np.multiply(t, t),
-                          "mlx": M(lambda: mlx.eval(mlx.multiply(tl, tl)))})
-    s16 = np.arange(16, dtype=np.float32)
-    s16m = mx.array(s16)
-    s16l = mlx.array(s16) if mlx else None
-    case("multiply 16 + eval", {"mkpy": lambda: mx.eval(mx.multiply(s16m, s16m)),
-                                "numpy": lambda: np.multiply(s16, s16),
-                                "mlx": M(lambda: mlx.eval(mlx.multiply(s16l, s16l)))})
+    # calls of about a microsecond: each library timed in processes of its own (below)
+    for spec in SMALL:
+        small_case(*spec)
 
     # peak memory of a 100-op element-wise chain on 64 MB (16M float32), each library in
     # fresh processes (child.py; the worst of a few heap layouts), as a multiple of the array
     progress("array: 100-op chain peak memory")
     libs = ["mkpy", "numpy"] + (["mlx"] if mlx is not None else [])
     env = {"MKPY_BENCH_CHAIN_N": str(16_000_000)}
-    if os.environ.get("MKPY_BENCH_MLX_VENV"):
-        env["MKPY_BENCH_MLX_VENV"] = os.environ["MKPY_BENCH_MLX_VENV"]
     peak = {}
     for lib in libs:
         runs = [run_child("child.py", ["chain-" + lib, str(v)], env=env) for v in range(2 if opts.quick else 3)]
         peak[lib] = max(r["extra_kib"] / r["array_kib"] for r in runs)
+    # compared at the figure's resolution, 1% of the array: between runs of one library the
+    # extra peak moves by up to 0.4% of the array (page-sized heap noise), more than mkpy
+    # and MLX, which both hold one extra array at the peak, differ by
+    peak = {k: round(v, 2) for k, v in peak.items()}
     peers = {k: v for k, v in peak.items() if k != "mkpy"}
     ref = min(peers, key=peers.get)
     note = ", ".join("%s %.2fx array" % (k, v) for k, v in sorted(peak.items()))

@@ -8,6 +8,9 @@
                                     chain; V varies the warm-up, which shifts the heap
                                     layout; MKPY_BENCH_CHAIN_N sets the elements (4M);
                                     mlx is MLX's CPU build (MKPY_BENCH_MLX_VENV)
+  child.py timeit mkpy|numpy|mlx    seconds per call of a statement, the best of a few
+                                    long loops: stdin holds {"setup", "stmt", "rounds"};
+                                    the setup sees np, rng (seeded) and mx (mkpy or MLX)
 """
 import json
 import os
@@ -93,9 +96,40 @@ def _mallinfo():
     return {"heap": m.arena, "mmapped": m.hblkhd, "in_use": m.uordblks, "free_in_heap": m.fordblks}
 
 
-def chain(lib, variant=0):
+def import_lib(lib):
+    """mkpy, or MLX's CPU build (importable, or from the venv MKPY_BENCH_MLX_VENV names)
+    on its CPU device; None for NumPy."""
     if lib == "mkpy":
-        import mkpy as mx
+        import mkpy
+        return mkpy
+    if lib == "mlx":
+        import glob
+        venv = os.environ.get("MKPY_BENCH_MLX_VENV")
+        if venv:
+            sys.path.extend(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
+        import mlx.core as mlx
+        mlx.set_default_device(mlx.cpu)
+        return mlx
+    return None
+
+
+def timeit_stmt(lib, spec):
+    """Best seconds per call of spec["stmt"] over spec["rounds"] loops of >= 50 ms each,
+    in this process alone (no other library loaded, no threads left by one)."""
+    import timeit
+    import numpy as np
+    g = {"np": np, "rng": np.random.default_rng(0), "mx": import_lib(lib)}
+    exec(spec.get("setup", ""), g)
+    t = timeit.Timer(spec["stmt"], globals=g)
+    number, _ = t.autorange()      # calls for >= 0.2 s, also the warm-up
+    number = max(1, number // 4)
+    return {"seconds": min(t.repeat(repeat=int(spec.get("rounds", 7)), number=number)) / number,
+            "number": number}
+
+
+def chain(lib, variant=0):
+    mx = import_lib(lib)
+    if lib == "mkpy":
         ops = [lambda y: y * 1.0001, lambda y: y + 0.5, mx.tanh, lambda y: y - 0.25]
         # warm the pool, the allocator and the op paths on a small array
         s = mx.arange(1000, dtype=mx.float32)
@@ -105,12 +139,6 @@ def chain(lib, variant=0):
         x = mx.random.uniform(shape=(N_CHAIN,))
         mx.eval(x)
     elif lib == "mlx":
-        import glob
-        venv = os.environ.get("MKPY_BENCH_MLX_VENV")
-        if venv:
-            sys.path.extend(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")))
-        import mlx.core as mx
-        mx.set_default_device(mx.cpu)
         ops = [lambda y: y * 1.0001, lambda y: y + 0.5, mx.tanh, lambda y: y - 0.25]
         s = mx.arange(1000, dtype=mx.float32)
         for i in range(100 + variant):
@@ -161,6 +189,8 @@ def main():
             sys.stdout.write(p.stdout)
             return
         res = chain(mode.split("-")[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    elif mode == "timeit":
+        res = timeit_stmt(sys.argv[2], json.loads(sys.stdin.read()))
     else:
         raise SystemExit("unknown mode " + mode)
     print(json.dumps(res))

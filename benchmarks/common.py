@@ -71,6 +71,23 @@ def compare(contenders, *, warmup=2, min_reps=3, max_reps=9, budget_s=3.0, sampl
     return best
 
 
+def compare_in_children(specs, *, rounds=3, env=None):
+    """Best seconds per call of each contender, each timed in fresh processes of its own
+    (child.py timeit): specs is {lib: {"setup": code, "stmt": code}} with lib one of mkpy,
+    numpy, mlx. Rounds rotate the order, as compare() does. For calls of about a microsecond,
+    where a library loaded in the same process (its worker threads, its allocator) moves the
+    others' times by more than the differences being measured."""
+    import json
+    names = list(specs)
+    best = dict.fromkeys(names, math.inf)
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            res = run_child("child.py", ["timeit", n], env=env, stdin=json.dumps(specs[n]))
+            best[n] = min(best[n], res["seconds"])
+    return best
+
+
 # ------------------------------------------------------------------ rows
 
 class Target:
@@ -186,15 +203,16 @@ def machine_info():
     return info
 
 
-def run_child(script, args, env=None, timeout=600):
-    """Runs benchmarks/<script> in a fresh interpreter; returns its last stdout line parsed as JSON."""
+def run_child(script, args, env=None, timeout=600, stdin=None):
+    """Runs benchmarks/<script> in a fresh interpreter (stdin: text for its standard
+    input); returns its last stdout line parsed as JSON."""
     import json
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
     if env:
         full_env.update(env)
     p = subprocess.run([sys.executable, os.path.join(HERE, script)] + list(args), env=full_env,
-                       capture_output=True, text=True, timeout=timeout)
+                       capture_output=True, text=True, timeout=timeout, input=stdin)
     if p.returncode != 0:
         raise RuntimeError("%s %s failed (%d):\n%s" % (script, " ".join(args), p.returncode, p.stderr[-3000:]))
     lines = [l for l in p.stdout.splitlines() if l.strip()]
