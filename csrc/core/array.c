@@ -928,8 +928,8 @@ static int run_prim(mk_prim *p) {
     return run_prim_locked(p);
 }
 
-/* An element-wise op (unary, binary, astype), a view (transpose, reshape)
- * or a copy to dense storage, with one output of at most 4096 elements and
+/* A cheap op (mk_opdef.cheap: element-wise, a view, a copy to dense
+ * storage) with one output of at most 4096 elements and
  * inputs as small: it runs in microseconds. A graph of up to
  * MK_SMALL_PRIMS of them is "small": mk_eval does not arm the Ctrl-C
  * handler for it, and mk_eval_small runs it with the GIL held. Under the
@@ -938,11 +938,7 @@ static int run_prim(mk_prim *p) {
 
 static bool small_prim(const mk_prim *p) {
     if (p->noutputs != 1 || p->outdesc[0].ndim < 0) return false;
-    const char *nm = p->op->name;
-    if (!((nm[0] == 'u' && !strcmp(nm, "unary")) || (nm[0] == 'b' && !strcmp(nm, "binary")) ||
-          (nm[0] == 'a' && !strcmp(nm, "astype")) || (nm[0] == 'v' && !strcmp(nm, "view")) ||
-          (nm[0] == 'r' && !strcmp(nm, "reshape")) || (nm[0] == 'c' && !strcmp(nm, "contiguous"))))
-        return false;
+    if (!p->op->cheap) return false;
     for (int k = 0; k < p->ninputs; k++)
         if (p->inputs[k]->size > 4096) return false;
     int64_t osz = 1;

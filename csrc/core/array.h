@@ -123,6 +123,10 @@ typedef struct mk_opdef {
     size_t params_size;
     void *(*copy_params)(const void *params);
     void (*mlx_name)(const mk_prim *p, char *buf, size_t n);
+    /* element-wise ops, views and copies: work in proportion to the output,
+     * so a small graph of them runs inline with the GIL held (array.c,
+     * small_prim) */
+    bool cheap;
 } mk_opdef;
 
 typedef struct {

@@ -354,7 +354,7 @@ static void binary_name(const mk_prim *p, char *buf, size_t n) {
     mk_camel_name(mk_binary_names[*(const mk_binary_op *)p->params], buf, n);
 }
 static const mk_opdef binary_def = {"binary", binary_eval, NULL, binary_vjp, binary_jvp, binary_vmap, false,
-                                    true, sizeof(mk_binary_op), NULL, binary_name};
+                                    true, sizeof(mk_binary_op), NULL, binary_name, .cheap = true};
 
 mk_array *mk_binary(mk_binary_op op, mk_array *a, mk_array *b) {
     const binary_spec *spec = &specs[op];

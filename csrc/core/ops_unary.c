@@ -393,7 +393,7 @@ static void unary_name(const mk_prim *p, char *buf, size_t n) {
     mk_camel_name(mk_unary_names[*(const mk_unary_op *)p->params], buf, n);
 }
 static const mk_opdef unary_def = {"unary", unary_eval, NULL, unary_vjp, unary_jvp, unary_vmap, false,
-                                   true, sizeof(mk_unary_op), NULL, unary_name};
+                                   true, sizeof(mk_unary_op), NULL, unary_name, .cheap = true};
 /* stop_gradient: the identity, where differentiation stops (nondiff) */
 static const mk_opdef stop_gradient_def = {"StopGradient", unary_eval, NULL, NULL, NULL, unary_vmap, true,
                                            true, sizeof(mk_unary_op), NULL, NULL};
@@ -495,7 +495,7 @@ static void astype_name(const mk_prim *p, char *buf, size_t n) {
     snprintf(buf, n, "AsType");
 }
 static const mk_opdef astype_def = {"astype", astype_eval, NULL, astype_vjp, astype_jvp, astype_vmap, false,
-                                    true, 0, NULL, astype_name};
+                                    true, 0, NULL, astype_name, .cheap = true};
 
 mk_array *mk_astype(mk_array *x, mk_dtype dtype) {
     return mk_node(&astype_def, NULL, dtype, x->ndim, x->shape, 1, &x);

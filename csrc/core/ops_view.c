@@ -57,7 +57,7 @@ static int view_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int view_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static void view_name(const mk_prim *p, char *buf, size_t n);
 static const mk_opdef view_def = {"view", view_eval, NULL, view_vjp, view_jvp, view_vmap, false,
-                                  true, sizeof(view_params), NULL, view_name};
+                                  true, sizeof(view_params), NULL, view_name, .cheap = true};
 
 static view_params *view_new(const mk_array *x, int ndim) {
     /* not calloc, which skips glibc's per-thread cache (and not a memset
@@ -148,7 +148,7 @@ static int reshape_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_a
 static int reshape_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL, reshape_vjp, reshape_jvp, reshape_vmap, false,
-                                     true, sizeof(int), NULL, NULL};
+                                     true, sizeof(int), NULL, NULL, .cheap = true};
 
 mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
     int64_t shape[MK_MAX_NDIM];
@@ -548,7 +548,7 @@ static int dtype_view_eval(mk_prim *p, mk_array *const *in, mk_array *const *out
     return copy_dense(x, o);
 }
 
-static const mk_opdef dtype_view_def = {"view", dtype_view_eval, NULL};
+static const mk_opdef dtype_view_def = {"view", dtype_view_eval, NULL, .cheap = true};
 
 mk_array *mk_view_dtype(mk_array *x, mk_dtype dtype) {
     size_t isz = mk_dtype_size(x->dtype), osz = mk_dtype_size(dtype);
@@ -809,7 +809,7 @@ static int contiguous_eval(mk_prim *p, mk_array *const *in, mk_array *const *out
     return copy_dense(x, out[0]);
 }
 
-static const mk_opdef contiguous_def = {"contiguous", contiguous_eval, NULL};
+static const mk_opdef contiguous_def = {"contiguous", contiguous_eval, NULL, .cheap = true};
 
 mk_array *mk_contiguous(mk_array *x, bool allow_col_major) {
     bool *params = malloc(sizeof *params);

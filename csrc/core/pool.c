@@ -224,6 +224,10 @@ static void range_slice(void *arg, int ith, int nth) {
 void mk_parallel_for(int64_t n, int64_t grain, mk_range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
+    if (n < 2 * grain) { /* one chunk: no pool */
+        fn(ctx, 0, n);
+        return;
+    }
     int64_t nchunks = n / grain;
     int threads = in_job ? 1 : mk_pool_threads();
     if (nchunks > (int64_t)threads * CHUNKS_PER_THREAD) nchunks = (int64_t)threads * CHUNKS_PER_THREAD;
