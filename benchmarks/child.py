@@ -129,17 +129,9 @@ def timeit_stmt(lib, spec):
 
 def chain(lib, variant=0):
     mx = import_lib(lib)
-    if lib == "mkpy":
+    if mx is not None:  # mkpy or MLX: the same code
         ops = [lambda y: y * 1.0001, lambda y: y + 0.5, mx.tanh, lambda y: y - 0.25]
         # warm the pool, the allocator and the op paths on a small array
-        s = mx.arange(1000, dtype=mx.float32)
-        for i in range(100 + variant):
-            s = ops[i % 4](s)
-        mx.eval(s)
-        x = mx.random.uniform(shape=(N_CHAIN,))
-        mx.eval(x)
-    elif lib == "mlx":
-        ops = [lambda y: y * 1.0001, lambda y: y + 0.5, mx.tanh, lambda y: y - 0.25]
         s = mx.arange(1000, dtype=mx.float32)
         for i in range(100 + variant):
             s = ops[i % 4](s)
@@ -159,7 +151,7 @@ def chain(lib, variant=0):
     y = x
     for i in range(100):
         y = ops[i % 4](y)
-    if lib in ("mkpy", "mlx"):
+    if mx is not None:
         mx.eval(y)
     peak = _maxrss_kib()
     res = {"baseline_kib": base, "rss_at_baseline_kib": base_now, "peak_kib": peak,
