@@ -2,8 +2,7 @@
 that says True (or OK).
 
 The scripts run concurrently (one per core) and share one fresh kernel cache directory, so a
-kernel that several examples use compiles once. Examples that need an op this build does not
-have yet are skipped with the op named; they run as soon as it exists.
+kernel that several examples use compiles once.
 """
 import concurrent.futures
 import os
@@ -14,33 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import mkpy as mx
-
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 TIMEOUT_S = 180
-
-# example -> the mkpy attributes it needs (dotted, relative to the mkpy module)
-NEEDS = {
-    "guide000_rmsnorm_validation.py": ["fast.rms_norm"],
-    "guide002_rmsnorm_fallback.py": ["fast.rms_norm"],
-    "guide002_robust_wrapper.py": ["fast.rms_norm"],
-    "guide004_tiled_gemm.py": ["matmul"],
-    "guide004_compile_wrapper.py": ["compile"],
-    "guide004_capture.py": ["metal.start_capture", "metal.stop_capture"],
-}
-
-
-def _missing(name):
-    out = []
-    for dotted in NEEDS.get(name, []):
-        obj = mx
-        for part in dotted.split("."):
-            obj = getattr(obj, part, None)
-        if obj is None:
-            out.append("mx." + dotted)
-    return out
-
 
 def _run(path, cache_dir):
     env = dict(os.environ)
@@ -60,7 +35,7 @@ def results():
     cache_dir = tempfile.mkdtemp(prefix="mkpy-examples-cache-")
     workers = max(2, os.cpu_count() or 2)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {p.name: pool.submit(_run, p, cache_dir) for p in EXAMPLES if not _missing(p.name)}
+        futures = {p.name: pool.submit(_run, p, cache_dir) for p in EXAMPLES}
         yield futures
 
 
@@ -70,9 +45,6 @@ def test_examples_exist():
 
 @pytest.mark.parametrize("name", [p.name for p in EXAMPLES])
 def test_example(name, results):
-    missing = _missing(name)
-    if missing:
-        pytest.skip("needs " + ", ".join(missing) + " (not in this build yet)")
     proc = results[name].result()
     if isinstance(proc, subprocess.TimeoutExpired):
         pytest.fail(f"{name} ran longer than {TIMEOUT_S} s")
