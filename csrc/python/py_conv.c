@@ -140,7 +140,7 @@ static PyObject *conv_transposend(const char *fname, int nd, PyObject *const *ar
         (void)m;                                                                                       \
         return convnd("conv" #k "d", k, args, nargs, kw);                                              \
     }                                                                                                  \
-    MKPY_STREAM_BINDING(py_conv_transpose##k##d)(PyObject *m, PyObject *const *args, Py_ssize_t nargs,      \
+    MKPY_STREAM_BINDING(py_conv_transpose##k##d)(PyObject *m, PyObject *const *args, Py_ssize_t nargs,  \
                                              PyObject *kw) {                                           \
         (void)m;                                                                                       \
         return conv_transposend("conv_transpose" #k "d", k, args, nargs, kw);                          \
