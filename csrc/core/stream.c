@@ -30,11 +30,12 @@ static _Thread_local struct {
     bool registered;
     mk_stream dflt[2];   /* MK_STREAM_NONE until first use */
     mk_stream override;
+    int calls;           /* open stream binding calls (mk_stream_call_begin) */
     mk_stream *own;      /* the streams this thread made and has not cleared */
     size_t nown, capown;
     tls_entry *tl;       /* thread-local stream -> this thread's stream */
     size_t ntl, captl;
-} ts = {false, {MK_STREAM_NONE, MK_STREAM_NONE}, MK_STREAM_NONE, NULL, 0, 0, NULL, 0, 0};
+} ts = {false, {MK_STREAM_NONE, MK_STREAM_NONE}, MK_STREAM_NONE, 0, NULL, 0, 0, NULL, 0, 0};
 
 static pthread_key_t ts_key;
 static pthread_once_t ts_once = PTHREAD_ONCE_INIT;
@@ -179,6 +180,18 @@ mk_stream mk_stream_scope(mk_stream s) {
 }
 
 mk_stream mk_stream_override(void) { return ts.override; }
+
+mk_stream mk_stream_call_begin(void) {
+    ts.calls++;
+    return ts.override;
+}
+
+void mk_stream_call_end(mk_stream saved) {
+    ts.calls--;
+    ts.override = saved;
+}
+
+bool mk_stream_in_call(void) { return ts.calls > 0; }
 
 int mk_current_stream_is_gpu(void) {
     mk_stream s = mk_current_stream();

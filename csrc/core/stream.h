@@ -86,6 +86,14 @@ mk_stream mk_current_stream(void);
 mk_stream mk_stream_scope(mk_stream s);
 /* The override itself (MK_STREAM_NONE: none). */
 mk_stream mk_stream_override(void);
+/* A binding call that takes stream= (csrc/python/mkpy.h,
+ * MKPY_STREAM_BINDING): begin returns the override to restore and opens a
+ * call on this thread; end closes it and restores the override, so a
+ * stream= override lasts for its call only. mk_stream_in_call() tells
+ * whether a call is open (the binding sets an override only inside one). */
+mk_stream mk_stream_call_begin(void);
+void mk_stream_call_end(mk_stream saved);
+bool mk_stream_in_call(void);
 /* 1 when the current stream is a GPU stream, 0 for a CPU one, -1 on error. */
 int mk_current_stream_is_gpu(void);
 

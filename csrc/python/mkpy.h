@@ -172,7 +172,38 @@ int mkpy_stream_is_gpu(PyObject *s, bool *bad);
 /* A stream= argument of an op (py_stream.c): resolves it as MLX's
  * to_stream and makes it the stream the op's nodes record, until the call
  * returns. NULL and None leave the current stream. 0, or -1 with a
- * TypeError (not a stream or device) or the error. */
+ * TypeError (not a stream or device) or the error. Only inside a stream
+ * binding's call (MKPY_STREAM_BINDING): elsewhere a SystemError, as the
+ * override would outlive the call. mkpy_parse calls it for an argument
+ * named "stream". */
 int mkpy_stream_arg(const char *fname, PyObject *stream);
+
+/* ------------------------------------------------------ stream bindings */
+
+#include "core/stream.h"
+
+/* A binding that takes MLX's stream= argument is defined as
+ *
+ *     MKPY_STREAM_BINDING(py_add)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+ *     {
+ *         ... mkpy_parse(..., names with "*stream", ...) ...
+ *     }
+ *
+ * py_add is the METH_FASTCALL | METH_KEYWORDS function of the method table
+ * and the body becomes py_add_impl (Argument Clinic's pattern). py_add opens
+ * a stream call (core/stream.h), runs the body, in which mkpy_parse may make
+ * stream= the current-stream override (every node the op makes records it),
+ * and restores the override it found when the body returns, by any path.
+ * A binding that only forwards to another one (x.sum(...) is mkpy.sum) or
+ * takes no stream= needs no wrapper. */
+#define MKPY_STREAM_BINDING(fn)                                                                        \
+    static PyObject *fn##_impl(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);                  \
+    static PyObject *fn(PyObject *self_, PyObject *const *args_, Py_ssize_t nargs_, PyObject *kwnames_) { \
+        mk_stream saved_ = mk_stream_call_begin();                                                     \
+        PyObject *r_ = fn##_impl(self_, args_, nargs_, kwnames_);                                      \
+        mk_stream_call_end(saved_);                                                                    \
+        return r_;                                                                                     \
+    }                                                                                                  \
+    static PyObject *fn##_impl
 
 #endif

@@ -20,7 +20,6 @@ extern PyMethodDef mkpy_dot_functions[]; /* py_dot.c: export_to_dot */
 int mkpy_export_init(PyObject *m);          /* py_export.c */
 int mkpy_extra_init(PyObject *m);
 int mkpy_stream_init(PyObject *m);   /* py_stream.c: Device, Stream, default_stream, ... */
-int mkpy_streams_scope(PyObject *m); /* py_stream.c: the stream= override lasts one call */
 
 static PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT,
@@ -85,7 +84,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (mkpy_grad_init(m) < 0 || PyModule_AddFunctions(m, mkpy_grad_functions) < 0) goto error;
     if (mkpy_custom_init(m) < 0) goto error;
     if (mkpy_compile_init(m) < 0 || PyModule_AddFunctions(m, mkpy_compile_functions) < 0) goto error;
-    if (mkpy_stream_init(m) < 0 || mkpy_streams_scope(m) < 0) goto error;
+    if (mkpy_stream_init(m) < 0) goto error;
     return m;
 error:
     Py_DECREF(m);

@@ -244,12 +244,12 @@ static PyObject *m_tolist(PyMkArray *self, PyObject *unused) {
     return mkpy_tolist(self->arr);
 }
 
-static PyObject *m_astype(PyMkArray *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(m_astype)(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"dtype", "stream", NULL};
     PyObject *a[2];
     mk_dtype t;
     if (mkpy_parse("astype", args, nargs, kwnames, names, 1, a) < 0 || mkpy_parse_dtype(a[0], &t) < 0) return NULL;
-    return mkpy_wrap(mk_astype(self->arr, t));
+    return mkpy_wrap(mk_astype(MKARR(self), t));
 }
 
 /* copy.copy and copy.deepcopy give a new array object sharing the data, as

@@ -136,11 +136,11 @@ static PyObject *conv_transposend(const char *fname, int nd, PyObject *const *ar
 }
 
 #define CONV_FN(k)                                                                                     \
-    static PyObject *py_conv##k##d(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) { \
+    MKPY_STREAM_BINDING(py_conv##k##d)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) { \
         (void)m;                                                                                       \
         return convnd("conv" #k "d", k, args, nargs, kw);                                              \
     }                                                                                                  \
-    static PyObject *py_conv_transpose##k##d(PyObject *m, PyObject *const *args, Py_ssize_t nargs,      \
+    MKPY_STREAM_BINDING(py_conv_transpose##k##d)(PyObject *m, PyObject *const *args, Py_ssize_t nargs,  \
                                              PyObject *kw) {                                           \
         (void)m;                                                                                       \
         return conv_transposend("conv_transpose" #k "d", k, args, nargs, kw);                          \
@@ -152,7 +152,7 @@ CONV_FN(3)
 /* conv_general(input, weight, /, stride=1, padding=0, kernel_dilation=1,
  * input_dilation=1, groups=1, flip=False, *, stream=None); padding may be
  * a pair (low list, high list) */
-static PyObject *py_conv_general(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_conv_general)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"input",  "weight", "stride", "padding", "kernel_dilation", "input_dilation",
                                         "groups", "flip",   "*stream", NULL};
     const char *fname = "conv_general";
@@ -200,7 +200,7 @@ static PyObject *py_conv_general(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* convolve(a, v, /, mode="full", *, stream=None): numpy's 1-D convolution
  * as MLX builds it (the longer input is the signal, the filter flipped). */
-static PyObject *py_convolve(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_convolve)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "v", "mode", "*stream", NULL};
     PyObject *a[4];
     (void)m;

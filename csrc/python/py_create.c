@@ -135,17 +135,17 @@ static PyObject *const_fill(const char *fname, int one, PyObject *const *args, P
     return mkpy_wrap(one ? mk_ones(ndim, shape, t) : mk_zeros(ndim, shape, t));
 }
 
-static PyObject *py_zeros(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_zeros)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return const_fill("zeros", 0, args, nargs, kwnames);
 }
 
-static PyObject *py_ones(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_ones)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return const_fill("ones", 1, args, nargs, kwnames);
 }
 
-static PyObject *py_full(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_full)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"shape", "vals", "dtype", "*stream", NULL};
     PyObject *a[4];
     int ndim;
@@ -200,7 +200,7 @@ static PyObject *like_fill(const char *fname, const char *sig, int one, PyObject
     return mkpy_wrap(one ? mk_ones(x->ndim, x->shape, t) : mk_zeros(x->ndim, x->shape, t));
 }
 
-static PyObject *py_zeros_like(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_zeros_like)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return like_fill("zeros_like",
                      "    1. zeros_like(a: array, /, dtype: Dtype | None = None, *, stream: StreamOrDevice = None) "
@@ -208,7 +208,7 @@ static PyObject *py_zeros_like(PyObject *m, PyObject *const *args, Py_ssize_t na
                      0, args, nargs, kwnames);
 }
 
-static PyObject *py_ones_like(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_ones_like)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return like_fill("ones_like",
                      "    1. ones_like(a: array, /, dtype: Dtype | None = None, *, stream: StreamOrDevice = None) "
@@ -216,7 +216,7 @@ static PyObject *py_ones_like(PyObject *m, PyObject *const *args, Py_ssize_t nar
                      1, args, nargs, kwnames);
 }
 
-static PyObject *py_full_like(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_full_like)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "vals", "dtype", "*stream", NULL};
     static const char sig[] = "    1. full_like(a: array, vals: scalar | array, dtype: Dtype | None = None, *, "
                               "stream: StreamOrDevice = None) -> array";
@@ -274,7 +274,7 @@ static int arange_bind(const char *const *names, int n, PyObject *const *args, P
     return 0;
 }
 
-static PyObject *py_arange(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_arange)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const n1[] = {"start", "stop", "step", "dtype", "stream"};
     static const char *const n2[] = {"stop", "step", "dtype", "stream"};
     PyObject *a[5], *start = NULL, *stop = NULL, *step = NULL, *dt = NULL, *st = NULL;
@@ -344,7 +344,7 @@ static int scalar_double(PyObject *o, double *out) {
     return 0;
 }
 
-static PyObject *py_linspace(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_linspace)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"start", "stop", "num", "endpoint", "dtype", "stream", NULL};
     static const char sig[] = "    1. linspace(start: scalar, stop: scalar, num: int | None = 50, endpoint: bool = "
                               "True, dtype: Dtype | None = float32, stream: StreamOrDevice = None) -> array";
@@ -385,7 +385,7 @@ static PyObject *eye_tri(const char *fname, const char *sig, int eye, PyObject *
     return mkpy_wrap(eye ? mk_eye(n, mm, k, t) : mk_tri(n, mm, k, t));
 }
 
-static PyObject *py_eye(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_eye)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return eye_tri("eye",
                    "    1. eye(n: int, m: int | None = None, k: int = 0, dtype: Dtype | None = float32, *, stream: "
@@ -393,7 +393,7 @@ static PyObject *py_eye(PyObject *m, PyObject *const *args, Py_ssize_t nargs, Py
                    1, args, nargs, kwnames);
 }
 
-static PyObject *py_tri(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_tri)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return eye_tri("tri",
                    "    1. tri(n: int, m: int | None = None, k: int = 0, dtype: Dtype | None = None, *, stream: "
@@ -401,7 +401,7 @@ static PyObject *py_tri(PyObject *m, PyObject *const *args, Py_ssize_t nargs, Py
                    0, args, nargs, kwnames);
 }
 
-static PyObject *py_identity(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_identity)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"n", "dtype", "*stream", NULL};
     PyObject *a[3];
     int64_t n;
@@ -432,12 +432,12 @@ static PyObject *tri_mask(const char *fname, int upper, PyObject *const *args, P
     return mkpy_wrap(upper ? mk_triu(x, k) : mk_tril(x, k));
 }
 
-static PyObject *py_tril(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_tril)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return tri_mask("tril", 0, args, nargs, kwnames);
 }
 
-static PyObject *py_triu(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_triu)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return tri_mask("triu", 1, args, nargs, kwnames);
 }

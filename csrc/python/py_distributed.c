@@ -175,27 +175,27 @@ static PyObject *all_reduce(const char *fname, int gather, mk_dist_reduce op, Py
     return mkpy_wrap(r);
 }
 
-static PyObject *py_all_sum(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_all_sum)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return all_reduce("all_sum", 0, MK_DIST_SUM, args, nargs, kw);
 }
 
-static PyObject *py_all_max(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_all_max)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return all_reduce("all_max", 0, MK_DIST_MAX, args, nargs, kw);
 }
 
-static PyObject *py_all_min(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_all_min)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return all_reduce("all_min", 0, MK_DIST_MIN, args, nargs, kw);
 }
 
-static PyObject *py_all_gather(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_all_gather)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return all_reduce("all_gather", 1, MK_DIST_SUM, args, nargs, kw);
 }
 
-static PyObject *py_send(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_send)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     static const char *const names[] = {"x", "dst", "*group", "*stream", NULL};
     PyObject *a[4];
@@ -211,7 +211,7 @@ static PyObject *py_send(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(r);
 }
 
-static PyObject *py_recv(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_recv)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     static const char *const names[] = {"shape", "dtype", "src", "*group", "*stream", NULL};
     PyObject *a[5];
@@ -226,7 +226,7 @@ static PyObject *py_recv(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(mk_dist_recv(ndim, shape, dtype, src, g));
 }
 
-static PyObject *py_recv_like(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_recv_like)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     static const char *const names[] = {"x", "src", "*group", "*stream", NULL};
     PyObject *a[4];

@@ -48,7 +48,7 @@ static PyObject *window(mk_window_kind kind, const char *fname, PyObject *m, PyO
     return mkpy_wrap(mk_window(kind, M));
 }
 #define WINDOW_FN(name, KIND)                                                                          \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         return window(KIND, #name, m, args, nargs, kw);                                                \
     }
 WINDOW_FN(hanning, MK_WIN_HANNING)
@@ -58,7 +58,7 @@ WINDOW_FN(blackman, MK_WIN_BLACKMAN)
 
 /* ------------------------------------------------------------------- divmod */
 
-static PyObject *py_divmod(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_divmod)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "*stream", NULL};
     PARSE("divmod", 2);
     mk_array *x, *y, *q, *r;
@@ -73,7 +73,7 @@ static PyObject *py_divmod(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
 
 /* --------------------------------------------------------------- as_strided */
 
-static PyObject *py_as_strided(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_as_strided)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "shape", "strides", "offset", "*stream", NULL};
     PARSE("as_strided", 1);
     mk_array *x = mkpy_to_array(a[0], -1);
@@ -111,7 +111,7 @@ fail:
 
 /* ------------------------------------------------------- hadamard_transform */
 
-static PyObject *py_hadamard_transform(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_hadamard_transform)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "scale", "*stream", NULL};
     PARSE("hadamard_transform", 1);
     float scale = 1;
@@ -126,7 +126,7 @@ static PyObject *py_hadamard_transform(PyObject *m, PyObject *const *args, Py_ss
 
 /* -------------------------------------------------------------- median etc. */
 
-static PyObject *py_median(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_median)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis", "keepdims", "*stream", NULL};
     PARSE("median", 1);
     int naxes, axes[MK_MAX_NDIM], keep;
@@ -138,7 +138,7 @@ static PyObject *py_median(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     return mkpy_wrap(r);
 }
 
-static PyObject *py_count_nonzero(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_count_nonzero)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "*axis", "*keepdims", "*stream", NULL};
     PARSE("count_nonzero", 1);
     int naxes, axes[MK_MAX_NDIM], keep;
@@ -150,7 +150,7 @@ static PyObject *py_count_nonzero(PyObject *m, PyObject *const *args, Py_ssize_t
     return mkpy_wrap(r);
 }
 
-static PyObject *py_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_roll)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "shift", "axis", "*stream", NULL};
     PARSE("roll", 2);
     int nshift, naxes, axes[MK_MAX_NDIM];
@@ -163,7 +163,7 @@ static PyObject *py_roll(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(r);
 }
 
-static PyObject *py_flip(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_flip)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis", "*stream", NULL};
     PARSE("flip", 1);
     int naxes, axes[MK_MAX_NDIM];
@@ -196,17 +196,17 @@ static PyObject *binary_arrays(mk_array *(*fn)(mk_array *, mk_array *), bool wea
     return mkpy_wrap(r);
 }
 
-static PyObject *py_kron(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_kron)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return binary_arrays(mk_kron, false, "kron", args, nargs, kwnames);
 }
 
-static PyObject *py_logical_xor(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_logical_xor)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return binary_arrays(mk_logical_xor, true, "logical_xor", args, nargs, kwnames);
 }
 
-static PyObject *py_trunc(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_trunc)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "*stream", NULL};
     PARSE("trunc", 1);
     mk_array *x = mkpy_to_array(a[0], -1);
@@ -218,7 +218,7 @@ static PyObject *py_trunc(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 
 /* ----------------------------------------------------------- dynamic slices */
 
-static PyObject *py_slice(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_slice)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "start_indices", "axes", "slice_size", "*stream", NULL};
     PARSE("slice", 4);
     int naxes, nsize;
@@ -233,7 +233,7 @@ static PyObject *py_slice(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     return st ? mkpy_wrap(r) : NULL;
 }
 
-static PyObject *py_slice_update(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_slice_update)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "update", "start_indices", "axes", "*stream", NULL};
     PARSE("slice_update", 4);
     int naxes, axes[MK_MAX_NDIM];
@@ -248,7 +248,7 @@ static PyObject *py_slice_update(PyObject *m, PyObject *const *args, Py_ssize_t 
     return st ? mkpy_wrap(r) : NULL;
 }
 
-static PyObject *py_searchsorted(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_searchsorted)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"sorted_sequence", "values", "side", "*stream", NULL};
     PARSE("searchsorted", 2);
     const char *side = "left";
@@ -266,7 +266,7 @@ static PyObject *py_searchsorted(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /* ----------------------------------------------------- meshgrid, nan_to_num */
 
-static PyObject *py_meshgrid(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_meshgrid)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     int sparse = 0;
     const char *indexing = "xy";
@@ -312,7 +312,7 @@ static PyObject *py_meshgrid(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return t;
 }
 
-static PyObject *py_nan_to_num(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_nan_to_num)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "nan", "posinf", "neginf", "*stream", NULL};
     PARSE("nan_to_num", 1);
     float nan = 0, pos = 0, neg = 0;
@@ -327,7 +327,7 @@ static PyObject *py_nan_to_num(PyObject *m, PyObject *const *args, Py_ssize_t na
     return mkpy_wrap(r);
 }
 
-static PyObject *py_diff(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_diff)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "n", "axis", "*stream", NULL};
     PARSE("diff", 1);
     int n, axis;
@@ -339,7 +339,7 @@ static PyObject *py_diff(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(r);
 }
 
-static PyObject *py_trace(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_trace)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "offset", "axis1", "axis2", "dtype", "*stream", NULL};
     PARSE("trace", 1);
     int off, a1, a2;
@@ -354,7 +354,7 @@ static PyObject *py_trace(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     return mkpy_wrap(r);
 }
 
-static PyObject *py_vecdot(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_vecdot)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "*axis", "*stream", NULL};
     PARSE("vecdot", 2);
     int axis;

@@ -461,11 +461,12 @@ static int parse_template(PyObject *obj, mkk_call *c) {
 
 static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 
-/* the call's stream= (mkpy_parse makes it current) lasts for the call */
+/* a stream binding (as MKPY_STREAM_BINDING, for a vectorcall): the call's
+ * stream= (mkpy_parse makes it current) lasts for the call */
 static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    mk_stream sv = mk_stream_override();
+    mk_stream saved = mk_stream_call_begin();
     PyObject *r = kernel_call(self_o, args, nargsf, kwnames);
-    mk_stream_scope(sv);
+    mk_stream_call_end(saved);
     return r;
 }
 

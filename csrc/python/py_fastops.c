@@ -75,7 +75,7 @@ static mk_array *arr_or_null(PyObject *o) { return o && o != Py_None ? MKARR(o) 
 static const char rms_sig[] =
     "    1. rms_norm(x: array, weight: array | None, eps: float, *, stream: StreamOrDevice = None) -> array";
 
-static PyObject *py_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_rms_norm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "weight", "eps", "*stream", NULL};
     PyObject *a[4];
     float eps;
@@ -89,7 +89,7 @@ static PyObject *py_rms_norm(PyObject *m, PyObject *const *args, Py_ssize_t narg
 static const char ln_sig[] = "    1. layer_norm(x: array, weight: array | None, bias: array | None, eps: float, *, "
                              "stream: StreamOrDevice = None) -> array";
 
-static PyObject *py_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_layer_norm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "weight", "bias", "eps", "*stream", NULL};
     PyObject *a[5];
     float eps;
@@ -106,7 +106,7 @@ static const char rope_sig[] =
     "    1. rope(a: array, dims: int, *, traditional: bool, base: float | None, scale: float, offset: int | array, "
     "freqs: array | None = None, stream: StreamOrDevice = None) -> array";
 
-static PyObject *py_rope(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_rope)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a",       "dims",   "*traditional", "*base", "*scale",
                                         "*offset", "*freqs", "*stream",      NULL};
     PyObject *a[8];
@@ -136,7 +136,7 @@ static const char sdpa_sig[] =
     "    1. scaled_dot_product_attention(q: array, k: array, v: array, *, scale: float,  mask: None | str | array = "
     "None, sinks: array | None = None, force_fused: bool = False, stream: StreamOrDevice = None) -> array";
 
-static PyObject *py_sdpa(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_sdpa)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"q", "k", "v", "*scale", "*mask", "*sinks", "*force_fused", "*stream", NULL};
     static const char fname[] = "scaled_dot_product_attention";
     PyObject *a[8];

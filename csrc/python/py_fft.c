@@ -118,12 +118,12 @@ static PyObject *many_axes(const char *op, bool two, bool real, bool inverse, Py
 }
 
 #define ONE(name, real, inverse)                                                                       \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return one_axis(#name, real, inverse, args, nargs, kw);                                        \
     }
 #define MANY(name, two, real, inverse)                                                                 \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return many_axes(#name, two, real, inverse, args, nargs, kw);                                  \
     }
@@ -153,11 +153,11 @@ static PyObject *shift(const char *op, bool inverse, PyObject *const *args, Py_s
     return mkpy_wrap(r);
 }
 
-static PyObject *py_fftshift(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_fftshift)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return shift("fftshift", false, args, nargs, kw);
 }
-static PyObject *py_ifftshift(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_ifftshift)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return shift("ifftshift", true, args, nargs, kw);
 }
@@ -175,11 +175,11 @@ static PyObject *freq(const char *op, bool real, PyObject *const *args, Py_ssize
     }
     return mkpy_wrap(mk_fftfreq(n, d, real));
 }
-static PyObject *py_fftfreq(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_fftfreq)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return freq("fftfreq", false, args, nargs, kw);
 }
-static PyObject *py_rfftfreq(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_rfftfreq)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return freq("rfftfreq", true, args, nargs, kw);
 }

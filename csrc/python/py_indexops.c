@@ -507,7 +507,7 @@ static const char take_sig[] =
     "    1. take(a: array, /, indices: int | array, axis: int | None = None, *, stream: StreamOrDevice = None) "
     "-> array";
 
-static PyObject *py_take(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_take)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "indices", "axis", "*stream", NULL};
     PyObject *a[4];
     int axis;
@@ -537,7 +537,7 @@ static const char take_along_sig[] =
     "    1. take_along_axis(a: array, /, indices: array, axis: int | None = -1, *, stream: StreamOrDevice = None) "
     "-> array";
 
-static PyObject *py_take_along_axis(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_take_along_axis)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "indices", "axis", "*stream", NULL};
     PyObject *a[4];
     int axis;
@@ -557,7 +557,7 @@ static const char put_along_sig[] =
     "    1. put_along_axis(a: array, /, indices: array, values: array, axis: int | None = None, *, stream: "
     "StreamOrDevice = None) -> array";
 
-static PyObject *py_put_along_axis(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_put_along_axis)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "indices", "values", "axis", "*stream", NULL};
     PyObject *a[5];
     int axis;

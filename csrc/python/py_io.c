@@ -449,7 +449,7 @@ static PyObject *meta_dict(const mk_named *d) {
     return r;
 }
 
-static PyObject *py_load(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_load)(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"file", "format", "return_metadata", "*stream", NULL};
     PyObject *v[4];
     if (mkpy_parse("load", args, nargs, kw, names, 1, v) < 0) return NULL;

@@ -43,7 +43,7 @@ static PyObject *call_ab(const char *fname, const char *sig, binary_linalg_fn f,
 }
 
 #define AB_FN(name)                                                                                    \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_ab(#name, SIG_AB(name), mk_##name, args, nargs, kw);                              \
     }
@@ -69,7 +69,7 @@ static int float_arg(PyObject *o, float dflt, float *out) {
 }
 
 /* addmm(c, a, b, /, alpha=1.0, beta=1.0, *, stream=None) */
-static PyObject *py_addmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_addmm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"c", "a", "b", "alpha", "beta", "*stream", NULL};
     PyObject *a[6];
     float alpha, beta;
@@ -121,7 +121,7 @@ static int *int_list(PyObject *o, int *n) {
 
 /* tensordot(a, b, /, axes=2, *, stream=None): axes is an int or a list of
  * two lists of axes. */
-static PyObject *py_tensordot(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_tensordot)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "axes", "*stream", NULL};
     PyObject *a[4];
     (void)m;

@@ -80,7 +80,7 @@ static PyObject *tuple_of(int n, mk_array **r) {
     "    1. norm(a: array, /, ord: None | int | float | str = None, axis: None | int | list[int] = None, " \
     "keepdims: bool = False, *, " SOD ") -> array"
 
-static PyObject *py_norm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_norm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "ord", "axis", "keepdims", "*stream", NULL};
     PyObject *a[5];
     bool gpu, keep;
@@ -123,7 +123,7 @@ bad:
 #define SIG1(name, ret) "    1. " #name "(a: array, *, " SOD ") -> " ret
 #define SIG_UP(name) "    1. " #name "(a: array, upper: bool = False, *, " SOD ") -> array"
 
-static PyObject *py_qr(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_qr)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "*stream", NULL};
     PyObject *a[2];
     mk_array *r[2];
@@ -136,7 +136,7 @@ static PyObject *py_qr(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyO
 
 #define SIG_SVD "    1. svd(a: array, compute_uv: bool = True, *, " SOD ") -> tuple[array, array, array]"
 
-static PyObject *py_svd(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_svd)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "compute_uv", "*stream", NULL};
     PyObject *a[3];
     mk_array *r[3];
@@ -171,12 +171,12 @@ static PyObject *call_a_upper(const char *fname, const char *sig, fn_a_upper f, 
 }
 
 #define A_FN(name)                                                                                    \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_a(#name, SIG1(name, "array"), mk_linalg_##name, args, nargs, kw);                 \
     }
 #define UP_FN(name)                                                                                   \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_a_upper(#name, SIG_UP(name), mk_linalg_##name, args, nargs, kw);                  \
     }
@@ -201,7 +201,7 @@ static PyObject *call_multi(const char *fname, const char *sig, fn_multi f, int 
 }
 
 #define MULTI_FN(name, n, ret)                                                                        \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_multi(#name, SIG1(name, ret), mk_linalg_##name, n, args, nargs, kw);              \
     }
@@ -221,12 +221,12 @@ static PyObject *call_eig(const char *fname, const char *sig, bool vectors, PyOb
     return vectors ? tuple_of(2, r) : mkpy_wrap(r[0]);
 }
 
-static PyObject *py_eig(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_eig)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return call_eig("eig", SIG1(eig, "tuple[array, array]"), true, args, nargs, kw);
 }
 
-static PyObject *py_eigvals(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_eigvals)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return call_eig("eigvals", SIG1(eigvals, "array"), false, args, nargs, kw);
 }
@@ -252,12 +252,12 @@ static PyObject *call_eigh(const char *fname, const char *sig, bool vectors, PyO
 
 #define SIG_EIGH(name, ret) "    1. " #name "(a: array, UPLO: str = 'L', *, " SOD ") -> " ret
 
-static PyObject *py_eigh(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_eigh)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return call_eigh("eigh", SIG_EIGH(eigh, "tuple[array, array]"), true, args, nargs, kw);
 }
 
-static PyObject *py_eigvalsh(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_eigvalsh)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return call_eigh("eigvalsh", SIG_EIGH(eigvalsh, "array"), false, args, nargs, kw);
 }
@@ -268,7 +268,7 @@ static PyObject *py_eigvalsh(PyObject *m, PyObject *const *args, Py_ssize_t narg
 #define SIG_SOLVE_TRI "    1. solve_triangular(a: array, b: array, *, upper: bool = False, " SOD ") -> array"
 #define SIG_CROSS "    1. cross(a: array, b: array, axis: int = -1, *, " SOD ") -> array"
 
-static PyObject *py_solve(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_solve)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "*stream", NULL};
     PyObject *a[3];
     bool gpu;
@@ -277,7 +277,7 @@ static PyObject *py_solve(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     return mkpy_wrap(mk_linalg_solve(MKARR(a[0]), MKARR(a[1]), gpu));
 }
 
-static PyObject *py_solve_triangular(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_solve_triangular)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "*upper", "*stream", NULL};
     PyObject *a[4];
     bool gpu, upper;
@@ -288,7 +288,7 @@ static PyObject *py_solve_triangular(PyObject *m, PyObject *const *args, Py_ssiz
     return mkpy_wrap(mk_linalg_solve_triangular(MKARR(a[0]), MKARR(a[1]), upper, gpu));
 }
 
-static PyObject *py_cross(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_cross)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "axis", "*stream", NULL};
     PyObject *a[4];
     bool gpu;
@@ -384,7 +384,7 @@ bad:
     return -1;
 }
 
-static PyObject *py_einsum(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_einsum)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     const char *subs;
     mk_array **ops;
     (void)m;
@@ -435,7 +435,7 @@ static PyObject *py_einsum_path(PyObject *m, PyObject *const *args, Py_ssize_t n
     "    1. block_masked_mm(a: array, b: array, /, block_size: int = 64, mask_out: Optional[array] = None, " \
     "mask_lhs: Optional[array] = None, mask_rhs: Optional[array] = None, *, " SOD ") -> array"
 
-static PyObject *py_block_masked_mm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_block_masked_mm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "block_size", "mask_out", "mask_lhs", "mask_rhs", "*stream", NULL};
     PyObject *a[7];
     bool gpu;

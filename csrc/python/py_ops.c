@@ -37,12 +37,12 @@ static PyObject *call_binary(mk_binary_op op, const char *name, PyObject *const 
 }
 
 #define UNARY_FN(name)                                                                                 \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_unary(MK_UNARY_##name, #name, args, nargs, kw);                                    \
     }
 #define BINARY_FN(name)                                                                                \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_binary(MK_BINARY_##name, #name, args, nargs, kw);                                  \
     }
@@ -51,7 +51,7 @@ MK_BINARY_OPS(BINARY_FN)
 
 /* ------------------------------------------------------------- where */
 
-static PyObject *py_where(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_where)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"condition", "x", "y", "*stream", NULL};
     PyObject *a[4];
     (void)m;
@@ -70,7 +70,7 @@ static PyObject *py_where(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 
 /* ------------------------------------------------------ round and clip */
 
-static PyObject *py_round_decimals(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_round_decimals)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "decimals", "*stream", NULL};
     PyObject *a[3];
     int64_t decimals = 0;
@@ -102,7 +102,7 @@ static PyObject *py_round_decimals(PyObject *m, PyObject *const *args, Py_ssize_
     return mkpy_wrap(r);
 }
 
-static PyObject *py_clip(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_clip)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "a_min", "a_max", "*stream", NULL};
     PyObject *a[4];
     (void)m;
@@ -192,7 +192,7 @@ mk_array *mkpy_isclose_args(const char *fname, PyObject *const *args, Py_ssize_t
     return r;
 }
 
-static PyObject *py_isclose(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_isclose)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     mk_array *r = mkpy_isclose_args("isclose", args, nargs, kwnames);
     return r ? mkpy_wrap(r) : NULL;

@@ -77,7 +77,7 @@ static int opt_bool(PyObject *o, int dflt, int *out) {
     return 0;
 }
 
-static PyObject *py_quantize(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_quantize)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"w", "group_size", "bits", "mode", "*global_scale", "*stream", NULL};
     PyObject *a[6];
     mk_array *gscale;
@@ -95,7 +95,7 @@ static PyObject *py_quantize(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return mkpy_wrap_list(outs, n);
 }
 
-static PyObject *py_dequantize(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_dequantize)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"w",    "scales",       "biases", "group_size", "bits",
                                         "mode", "global_scale", "dtype",  "*stream",    NULL};
     PyObject *a[9];
@@ -120,7 +120,7 @@ static PyObject *py_dequantize(PyObject *m, PyObject *const *args, Py_ssize_t na
     return mkpy_wrap(mk_dequantize(MKARR(a[0]), MKARR(a[1]), biases, gs, bits, mode, gscale, dtype));
 }
 
-static PyObject *py_quantized_matmul(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_quantized_matmul)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"x", "w", "scales", "biases", "transpose", "group_size", "bits", "mode",
                                         "*stream", NULL};
     PyObject *a[9];
@@ -137,7 +137,7 @@ static PyObject *py_quantized_matmul(PyObject *m, PyObject *const *args, Py_ssiz
     return mkpy_wrap(mk_quantized_matmul(MKARR(a[0]), MKARR(a[1]), MKARR(a[2]), biases, tr, gs, bits, mode));
 }
 
-static PyObject *py_gather_qmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_gather_qmm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"x",          "w",    "scales", "biases",          "lhs_indices", "rhs_indices",
                                         "transpose",  "group_size", "bits", "mode", "*sorted_indices", "*stream",
                                         NULL};
@@ -157,7 +157,7 @@ static PyObject *py_gather_qmm(PyObject *m, PyObject *const *args, Py_ssize_t na
         mk_gather_qmm(MKARR(a[0]), MKARR(a[1]), MKARR(a[2]), biases, lhs, rhs, tr, gs, bits, mode, sorted));
 }
 
-static PyObject *py_gather_mm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_gather_mm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"a", "b", "lhs_indices", "rhs_indices", "*sorted_indices", "*stream", NULL};
     PyObject *a[6];
     mk_array *lhs, *rhs;
@@ -170,7 +170,7 @@ static PyObject *py_gather_mm(PyObject *m, PyObject *const *args, Py_ssize_t nar
     return mkpy_wrap(mk_gather_mm(MKARR(a[0]), MKARR(a[1]), lhs, rhs, sorted));
 }
 
-static PyObject *py_segmented_mm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_segmented_mm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"a", "b", "segments", "*stream", NULL};
     PyObject *a[4];
     (void)m;
@@ -180,7 +180,7 @@ static PyObject *py_segmented_mm(PyObject *m, PyObject *const *args, Py_ssize_t 
     return mkpy_wrap(mk_segmented_mm(MKARR(a[0]), MKARR(a[1]), MKARR(a[2])));
 }
 
-static PyObject *py_to_fp8(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_to_fp8)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"x", "*stream", NULL};
     PyObject *a[2];
     (void)m;
@@ -189,7 +189,7 @@ static PyObject *py_to_fp8(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     return mkpy_wrap(mk_to_fp8(MKARR(a[0])));
 }
 
-static PyObject *py_from_fp8(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_from_fp8)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"x", "dtype", "*stream", NULL};
     PyObject *a[3];
     mk_dtype t = MK_BFLOAT16;
@@ -208,7 +208,7 @@ static PyObject *py_from_fp8(PyObject *m, PyObject *const *args, Py_ssize_t narg
     "int | None = None, mode: str = 'nvfp4', global_scale_x: array | None = None, global_scale_w: "        \
     "array | None = None, *, stream: StreamOrDevice = None) -> array"
 
-static PyObject *py_qqmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_qqmm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"x",    "w",       "scales",         "group_size",     "bits",
                                         "mode", "global_scale_x", "global_scale_w", "*stream",        NULL};
     PyObject *a[9];
@@ -231,7 +231,7 @@ static PyObject *py_qqmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     "mode: str = 'nvfp4', global_scale_x: array | None = None, global_scale_w: array | None = None, *, "  \
     "sorted_indices: bool = False, stream: StreamOrDevice = None) -> array"
 
-static PyObject *py_gather_qqmm(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+MKPY_STREAM_BINDING(py_gather_qqmm)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     static const char *const names[] = {"x",          "w",    "scales",         "lhs_indices",    "rhs_indices",
                                         "group_size", "bits", "mode",           "global_scale_x", "global_scale_w",
                                         "*sorted_indices", "*stream", NULL};

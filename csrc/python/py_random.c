@@ -104,7 +104,7 @@ static PyObject *py_key(PyObject *m, PyObject *const *args, Py_ssize_t nargs, Py
     return mkpy_wrap(mk_random_key(s));
 }
 
-static PyObject *py_split(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_split)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "num", "stream", NULL};
     static const char sig[] = "    1. split(key: array, num: int = 2, stream: StreamOrDevice = None) -> array";
     PyObject *a[3];
@@ -120,7 +120,7 @@ static PyObject *py_split(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 
 /* ------------------------------------------------------------------ bits */
 
-static PyObject *py_bits(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_bits)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"shape", "width", "key", "stream", NULL};
     static const char sig[] = "    1. bits(shape: Sequence[int] = [], width: int = 4, key: array | None = None, "
                               "stream: StreamOrDevice = None) -> array";
@@ -139,7 +139,7 @@ static PyObject *py_bits(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
 
 /* ---------------------------------------------------------------- uniform */
 
-static PyObject *py_uniform(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_uniform)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"low", "high", "shape", "dtype", "key", "stream", NULL};
     static const char sig[] =
         "    1. uniform(low: scalar | array = 0, high: scalar | array = 1, shape: Sequence[int] = [], dtype: Dtype | "
@@ -167,7 +167,7 @@ static PyObject *py_uniform(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* ----------------------------------------------------------------- normal */
 
-static PyObject *py_normal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_normal)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"shape", "dtype", "loc", "scale", "key", "stream", NULL};
     static const char sig[] =
         "    1. normal(shape: Sequence[int] = [], dtype: Dtype | None = float32, loc: scalar | array | None = None, "
@@ -191,7 +191,7 @@ static PyObject *py_normal(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
 
 /* ---------------------------------------------------------------- randint */
 
-static PyObject *py_randint(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_randint)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"low", "high", "shape", "dtype", "key", "stream", NULL};
     static const char sig[] =
         "    1. randint(low: scalar | array, high: scalar | array, shape: Sequence[int] = [], dtype: Dtype | None = "
@@ -215,7 +215,7 @@ static PyObject *py_randint(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* -------------------------------------------------------------- bernoulli */
 
-static PyObject *py_bernoulli(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_bernoulli)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"p", "shape", "key", "stream", NULL};
     static const char sig[] =
         "    1. bernoulli(p: scalar | array = 0.5, shape: Sequence[int] | None = None, key: array | None = None, "
@@ -240,7 +240,7 @@ static PyObject *py_bernoulli(PyObject *m, PyObject *const *args, Py_ssize_t nar
 
 /* --------------------------------------------------------- gumbel, laplace */
 
-static PyObject *py_gumbel(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_gumbel)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"shape", "dtype", "key", "stream", NULL};
     static const char sig[] = "    1. gumbel(shape: Sequence[int] = [], dtype: Dtype | None = float32, key: array | "
                               "None = None, stream: StreamOrDevice = None) -> array";
@@ -258,7 +258,7 @@ static PyObject *py_gumbel(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
     return finish(mk_random_gumbel(ndim, shape, t, key), key, NULL, NULL);
 }
 
-static PyObject *py_laplace(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_laplace)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"shape", "dtype", "loc", "scale", "key", "stream", NULL};
     static const char sig[] =
         "    1. laplace(shape: Sequence[int] = [], dtype: Dtype | None = float32, loc: float = 0.0, scale: float = "
@@ -284,7 +284,7 @@ static PyObject *py_laplace(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* ------------------------------------------ truncated_normal, categorical */
 
-static PyObject *py_truncated_normal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_truncated_normal)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"lower", "upper", "shape", "dtype", "key", "stream", NULL};
     static const char sig[] =
         "    1. truncated_normal(lower: scalar | array, upper: scalar | array, shape: Sequence[int] | None = None, "
@@ -306,7 +306,7 @@ static PyObject *py_truncated_normal(PyObject *m, PyObject *const *args, Py_ssiz
     return finish(mk_random_truncated_normal(lo, hi, ndim, shape, a[2] && a[2] != Py_None, t, key), key, lo, hi);
 }
 
-static PyObject *py_categorical(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_categorical)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"logits", "axis", "shape", "num_samples", "key", "stream", NULL};
     static const char sig[] =
         "    1. categorical(logits: array, axis: int = -1, shape: Sequence[int] | None = None, num_samples: int | "
@@ -337,7 +337,7 @@ static PyObject *py_categorical(PyObject *m, PyObject *const *args, Py_ssize_t n
                   key, NULL, NULL);
 }
 
-static PyObject *py_permutation(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_permutation)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "axis", "key", "stream", NULL};
     static const char sig[] = "    1. permutation(x: int | array, axis: int = 0, key: array | None = None, stream: "
                               "StreamOrDevice = None) -> array";
@@ -431,7 +431,7 @@ static PyObject *py_getattr(PyObject *m, PyObject *name) {
 
 /* --------------------------------------------------- multivariate_normal */
 
-static PyObject *py_multivariate_normal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_multivariate_normal)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"mean", "cov", "shape", "dtype", "key", "stream", NULL};
     static const char sig[] =
         "    1. multivariate_normal(mean: array, cov: array, shape: Sequence[int] = [], dtype: Dtype | None = "

@@ -42,7 +42,7 @@ static PyObject *call_reduce(mk_reduce_op op, const char *name, PyObject *const 
 }
 
 #define REDUCE_FN(name, OP)                                                                            \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_reduce(OP, #name, args, nargs, kw);                                                \
     }
@@ -53,7 +53,7 @@ REDUCE_FN(min, MK_REDUCE_MIN)
 REDUCE_FN(all, MK_REDUCE_ALL)
 REDUCE_FN(any, MK_REDUCE_ANY)
 
-static PyObject *py_mean(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_mean)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     reduce_args r;
     (void)m;
     if (parse_reduce("mean", false, args, nargs, kwnames, &r) < 0) return NULL;
@@ -62,7 +62,7 @@ static PyObject *py_mean(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(out);
 }
 
-static PyObject *py_logsumexp(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_logsumexp)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     reduce_args r;
     (void)m;
     if (parse_reduce("logsumexp", false, args, nargs, kwnames, &r) < 0) return NULL;
@@ -71,7 +71,7 @@ static PyObject *py_logsumexp(PyObject *m, PyObject *const *args, Py_ssize_t nar
     return mkpy_wrap(out);
 }
 
-static PyObject *py_var(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_var)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     reduce_args r;
     (void)m;
     if (parse_reduce("var", true, args, nargs, kwnames, &r) < 0) return NULL;
@@ -80,7 +80,7 @@ static PyObject *py_var(PyObject *m, PyObject *const *args, Py_ssize_t nargs, Py
     return mkpy_wrap(out);
 }
 
-static PyObject *py_std(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_std)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     reduce_args r;
     (void)m;
     if (parse_reduce("std", true, args, nargs, kwnames, &r) < 0) return NULL;
@@ -108,18 +108,18 @@ static PyObject *call_arg(int which, const char *name, PyObject *const *args, Py
     return mkpy_wrap(out);
 }
 
-static PyObject *py_argmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_argmax)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_arg(0, "argmax", args, nargs, kwnames);
 }
 
-static PyObject *py_argmin(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_argmin)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_arg(1, "argmin", args, nargs, kwnames);
 }
 
 /* softmax(a, /, axis=None, *, precise=False, stream=None) */
-static PyObject *py_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_softmax)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis", "*precise", "*stream", NULL};
     PyObject *a[4];
     int naxes, axes[MK_MAX_NDIM], precise;
@@ -135,7 +135,7 @@ static PyObject *py_softmax(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* allclose: all(isclose(a, b, ...)) */
-static PyObject *py_allclose(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_allclose)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     mk_array *c = mkpy_isclose_args("allclose", args, nargs, kwnames);
     if (!c) return NULL;
@@ -146,7 +146,7 @@ static PyObject *py_allclose(PyObject *m, PyObject *const *args, Py_ssize_t narg
 
 /* array_equal(a, b, /, equal_nan=False, *, stream=None): False when the
  * shapes differ; values compared after promotion. */
-static PyObject *py_array_equal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_array_equal)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "b", "equal_nan", "*stream", NULL};
     PyObject *a[4];
     int equal_nan;

@@ -209,7 +209,7 @@ static void free_arrays(mk_array **a, Py_ssize_t n) {
 
 /* ------------------------------------------------------------------ views */
 
-static PyObject *py_reshape(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_reshape)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "shape", "*stream", NULL};
     PARSE("reshape", 2);
     int ndim;
@@ -235,17 +235,17 @@ static PyObject *transpose_impl(const char *fname, PyObject *const *args, Py_ssi
     return mkpy_wrap(r);
 }
 
-static PyObject *py_transpose(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_transpose)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return transpose_impl("transpose", args, nargs, kwnames);
 }
 
-static PyObject *py_permute_dims(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_permute_dims)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return transpose_impl("permute_dims", args, nargs, kwnames);
 }
 
-static PyObject *py_swapaxes(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_swapaxes)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis1", "axis2", "*stream", NULL};
     PARSE("swapaxes", 3);
     int a1, a2;
@@ -258,7 +258,7 @@ static PyObject *py_swapaxes(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return mkpy_wrap(r);
 }
 
-static PyObject *py_moveaxis(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_moveaxis)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "source", "destination", "*stream", NULL};
     PARSE("moveaxis", 3);
     int s, d;
@@ -271,7 +271,7 @@ static PyObject *py_moveaxis(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return mkpy_wrap(r);
 }
 
-static PyObject *py_expand_dims(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_expand_dims)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis", "*stream", NULL};
     PARSE("expand_dims", 2);
     int naxes, axes[MK_MAX_NDIM];
@@ -283,7 +283,7 @@ static PyObject *py_expand_dims(PyObject *m, PyObject *const *args, Py_ssize_t n
     return mkpy_wrap(r);
 }
 
-static PyObject *py_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_squeeze)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis", "*stream", NULL};
     PARSE("squeeze", 1);
     int naxes = -1, axes[MK_MAX_NDIM];
@@ -295,7 +295,7 @@ static PyObject *py_squeeze(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return mkpy_wrap(r);
 }
 
-static PyObject *py_contiguous(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_contiguous)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "allow_col_major", "*stream", NULL};
     PARSE("contiguous", 1);
     int allow_col = 0;
@@ -307,7 +307,7 @@ static PyObject *py_contiguous(PyObject *m, PyObject *const *args, Py_ssize_t na
     return mkpy_wrap(r);
 }
 
-static PyObject *py_flatten(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_flatten)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "start_axis", "end_axis", "*stream", NULL};
     PARSE("flatten", 1);
     int s = 0, e = -1;
@@ -320,7 +320,7 @@ static PyObject *py_flatten(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return mkpy_wrap(r);
 }
 
-static PyObject *py_unflatten(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_unflatten)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "axis", "shape", "*stream", NULL};
     PARSE("unflatten", 3);
     int axis, ndim;
@@ -416,7 +416,7 @@ static int int32_arg(PyObject *o, int dflt, int *out) {
     return 0;
 }
 
-static PyObject *py_diagonal(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_diagonal)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "offset", "axis1", "axis2", "stream", NULL};
     PyObject *a[5];
     int offset, axis1, axis2;
@@ -429,7 +429,7 @@ static PyObject *py_diagonal(PyObject *m, PyObject *const *args, Py_ssize_t narg
     return mkpy_wrap(mk_diagonal(MKARR(a[0]), offset, axis1, axis2));
 }
 
-static PyObject *py_diag(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_diag)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "k", "*stream", NULL};
     PyObject *a[3];
     int k;
@@ -444,7 +444,7 @@ static PyObject *py_diag(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
 
 #define VIEW_SIG "    1. view(a: scalar | array, dtype: Dtype, stream: StreamOrDevice = None) -> array"
 
-static PyObject *py_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_view)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "dtype", "stream", NULL};
     PyObject *a[3];
     mk_dtype dt;
@@ -461,7 +461,7 @@ static PyObject *py_view(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return mkpy_wrap(r);
 }
 
-static PyObject *py_broadcast_to(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_broadcast_to)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "shape", "*stream", NULL};
     PARSE("broadcast_to", 2);
     int ndim;
@@ -497,17 +497,17 @@ static PyObject *concat_impl(const char *fname, PyObject *const *args, Py_ssize_
     return mkpy_wrap(r);
 }
 
-static PyObject *py_concatenate(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_concatenate)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return concat_impl("concatenate", args, nargs, kwnames);
 }
 
-static PyObject *py_concat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_concat)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return concat_impl("concat", args, nargs, kwnames);
 }
 
-static PyObject *py_stack(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_stack)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"arrays", "axis", "*stream", NULL};
     PARSE("stack", 1);
     int axis = 0;
@@ -522,7 +522,7 @@ static PyObject *py_stack(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
 
 /* ---------------------------------------------------------------- split */
 
-static PyObject *py_split(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_split)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "indices_or_sections", "axis", "*stream", NULL};
     PARSE("split", 2);
     int axis = 0;
@@ -567,7 +567,7 @@ static PyObject *py_split(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
     return r;
 }
 
-static PyObject *py_unstack(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_unstack)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "*axis", "*stream", NULL};
     PARSE("unstack", 1);
     int axis = 0;
@@ -615,7 +615,7 @@ done:
 
 /* ---------------------------------------------------------- tile, repeat */
 
-static PyObject *py_tile(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_tile)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "reps", "*stream", NULL};
     PARSE("tile", 2);
     Py_ssize_t n;
@@ -635,7 +635,7 @@ static PyObject *py_tile(PyObject *m, PyObject *const *args, Py_ssize_t nargs, P
     return x ? mkpy_wrap(r) : NULL;
 }
 
-static PyObject *py_repeat(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_repeat)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"array", "repeats", "axis", "*stream", NULL};
     PARSE("repeat", 2);
     int64_t repeats;
@@ -778,7 +778,7 @@ static int check_int_fits(PyObject *obj, mk_dtype t) {
     return 0;
 }
 
-static PyObject *py_pad(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_pad)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"a", "pad_width", "mode", "constant_values", "*stream", NULL};
     static const char *const modes[] = {"constant", "edge", "reflect", "symmetric"};
     PARSE("pad", 2);
@@ -872,7 +872,7 @@ static PyObject *py_broadcast_shapes(PyObject *m, PyObject *const *args, Py_ssiz
     return tup;
 }
 
-static PyObject *py_broadcast_arrays(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_broadcast_arrays)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; k < nkw; k++) {
@@ -971,7 +971,7 @@ static PyObject *atleast(int k, const char *fname, PyObject *const *args, Py_ssi
 }
 
 #define ATLEAST(k)                                                                                     \
-    static PyObject *py_atleast_##k##d(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) { \
+    MKPY_STREAM_BINDING(py_atleast_##k##d)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) { \
         (void)m;                                                                                       \
         return atleast(k, "atleast_" #k "d", args, nargs, kw);                                         \
     }

@@ -87,12 +87,12 @@ static PyObject *call_sort(bool arg, PyObject *const *args, Py_ssize_t nargs, Py
     return mkpy_wrap(arg ? mk_argsort(x, axis, has_axis) : mk_sort(x, axis, has_axis));
 }
 
-static PyObject *py_sort(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_sort)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_sort(false, args, nargs, kwnames);
 }
 
-static PyObject *py_argsort(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_argsort)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_sort(true, args, nargs, kwnames);
 }
@@ -124,17 +124,17 @@ static PyObject *call_kth(int which, PyObject *const *args, Py_ssize_t nargs, Py
     }
 }
 
-static PyObject *py_partition(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_partition)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_kth(K_PART, args, nargs, kwnames);
 }
 
-static PyObject *py_argpartition(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_argpartition)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_kth(K_ARGPART, args, nargs, kwnames);
 }
 
-static PyObject *py_topk(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+MKPY_STREAM_BINDING(py_topk)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     (void)m;
     return call_kth(K_TOPK, args, nargs, kwnames);
 }
@@ -178,7 +178,7 @@ static PyObject *call_scan(mk_scan_op op, const char *fname, PyObject *const *ar
 }
 
 #define SCAN_FN(name, OP)                                                                              \
-    static PyObject *py_##name(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
+    MKPY_STREAM_BINDING(py_##name)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {    \
         (void)m;                                                                                       \
         return call_scan(OP, #name, args, nargs, kw);                                                  \
     }

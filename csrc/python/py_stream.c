@@ -6,11 +6,10 @@
  * a Stream; a Device or DeviceType: this thread's default stream of it; a
  * ThreadLocalStream: this thread's stream for it) and makes it the core's
  * current-stream override, so every node the op makes records it. The
- * override lasts for the call: every METH_FASTCALL | METH_KEYWORDS function
- * and method of the module is run through a trampoline (mkpy_streams_scope)
- * that restores the override when the call returns, whatever path it
- * returns by. */
-#include <string.h>
+ * override lasts for the call: the bindings that take stream= are defined
+ * with MKPY_STREAM_BINDING (mkpy.h), which restores the override when the
+ * call returns, whatever path it returns by; mkpy_stream_arg refuses to set
+ * it outside such a call (docs/design.md, "Stream scope"). */
 
 #include "core/stream.h"
 #include "mkpy.h"
@@ -343,6 +342,16 @@ static int resolve(PyObject *o, const char *fname, mk_stream *out, bool *bad) {
 int mkpy_stream_arg(const char *fname, PyObject *o) {
     mk_stream s;
     bool bad;
+    if (!o || o == Py_None) return 0;
+    /* the override would outlive the call: a binding taking stream= must be
+     * a MKPY_STREAM_BINDING */
+    if (!mk_stream_in_call()) {
+        PyErr_Format(PyExc_SystemError,
+                     "%s(): stream= set outside a stream binding call (declare the binding with "
+                     "MKPY_STREAM_BINDING)",
+                     fname);
+        return -1;
+    }
     int r = resolve(o, fname, &s, &bad);
     if (r < 0) {
         if (bad) {
@@ -549,7 +558,7 @@ static void ctx_dealloc(PyObject *o) {
 static PyObject *ctx_enter(PyObject *o, PyObject *unused) {
     (void)unused;
     PyMkStreamContext *c = (PyMkStreamContext *)o;
-    mk_stream old = mk_default_stream(mk_default_device()), s;
+    mk_stream old = mk_default_stream(mk_default_device()), s = old; /* s: never None here */
     if (old == MK_STREAM_NONE) return mkpy_raise();
     bool bad;
     if (resolve(c->s, "stream", &s, &bad) < 0) return NULL;
@@ -638,76 +647,6 @@ static PyMethodDef stream_functions[] = {
     {"device_count", FN(py_device_count), FASTKW, "device_count(device_type)\n--\n\nDevices of a type: one of each."},
     {NULL},
 };
-
-/* ------------------------------------------------------------ trampolines */
-
-/* Every METH_FASTCALL | METH_KEYWORDS function gets a trampoline of its own
- * (the C function is its identity: its table slot holds the original) that
- * restores the stream override the call may set (mkpy_parse). */
-#define NTRAMP 1024
-typedef PyObject *(*fastkw_fn)(PyObject *, PyObject *const *, Py_ssize_t, PyObject *);
-static fastkw_fn orig_fn[NTRAMP];
-static PyMethodDef *patched[NTRAMP];
-static int npatched;
-
-static inline PyObject *scoped(int i, PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
-    mk_stream sv = mk_stream_override();
-    PyObject *r = orig_fn[i](self, args, nargs, kw);
-    mk_stream_scope(sv);
-    return r;
-}
-
-/* indices are 4-digit octal literals 0dddd, d1 in 0-1 */
-#define TR(i)                                                                                                 \
-    static PyObject *tr##i(PyObject *s, PyObject *const *a, Py_ssize_t n, PyObject *k) { return scoped(i, s, a, n, k); }
-#define TR8(p) TR(p##0) TR(p##1) TR(p##2) TR(p##3) TR(p##4) TR(p##5) TR(p##6) TR(p##7)
-#define TR64(p) TR8(p##0) TR8(p##1) TR8(p##2) TR8(p##3) TR8(p##4) TR8(p##5) TR8(p##6) TR8(p##7)
-#define TR512(p) TR64(p##0) TR64(p##1) TR64(p##2) TR64(p##3) TR64(p##4) TR64(p##5) TR64(p##6) TR64(p##7)
-TR512(00)
-TR512(01)
-#define EN(i) [i] = tr##i,
-#define EN8(p) EN(p##0) EN(p##1) EN(p##2) EN(p##3) EN(p##4) EN(p##5) EN(p##6) EN(p##7)
-#define EN64(p) EN8(p##0) EN8(p##1) EN8(p##2) EN8(p##3) EN8(p##4) EN8(p##5) EN8(p##6) EN8(p##7)
-#define EN512(p) EN64(p##0) EN64(p##1) EN64(p##2) EN64(p##3) EN64(p##4) EN64(p##5) EN64(p##6) EN64(p##7)
-static const fastkw_fn tramps[NTRAMP] = {EN512(00) EN512(01)};
-
-static int patch(PyMethodDef *ml) {
-    if ((ml->ml_flags & (METH_FASTCALL | METH_KEYWORDS | METH_METHOD)) != (METH_FASTCALL | METH_KEYWORDS)) return 0;
-    for (int i = 0; i < npatched; i++)
-        if (patched[i] == ml) return 0;
-    if (npatched == NTRAMP) {
-        PyErr_SetString(PyExc_SystemError, "mkpy: more keyword functions than stream trampolines");
-        return -1;
-    }
-    orig_fn[npatched] = (fastkw_fn)(void (*)(void))ml->ml_meth;
-    ml->ml_meth = (PyCFunction)(void (*)(void))tramps[npatched];
-    patched[npatched++] = ml;
-    return 0;
-}
-
-static int patch_module(PyObject *mod, int depth) {
-    PyObject *d = PyModule_GetDict(mod), *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(d, &pos, &k, &v)) {
-        if (PyCFunction_Check(v)) {
-            if (patch(((PyCFunctionObject *)v)->m_ml) < 0) return -1;
-        } else if (PyModule_Check(v) && depth == 0) {
-            const char *name = PyModule_GetName(v);
-            if (!name) {
-                PyErr_Clear();
-                continue;
-            }
-            if (!strncmp(name, "mkpy", 4) && patch_module(v, 1) < 0) return -1;
-        } else if (PyType_Check(v) && ((PyTypeObject *)v)->tp_methods &&
-                   !(((PyTypeObject *)v)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
-            for (PyMethodDef *ml = ((PyTypeObject *)v)->tp_methods; ml->ml_name; ml++)
-                if (patch(ml) < 0) return -1;
-        }
-    }
-    return 0;
-}
-
-int mkpy_streams_scope(PyObject *m) { return patch_module(m, 0); }
 
 /* ------------------------------------------------------------------ init */
 
