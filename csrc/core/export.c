@@ -10,8 +10,8 @@
  *     uint64 tape size, then per tape entry:
  *       uint64 id, bool has_primitive
  *       primitive: vec<uint64> input ids, stream (3 x int32), string name,
- *                  the state by the primitive's schema, uint64 siblings;
- *                  0 siblings: Shape, Dtype; else vec<uint64> ids,
+ *                  the state by the primitive's schema, uint64 siblings
+ *                  (the other outputs); 0: Shape, Dtype; else vec<uint64> ids,
  *                  vec<Shape>, vec<Dtype>
  *       else: bool constant; constant: Shape, Dtype, raw row-major data
  *   Shape: vec<int32>; Dtype: int32 value (mkpy's dtype order is MLX's),
@@ -85,6 +85,9 @@ static const xschema schemas[] = {
     {"RandomBits", "vi"},    /* shape, width */
     {"Arange", "FFF"},       /* start, stop, step */
     {"Scatter", "iv"},       /* Max, Min, Sum, Prod, None; axes */
+    /* name, source, grid, threadgroup, shape infos, ensure_row_contiguous,
+     * init_value, scalar arguments, is_precompiled, shared_memory, math mode */
+    {"CustomKernel", "ssiiiiiiBboSbii"},
 };
 #define NSCHEMAS ((int)(sizeof schemas / sizeof schemas[0]))
 
@@ -128,6 +131,17 @@ static int xs_vec(mk_xstate *st, int n, const int64_t *v) {
         return -1;
     }
     for (int i = 0; i < n; i++) it->v[i] = (int32_t)v[i];
+    return 0;
+}
+static int xs_str(mk_xstate *st, const char *s) {
+    mk_xitem *it = xs_add(st, MK_XS_STR);
+    size_t n = strlen(s);
+    if (n > INT32_MAX || !(it->s = malloc(n + 1))) {
+        mk_nomem();
+        return -1;
+    }
+    memcpy(it->s, s, n + 1);
+    it->n = (int)n;
     return 0;
 }
 static int xs_ivec(mk_xstate *st, int n, const int *v) {
@@ -205,6 +219,26 @@ static void w_state(mk_wbuf *w, const mk_xstate *st) {
             for (int k = 0; k < it->n; k++) w_i32(w, it->v[k]);
             break;
         case MK_XS_STR: w_str(w, it->s, (size_t)it->n); break;
+        case MK_XS_BOOL3S:
+            w_u64(w, (uint64_t)it->n);
+            for (int k = 0; k < 3 * it->n; k++) w_bool(w, it->v[k] != 0);
+            break;
+        case MK_XS_OPTFLOAT: {
+            w_bool(w, it->i != 0);
+            float f = (float)it->f;
+            if (it->i) w_bytes(w, &f, 4);
+            break;
+        }
+        case MK_XS_SCALARS: /* (tag, bits): 0 int, 1 float (bits), 2 bool */
+            w_u64(w, (uint64_t)it->n);
+            for (int k = 0; k < it->n; k++) {
+                w_i32(w, it->v[2 * k]);
+                if (it->v[2 * k] == 2)
+                    w_bool(w, it->v[2 * k + 1] != 0);
+                else
+                    w_i32(w, it->v[2 * k + 1]);
+            }
+            break;
         }
     }
 }
@@ -234,7 +268,7 @@ int mk_xwrite_graph(mk_wbuf *w, const mk_xgraph *g) {
             w_bool(w, true);
             w_ids(w, n->nin, n->in);
             w_i32(w, 0); /* stream index */
-            w_i32(w, 0); /* device: cpu */
+            w_i32(w, n->gpu); /* device: cpu, or gpu for kernels (MLX picks a stream of the device) */
             w_i32(w, 0); /* device index */
             w_str(w, n->name, strlen(n->name));
             w_state(w, &n->st);
@@ -243,7 +277,7 @@ int mk_xwrite_graph(mk_wbuf *w, const mk_xgraph *g) {
                 w_shape(w, n->outd[0].ndim, n->outd[0].shape);
                 w_dtype(w, n->outd[0].dtype);
             } else {
-                w_u64(w, (uint64_t)n->nout);
+                w_u64(w, (uint64_t)n->nout - 1); /* the siblings: the other outputs */
                 w_ids(w, n->nout, n->out_ids);
                 w_u64(w, (uint64_t)n->nout);
                 for (int k = 0; k < n->nout; k++) w_shape(w, n->outd[k].ndim, n->outd[k].shape);
@@ -572,12 +606,65 @@ static int map_view(xctx *cx, mk_array *x, uint64_t xid, const mk_array *o, cons
     return 0;
 }
 
+/* A metal_kernel node as MLX's CustomKernel (every output a sibling).
+ * 1 when mapped, 0 when p is not a kernel, -1 on error. */
+static int map_kernel(xctx *cx, mk_prim *p, uint64_t *out_ids) {
+    mk_xkernel_info ki;
+    int r = mk_xp_kernel(p, &ki);
+    if (r <= 0) return r;
+    uint64_t ids[64];
+    mk_xstate st = {0};
+    mk_xnode *n = NULL;
+    if (p->ninputs > 64) {
+        unmapped("metal_kernel (more than 64 inputs)");
+        goto done;
+    }
+    for (int i = 0; i < p->ninputs; i++) {
+        idslot *s = id_find(cx, p->inputs[i]);
+        if (!s) {
+            mk_error_set(MK_ERR_RUNTIME, "[export_function] Internal error: an input has no id.");
+            goto done;
+        }
+        ids[i] = s->id;
+    }
+    if (xs_str(&st, ki.name) < 0 || xs_str(&st, ki.source) < 0) goto done;
+    for (int d = 0; d < 3; d++) xs_int(&st, MK_XS_INT, ki.grid[d]);
+    for (int d = 0; d < 3; d++) xs_int(&st, MK_XS_INT, ki.threadgroup[d]);
+    mk_xitem *it = xs_add(&st, MK_XS_BOOL3S);
+    if (!(it->v = malloc(sizeof *it->v * (size_t)(3 * ki.nin + 1)))) {
+        mk_nomem();
+        goto done;
+    }
+    it->n = ki.nin;
+    for (int i = 0; i < ki.nin; i++)
+        for (int j = 0; j < 3; j++) it->v[3 * i + j] = ki.shape_infos[i][j];
+    xs_int(&st, MK_XS_BOOL, ki.ensure_row_contiguous);
+    it = xs_add(&st, MK_XS_OPTFLOAT);
+    it->i = ki.has_init;
+    it->f = ki.init_value;
+    it = xs_add(&st, MK_XS_SCALARS); /* metal kernels have none */
+    if (!(it->v = malloc(sizeof *it->v))) {
+        mk_nomem();
+        goto done;
+    }
+    xs_int(&st, MK_XS_BOOL, 0); /* is_precompiled */
+    xs_int(&st, MK_XS_INT, 0);  /* shared_memory */
+    xs_int(&st, MK_XS_INT, ki.math_mode);
+    if ((n = emit(cx, "CustomKernel", &st, p->ninputs, ids, p->noutputs, p->outdesc, out_ids))) n->gpu = true;
+done:
+    xstate_free(&st);
+    mk_xkernel_info_free(&ki);
+    return n ? 1 : -1;
+}
+
 /* Maps one mkpy primitive (whose inputs have ids) to MLX nodes. Sets
  * out_ids[k] for each output. */
 static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_ids) {
     int nin = p->ninputs;
     uint64_t ids[16];
     mk_array **ins = p->inputs;
+    int kr = map_kernel(cx, p, out_ids);
+    if (kr) return kr < 0 ? -1 : 0;
     if (nin > 16) return unmapped(p->op->name);
     for (int i = 0; i < nin; i++) {
         idslot *s = id_find(cx, ins[i]);
@@ -958,18 +1045,31 @@ static int emit_all(xctx *cx, mk_array *root) {
         }
         for (int k = 0; k < no; k++) outs[k] = p->outputs[k];
         if (!outs[f->a->out_index]) outs[f->a->out_index] = f->a;
+        uint64_t oid[64] = {0};
+        if (no > 1) {
+            /* siblings: only kernels so far (their dropped outputs keep
+             * their descriptors in p->outdesc) */
+            int kr = map_kernel(cx, p, oid);
+            if (kr <= 0) {
+                if (kr == 0) unmapped(p->op->name);
+                goto fail;
+            }
+            int dep = s->dep;
+            for (int k = 0; k < no; k++) {
+                if (!outs[k]) continue;
+                idslot *so = id_put(cx, outs[k]);
+                if (!so) goto fail;
+                so->id = oid[k];
+                so->dep = dep;
+            }
+            continue;
+        }
         for (int k = 0; k < no; k++)
             if (!outs[k]) {
                 unmapped(p->op->name); /* a dropped sibling output */
                 goto fail;
             }
-        uint64_t oid[64] = {0};
-        if (no == 1) {
-            if (map_prim(cx, p, outs, oid) < 0) goto fail;
-        } else {
-            unmapped(p->op->name);
-            goto fail;
-        }
+        if (map_prim(cx, p, outs, oid) < 0) goto fail;
         s = id_find(cx, f->a);
         s->id = oid[0];
     }
@@ -1181,6 +1281,42 @@ static int r_state(rbuf *r, const char *schema, mk_xstate *st) {
             it->n = (int)n;
             break;
         }
+        case MK_XS_BOOL3S: {
+            int n = r_count(r, 3, 1 << 20, "a state vector");
+            if (n < 0) return -1;
+            it->n = n;
+            if (!(it->v = malloc((size_t)(3 * n + 1) * sizeof *it->v))) {
+                mk_nomem();
+                r->err = true;
+                return -1;
+            }
+            for (int i = 0; i < 3 * n; i++) it->v[i] = r_bool(r, "a state vector");
+            break;
+        }
+        case MK_XS_OPTFLOAT: {
+            it->i = r_bool(r, "a state value");
+            float f = 0;
+            if (it->i) r_take(r, &f, 4, "a state value");
+            it->f = f;
+            break;
+        }
+        case MK_XS_SCALARS: {
+            int n = r_count(r, 5, 1 << 20, "a state vector");
+            if (n < 0) return -1;
+            it->n = n;
+            if (!(it->v = malloc((size_t)(2 * n + 1) * sizeof *it->v))) {
+                mk_nomem();
+                r->err = true;
+                return -1;
+            }
+            for (int i = 0; i < n && !r->err; i++) {
+                int32_t tag = r_i32(r, "a scalar argument");
+                if (tag < 0 || tag > 2) return bad_file(r, "a scalar argument");
+                it->v[2 * i] = tag;
+                it->v[2 * i + 1] = tag == 2 ? r_bool(r, "a scalar argument") : r_i32(r, "a scalar argument");
+            }
+            break;
+        }
         }
         if (r->err) return -1;
     }
@@ -1338,7 +1474,7 @@ static int read_graph(rbuf *r, mk_xgraph *g, rconsts *rc) {
         if (r_state(r, sc->schema, &xn->st) < 0) goto fail;
         int nsib = r_count(r, 8, 1 << 16, "the sibling count");
         if (nsib < 0) goto fail;
-        int no = nsib ? nsib : 1;
+        int no = nsib + 1; /* the siblings are the other outputs */
         xn->nout = no;
         xn->out_ids = malloc((size_t)no * sizeof *xn->out_ids);
         xn->outd = malloc((size_t)no * sizeof *xn->outd);
@@ -1409,6 +1545,7 @@ int mk_xread_file(const unsigned char *data, size_t len, mk_xfile *f) {
     rconsts rc = {0};
     for (int i = 0; i < count; i++) {
         f->count = i + 1;
+        f->funs[i].shapeless = f->shapeless;
         if (read_graph(&r, &f->funs[i], &rc) < 0) {
             free(rc.ids);
             free(rc.vals);
@@ -1739,8 +1876,49 @@ bad_state:
     return NULL;
 }
 
+/* a CustomKernel record: the kernel call again, through metal_kernel's path */
+static int build_kernel(const mk_xgraph *g, const mk_xnode *n, mk_array *const *in, mk_array **outs) {
+    const mk_xitem *s = n->st.it;
+    if (g->shapeless) {
+        /* as MLX: a shapeless call asks every primitive for its output shapes */
+        mk_error_set(MK_ERR_VALUE, "[Primitive::output_shapes] CustomKernel cannot infer output shapes.");
+        return -1;
+    }
+    /* strings with a NUL inside are not a kernel's */
+    if ((size_t)s[0].n != strlen(s[0].s) || (size_t)s[1].n != strlen(s[1].s) || s[8].n != n->nin) goto bad_state;
+    if (s[11].n != 0 || s[12].i || s[13].i) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[import_function] CustomKernel `%.200s` is a precompiled kernel (scalar arguments, shared "
+                     "memory): mkpy runs Metal kernels only.",
+                     s[0].s);
+        return -1;
+    }
+    mk_xkernel_info ki = {0};
+    bool tri[64][3];
+    if (n->nin > 64) goto bad_state;
+    for (int i = 0; i < n->nin; i++)
+        for (int j = 0; j < 3; j++) tri[i][j] = s[8].v[3 * i + j] != 0;
+    ki.name = s[0].s;
+    ki.source = s[1].s;
+    for (int d = 0; d < 3; d++) {
+        ki.grid[d] = (int32_t)s[2 + d].i;
+        ki.threadgroup[d] = (int32_t)s[5 + d].i;
+    }
+    ki.nin = n->nin;
+    ki.shape_infos = tri;
+    ki.ensure_row_contiguous = s[9].i != 0;
+    ki.has_init = s[10].i != 0;
+    ki.init_value = (float)s[10].f;
+    ki.math_mode = (int)s[14].i;
+    return mk_xkernel_build(&ki, n->nin, in, n->nout, n->outd, outs);
+bad_state:
+    mk_error_set(MK_ERR_VALUE, "[import_function] Invalid state for primitive %s.", n->name);
+    return -1;
+}
+
 int mk_xgraph_run(const mk_xgraph *g, mk_array *const *inputs, mk_array **outs) {
-    size_t cap = (size_t)g->nin + (size_t)g->nnodes + 1, nm = 0;
+    size_t cap = (size_t)g->nin + 1, nm = 0;
+    for (int t = 0; t < g->nnodes; t++) cap += (size_t)(g->nodes[t].nout > 1 ? g->nodes[t].nout : 1);
     idval *m = malloc(cap * sizeof *m);
     int rc = -1;
     for (int j = 0; j < g->nout; j++) outs[j] = NULL;
@@ -1769,6 +1947,16 @@ int mk_xgraph_run(const mk_xgraph *g, mk_array *const *inputs, mk_array **outs) 
                 mk_error_set(MK_ERR_VALUE, "[import_function] Invalid file: undefined input of %s.", n->name);
                 goto done;
             }
+        if (!strcmp(n->name, "CustomKernel")) {
+            mk_array *ko[64];
+            if (n->nout > 64) {
+                mk_error_set(MK_ERR_VALUE, "[import_function] Primitive %s has too many outputs.", n->name);
+                goto done;
+            }
+            if (build_kernel(g, n, in, ko) < 0) goto done;
+            for (int k = 0; k < n->nout; k++) m[nm++] = (idval){n->out_ids[k], ko[k]};
+            continue;
+        }
         if (n->nout != 1) {
             mk_error_set(MK_ERR_VALUE, "[import_function] Unable to rebuild primitive %s with %d outputs.", n->name,
                          n->nout);

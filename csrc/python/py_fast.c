@@ -478,6 +478,11 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
 
+    /* as MLX: an explicit stream must be a GPU one (no stream: the GPU's) */
+    if (a[8] && a[8] != Py_None && mk_stream_device(mk_current_stream()) != MK_GPU) {
+        PyErr_SetString(PyExc_ValueError, "[metal_kernel] Only supports the GPU.");
+        return NULL;
+    }
     PyObject *in_seq = NULL, *shp_seq = NULL, *dt_seq = NULL, *result = NULL;
     mk_array **inputs = NULL, **outs = NULL;
     int *ndims = NULL;
