@@ -33,6 +33,9 @@
 
 /* (ops_index.c; declared here as only export uses it) */
 bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
+/* (ops_index.c, ops_shape.c) */
+bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
+bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
 
 /* ================================================================ schemas */
 
@@ -88,6 +91,8 @@ static const xschema schemas[] = {
     /* name, source, grid, threadgroup, shape infos, ensure_row_contiguous,
      * init_value, scalar arguments, is_precompiled, shared_memory, math mode */
     {"CustomKernel", "ssiiiiiiBboSbii"},
+    {"Gather", "vv"},        /* axes, slice sizes */
+    {"Pad", "vvv"},          /* axes, low pad sizes, high pad sizes */
 };
 #define NSCHEMAS ((int)(sizeof schemas / sizeof schemas[0]))
 
@@ -845,6 +850,115 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         return emit(cx, "QuantizedMatmul", &st, nin, ids, 1, &od, out_ids) ? 0 : -1;
     }
     mk_index_dim dims[MK_MAX_NDIM];
+    if (mk_xp_gather(p, &ia, &ib, dims)) {
+        /* MLX's Gather(axes, slice_sizes) on x sliced first: the index arrays
+         * (broadcast to B) pick along the axes, the other dims are taken whole;
+         * its output B + slice_sizes then loses the picked dims and B moves to
+         * mkpy's position (bpos) */
+        const mk_array *x = ins[0];
+        int nd = x->ndim, narr = ia, bpos = ib;
+        int64_t B[MK_MAX_NDIM];
+        int nB = 0;
+        bool used[MK_MAX_NDIM] = {false};
+        if (narr < 1 || narr > nd) return unmapped("gather (this indexing pattern)");
+        for (int d = 0; d < nd; d++)
+            if (dims[d].kind == MK_IDX_ARRAY) {
+                if (dims[d].arr < 0 || dims[d].arr >= narr || used[dims[d].arr])
+                    return unmapped("gather (this indexing pattern)");
+                used[dims[d].arr] = true;
+            }
+        for (int k = 0; k < narr; k++) {
+            int64_t t[MK_MAX_NDIM];
+            if (!used[k]) return unmapped("gather (this indexing pattern)");
+            if ((nB = mk_broadcast_shapes(nB, B, ins[1 + k]->ndim, ins[1 + k]->shape, t)) < 0) return -1;
+            memcpy(B, t, (size_t)nB * sizeof *t);
+        }
+        if (nB + nd > MK_MAX_NDIM) return unmapped("gather (too many dimensions)");
+        int64_t s0[MK_MAX_NDIM], s1[MK_MAX_NDIM], s2[MK_MAX_NDIM], xs[MK_MAX_NDIM];
+        bool slice = false;
+        for (int d = 0; d < nd; d++) {
+            const mk_index_dim *q = &dims[d];
+            if (q->kind == MK_IDX_SLICE) {
+                int64_t len = q->len, st = len ? q->step : 1;
+                s0[d] = q->start, s2[d] = st, xs[d] = len;
+                s1[d] = len == 0 ? q->start : q->start + (len - 1) * st + (st > 0 ? 1 : -1);
+            } else if (q->kind == MK_IDX_INT) {
+                s0[d] = q->start, s1[d] = q->start + 1, s2[d] = 1, xs[d] = 1;
+            } else {
+                s0[d] = 0, s1[d] = x->shape[d], s2[d] = 1, xs[d] = x->shape[d];
+            }
+            if (s0[d] != 0 || s2[d] != 1 || xs[d] != x->shape[d]) slice = true;
+        }
+        uint64_t in[MK_MAX_NDIM + 1], cur = ids[0];
+        if (slice) {
+            if (xs_vec(&st, nd, s0) < 0 || xs_vec(&st, nd, s1) < 0 || xs_vec(&st, nd, s2) < 0) {
+                xstate_free(&st);
+                return -1;
+            }
+            if (!(cur = emit1(cx, "Slice", &st, 1, &cur, x->dtype, nd, xs))) return -1;
+        }
+        in[0] = cur;
+        int64_t axes[MK_MAX_NDIM], sizes[MK_MAX_NDIM], gshape[MK_MAX_NDIM];
+        int na = 0;
+        for (int d = 0; d < nd; d++) {
+            sizes[d] = dims[d].kind == MK_IDX_SLICE ? xs[d] : 1;
+            if (dims[d].kind != MK_IDX_ARRAY) continue;
+            const mk_array *a = ins[1 + dims[d].arr];
+            uint64_t aid = ids[1 + dims[d].arr];
+            if (!same_shape(a->ndim, a->shape, nB, B)) {
+                if (xs_vec(&st, nB, B) < 0) return -1;
+                if (!(aid = emit1(cx, "Broadcast", &st, 1, &aid, a->dtype, nB, B))) return -1;
+            }
+            axes[na] = d;
+            in[1 + na++] = aid;
+        }
+        memcpy(gshape, B, (size_t)nB * sizeof *B);
+        memcpy(gshape + nB, sizes, (size_t)nd * sizeof *sizes);
+        if (xs_vec(&st, na, axes) < 0 || xs_vec(&st, nd, sizes) < 0) {
+            xstate_free(&st);
+            return -1;
+        }
+        if (!(cur = emit1(cx, "Gather", &st, na + 1, in, x->dtype, nB + nd, gshape))) return -1;
+        /* drop the picked and the integer-indexed dims */
+        int64_t sq[MK_MAX_NDIM], rest[MK_MAX_NDIM];
+        int nsq = 0, nr = 0;
+        for (int d = 0; d < nd; d++) {
+            if (dims[d].kind == MK_IDX_SLICE)
+                rest[nr++] = xs[d];
+            else
+                sq[nsq++] = nB + d;
+        }
+        int64_t shape2[MK_MAX_NDIM];
+        memcpy(shape2, B, (size_t)nB * sizeof *B);
+        memcpy(shape2 + nB, rest, (size_t)nr * sizeof *rest);
+        if (xs_vec(&st, nsq, sq) < 0) return -1;
+        if (!(cur = emit1(cx, "Squeeze", &st, 1, &cur, x->dtype, nB + nr, shape2))) return -1;
+        if (bpos > 0 && nB > 0) {
+            /* B + rest -> rest[:bpos] + B + rest[bpos:] */
+            int64_t perm[MK_MAX_NDIM];
+            int m = 0;
+            for (int r = 0; r < bpos; r++) perm[m++] = nB + r;
+            for (int j = 0; j < nB; j++) perm[m++] = j;
+            for (int r = bpos; r < nr; r++) perm[m++] = nB + r;
+            if (xs_vec(&st, m, perm) < 0) return -1;
+            if (!(cur = emit1(cx, "Transpose", &st, 1, &cur, x->dtype, o->ndim, o->shape))) return -1;
+        }
+        out_ids[0] = cur;
+        return 0;
+    }
+    int64_t padw[MK_MAX_NDIM][2];
+    if (mk_xp_pad(p, &ia, padw)) {
+        /* MLX's Pad is the constant mode on (x, value); its other modes are
+         * other ops there */
+        if (ia != MK_PAD_CONSTANT || nin != 2) return unmapped("pad (this mode)");
+        int64_t ax[MK_MAX_NDIM], lo[MK_MAX_NDIM], hi[MK_MAX_NDIM];
+        for (int d = 0; d < o->ndim; d++) ax[d] = d, lo[d] = padw[d][0], hi[d] = padw[d][1];
+        if (xs_vec(&st, o->ndim, ax) < 0 || xs_vec(&st, o->ndim, lo) < 0 || xs_vec(&st, o->ndim, hi) < 0) {
+            xstate_free(&st);
+            return -1;
+        }
+        return emit(cx, "Pad", &st, 2, ids, 1, &od, out_ids) ? 0 : -1;
+    }
     if (mk_xp_scatter(p, &ia, &ib, &ic, dims)) {
         /* MLX's Scatter(axes) covers index arrays on the leading dims, in
          * order, with full slices after them and the index dims first */
@@ -1825,6 +1939,57 @@ static mk_array *build(const mk_xnode *n, mk_array *const *in) {
         mk_array *r = mk_scatter(x, dims, na, in + 1, 0, us, scop[s[0].i]);
         mk_decref(us);
         return r;
+    }
+    if (!strcmp(nm, "Gather")) {
+        mk_array *x = in[0];
+        int na = n->nin - 1;
+        if (na < 1 || s[0].n != na || s[1].n != x->ndim) goto bad_state;
+        mk_index_dim dims[MK_MAX_NDIM];
+        bool used[MK_MAX_NDIM] = {false};
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t sz = s[1].v[d];
+            if (sz < 0 || sz > x->shape[d]) goto bad_state;
+            dims[d] = (mk_index_dim){MK_IDX_SLICE, 0, 0, 1, sz};
+        }
+        for (int j = 0; j < na; j++) {
+            int a = s[0].v[j];
+            if (a < 0) a += x->ndim;
+            if (a < 0 || a >= x->ndim || used[a]) goto bad_state;
+            used[a] = true;
+            if (s[1].v[a] != 1) {
+                mk_error_set(MK_ERR_VALUE, "[import_function] Gather with slices of more than one element along an "
+                                           "indexed axis cannot be rebuilt yet.");
+                return NULL;
+            }
+            dims[a] = (mk_index_dim){MK_IDX_ARRAY, j, 0, 1, 1};
+        }
+        mk_array *r = mk_gather(x, dims, na, in + 1, 0);
+        if (!r) return NULL;
+        /* mkpy: B + the sliced dims; MLX: B + slice_sizes */
+        int nb = r->ndim - (x->ndim - na);
+        if (nb < 0 || nb + x->ndim > MK_MAX_NDIM) {
+            mk_decref(r);
+            goto bad_state;
+        }
+        memcpy(v, r->shape, (size_t)nb * sizeof *v);
+        for (int d = 0; d < x->ndim; d++) v[nb + d] = s[1].v[d];
+        mk_array *g = mk_reshape(r, nb + x->ndim, v);
+        mk_decref(r);
+        return g;
+    }
+    if (!strcmp(nm, "Pad")) {
+        mk_array *x = in[0];
+        int64_t pw[MK_MAX_NDIM][2] = {{0}};
+        if (need_inputs(n, 2) < 0) return NULL;
+        if (s[0].n != s[1].n || s[0].n != s[2].n) goto bad_state;
+        for (int j = 0; j < s[0].n; j++) {
+            int a = s[0].v[j];
+            if (a < 0) a += x->ndim;
+            if (a < 0 || a >= x->ndim) goto bad_state;
+            pw[a][0] = s[1].v[j];
+            pw[a][1] = s[2].v[j];
+        }
+        return mk_pad(x, (const int64_t(*)[2])pw, in[1]);
     }
     if (!strcmp(nm, "Concatenate"))
         return n->nin < 1 ? (goto_bad_inputs(n), NULL) : mk_concatenate(n->nin, in, (int)s[0].i, true);
