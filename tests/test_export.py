@@ -527,3 +527,57 @@ def test_imports_gather_and_pad_written_by_mlx():
     assert a.tolist() == x[i, 1:3, j].tolist()
     assert b.tolist() == mx.take(x, j, axis=2).tolist()
     assert c.tolist() == mx.pad(x, [(1, 0), (0, 2), (1, 1)], constant_values=3.5).tolist()
+
+
+# ------------------------------------------------------------------ fast ops
+
+FAST = {
+    "rms_norm": lambda x, w, b, o: mx.fast.rms_norm(x, w, 1e-5),
+    "rms_norm_no_weight": lambda x, w, b, o: mx.fast.rms_norm(x, None, 1e-4),
+    "layer_norm": lambda x, w, b, o: mx.fast.layer_norm(x, w, b, 1e-5),
+    "layer_norm_bias_only": lambda x, w, b, o: mx.fast.layer_norm(x, None, b, 1e-5),
+    "layer_norm_plain": lambda x, w, b, o: mx.fast.layer_norm(x.astype(mx.float32), None, None, 1e-5),
+    "rope": lambda x, w, b, o: mx.fast.rope(x, 8, traditional=False, base=10000.0, scale=0.5, offset=o),
+    "rope_freqs": lambda x, w, b, o: mx.fast.rope(x, 4, traditional=True, base=None, scale=1.0, offset=2,
+                                                  freqs=mx.abs(w[:2]) + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_fast_ops_round_trip(tmp_path, name):
+    # written as MLX's fast primitives (RMSNorm, LayerNorm, RoPE), as MLX does on a GPU
+    fn = FAST[name]
+    p = path_in(tmp_path)
+    mx.random.seed(3)
+    x = mx.random.normal((2, 3, 4, 8)).astype(mx.float16)
+    w, b = mx.random.normal((8,)), mx.random.normal((8,))
+    off = mx.array(3, dtype=mx.uint32)
+    mx.export_function(p, fn, x, w, b, off)
+    prim = b"RoPE" if name.startswith("rope") else b"RMSNorm" if name.startswith("rms") else b"LayerNorm"
+    assert prim in open(p, "rb").read()
+    f = mx.import_function(p)
+    for x2 in (x, x * 3 - 1):
+        got, want = f(x2, w, b, off)[0], fn(x2, w, b, off)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_fast_op_records_have_mlx_state_layout(tmp_path):
+    # RMSNorm's state is (fallback, eps) and RoPE's (fallback, dims, traditional, base, scale,
+    # forward); the fallback is not written
+    import struct
+
+    p = path_in(tmp_path)
+    x = mx.ones((1, 2, 8))
+    mx.export_function(p, lambda x: mx.fast.rope(mx.fast.rms_norm(x, None, 0.25), 4, traditional=True,
+                                                 base=100.0, scale=2.0, offset=1), x)
+    data = open(p, "rb").read()
+    i = data.index(b"RMSNorm") + 7
+    assert struct.unpack_from("<fQ", data, i) == (0.25, 0)
+    i = data.index(b"RoPE") + 4
+    assert struct.unpack_from("<i?ff?Q", data, i) == (4, True, 100.0, 2.0, True, 0)
+    # on the GPU stream (MLX uses the fallback's ops on a CPU stream)
+    assert struct.unpack_from("<iii", data, data.index(b"RoPE") - 8 - 12)[1] == 1
+    out = mx.import_function(p)(x)[0]
+    assert out.tolist() == mx.fast.rope(mx.fast.rms_norm(x, None, 0.25), 4, traditional=True, base=100.0,
+                                        scale=2.0, offset=1).tolist()

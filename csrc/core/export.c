@@ -36,6 +36,9 @@ bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim
 /* (ops_index.c, ops_shape.c) */
 bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
 bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
+/* (ops_fast.c) */
+bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
+bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);
 
 /* ================================================================ schemas */
 
@@ -93,6 +96,10 @@ static const xschema schemas[] = {
     {"CustomKernel", "ssiiiiiiBboSbii"},
     {"Gather", "vv"},        /* axes, slice sizes */
     {"Pad", "vvv"},          /* axes, low pad sizes, high pad sizes */
+    /* the fast ops (their fallbacks are not written) */
+    {"RMSNorm", "f"},        /* eps */
+    {"LayerNorm", "f"},      /* eps */
+    {"RoPE", "ibffb"},       /* dims, traditional, base, scale, forward */
 };
 #define NSCHEMAS ((int)(sizeof schemas / sizeof schemas[0]))
 
@@ -611,6 +618,19 @@ static int map_view(xctx *cx, mk_array *x, uint64_t xid, const mk_array *o, cons
     return 0;
 }
 
+/* A constant scalar node (takes c); its id or 0 */
+static uint64_t const_node(xctx *cx, mk_array *c) {
+    if (!c) return 0;
+    mk_xnode *xn = xg_new_node(cx->g);
+    if (!xn) {
+        mk_decref(c);
+        return 0;
+    }
+    xn->constant = c;
+    xn->id = cx->next_id++;
+    return xn->id;
+}
+
 /* A metal_kernel node as MLX's CustomKernel (every output a sibling).
  * 1 when mapped, 0 when p is not a kernel, -1 on error. */
 static int map_kernel(xctx *cx, mk_prim *p, uint64_t *out_ids) {
@@ -945,6 +965,45 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         }
         out_ids[0] = cur;
         return 0;
+    }
+    float eps, base, scale;
+    if (mk_xp_norm(p, &ba, &eps)) {
+        /* as MLX on a GPU: RMSNorm(x, w) and LayerNorm(x, w, b) on x cast to
+         * the output dtype, 1 for a missing weight and 0 for a missing bias;
+         * (on a CPU stream MLX writes the fallback's ops instead) */
+        uint64_t in[3];
+        in[0] = ids[0];
+        if (ins[0]->dtype != o->dtype) {
+            xs_int(&st, MK_XS_DTYPE, o->dtype);
+            if (!(in[0] = emit1(cx, "AsType", &st, 1, ids, o->dtype, ins[0]->ndim, ins[0]->shape))) return -1;
+        }
+        in[1] = nin > 1 ? ids[1] : const_node(cx, mk_scalar_f64(o->dtype, 1.0));
+        int n = 2;
+        if (ba) {
+            in[2] = nin > 2 ? ids[2] : const_node(cx, mk_scalar_f64(o->dtype, 0.0));
+            n = 3;
+        }
+        if (!in[1] || (ba && !in[2])) return -1;
+        xs_real(&st, MK_XS_FLOAT, eps);
+        mk_xnode *xn = emit(cx, ba ? "LayerNorm" : "RMSNorm", &st, n, in, 1, &od, out_ids);
+        if (xn) xn->gpu = true;
+        return xn ? 0 : -1;
+    }
+    if (mk_xp_rope(p, &kth, &ba, &base, &scale)) {
+        uint64_t in[3] = {ids[0], ids[1], nin > 2 ? ids[2] : 0};
+        if (kth > INT32_MAX) return unmapped("rope (dims)");
+        if (ins[1]->dtype != MK_INT32) { /* MLX's offsets are int32 */
+            xs_int(&st, MK_XS_DTYPE, MK_INT32);
+            if (!(in[1] = emit1(cx, "AsType", &st, 1, &ids[1], MK_INT32, ins[1]->ndim, ins[1]->shape))) return -1;
+        }
+        xs_int(&st, MK_XS_INT, kth);
+        xs_int(&st, MK_XS_BOOL, ba);
+        xs_real(&st, MK_XS_FLOAT, base);
+        xs_real(&st, MK_XS_FLOAT, scale);
+        xs_int(&st, MK_XS_BOOL, 1); /* forward */
+        mk_xnode *xn = emit(cx, "RoPE", &st, nin, in, 1, &od, out_ids);
+        if (xn) xn->gpu = true;
+        return xn ? 0 : -1;
     }
     int64_t padw[MK_MAX_NDIM][2];
     if (mk_xp_pad(p, &ia, padw)) {
@@ -1990,6 +2049,35 @@ static mk_array *build(const mk_xnode *n, mk_array *const *in) {
             pw[a][1] = s[2].v[j];
         }
         return mk_pad(x, (const int64_t(*)[2])pw, in[1]);
+    }
+    if (!strcmp(nm, "RMSNorm") || !strcmp(nm, "LayerNorm")) {
+        /* (x, w[, b]); a 0-d weight or bias applies after the normalisation */
+        bool layer = nm[0] == 'L';
+        if (need_inputs(n, layer ? 3 : 2) < 0) return NULL;
+        mk_array *w = in[1], *b = layer ? in[2] : NULL;
+        bool scalar = w->ndim == 0 || (b && b->ndim == 0);
+        mk_array *r = layer ? mk_layer_norm(in[0], scalar ? NULL : w, scalar ? NULL : b, (float)s[0].f)
+                            : mk_rms_norm(in[0], scalar ? NULL : w, (float)s[0].f);
+        if (r && scalar) {
+            mk_array *t = mk_binary(MK_BINARY_multiply, r, w);
+            mk_decref(r);
+            r = t;
+            if (r && b) {
+                t = mk_binary(MK_BINARY_add, r, b);
+                mk_decref(r);
+                r = t;
+            }
+        }
+        return r;
+    }
+    if (!strcmp(nm, "RoPE")) {
+        if (n->nin != 2 && n->nin != 3) return goto_bad_inputs(n), NULL;
+        if (!s[4].i) {
+            mk_error_set(MK_ERR_VALUE, "[import_function] RoPE's backward form cannot be rebuilt yet.");
+            return NULL;
+        }
+        return mk_rope(in[0], s[0].i, s[1].i != 0, n->nin == 2, (float)s[2].f, (float)s[3].f, in[1],
+                       n->nin == 3 ? in[2] : NULL);
     }
     if (!strcmp(nm, "Concatenate"))
         return n->nin < 1 ? (goto_bad_inputs(n), NULL) : mk_concatenate(n->nin, in, (int)s[0].i, true);
