@@ -253,3 +253,331 @@ def test_scatter_on_leading_axes(tmp_path):
     x, y, z = mx.zeros((4, 3)), mx.array([[0, 2]]), mx.ones((1, 2, 3))
     mx.export_function(p, fm, x, y, z)
     assert mx.array_equal(mx.import_function(p)(x, y, z)[0], fm(x, y, z))
+
+
+# ------------------------------------------------------------------ metal_kernel (CustomKernel)
+
+TWO_OUT = """
+    uint i = thread_position_in_grid.x;
+    out[i] = scale(a[i], T(N));
+    if (B) flags[i] = int(a[i]) % 3;
+"""
+TWO_OUT_HEADER = "template <typename U> U scale(U x, U s) { return x * s + U(1); }\n"
+
+
+def two_out_kernel():
+    return mx.fast.metal_kernel(name="tmpl_two", input_names=["a"], output_names=["out", "flags"],
+                                source=TWO_OUT, header=TWO_OUT_HEADER)
+
+
+def call_two_out(k, a, b=True, n=3):
+    return k(inputs=[a], grid=(8, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(2, 4), (8,)],
+             output_dtypes=[mx.float32, mx.int32], template=[("T", mx.float32), ("N", n), ("B", b)],
+             init_value=-1.0)
+
+
+def test_metal_kernel_round_trip_with_template_args(tmp_path):
+    p = path_in(tmp_path)
+    k = two_out_kernel()
+
+    def fn(a):
+        out, flags = call_two_out(k, a * 2)
+        return mx.exp(out / 10), flags
+
+    a = mx.arange(8, dtype=mx.float32).reshape(2, 4)
+    mx.export_function(p, fn, a)
+    data = open(p, "rb").read()
+    # MLX's record: the primitive's name, the generated kernel name and source
+    assert b"CustomKernel" in data
+    assert b"custom_kernel_tmpl_two__float_3_1_float_float_int32_t" in data
+    assert TWO_OUT.encode() in data and TWO_OUT_HEADER.encode() in data
+    f = mx.import_function(p)
+    for x in (a, mx.array([[5.0, -1.0, 2.5, 0.0], [7.0, 8.0, 9.0, 10.0]])):
+        out, flags = f(x)
+        want_out, want_flags = fn(x)
+        np.testing.assert_allclose(np.array(out), np.array(want_out), rtol=1e-6)
+        assert flags.dtype == mx.int32 and flags.tolist() == want_flags.tolist()
+
+
+def test_metal_kernel_round_trip_template_false_keeps_init_value(tmp_path):
+    # B=False: flags is never written, so it keeps init_value
+    p = path_in(tmp_path)
+    k = two_out_kernel()
+    mx.export_function(p, lambda a: call_two_out(k, a, b=False, n=5), mx.zeros((2, 4)))
+    a = mx.arange(8, dtype=mx.float32).reshape(2, 4)
+    out, flags = mx.import_function(p)(a)
+    assert flags.tolist() == [-1] * 8
+    assert out.tolist() == (np.arange(8).reshape(2, 4) * 5.0 + 1).tolist()
+
+
+def test_metal_kernel_round_trip_atomic_scalar_input_math_mode(tmp_path):
+    p = path_in(tmp_path)
+    src = """
+        uint i = thread_position_in_grid.x;
+        atomic_fetch_add_explicit(&total[0], a[i] * s + float(a_shape[0]) + float(a_ndim), memory_order_relaxed);
+    """
+    k = mx.fast.metal_kernel(name="atomic_sum", input_names=["a", "s"], output_names=["total"], source=src,
+                             atomic_outputs=True, compile_options={"math_mode": "fast"})
+
+    def fn(a, s):
+        return k(inputs=[a, s], grid=(a.size, 1, 1), threadgroup=(2, 1, 1), output_shapes=[(1,)],
+                 output_dtypes=[mx.float32], init_value=0.5)[0]
+
+    a, s = mx.arange(6, dtype=mx.float32), mx.array(2.0)
+    mx.export_function(p, fn, a, s)
+    data = open(p, "rb").read()
+    assert b"device atomic<float>* total" in data and b"const constant float& s" in data
+    f = mx.import_function(p)
+    for s2 in (s, mx.array(-1.0)):
+        got = f(a, s2)[0]
+        assert got.tolist() == fn(a, s2).tolist() == [0.5 + sum(i * s2.item() + 7 for i in range(6))]
+
+
+def test_metal_kernel_one_output_of_two_and_plain_ops_around(tmp_path):
+    # only the second output is returned: the record still lists both (siblings)
+    p = path_in(tmp_path)
+    k = two_out_kernel()
+
+    def fn(a, b):
+        return call_two_out(k, a + b)[1] * 2
+
+    a, b = mx.arange(8, dtype=mx.float32).reshape(2, 4), mx.ones((4,))
+    mx.export_function(p, fn, a, b)
+    assert mx.import_function(p)(a, b)[0].tolist() == fn(a, b).tolist()
+
+
+def test_metal_kernel_non_contiguous_input_ensure_row_contiguous(tmp_path):
+    # a transposed input: copied to row order (ensure_row_contiguous) or read through its strides
+    src = "uint i = thread_position_in_grid.x;\nout[i] = a[elem_to_loc(i, a_shape, a_strides, a_ndim)];"
+    src_rc = "uint i = thread_position_in_grid.x;\nout[i] = a[i];"
+    for name, source, rc in (("strided", src, False), ("rowc", src_rc, True)):
+        p = path_in(tmp_path, name + ".mlxfn")
+        k = mx.fast.metal_kernel(name=name, input_names=["a"], output_names=["out"], source=source,
+                                 ensure_row_contiguous=rc)
+
+        def fn(x):
+            t = mx.transpose(x)
+            return k(inputs=[t], grid=(t.size, 1, 1), threadgroup=(4, 1, 1), output_shapes=[t.shape],
+                     output_dtypes=[t.dtype])[0]
+
+        x = mx.arange(12, dtype=mx.float32).reshape(3, 4)
+        mx.export_function(p, fn, x)
+        got = mx.import_function(p)(x)[0]
+        assert got.tolist() == fn(x).tolist() == np.arange(12).reshape(3, 4).T.tolist()
+
+
+def test_imports_kernel_file_written_by_mlx():
+    # written by MLX 0.32.4 (on Linux, which records kernels without running them) for
+    # call_two_out(two_out_kernel(), a) with a of shape (2, 4)
+    f = mx.import_function(os.path.join(DATA, "mlx_kernel_template.mlxfn"))
+    a = mx.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    out, flags = f(a)
+    want_out, want_flags = call_two_out(two_out_kernel(), a)
+    assert out.tolist() == want_out.tolist() == (np.array(a) * 3 + 1).tolist()
+    assert flags.tolist() == want_flags.tolist() == [1, 2, 0, 1, 2, 0, 1, 2]
+
+
+def test_metal_kernel_shapeless_export_cannot_be_called(tmp_path):
+    # as MLX: a kernel cannot infer its output shapes, so a shapeless import cannot run it
+    p = path_in(tmp_path)
+    k = two_out_kernel()
+    mx.export_function(p, lambda a: call_two_out(k, a), mx.zeros((2, 4)), shapeless=True)
+    f = mx.import_function(p)
+    with pytest.raises(ValueError, match="CustomKernel cannot infer output shapes"):
+        f(mx.zeros((2, 4)))
+
+
+def test_metal_kernel_refuses_an_explicit_cpu_stream():
+    k = two_out_kernel()
+    with pytest.raises(ValueError, match=r"\[metal_kernel\] Only supports the GPU"):
+        k(inputs=[mx.zeros((2, 4))], grid=(8, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(2, 4), (8,)],
+          output_dtypes=[mx.float32, mx.int32], template=[("T", mx.float32), ("N", 3), ("B", True)],
+          stream=mx.cpu)
+    # the GPU stream, or none (the GPU's, whatever the default device)
+    out = call_two_out(k, mx.zeros((2, 4)))[0]
+    with mx.stream(mx.cpu):
+        assert call_two_out(k, mx.zeros((2, 4)))[0].tolist() == out.tolist()
+
+
+def _kernel_record_file(tmp_path):
+    p = path_in(tmp_path)
+    k = two_out_kernel()
+    mx.export_function(p, lambda a: call_two_out(k, a), mx.zeros((2, 4)))
+    return open(p, "rb").read()
+
+
+def test_malformed_kernel_records_raise_value_error(tmp_path):
+    data = _kernel_record_file(tmp_path)
+    q = path_in(tmp_path, "bad.mlxfn")
+    a = mx.arange(8, dtype=mx.float32).reshape(2, 4)
+
+    def call_edited(old, new):
+        assert data.count(old) >= 1
+        open(q, "wb").write(data.replace(old, new))
+        return mx.import_function(q)(a)
+
+    # the kernel name no longer matches its template arguments and types (same length)
+    with pytest.raises(ValueError, match="Invalid CustomKernel record"):
+        call_edited(b'host_name("custom_kernel_tmpl_two__float_3_1', b'host_name("custom_kernel_tmpl_two__float_4_1')
+    with pytest.raises(ValueError, match="Invalid CustomKernel record"):
+        call_edited(b"[[kernel]] void", b"[[kernel]] vo1d")
+    with pytest.raises(ValueError, match="Invalid CustomKernel record"):
+        call_edited(b"device float* out", b"device float*_out")
+    with pytest.raises(ValueError, match="Invalid CustomKernel record"):
+        call_edited(b"typename T, int N", b"typename T, lng N")
+    # a template value of another type than its parameter's
+    with pytest.raises(ValueError, match="Invalid CustomKernel record"):
+        call_edited(b"<float, 3, 1>) custom", b"<float, 3, 7>) custom")
+    # the shape infos: input `a` passes a_shape, which the source does not use
+    i = data.index(b"<float, 3, 1>;\n") + len(b"<float, 3, 1>;\n") + 24
+    assert data[i:i + 8] == (1).to_bytes(8, "little") and data[i + 8:i + 11] == b"\0\0\0"
+    bad = data[:i + 8] + b"\1" + data[i + 9:]
+    open(q, "wb").write(bad)
+    with pytest.raises(ValueError, match="Invalid CustomKernel record"):
+        mx.import_function(q)(a)
+    # is_precompiled (a CUDA kernel): mkpy runs Metal kernels only
+    j = i + 8 + 3 + 1 + 5 + 8
+    assert data[j] == 0
+    open(q, "wb").write(data[:j] + b"\1" + data[j + 1:])
+    with pytest.raises(ValueError, match="precompiled"):
+        mx.import_function(q)(a)
+    # an unknown scalar argument tag
+    bad = data[:j - 8] + (1).to_bytes(8, "little") + (9).to_bytes(4, "little") + data[j:]
+    open(q, "wb").write(bad)
+    with pytest.raises(ValueError, match="scalar argument"):
+        mx.import_function(q)
+
+
+def test_malformed_kernel_files_never_crash(tmp_path):
+    data = _kernel_record_file(tmp_path)
+    q = path_in(tmp_path, "bad.mlxfn")
+    a = mx.arange(8, dtype=mx.float32).reshape(2, 4)
+    for n in range(len(data)):
+        open(q, "wb").write(data[:n])
+        with pytest.raises(ValueError):
+            mx.import_function(q)
+    # byte flips: a clear error, or a graph that builds (not run: a flipped grid could be huge)
+    rng = random.Random(11)
+    for _ in range(300):
+        b = bytearray(data)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(b))
+            b[i] = rng.randrange(256)
+        open(q, "wb").write(bytes(b))
+        try:
+            mx.import_function(q)(a)
+        except (ValueError, RuntimeError, TypeError, IndexError, MemoryError, OverflowError):
+            pass
+
+
+# ------------------------------------------------------------------ Gather, Pad
+
+GATHERS = {
+    "first_axis": lambda x, i, j: x[i],
+    "middle_axis": lambda x, i, j: x[:, i],
+    "arrays_around_a_slice": lambda x, i, j: x[i, 1:3, j],
+    "reversed_step": lambda x, i, j: x[i, ::-2, j],
+    "int_then_array": lambda x, i, j: x[1, i, 2:],
+    "take_axis": lambda x, i, j: mx.take(x, j, axis=2),
+    "take_flat": lambda x, i, j: mx.take(x, i),
+    "two_trailing": lambda x, i, j: x[:, i, j],
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATHERS))
+def test_gather_round_trip(tmp_path, name):
+    fn = GATHERS[name]
+    p = path_in(tmp_path)
+    x = mx.arange(60, dtype=mx.float32).reshape(3, 4, 5)
+    i, j = mx.array([[0, 2], [1, -1]]), mx.array([4, 0])
+    mx.export_function(p, fn, x, i, j)
+    assert b"Gather" in open(p, "rb").read()
+    f = mx.import_function(p)
+    for i2, j2 in ((i, j), (mx.array([[2, 2], [0, -3]]), mx.array([-1, 3]))):
+        got, want = f(x, i2, j2)[0], fn(x, i2, j2)
+        assert got.shape == want.shape and got.tolist() == want.tolist()
+
+
+def test_pad_round_trip(tmp_path):
+    p = path_in(tmp_path)
+
+    def fn(x, v):
+        return mx.pad(x, [(1, 0), (0, 2)], constant_values=v) * 2, mx.pad(x, 1)
+
+    x = mx.arange(6, dtype=mx.float32).reshape(2, 3)
+    mx.export_function(p, fn, x, mx.array(3.5))
+    assert b"Pad" in open(p, "rb").read()
+    f = mx.import_function(p)
+    for v in (mx.array(3.5), mx.array(-1.0)):
+        for got, want in zip(f(x, v), fn(x, v)):
+            assert got.tolist() == want.tolist()
+    # the other modes are other ops in MLX: not mapped yet
+    with pytest.raises(NotImplementedError):
+        mx.export_function(path_in(tmp_path, "edge.mlxfn"), lambda x: mx.pad(x, 1, mode="edge"), x)
+
+
+def test_imports_gather_and_pad_written_by_mlx():
+    # written by MLX 0.32.4: fn(x, i, j) = (x[i, 1:3, j], take(x, j, axis=2),
+    # pad(x, [(1, 0), (0, 2), (1, 1)], constant_values=3.5)), x of shape (3, 4, 5),
+    # i of shape (2, 2), j of shape (2,)
+    f = mx.import_function(os.path.join(DATA, "mlx_gather_pad.mlxfn"))
+    x = mx.arange(60, dtype=mx.float32).reshape(3, 4, 5) * 0.5
+    i, j = mx.array([[2, 0], [-1, 1]]), mx.array([1, -2])
+    a, b, c = f(x, i, j)
+    assert a.tolist() == x[i, 1:3, j].tolist()
+    assert b.tolist() == mx.take(x, j, axis=2).tolist()
+    assert c.tolist() == mx.pad(x, [(1, 0), (0, 2), (1, 1)], constant_values=3.5).tolist()
+
+
+# ------------------------------------------------------------------ fast ops
+
+FAST = {
+    "rms_norm": lambda x, w, b, o: mx.fast.rms_norm(x, w, 1e-5),
+    "rms_norm_no_weight": lambda x, w, b, o: mx.fast.rms_norm(x, None, 1e-4),
+    "layer_norm": lambda x, w, b, o: mx.fast.layer_norm(x, w, b, 1e-5),
+    "layer_norm_bias_only": lambda x, w, b, o: mx.fast.layer_norm(x, None, b, 1e-5),
+    "layer_norm_plain": lambda x, w, b, o: mx.fast.layer_norm(x.astype(mx.float32), None, None, 1e-5),
+    "rope": lambda x, w, b, o: mx.fast.rope(x, 8, traditional=False, base=10000.0, scale=0.5, offset=o),
+    "rope_freqs": lambda x, w, b, o: mx.fast.rope(x, 4, traditional=True, base=None, scale=1.0, offset=2,
+                                                  freqs=mx.abs(w[:2]) + 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_fast_ops_round_trip(tmp_path, name):
+    # written as MLX's fast primitives (RMSNorm, LayerNorm, RoPE), as MLX does on a GPU
+    fn = FAST[name]
+    p = path_in(tmp_path)
+    mx.random.seed(3)
+    x = mx.random.normal((2, 3, 4, 8)).astype(mx.float16)
+    w, b = mx.random.normal((8,)), mx.random.normal((8,))
+    off = mx.array(3, dtype=mx.uint32)
+    mx.export_function(p, fn, x, w, b, off)
+    prim = b"RoPE" if name.startswith("rope") else b"RMSNorm" if name.startswith("rms") else b"LayerNorm"
+    assert prim in open(p, "rb").read()
+    f = mx.import_function(p)
+    for x2 in (x, x * 3 - 1):
+        got, want = f(x2, w, b, off)[0], fn(x2, w, b, off)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_fast_op_records_have_mlx_state_layout(tmp_path):
+    # RMSNorm's state is (fallback, eps) and RoPE's (fallback, dims, traditional, base, scale,
+    # forward); the fallback is not written
+    import struct
+
+    p = path_in(tmp_path)
+    x = mx.ones((1, 2, 8))
+    mx.export_function(p, lambda x: mx.fast.rope(mx.fast.rms_norm(x, None, 0.25), 4, traditional=True,
+                                                 base=100.0, scale=2.0, offset=1), x)
+    data = open(p, "rb").read()
+    i = data.index(b"RMSNorm") + 7
+    assert struct.unpack_from("<fQ", data, i) == (0.25, 0)
+    i = data.index(b"RoPE") + 4
+    assert struct.unpack_from("<i?ff?Q", data, i) == (4, True, 100.0, 2.0, True, 0)
+    # on the GPU stream (MLX uses the fallback's ops on a CPU stream)
+    assert struct.unpack_from("<iii", data, data.index(b"RoPE") - 8 - 12)[1] == 1
+    out = mx.import_function(p)(x)[0]
+    assert out.tolist() == mx.fast.rope(mx.fast.rms_norm(x, None, 0.25), 4, traditional=True, base=100.0,
+                                        scale=2.0, offset=1).tolist()

@@ -10,8 +10,8 @@
  *     uint64 tape size, then per tape entry:
  *       uint64 id, bool has_primitive
  *       primitive: vec<uint64> input ids, stream (3 x int32), string name,
- *                  the state by the primitive's schema, uint64 siblings;
- *                  0 siblings: Shape, Dtype; else vec<uint64> ids,
+ *                  the state by the primitive's schema, uint64 siblings
+ *                  (the other outputs); 0: Shape, Dtype; else vec<uint64> ids,
  *                  vec<Shape>, vec<Dtype>
  *       else: bool constant; constant: Shape, Dtype, raw row-major data
  *   Shape: vec<int32>; Dtype: int32 value (mkpy's dtype order is MLX's),
@@ -33,6 +33,12 @@
 
 /* (ops_index.c; declared here as only export uses it) */
 bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
+/* (ops_index.c, ops_shape.c) */
+bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
+bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
+/* (ops_fast.c) */
+bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
+bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);
 
 /* ================================================================ schemas */
 
@@ -85,6 +91,15 @@ static const xschema schemas[] = {
     {"RandomBits", "vi"},    /* shape, width */
     {"Arange", "FFF"},       /* start, stop, step */
     {"Scatter", "iv"},       /* Max, Min, Sum, Prod, None; axes */
+    /* name, source, grid, threadgroup, shape infos, ensure_row_contiguous,
+     * init_value, scalar arguments, is_precompiled, shared_memory, math mode */
+    {"CustomKernel", "ssiiiiiiBboSbii"},
+    {"Gather", "vv"},        /* axes, slice sizes */
+    {"Pad", "vvv"},          /* axes, low pad sizes, high pad sizes */
+    /* the fast ops (their fallbacks are not written) */
+    {"RMSNorm", "f"},        /* eps */
+    {"LayerNorm", "f"},      /* eps */
+    {"RoPE", "ibffb"},       /* dims, traditional, base, scale, forward */
 };
 #define NSCHEMAS ((int)(sizeof schemas / sizeof schemas[0]))
 
@@ -128,6 +143,17 @@ static int xs_vec(mk_xstate *st, int n, const int64_t *v) {
         return -1;
     }
     for (int i = 0; i < n; i++) it->v[i] = (int32_t)v[i];
+    return 0;
+}
+static int xs_str(mk_xstate *st, const char *s) {
+    mk_xitem *it = xs_add(st, MK_XS_STR);
+    size_t n = strlen(s);
+    if (n > INT32_MAX || !(it->s = malloc(n + 1))) {
+        mk_nomem();
+        return -1;
+    }
+    memcpy(it->s, s, n + 1);
+    it->n = (int)n;
     return 0;
 }
 static int xs_ivec(mk_xstate *st, int n, const int *v) {
@@ -205,6 +231,26 @@ static void w_state(mk_wbuf *w, const mk_xstate *st) {
             for (int k = 0; k < it->n; k++) w_i32(w, it->v[k]);
             break;
         case MK_XS_STR: w_str(w, it->s, (size_t)it->n); break;
+        case MK_XS_BOOL3S:
+            w_u64(w, (uint64_t)it->n);
+            for (int k = 0; k < 3 * it->n; k++) w_bool(w, it->v[k] != 0);
+            break;
+        case MK_XS_OPTFLOAT: {
+            w_bool(w, it->i != 0);
+            float f = (float)it->f;
+            if (it->i) w_bytes(w, &f, 4);
+            break;
+        }
+        case MK_XS_SCALARS: /* (tag, bits): 0 int, 1 float (bits), 2 bool */
+            w_u64(w, (uint64_t)it->n);
+            for (int k = 0; k < it->n; k++) {
+                w_i32(w, it->v[2 * k]);
+                if (it->v[2 * k] == 2)
+                    w_bool(w, it->v[2 * k + 1] != 0);
+                else
+                    w_i32(w, it->v[2 * k + 1]);
+            }
+            break;
         }
     }
 }
@@ -234,7 +280,7 @@ int mk_xwrite_graph(mk_wbuf *w, const mk_xgraph *g) {
             w_bool(w, true);
             w_ids(w, n->nin, n->in);
             w_i32(w, 0); /* stream index */
-            w_i32(w, 0); /* device: cpu */
+            w_i32(w, n->gpu); /* device: cpu, or gpu for kernels (MLX picks a stream of the device) */
             w_i32(w, 0); /* device index */
             w_str(w, n->name, strlen(n->name));
             w_state(w, &n->st);
@@ -243,7 +289,7 @@ int mk_xwrite_graph(mk_wbuf *w, const mk_xgraph *g) {
                 w_shape(w, n->outd[0].ndim, n->outd[0].shape);
                 w_dtype(w, n->outd[0].dtype);
             } else {
-                w_u64(w, (uint64_t)n->nout);
+                w_u64(w, (uint64_t)n->nout - 1); /* the siblings: the other outputs */
                 w_ids(w, n->nout, n->out_ids);
                 w_u64(w, (uint64_t)n->nout);
                 for (int k = 0; k < n->nout; k++) w_shape(w, n->outd[k].ndim, n->outd[k].shape);
@@ -572,12 +618,78 @@ static int map_view(xctx *cx, mk_array *x, uint64_t xid, const mk_array *o, cons
     return 0;
 }
 
+/* A constant scalar node (takes c); its id or 0 */
+static uint64_t const_node(xctx *cx, mk_array *c) {
+    if (!c) return 0;
+    mk_xnode *xn = xg_new_node(cx->g);
+    if (!xn) {
+        mk_decref(c);
+        return 0;
+    }
+    xn->constant = c;
+    xn->id = cx->next_id++;
+    return xn->id;
+}
+
+/* A metal_kernel node as MLX's CustomKernel (every output a sibling).
+ * 1 when mapped, 0 when p is not a kernel, -1 on error. */
+static int map_kernel(xctx *cx, mk_prim *p, uint64_t *out_ids) {
+    mk_xkernel_info ki;
+    int r = mk_xp_kernel(p, &ki);
+    if (r <= 0) return r;
+    uint64_t ids[64];
+    mk_xstate st = {0};
+    mk_xnode *n = NULL;
+    if (p->ninputs > 64) {
+        unmapped("metal_kernel (more than 64 inputs)");
+        goto done;
+    }
+    for (int i = 0; i < p->ninputs; i++) {
+        idslot *s = id_find(cx, p->inputs[i]);
+        if (!s) {
+            mk_error_set(MK_ERR_RUNTIME, "[export_function] Internal error: an input has no id.");
+            goto done;
+        }
+        ids[i] = s->id;
+    }
+    if (xs_str(&st, ki.name) < 0 || xs_str(&st, ki.source) < 0) goto done;
+    for (int d = 0; d < 3; d++) xs_int(&st, MK_XS_INT, ki.grid[d]);
+    for (int d = 0; d < 3; d++) xs_int(&st, MK_XS_INT, ki.threadgroup[d]);
+    mk_xitem *it = xs_add(&st, MK_XS_BOOL3S);
+    if (!(it->v = malloc(sizeof *it->v * (size_t)(3 * ki.nin + 1)))) {
+        mk_nomem();
+        goto done;
+    }
+    it->n = ki.nin;
+    for (int i = 0; i < ki.nin; i++)
+        for (int j = 0; j < 3; j++) it->v[3 * i + j] = ki.shape_infos[i][j];
+    xs_int(&st, MK_XS_BOOL, ki.ensure_row_contiguous);
+    it = xs_add(&st, MK_XS_OPTFLOAT);
+    it->i = ki.has_init;
+    it->f = ki.init_value;
+    it = xs_add(&st, MK_XS_SCALARS); /* metal kernels have none */
+    if (!(it->v = malloc(sizeof *it->v))) {
+        mk_nomem();
+        goto done;
+    }
+    xs_int(&st, MK_XS_BOOL, 0); /* is_precompiled */
+    xs_int(&st, MK_XS_INT, 0);  /* shared_memory */
+    xs_int(&st, MK_XS_INT, ki.math_mode);
+    if ((n = emit(cx, "CustomKernel", &st, p->ninputs, ids, p->noutputs, p->outdesc, out_ids))) n->gpu = true;
+done:
+    xstate_free(&st);
+    mk_xkernel_info_free(&ki);
+    return n ? 1 : -1;
+}
+
 /* Maps one mkpy primitive (whose inputs have ids) to MLX nodes. Sets
  * out_ids[k] for each output. */
 static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_ids) {
     int nin = p->ninputs;
     uint64_t ids[16];
     mk_array **ins = p->inputs;
+    int kr = map_kernel(cx, p, out_ids);
+    if (kr) return kr < 0 ? -1 : 0;
     if (nin > 16) return unmapped(p->op->name);
     for (int i = 0; i < nin; i++) {
         idslot *s = id_find(cx, ins[i]);
@@ -758,6 +870,154 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         return emit(cx, "QuantizedMatmul", &st, nin, ids, 1, &od, out_ids) ? 0 : -1;
     }
     mk_index_dim dims[MK_MAX_NDIM];
+    if (mk_xp_gather(p, &ia, &ib, dims)) {
+        /* MLX's Gather(axes, slice_sizes) on x sliced first: the index arrays
+         * (broadcast to B) pick along the axes, the other dims are taken whole;
+         * its output B + slice_sizes then loses the picked dims and B moves to
+         * mkpy's position (bpos) */
+        const mk_array *x = ins[0];
+        int nd = x->ndim, narr = ia, bpos = ib;
+        int64_t B[MK_MAX_NDIM];
+        int nB = 0;
+        bool used[MK_MAX_NDIM] = {false};
+        if (narr < 1 || narr > nd) return unmapped("gather (this indexing pattern)");
+        for (int d = 0; d < nd; d++)
+            if (dims[d].kind == MK_IDX_ARRAY) {
+                if (dims[d].arr < 0 || dims[d].arr >= narr || used[dims[d].arr])
+                    return unmapped("gather (this indexing pattern)");
+                used[dims[d].arr] = true;
+            }
+        for (int k = 0; k < narr; k++) {
+            int64_t t[MK_MAX_NDIM];
+            if (!used[k]) return unmapped("gather (this indexing pattern)");
+            if ((nB = mk_broadcast_shapes(nB, B, ins[1 + k]->ndim, ins[1 + k]->shape, t)) < 0) return -1;
+            memcpy(B, t, (size_t)nB * sizeof *t);
+        }
+        if (nB + nd > MK_MAX_NDIM) return unmapped("gather (too many dimensions)");
+        int64_t s0[MK_MAX_NDIM], s1[MK_MAX_NDIM], s2[MK_MAX_NDIM], xs[MK_MAX_NDIM];
+        bool slice = false;
+        for (int d = 0; d < nd; d++) {
+            const mk_index_dim *q = &dims[d];
+            if (q->kind == MK_IDX_SLICE) {
+                int64_t len = q->len, st = len ? q->step : 1;
+                s0[d] = q->start, s2[d] = st, xs[d] = len;
+                s1[d] = len == 0 ? q->start : q->start + (len - 1) * st + (st > 0 ? 1 : -1);
+            } else if (q->kind == MK_IDX_INT) {
+                s0[d] = q->start, s1[d] = q->start + 1, s2[d] = 1, xs[d] = 1;
+            } else {
+                s0[d] = 0, s1[d] = x->shape[d], s2[d] = 1, xs[d] = x->shape[d];
+            }
+            if (s0[d] != 0 || s2[d] != 1 || xs[d] != x->shape[d]) slice = true;
+        }
+        uint64_t in[MK_MAX_NDIM + 1], cur = ids[0];
+        if (slice) {
+            if (xs_vec(&st, nd, s0) < 0 || xs_vec(&st, nd, s1) < 0 || xs_vec(&st, nd, s2) < 0) {
+                xstate_free(&st);
+                return -1;
+            }
+            if (!(cur = emit1(cx, "Slice", &st, 1, &cur, x->dtype, nd, xs))) return -1;
+        }
+        in[0] = cur;
+        int64_t axes[MK_MAX_NDIM], sizes[MK_MAX_NDIM], gshape[MK_MAX_NDIM];
+        int na = 0;
+        for (int d = 0; d < nd; d++) {
+            sizes[d] = dims[d].kind == MK_IDX_SLICE ? xs[d] : 1;
+            if (dims[d].kind != MK_IDX_ARRAY) continue;
+            const mk_array *a = ins[1 + dims[d].arr];
+            uint64_t aid = ids[1 + dims[d].arr];
+            if (!same_shape(a->ndim, a->shape, nB, B)) {
+                if (xs_vec(&st, nB, B) < 0) return -1;
+                if (!(aid = emit1(cx, "Broadcast", &st, 1, &aid, a->dtype, nB, B))) return -1;
+            }
+            axes[na] = d;
+            in[1 + na++] = aid;
+        }
+        memcpy(gshape, B, (size_t)nB * sizeof *B);
+        memcpy(gshape + nB, sizes, (size_t)nd * sizeof *sizes);
+        if (xs_vec(&st, na, axes) < 0 || xs_vec(&st, nd, sizes) < 0) {
+            xstate_free(&st);
+            return -1;
+        }
+        if (!(cur = emit1(cx, "Gather", &st, na + 1, in, x->dtype, nB + nd, gshape))) return -1;
+        /* drop the picked and the integer-indexed dims */
+        int64_t sq[MK_MAX_NDIM], rest[MK_MAX_NDIM];
+        int nsq = 0, nr = 0;
+        for (int d = 0; d < nd; d++) {
+            if (dims[d].kind == MK_IDX_SLICE)
+                rest[nr++] = xs[d];
+            else
+                sq[nsq++] = nB + d;
+        }
+        int64_t shape2[MK_MAX_NDIM];
+        memcpy(shape2, B, (size_t)nB * sizeof *B);
+        memcpy(shape2 + nB, rest, (size_t)nr * sizeof *rest);
+        if (xs_vec(&st, nsq, sq) < 0) return -1;
+        if (!(cur = emit1(cx, "Squeeze", &st, 1, &cur, x->dtype, nB + nr, shape2))) return -1;
+        if (bpos > 0 && nB > 0) {
+            /* B + rest -> rest[:bpos] + B + rest[bpos:] */
+            int64_t perm[MK_MAX_NDIM];
+            int m = 0;
+            for (int r = 0; r < bpos; r++) perm[m++] = nB + r;
+            for (int j = 0; j < nB; j++) perm[m++] = j;
+            for (int r = bpos; r < nr; r++) perm[m++] = nB + r;
+            if (xs_vec(&st, m, perm) < 0) return -1;
+            if (!(cur = emit1(cx, "Transpose", &st, 1, &cur, x->dtype, o->ndim, o->shape))) return -1;
+        }
+        out_ids[0] = cur;
+        return 0;
+    }
+    float eps, base, scale;
+    if (mk_xp_norm(p, &ba, &eps)) {
+        /* as MLX on a GPU: RMSNorm(x, w) and LayerNorm(x, w, b) on x cast to
+         * the output dtype, 1 for a missing weight and 0 for a missing bias;
+         * (on a CPU stream MLX writes the fallback's ops instead) */
+        uint64_t in[3];
+        in[0] = ids[0];
+        if (ins[0]->dtype != o->dtype) {
+            xs_int(&st, MK_XS_DTYPE, o->dtype);
+            if (!(in[0] = emit1(cx, "AsType", &st, 1, ids, o->dtype, ins[0]->ndim, ins[0]->shape))) return -1;
+        }
+        in[1] = nin > 1 ? ids[1] : const_node(cx, mk_scalar_f64(o->dtype, 1.0));
+        int n = 2;
+        if (ba) {
+            in[2] = nin > 2 ? ids[2] : const_node(cx, mk_scalar_f64(o->dtype, 0.0));
+            n = 3;
+        }
+        if (!in[1] || (ba && !in[2])) return -1;
+        xs_real(&st, MK_XS_FLOAT, eps);
+        mk_xnode *xn = emit(cx, ba ? "LayerNorm" : "RMSNorm", &st, n, in, 1, &od, out_ids);
+        if (xn) xn->gpu = true;
+        return xn ? 0 : -1;
+    }
+    if (mk_xp_rope(p, &kth, &ba, &base, &scale)) {
+        uint64_t in[3] = {ids[0], ids[1], nin > 2 ? ids[2] : 0};
+        if (kth > INT32_MAX) return unmapped("rope (dims)");
+        if (ins[1]->dtype != MK_INT32) { /* MLX's offsets are int32 */
+            xs_int(&st, MK_XS_DTYPE, MK_INT32);
+            if (!(in[1] = emit1(cx, "AsType", &st, 1, &ids[1], MK_INT32, ins[1]->ndim, ins[1]->shape))) return -1;
+        }
+        xs_int(&st, MK_XS_INT, kth);
+        xs_int(&st, MK_XS_BOOL, ba);
+        xs_real(&st, MK_XS_FLOAT, base);
+        xs_real(&st, MK_XS_FLOAT, scale);
+        xs_int(&st, MK_XS_BOOL, 1); /* forward */
+        mk_xnode *xn = emit(cx, "RoPE", &st, nin, in, 1, &od, out_ids);
+        if (xn) xn->gpu = true;
+        return xn ? 0 : -1;
+    }
+    int64_t padw[MK_MAX_NDIM][2];
+    if (mk_xp_pad(p, &ia, padw)) {
+        /* MLX's Pad is the constant mode on (x, value); its other modes are
+         * other ops there */
+        if (ia != MK_PAD_CONSTANT || nin != 2) return unmapped("pad (this mode)");
+        int64_t ax[MK_MAX_NDIM], lo[MK_MAX_NDIM], hi[MK_MAX_NDIM];
+        for (int d = 0; d < o->ndim; d++) ax[d] = d, lo[d] = padw[d][0], hi[d] = padw[d][1];
+        if (xs_vec(&st, o->ndim, ax) < 0 || xs_vec(&st, o->ndim, lo) < 0 || xs_vec(&st, o->ndim, hi) < 0) {
+            xstate_free(&st);
+            return -1;
+        }
+        return emit(cx, "Pad", &st, 2, ids, 1, &od, out_ids) ? 0 : -1;
+    }
     if (mk_xp_scatter(p, &ia, &ib, &ic, dims)) {
         /* MLX's Scatter(axes) covers index arrays on the leading dims, in
          * order, with full slices after them and the index dims first */
@@ -958,18 +1218,31 @@ static int emit_all(xctx *cx, mk_array *root) {
         }
         for (int k = 0; k < no; k++) outs[k] = p->outputs[k];
         if (!outs[f->a->out_index]) outs[f->a->out_index] = f->a;
+        uint64_t oid[64] = {0};
+        if (no > 1) {
+            /* siblings: only kernels so far (their dropped outputs keep
+             * their descriptors in p->outdesc) */
+            int kr = map_kernel(cx, p, oid);
+            if (kr <= 0) {
+                if (kr == 0) unmapped(p->op->name);
+                goto fail;
+            }
+            int dep = s->dep;
+            for (int k = 0; k < no; k++) {
+                if (!outs[k]) continue;
+                idslot *so = id_put(cx, outs[k]);
+                if (!so) goto fail;
+                so->id = oid[k];
+                so->dep = dep;
+            }
+            continue;
+        }
         for (int k = 0; k < no; k++)
             if (!outs[k]) {
                 unmapped(p->op->name); /* a dropped sibling output */
                 goto fail;
             }
-        uint64_t oid[64] = {0};
-        if (no == 1) {
-            if (map_prim(cx, p, outs, oid) < 0) goto fail;
-        } else {
-            unmapped(p->op->name);
-            goto fail;
-        }
+        if (map_prim(cx, p, outs, oid) < 0) goto fail;
         s = id_find(cx, f->a);
         s->id = oid[0];
     }
@@ -1181,6 +1454,42 @@ static int r_state(rbuf *r, const char *schema, mk_xstate *st) {
             it->n = (int)n;
             break;
         }
+        case MK_XS_BOOL3S: {
+            int n = r_count(r, 3, 1 << 20, "a state vector");
+            if (n < 0) return -1;
+            it->n = n;
+            if (!(it->v = malloc((size_t)(3 * n + 1) * sizeof *it->v))) {
+                mk_nomem();
+                r->err = true;
+                return -1;
+            }
+            for (int i = 0; i < 3 * n; i++) it->v[i] = r_bool(r, "a state vector");
+            break;
+        }
+        case MK_XS_OPTFLOAT: {
+            it->i = r_bool(r, "a state value");
+            float f = 0;
+            if (it->i) r_take(r, &f, 4, "a state value");
+            it->f = f;
+            break;
+        }
+        case MK_XS_SCALARS: {
+            int n = r_count(r, 5, 1 << 20, "a state vector");
+            if (n < 0) return -1;
+            it->n = n;
+            if (!(it->v = malloc((size_t)(2 * n + 1) * sizeof *it->v))) {
+                mk_nomem();
+                r->err = true;
+                return -1;
+            }
+            for (int i = 0; i < n && !r->err; i++) {
+                int32_t tag = r_i32(r, "a scalar argument");
+                if (tag < 0 || tag > 2) return bad_file(r, "a scalar argument");
+                it->v[2 * i] = tag;
+                it->v[2 * i + 1] = tag == 2 ? r_bool(r, "a scalar argument") : r_i32(r, "a scalar argument");
+            }
+            break;
+        }
         }
         if (r->err) return -1;
     }
@@ -1338,7 +1647,7 @@ static int read_graph(rbuf *r, mk_xgraph *g, rconsts *rc) {
         if (r_state(r, sc->schema, &xn->st) < 0) goto fail;
         int nsib = r_count(r, 8, 1 << 16, "the sibling count");
         if (nsib < 0) goto fail;
-        int no = nsib ? nsib : 1;
+        int no = nsib + 1; /* the siblings are the other outputs */
         xn->nout = no;
         xn->out_ids = malloc((size_t)no * sizeof *xn->out_ids);
         xn->outd = malloc((size_t)no * sizeof *xn->outd);
@@ -1409,6 +1718,7 @@ int mk_xread_file(const unsigned char *data, size_t len, mk_xfile *f) {
     rconsts rc = {0};
     for (int i = 0; i < count; i++) {
         f->count = i + 1;
+        f->funs[i].shapeless = f->shapeless;
         if (read_graph(&r, &f->funs[i], &rc) < 0) {
             free(rc.ids);
             free(rc.vals);
@@ -1689,6 +1999,86 @@ static mk_array *build(const mk_xnode *n, mk_array *const *in) {
         mk_decref(us);
         return r;
     }
+    if (!strcmp(nm, "Gather")) {
+        mk_array *x = in[0];
+        int na = n->nin - 1;
+        if (na < 1 || s[0].n != na || s[1].n != x->ndim) goto bad_state;
+        mk_index_dim dims[MK_MAX_NDIM];
+        bool used[MK_MAX_NDIM] = {false};
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t sz = s[1].v[d];
+            if (sz < 0 || sz > x->shape[d]) goto bad_state;
+            dims[d] = (mk_index_dim){MK_IDX_SLICE, 0, 0, 1, sz};
+        }
+        for (int j = 0; j < na; j++) {
+            int a = s[0].v[j];
+            if (a < 0) a += x->ndim;
+            if (a < 0 || a >= x->ndim || used[a]) goto bad_state;
+            used[a] = true;
+            if (s[1].v[a] != 1) {
+                mk_error_set(MK_ERR_VALUE, "[import_function] Gather with slices of more than one element along an "
+                                           "indexed axis cannot be rebuilt yet.");
+                return NULL;
+            }
+            dims[a] = (mk_index_dim){MK_IDX_ARRAY, j, 0, 1, 1};
+        }
+        mk_array *r = mk_gather(x, dims, na, in + 1, 0);
+        if (!r) return NULL;
+        /* mkpy: B + the sliced dims; MLX: B + slice_sizes */
+        int nb = r->ndim - (x->ndim - na);
+        if (nb < 0 || nb + x->ndim > MK_MAX_NDIM) {
+            mk_decref(r);
+            goto bad_state;
+        }
+        memcpy(v, r->shape, (size_t)nb * sizeof *v);
+        for (int d = 0; d < x->ndim; d++) v[nb + d] = s[1].v[d];
+        mk_array *g = mk_reshape(r, nb + x->ndim, v);
+        mk_decref(r);
+        return g;
+    }
+    if (!strcmp(nm, "Pad")) {
+        mk_array *x = in[0];
+        int64_t pw[MK_MAX_NDIM][2] = {{0}};
+        if (need_inputs(n, 2) < 0) return NULL;
+        if (s[0].n != s[1].n || s[0].n != s[2].n) goto bad_state;
+        for (int j = 0; j < s[0].n; j++) {
+            int a = s[0].v[j];
+            if (a < 0) a += x->ndim;
+            if (a < 0 || a >= x->ndim) goto bad_state;
+            pw[a][0] = s[1].v[j];
+            pw[a][1] = s[2].v[j];
+        }
+        return mk_pad(x, (const int64_t(*)[2])pw, in[1]);
+    }
+    if (!strcmp(nm, "RMSNorm") || !strcmp(nm, "LayerNorm")) {
+        /* (x, w[, b]); a 0-d weight or bias applies after the normalisation */
+        bool layer = nm[0] == 'L';
+        if (need_inputs(n, layer ? 3 : 2) < 0) return NULL;
+        mk_array *w = in[1], *b = layer ? in[2] : NULL;
+        bool scalar = w->ndim == 0 || (b && b->ndim == 0);
+        mk_array *r = layer ? mk_layer_norm(in[0], scalar ? NULL : w, scalar ? NULL : b, (float)s[0].f)
+                            : mk_rms_norm(in[0], scalar ? NULL : w, (float)s[0].f);
+        if (r && scalar) {
+            mk_array *t = mk_binary(MK_BINARY_multiply, r, w);
+            mk_decref(r);
+            r = t;
+            if (r && b) {
+                t = mk_binary(MK_BINARY_add, r, b);
+                mk_decref(r);
+                r = t;
+            }
+        }
+        return r;
+    }
+    if (!strcmp(nm, "RoPE")) {
+        if (n->nin != 2 && n->nin != 3) return goto_bad_inputs(n), NULL;
+        if (!s[4].i) {
+            mk_error_set(MK_ERR_VALUE, "[import_function] RoPE's backward form cannot be rebuilt yet.");
+            return NULL;
+        }
+        return mk_rope(in[0], s[0].i, s[1].i != 0, n->nin == 2, (float)s[2].f, (float)s[3].f, in[1],
+                       n->nin == 3 ? in[2] : NULL);
+    }
     if (!strcmp(nm, "Concatenate"))
         return n->nin < 1 ? (goto_bad_inputs(n), NULL) : mk_concatenate(n->nin, in, (int)s[0].i, true);
     if (!strcmp(nm, "Sort")) return need_inputs(n, 1) < 0 ? NULL : mk_sort(in[0], (int)s[0].i, true);
@@ -1739,8 +2129,49 @@ bad_state:
     return NULL;
 }
 
+/* a CustomKernel record: the kernel call again, through metal_kernel's path */
+static int build_kernel(const mk_xgraph *g, const mk_xnode *n, mk_array *const *in, mk_array **outs) {
+    const mk_xitem *s = n->st.it;
+    if (g->shapeless) {
+        /* as MLX: a shapeless call asks every primitive for its output shapes */
+        mk_error_set(MK_ERR_VALUE, "[Primitive::output_shapes] CustomKernel cannot infer output shapes.");
+        return -1;
+    }
+    /* strings with a NUL inside are not a kernel's */
+    if ((size_t)s[0].n != strlen(s[0].s) || (size_t)s[1].n != strlen(s[1].s) || s[8].n != n->nin) goto bad_state;
+    if (s[11].n != 0 || s[12].i || s[13].i) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[import_function] CustomKernel `%.200s` is a precompiled kernel (scalar arguments, shared "
+                     "memory): mkpy runs Metal kernels only.",
+                     s[0].s);
+        return -1;
+    }
+    mk_xkernel_info ki = {0};
+    bool tri[64][3];
+    if (n->nin > 64) goto bad_state;
+    for (int i = 0; i < n->nin; i++)
+        for (int j = 0; j < 3; j++) tri[i][j] = s[8].v[3 * i + j] != 0;
+    ki.name = s[0].s;
+    ki.source = s[1].s;
+    for (int d = 0; d < 3; d++) {
+        ki.grid[d] = (int32_t)s[2 + d].i;
+        ki.threadgroup[d] = (int32_t)s[5 + d].i;
+    }
+    ki.nin = n->nin;
+    ki.shape_infos = tri;
+    ki.ensure_row_contiguous = s[9].i != 0;
+    ki.has_init = s[10].i != 0;
+    ki.init_value = (float)s[10].f;
+    ki.math_mode = (int)s[14].i;
+    return mk_xkernel_build(&ki, n->nin, in, n->nout, n->outd, outs);
+bad_state:
+    mk_error_set(MK_ERR_VALUE, "[import_function] Invalid state for primitive %s.", n->name);
+    return -1;
+}
+
 int mk_xgraph_run(const mk_xgraph *g, mk_array *const *inputs, mk_array **outs) {
-    size_t cap = (size_t)g->nin + (size_t)g->nnodes + 1, nm = 0;
+    size_t cap = (size_t)g->nin + 1, nm = 0;
+    for (int t = 0; t < g->nnodes; t++) cap += (size_t)(g->nodes[t].nout > 1 ? g->nodes[t].nout : 1);
     idval *m = malloc(cap * sizeof *m);
     int rc = -1;
     for (int j = 0; j < g->nout; j++) outs[j] = NULL;
@@ -1769,6 +2200,16 @@ int mk_xgraph_run(const mk_xgraph *g, mk_array *const *inputs, mk_array **outs) 
                 mk_error_set(MK_ERR_VALUE, "[import_function] Invalid file: undefined input of %s.", n->name);
                 goto done;
             }
+        if (!strcmp(n->name, "CustomKernel")) {
+            mk_array *ko[64];
+            if (n->nout > 64) {
+                mk_error_set(MK_ERR_VALUE, "[import_function] Primitive %s has too many outputs.", n->name);
+                goto done;
+            }
+            if (build_kernel(g, n, in, ko) < 0) goto done;
+            for (int k = 0; k < n->nout; k++) m[nm++] = (idval){n->out_ids[k], ko[k]};
+            continue;
+        }
         if (n->nout != 1) {
             mk_error_set(MK_ERR_VALUE, "[import_function] Unable to rebuild primitive %s with %d outputs.", n->name,
                          n->nout);

@@ -35,6 +35,9 @@ typedef enum {
     MK_XS_DTYPE = 'd',  /* int32 value + uint8 size */
     MK_XS_VEC = 'v',    /* vector<int32> (Shape, axes) */
     MK_XS_STR = 's',
+    MK_XS_BOOL3S = 'B',  /* vector<tuple<bool, bool, bool>>: n triples in v (3n values) */
+    MK_XS_OPTFLOAT = 'o', /* optional<float>: i has a value, f the value */
+    MK_XS_SCALARS = 'S', /* vector<variant<bool, int, float>>: n (tag, bits) pairs in v */
 } mk_xs_kind;
 
 typedef struct {
@@ -63,6 +66,7 @@ typedef struct {
     mk_outdesc *outd;
     mk_array *constant; /* constants: evaluated, row contiguous */
     bool shared;        /* a constant written by an earlier function */
+    bool gpu;           /* written on a GPU stream (CustomKernel, as MLX's) */
 } mk_xnode;
 
 typedef struct {
@@ -76,6 +80,7 @@ typedef struct {
     mk_outdesc *out_desc;
     int nnodes, cap;
     mk_xnode *nodes;
+    bool shapeless; /* read from a shapeless file */
 } mk_xgraph;
 
 typedef struct {
@@ -159,5 +164,30 @@ bool mk_xp_conv(const mk_prim *p, int *nd, int *stride, int *pad_lo, int *pad_hi
 bool mk_xp_qmm(const mk_prim *p, int *gs, int *bits, int *mode, bool *transpose);
 bool mk_xp_rowc(const mk_prim *p);
 bool mk_xp_full(const mk_prim *p);
+
+
+/* ---- metal_kernel nodes <-> MLX's CustomKernel (csrc/kernel/xkernel.c) ---- */
+typedef struct {
+    char *name;   /* MLX's kernel name, custom_kernel_<name>[_<template hash>]_<types> */
+    char *source; /* the generated Metal source, byte for byte as MLX's */
+    int32_t grid[3], threadgroup[3];
+    int nin;
+    bool (*shape_infos)[3]; /* per input: _shape, _strides, _ndim passed */
+    bool ensure_row_contiguous;
+    bool has_init;
+    float init_value;
+    int math_mode; /* MLX's CompileOptions: 0 safe, 1 relaxed, 2 fast */
+} mk_xkernel_info;
+void mk_xkernel_info_free(mk_xkernel_info *info); /* contents */
+/* 1 and info filled for a metal_kernel node, 0 for any other node, -1 with
+ * the error set. */
+int mk_xp_kernel(const mk_prim *p, mk_xkernel_info *info);
+/* Re-creates the kernel call of a CustomKernel record on `in` through
+ * metal_kernel's own path (the source is parsed back into the kernel's
+ * header, body, names, template arguments and attributes, and generating it
+ * again must give the recorded source byte for byte). outd: the recorded
+ * outputs; fills outs[nout] (new references). 0, or -1 with a ValueError. */
+int mk_xkernel_build(const mk_xkernel_info *info, int nin, mk_array *const *in, int nout, const mk_outdesc *outd,
+                     mk_array **outs);
 
 #endif

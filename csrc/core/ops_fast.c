@@ -1245,3 +1245,22 @@ static int sdpa_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
 static int sdpa_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
     return mk_vmap_by_composition(p, sdpa_compose, in, axes, outs, out_axes);
 }
+
+/* export (export.c): the fast ops' params */
+bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps) {
+    if (p->op != &norm_def) return false;
+    const norm_params *np_ = p->params;
+    *layer = np_->layer != 0;
+    *eps = np_->eps;
+    return true;
+}
+
+bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale) {
+    if (p->op != &rope_def) return false;
+    const rope_params *rp = p->params;
+    *dims = rp->dims;
+    *traditional = rp->traditional;
+    *base = rp->base;
+    *scale = rp->scale;
+    return true;
+}

@@ -1565,3 +1565,13 @@ bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim
     memcpy(dims, g->dims, sizeof g->dims);
     return true;
 }
+
+/* export (export.c): a gather's plan */
+bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims) {
+    if (p->op != &gather_def) return false;
+    const gs_params *g = p->params;
+    *narr = g->narr;
+    *bpos = g->bpos;
+    memcpy(dims, g->dims, sizeof g->dims);
+    return true;
+}

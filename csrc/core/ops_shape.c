@@ -741,3 +741,12 @@ bool mk_xp_concat(const mk_prim *p, int *axis) {
     *axis = *(const int *)p->params;
     return true;
 }
+
+/* export (export.c): a pad's mode and widths */
+bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]) {
+    if (p->op != &pad_def) return false;
+    const pad_params *pp = p->params;
+    *mode = (int)pp->mode;
+    memcpy(pad, pp->pad, sizeof pp->pad);
+    return true;
+}

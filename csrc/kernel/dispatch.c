@@ -986,3 +986,12 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
     free(desc);
     return rc;
 }
+
+/* For export_function (xkernel.c): the kernel and call of a metal_kernel node. */
+bool mkk_node_params(const mk_prim *p, mkk_kernel **k, mkk_call **c) {
+    if (p->op != &kernel_def) return false;
+    const kernel_params *kp = p->params;
+    *k = kp->k;
+    *c = kp->c;
+    return true;
+}

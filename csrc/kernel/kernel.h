@@ -196,4 +196,9 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
 
 void mkk_call_free(mkk_call *c);
 
+
+/* A metal_kernel node's kernel and call (borrowed), for export_function
+ * (xkernel.c); false for any other node. */
+bool mkk_node_params(const mk_prim *p, mkk_kernel **k, mkk_call **c);
+
 #endif

@@ -205,7 +205,8 @@ PyDoc_STRVAR(kernel_call_doc,
              "        Without it, outputs start uninitialised, as on a GPU: write every element.\n"
              "    verbose (bool): Print the generated Metal source at the call, and at eval the engine that\n"
              "        runs the kernel and where its sources are on disk. Default: ``False``.\n"
-             "    stream (Stream | Device, optional): Accepted as MLX does; kernels run on mkpy's CPU pool.\n\n"
+             "    stream (Stream | Device, optional): A GPU stream or device, as MLX's (a CPU one raises\n"
+             "        ValueError, as MLX's); kernels run on mkpy's CPU pool.\n\n"
              "Returns:\n"
              "    List[array]: The outputs, in ``output_names`` order.\n\n"
              "Raises:\n"
@@ -479,6 +480,11 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
 
+    /* as MLX: an explicit stream must be a GPU one (no stream: the GPU's) */
+    if (a[8] && a[8] != Py_None && mk_stream_device(mk_current_stream()) != MK_GPU) {
+        PyErr_SetString(PyExc_ValueError, "[metal_kernel] Only supports the GPU.");
+        return NULL;
+    }
     PyObject *in_seq = NULL, *shp_seq = NULL, *dt_seq = NULL, *result = NULL;
     mk_array **inputs = NULL, **outs = NULL;
     int *ndims = NULL;
