@@ -1057,7 +1057,7 @@ def swapaxes(a: array, /, axis1: int, axis2: int, *, stream: StreamOrDevice = No
     """Swap two axes of an array."""
 
 def synchronize(stream: StreamOrDevice = None) -> None:
-    """Wait for queued work (mkpy's eval is synchronous)."""
+    """Wait for queued work (mkpy's eval is synchronous) and raise the error an async_eval on that stream met."""
 
 def take(a: array, /, indices: Union[int, array], axis: Optional[int] = None, *, stream: StreamOrDevice = None) -> array:
     """Take elements along an axis."""

@@ -737,3 +737,70 @@ def test_from_numpy_layouts_copy_exactly():
     # a buffer (memoryview) with strides
     m = memoryview(np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2])
     assert np.array_equal(np.array(mx.array(m)), np.arange(24, dtype=np.int32).reshape(4, 6)[:, ::2])
+
+
+# --- lists holding arrays, asarray(copy=False), from_dlpack (mlxrest) ---
+
+
+def test_list_of_arrays_keeps_the_graph():
+    # [x, ...] built from arrays is a stack of them: gradients reach x
+    def f(x):
+        return (3 * mx.array([x, mx.array([2.0])])).sum()
+
+    assert mx.grad(f)(mx.array([1.0])).tolist() == [3.0]
+    # nested levels, plain numbers beside arrays, dtype promotion as before
+    g = mx.grad(lambda x: mx.array([[x, 1.0], [2.0, x * x]]).sum())(mx.array(3.0))
+    assert g.item() == 7.0
+    assert mx.array([mx.array(1, mx.int8), 2]).dtype == mx.int32
+    m = mx.array([[1, 2], mx.array([3, 4], mx.float16)])
+    assert m.dtype == mx.float16 and m.tolist() == [[1, 2], [3, 4]]
+    assert mx.array([mx.array(1), True], dtype=mx.float32).tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="non-uniform length"):
+        mx.array([1.0, mx.array([1.0])])
+
+
+def test_asarray_copy_false_never_copies_silently():
+    a = mx.array([1, 2, 3])
+    for src in ([1, 2, 3], (1, 2), 5, a):
+        with pytest.raises(ValueError, match="Unable to avoid copy"):
+            mx.asarray(src, copy=False)
+    with pytest.raises(ValueError, match="Unable to avoid copy"):
+        mx.asarray(a, dtype=mx.float32, copy=False)
+    # host buffers are never adopted: refused rather than copied
+    n = np.arange(3, dtype=np.float32)
+    for kw in ({}, {"dtype": mx.float32}):
+        with pytest.raises(ValueError, match="Cannot import a CPU array without a copy"):
+            mx.asarray(n, copy=False, **kw)
+    with pytest.raises(ValueError, match="requested dtype without a copy"):
+        mx.asarray(n, dtype=mx.int32, copy=False)
+    assert mx.asarray(n).tolist() == [0.0, 1.0, 2.0]
+    assert mx.asarray(n, copy=True).tolist() == [0.0, 1.0, 2.0]
+    assert mx.asarray([1, 2], copy=None).tolist() == [1, 2]
+
+
+def test_from_dlpack_dtypes_and_layout():
+    pairs = [(np.bool_, mx.bool_), (np.uint16, mx.uint16), (np.uint64, mx.uint64), (np.int8, mx.int8),
+             (np.float16, mx.float16), (np.float32, mx.float32), (np.float64, mx.float32),
+             (np.complex64, mx.complex64), (np.complex128, mx.complex64)]
+    for nt, mt in pairs:
+        y = mx.from_dlpack(np.array([1, 0, 1], dtype=nt))
+        assert y.dtype == mt and y.tolist() == [1, 0, 1]
+    # the producer's strides are kept (over a copy of its storage)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = mx.from_dlpack(x.T)
+    assert y.tolist() == x.T.tolist()
+    assert memoryview(y).strides == x.T.strides and not memoryview(y).c_contiguous
+    x[0, 0] = 100  # a copy: later writes to the source do not show
+    assert y[0, 0].item() == 0
+    s = np.arange(20, dtype=np.int32)[3:11:2]
+    y = mx.from_dlpack(s)
+    assert memoryview(y).strides == s.strides and (y + 1).tolist() == (s + 1).tolist()
+    b = np.broadcast_to(np.array([7], dtype=np.int32), (2, 3))
+    y = mx.from_dlpack(b)
+    assert memoryview(y).strides == (0, 0) and y.tolist() == [[7] * 3] * 2
+    assert mx.from_dlpack(np.zeros((0, 3), np.float32)).shape == (0, 3)
+    assert mx.from_dlpack(mx.array([[1, 2]]).T).tolist() == [[1], [2]]
+    with pytest.raises(ValueError, match="negative strides"):
+        mx.from_dlpack(np.arange(5, dtype=np.float32)[::-1])
+    with pytest.raises(ValueError, match="without a copy"):
+        mx.from_dlpack(np.arange(5, dtype=np.float32), copy=False)

@@ -71,6 +71,29 @@ def test_async_eval_and_synchronize():
     assert a.tolist() == [3.0, 6.0]
 
 
+def test_async_eval_error_is_raised_at_synchronize():
+    # as MLX: the failure of work started by async_eval surfaces at the next
+    # synchronize of its stream, once
+    a = mx.linalg.inv(mx.array([[1.0, 2.0], [2.0, 4.0]]), stream=mx.cpu)
+    assert mx.async_eval(a) is None
+    assert mx.synchronize(mx.gpu) is None  # another stream: nothing to raise
+    with pytest.raises(RuntimeError, match="LU factorization failed"):
+        mx.synchronize(mx.cpu)
+    assert mx.synchronize(mx.cpu) is None
+    # the failed node stays unevaluated: using the array raises again
+    with pytest.raises(RuntimeError, match="LU factorization failed"):
+        mx.eval(a)
+    # work that succeeds beside it is done
+    b = mx.array([1.0, 2.0]) * 1
+    c = mx.linalg.inv(mx.array([[0.0, 0.0], [0.0, 0.0]]), stream=mx.default_stream(mx.cpu))
+    mx.async_eval(b, c)
+    assert b.tolist() == [1.0, 2.0]
+    with pytest.raises(RuntimeError):
+        mx.synchronize(mx.default_stream(mx.cpu))
+    with pytest.raises(TypeError):
+        mx.synchronize(3)
+
+
 def test_long_chain_evaluates_and_frees():
     gc.collect()
     base = mx.get_active_memory()

@@ -8,6 +8,7 @@ steps in NumPy float32 and must match to the bit; rope and attention use MLX's o
 exp/sin/cos, so they are compared with float64 references within tolerance, plus
 exact values baked from MLX for small inputs."""
 import inspect
+import re
 
 import numpy as np
 import pytest
@@ -620,7 +621,9 @@ def test_sdpa_errors():
            lambda: S(q, k, v, scale=0.5, sinks=mx.zeros((4, 1))))
     raises(ValueError, P + "Type of sinks must promote to output type float32.",
            lambda: S(q, k, v, scale=0.5, sinks=mx.zeros(4, dtype=mx.float64, stream=mx.cpu)))
-    raises(ValueError, P + "force_fused=True but no fused kernel is available in CPU backend.",
+    raises(ValueError, P + "force_fused=True but no fused kernel is available: the vector attention kernel supports "
+           "head dims {64, 96, 128, 192, 256} with matching query/value head dims, or query head dim 192 with value "
+           "head dim 128; got query head dim 8 and value head dim 6.",
            lambda: S(q, k, v[:, :, :4], scale=0.5, force_fused=True))
     raises(ValueError, "[matmul] Last dimension of first input with shape (2,2,2,3,5) must match second to last "
            "dimension of second input with shape (2,2,1,4,8).", lambda: S(q, k, mx.ones((2, 2, 4, 8)), scale=0.5))
@@ -778,3 +781,40 @@ MLX = {
         0.25976562, 0.890625
     ],
 }
+
+
+def test_sdpa_force_fused_follows_metal_kernels():
+    # force_fused=True runs where a Mac's Metal fused kernels exist (mkpy's
+    # path computes the same) and names Metal's reason elsewhere
+    S = mx.fast.scaled_dot_product_attention
+    P = "[scaled_dot_product_attention] force_fused=True but no fused kernel is available: "
+    mx.random.seed(3)
+
+    def qkv(ql, kl, d, qh=4, kh=4, vd=None):
+        return (mx.random.normal((1, qh, ql, d)), mx.random.normal((1, kh, kl, d)),
+                mx.random.normal((1, kh, kl, vd or d)))
+
+    for ql, d, mask, heads in ((12, 64, None, (4, 2)), (12, 72, "causal", (4, 4)), (3, 128, None, (8, 2)),
+                               (2, 192, None, (4, 4))):
+        q, k, v = qkv(ql, 16, d, *heads)
+        ref = S(q, k, v, scale=d ** -0.5, mask=mask)
+        out = S(q, k, v, scale=d ** -0.5, mask=mask, force_fused=True)
+        assert mx.allclose(ref, out).item()
+    q, k, v = qkv(2, 16, 192, vd=128)
+    assert S(q, k, v, scale=0.1, force_fused=True).shape == (1, 4, 2, 128)
+    with pytest.raises(ValueError, match=re.escape(P + "the full attention kernel supports head dims")):
+        S(*qkv(12, 16, 32), scale=0.1, force_fused=True)
+    with pytest.raises(ValueError, match=re.escape(P + "the full attention kernel with a causal mask requires the "
+                                                   "query sequence to be no longer than the key sequence; got query "
+                                                   "length 12 and key length 10.")):
+        S(*qkv(12, 10, 64), scale=0.1, mask="causal", force_fused=True)
+    with pytest.raises(ValueError, match="vector attention kernel requires the query sequence to be no longer"):
+        S(*qkv(6, 4, 64), scale=0.1, force_fused=True)
+    with pytest.raises(ValueError, match=re.escape("query length times the GQA factor to be at most 32; got query "
+                                                   "length 8 and GQA factor 8.")):
+        S(*qkv(8, 16, 64, 8, 1), scale=0.1, force_fused=True)
+    with pytest.raises(ValueError, match=re.escape(P + "the fused kernels require a GPU (Metal) stream.")):
+        S(*qkv(8, 16, 64), scale=0.1, force_fused=True, stream=mx.cpu)
+    with mx.stream(mx.cpu):
+        with pytest.raises(ValueError, match="require a GPU"):
+            S(*qkv(8, 16, 64), scale=0.1, force_fused=True)

@@ -1,6 +1,7 @@
 """mx.save / mx.load / mx.savez / mx.savez_compressed / mx.save_safetensors:
 round trips with NumPy's own .npy/.npz code, and malformed files."""
 import io
+import os
 import json
 import struct
 import zipfile
@@ -637,3 +638,26 @@ def test_safetensors_fp8_loads_as_bytes(tmp_path):
         return s * (m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
     got = np.array(mx.from_fp8(mx.load(str(tmp_path / "F8_E4M3.safetensors"))["w"], mx.float32))
     assert np.array_equal(got.ravel(), np.array([e4m3(c) for c in codes], np.float32))
+
+
+def test_npy_load_is_lazy_and_its_buffer_is_donated(tmp_path):
+    # as MLX's Load: the data is read when the array is evaluated, so an op
+    # on a loaded array that nothing else holds reuses its buffer
+    f = str(tmp_path / "don.npy")
+    x = mx.arange(1024, dtype=mx.float32)
+    mx.save(f, x)
+    scale = mx.array(2.0)
+    mx.eval(scale)
+    mx.reset_peak_memory()
+    y = mx.load(f)
+    mx.eval(y)
+    load_only = mx.get_peak_memory()
+    y = mx.load(f) * scale
+    mx.eval(y)
+    assert mx.get_peak_memory() == load_only
+    assert y.tolist() == [2.0 * i for i in range(1024)]
+    # the node keeps the bytes: the file may go before the eval
+    z = mx.load(f)
+    os.remove(f)
+    assert (z + 1).tolist() == [i + 1.0 for i in range(1024)]
+    assert z.tolist() == list(range(1024))

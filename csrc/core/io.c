@@ -6,6 +6,7 @@
  * reading past the end or asking for terabytes. */
 #include "io.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,7 +223,72 @@ static mk_array *load_error_node(mk_dtype dtype, int ndim, const int64_t *shape,
     return mk_node(&load_error_def, m, dtype, ndim, shape, 0, NULL);
 }
 
-mk_array *mk_npy_read(const uint8_t *p, size_t n, size_t *used) {
+/* The data of a .npy array into out (fresh row-contiguous storage): copied,
+ * byte-swapped (swap: the width of the swapped units, 0 for none) and, for
+ * Fortran order, transposed into row-major. 0, or -1 with the error set. */
+static int npy_fill(mk_array *out, const uint8_t *data, size_t nbytes, size_t swap, bool fortran) {
+    int ndim = out->ndim;
+    if (fortran && ndim > 1) {
+        int64_t rshape[MK_MAX_NDIM], rstr[MK_MAX_NDIM], dst[MK_MAX_NDIM];
+        for (int i = 0; i < ndim; i++) rshape[i] = out->shape[ndim - 1 - i];
+        mk_array *tmp = mk_array_empty(out->dtype, ndim, rshape);
+        if (!tmp) return -1;
+        if (nbytes) memcpy(mk_data(tmp), data, nbytes);
+        if (swap) byteswap(mk_data(tmp), nbytes, swap);
+        mk_row_strides(ndim, out->shape, rstr);
+        for (int i = 0; i < ndim; i++) dst[i] = rstr[ndim - 1 - i];
+        mk_copy_into(tmp, mk_data(out), dst);
+        mk_decref(tmp);
+        return 0;
+    }
+    if (nbytes) memcpy(mk_data(out), data, nbytes);
+    if (swap) byteswap(mk_data(out), nbytes, swap);
+    return 0;
+}
+
+mk_blob *mk_blob_new(size_t len) {
+    mk_blob *b = malloc(sizeof *b + (len ? len : 1));
+    if (!b) return mk_nomem();
+    atomic_init(&b->refcnt, 1);
+    b->len = len;
+    return b;
+}
+
+void mk_blob_decref(mk_blob *b) {
+    if (b && atomic_fetch_sub_explicit(&b->refcnt, 1, memory_order_acq_rel) == 1) free(b);
+}
+
+/* A .npy array read when evaluated, as MLX's Load: the node holds the file's
+ * bytes, and its output is allocated only when it runs, so an op that uses a
+ * loaded array held by nothing else can take over its buffer (donation). */
+typedef struct {
+    mk_blob *blob;
+    size_t off, nbytes, swap;
+    bool fortran;
+} npy_load;
+
+static int npy_load_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    (void)in;
+    const npy_load *l = p->params;
+    if (mk_alloc_out(out[0]) < 0) return -1;
+    return npy_fill(out[0], l->blob->data + l->off, l->nbytes, l->swap, l->fortran);
+}
+
+static void npy_load_free(void *params) {
+    npy_load *l = params;
+    if (l) mk_blob_decref(l->blob);
+    free(l);
+}
+
+static const mk_opdef npy_load_def = {"Load", npy_load_eval, npy_load_free, NULL, NULL, NULL, true};
+
+static mk_array *npy_read(const uint8_t *p, size_t n, size_t *used, mk_blob *lazy);
+
+mk_array *mk_npy_read(const uint8_t *p, size_t n, size_t *used) { return npy_read(p, n, used, NULL); }
+
+mk_array *mk_npy_read_lazy(mk_blob *file) { return npy_read(file->data, file->len, NULL, file); }
+
+static mk_array *npy_read(const uint8_t *p, size_t n, size_t *used, mk_blob *lazy) {
     if (n < 10 || memcmp(p, NPY_MAGIC, 6) != 0) {
         mk_error_set(MK_ERR_RUNTIME, "[load] Invalid header in .npy file: no NumPy magic string");
         return NULL;
@@ -324,28 +390,20 @@ mk_array *mk_npy_read(const uint8_t *p, size_t n, size_t *used) {
     size_t nbytes = (size_t)size * isz;
     const uint8_t *data = p + start + hlen;
     if (used) *used = start + hlen + nbytes;
-    if (fortran && ndim > 1) {
-        int64_t rshape[MK_MAX_NDIM], rstr[MK_MAX_NDIM], dst[MK_MAX_NDIM];
-        for (int i = 0; i < ndim; i++) rshape[i] = shape[ndim - 1 - i];
-        mk_array *tmp = mk_array_empty((mk_dtype)dtype, ndim, rshape);
-        if (!tmp) return NULL;
-        if (nbytes) memcpy(mk_data(tmp), data, nbytes);
-        if (swap) byteswap(mk_data(tmp), nbytes, dtype == MK_COMPLEX64 ? 4 : isz);
-        mk_array *out = mk_array_empty((mk_dtype)dtype, ndim, shape);
-        if (!out) {
-            mk_decref(tmp);
-            return NULL;
-        }
-        mk_row_strides(ndim, shape, rstr);
-        for (int i = 0; i < ndim; i++) dst[i] = rstr[ndim - 1 - i];
-        mk_copy_into(tmp, mk_data(out), dst);
-        mk_decref(tmp);
-        return out;
+    size_t swap_w = swap ? (dtype == MK_COMPLEX64 ? 4 : isz) : 0;
+    if (lazy) {
+        npy_load *l = malloc(sizeof *l);
+        if (!l) return mk_nomem();
+        atomic_fetch_add_explicit(&lazy->refcnt, 1, memory_order_relaxed);
+        *l = (npy_load){lazy, (size_t)(data - lazy->data), nbytes, swap_w, fortran != 0};
+        return mk_node(&npy_load_def, l, (mk_dtype)dtype, ndim, shape, 0, NULL);
     }
     mk_array *out = mk_array_empty((mk_dtype)dtype, ndim, shape);
     if (!out) return NULL;
-    if (nbytes) memcpy(mk_data(out), data, nbytes);
-    if (swap) byteswap(mk_data(out), nbytes, dtype == MK_COMPLEX64 ? 4 : isz);
+    if (npy_fill(out, data, nbytes, swap_w, fortran != 0) < 0) {
+        mk_decref(out);
+        return NULL;
+    }
     return out;
 }
 

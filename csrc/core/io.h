@@ -22,6 +22,17 @@ void mk_bytes_free(mk_bytes *b);
 /* .npy: parses one array (evaluated, row-contiguous, converted from
  * big-endian and Fortran order). *used (may be NULL) gets the bytes consumed. */
 mk_array *mk_npy_read(const uint8_t *p, size_t n, size_t *used);
+/* Bytes shared by lazy loads (a file's content), freed with the last ref. */
+typedef struct {
+    _Atomic long refcnt;
+    size_t len;
+    uint8_t data[];
+} mk_blob;
+mk_blob *mk_blob_new(size_t len); /* refcnt 1; NULL after mk_nomem() */
+void mk_blob_decref(mk_blob *b);
+/* .npy, read when evaluated (as MLX's Load): the header is parsed now, the
+ * returned node keeps a reference to `file` and copies its data on eval. */
+mk_array *mk_npy_read_lazy(mk_blob *file);
 /* Appends the .npy form of an evaluated array. */
 int mk_npy_write(mk_bytes *out, const mk_array *a);
 

@@ -16,6 +16,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@
 #include "ops.h"
 #include "transforms.h"
 #include "pool.h"
+#include "stream.h"
 #include "types.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -1121,8 +1123,53 @@ mk_array *mk_sdpa(mk_array *q, mk_array *k, mk_array *v, float scale, bool causa
         if (!(in[n++] = mk_as_dtype(sinks, t))) goto error;
     }
     if (force_fused) {
-        SDPA_SET("force_fused=True but no fused kernel is available in CPU backend.");
-        goto error;
+        /* MLX's Metal rule for its fused kernels (mkpy plays the Mac's GPU):
+         * the shapes they cover run (mkpy's path computes what they compute),
+         * the rest is refused with Metal's reason. (Metal routes the VJP to
+         * the unfused graph, so a trace for grad adds no condition.) */
+        char why[400] = "";
+        int gpu = mk_current_stream_is_gpu();
+        if (gpu < 0) goto error;
+        int64_t qd = q->shape[3], vd = v->shape[3], ql = q->shape[2], kl = k->shape[2], gqa = nq / nkv;
+        if (!gpu) {
+            snprintf(why, sizeof why, "the fused kernels require a GPU (Metal) stream.");
+        } else if (ql > 8) {
+            bool dims = qd == vd && (qd == 64 || qd == 72 || qd == 80 || qd == 96 || qd == 128 || qd == 192 ||
+                                     qd == 256);
+            if (!dims)
+                snprintf(why, sizeof why,
+                         "the full attention kernel supports head dims {64, 72, 80, 96, 128, 192, 256} with matching "
+                         "query/value head dims; got query head dim %lld and value head dim %lld.",
+                         (long long)qd, (long long)vd);
+            else if (causal && ql > kl)
+                snprintf(why, sizeof why,
+                         "the full attention kernel with a causal mask requires the query sequence to be no longer "
+                         "than the key sequence; got query length %lld and key length %lld.",
+                         (long long)ql, (long long)kl);
+        } else {
+            bool dims = (qd == vd && (qd == 64 || qd == 96 || qd == 128 || qd == 192 || qd == 256)) ||
+                        (qd == 192 && vd == 128);
+            if (!dims)
+                snprintf(why, sizeof why,
+                         "the vector attention kernel supports head dims {64, 96, 128, 192, 256} with matching "
+                         "query/value head dims, or query head dim 192 with value head dim 128; got query head dim "
+                         "%lld and value head dim %lld.",
+                         (long long)qd, (long long)vd);
+            else if (ql > kl)
+                snprintf(why, sizeof why,
+                         "the vector attention kernel requires the query sequence to be no longer than the key "
+                         "sequence; got query length %lld and key length %lld.",
+                         (long long)ql, (long long)kl);
+            else if (ql * gqa > 32)
+                snprintf(why, sizeof why,
+                         "the vector attention kernel requires the query length times the GQA factor to be at most "
+                         "32; got query length %lld and GQA factor %lld.",
+                         (long long)ql, (long long)gqa);
+        }
+        if (why[0]) {
+            SDPA_SET("force_fused=True but no fused kernel is available: %s", why);
+            goto error;
+        }
     }
     if (v->shape[2] != k->shape[2]) {
         /* the error of MLX's fallback matmul p @ v (GQA shapes split the heads) */

@@ -10,6 +10,7 @@
 
 #include "core/array.h"
 #include "core/ops.h"
+#include "core/stream.h"
 
 /* ---------------------------------------------------------------- types */
 
@@ -177,6 +178,15 @@ int mkpy_stream_is_gpu(PyObject *s, bool *bad);
  * override would outlive the call. mkpy_parse calls it for an argument
  * named "stream". */
 int mkpy_stream_arg(const char *fname, PyObject *stream);
+/* The stream a Stream/Device/DeviceType argument names (None: the default
+ * stream of the default device). 0, or -1 with the error set (py_stream.c). */
+int mkpy_stream_resolve(const char *fname, PyObject *stream, mk_stream *out);
+
+/* Buffer-protocol format -> dtype (100: complex128, converted), -1 if none;
+ * and a copy of a strided source that keeps its strides (py_convert.c). */
+int mkpy_format_dtype(const char *fmt, Py_ssize_t itemsize);
+mk_array *mkpy_from_strided(const void *data, int src_dtype, int ndim, const int64_t *shape,
+                            const int64_t *strides, Py_ssize_t itemsize);
 
 /* ------------------------------------------------------ stream bindings */
 

@@ -7,6 +7,7 @@
 #include "core/pool.h"
 #include "core/types.h"
 #include "mkpy.h"
+#include "core/ops_extra.h"
 
 PyObject *mkpy_module;
 
@@ -384,19 +385,8 @@ static int nest_walk(nest *s, PyObject *o, int depth, int pass) {
         if (depth + a->ndim != s->ndim) return nonuniform();
         for (int i = 0; i < a->ndim; i++)
             if (a->shape[i] != s->shape[depth + i]) return nonuniform();
-        if (pass == 0) {
-            s->arr_dtype = s->arr_dtype < 0 ? (int)a->dtype : (int)mk_promote(s->arr_dtype, a->dtype);
-            return 0;
-        }
-        mk_array *c = mk_astype(a, s->dtype);
-        if (!c || mkpy_eval(&c, 1) < 0) {
-            if (!c) mkpy_raise();
-            mk_xdecref(c);
-            return -1;
-        }
-        memcpy(s->dst, mk_data(c), (size_t)c->size * s->itemsize);
-        s->dst += (size_t)c->size * s->itemsize;
-        mk_decref(c);
+        /* pass 1 never meets an array: nest_build takes those lists */
+        s->arr_dtype = s->arr_dtype < 0 ? (int)a->dtype : (int)mk_promote(s->arr_dtype, a->dtype);
         return 0;
     }
     if (pass == 0) {
@@ -423,6 +413,46 @@ static int nest_walk(nest *s, PyObject *o, int depth, int pass) {
     return 0;
 }
 
+static int nest_has_array(PyObject *o) {
+    if (PyMkArray_Check(o)) return 1;
+    if (!PyList_Check(o) && !PyTuple_Check(o)) return 0;
+    for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(o); i < n; i++)
+        if (nest_has_array(PySequence_Fast_GET_ITEM(o, i))) return 1;
+    return 0;
+}
+
+/* A list holding arrays becomes a graph, not a copy: each array is cast to
+ * the list's dtype and the levels are stacked, so gradients and lazy values
+ * flow through (as MLX stacks the converted elements). Parts without arrays
+ * are filled as plain data. The walk of pass 0 has checked the shapes. */
+static mk_array *nest_build(nest *s, PyObject *o, int depth) {
+    if (PyMkArray_Check(o)) {
+        mk_array *c = mk_astype(MKARR(o), s->dtype);
+        return c ? c : (mk_array *)mkpy_raise();
+    }
+    if (!nest_has_array(o)) {
+        mk_array *a = mk_array_empty(s->dtype, s->ndim - depth, s->shape + depth);
+        if (!a) return (mk_array *)mkpy_raise();
+        s->dst = a->buf->data;
+        if (nest_walk(s, o, depth, 1) < 0) {
+            mk_decref(a);
+            return NULL;
+        }
+        return a;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    mk_array **parts = PyMem_Calloc((size_t)n, sizeof *parts);
+    mk_array *r = NULL;
+    if (!parts) return (mk_array *)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!(parts[i] = nest_build(s, PySequence_Fast_GET_ITEM(o, i), depth + 1))) goto done;
+    if (!(r = mk_stack((int)n, parts, 0))) mkpy_raise();
+done:
+    for (Py_ssize_t i = 0; i < n; i++) mk_xdecref(parts[i]);
+    PyMem_Free(parts);
+    return r;
+}
+
 static mk_array *from_nested(PyObject *obj, int dtype) {
     nest s;
     memset(&s, 0, sizeof s);
@@ -442,11 +472,12 @@ static mk_array *from_nested(PyObject *obj, int dtype) {
             if (s.arr_dtype >= 0) t = mk_promote(t, (mk_dtype)s.arr_dtype);
         }
     }
+    s.dtype = t;
+    s.itemsize = mk_dtype_size(t);
+    if (s.arr_dtype >= 0) return nest_build(&s, obj, 0);
     mk_array *a = mk_array_empty(t, s.ndim, s.shape);
     if (!a) return (mk_array *)mkpy_raise();
     s.dst = a->buf->data;
-    s.dtype = t;
-    s.itemsize = mk_dtype_size(t);
     if (nest_walk(&s, obj, 0, 1) < 0) {
         mk_decref(a);
         return NULL;
@@ -689,6 +720,50 @@ static mk_array *from_memory(const void *data, int src_dtype, int ndim, const Py
     mk_cast_table[raw->dtype][out](raw->buf->data, 1, conv->buf->data, 1, raw->size);
     mk_decref(raw);
     return conv;
+}
+
+int mkpy_format_dtype(const char *fmt, Py_ssize_t itemsize) { return format_dtype(fmt, itemsize); }
+
+/* A copy of the storage behind a strided view (element strides), returned as
+ * an array viewing that copy with the same strides: MLX's DLPack import keeps
+ * the producer's layout (a transposed or broadcast source stays so). The
+ * dtype is mapped as from_memory maps it. Negative strides are refused. */
+mk_array *mkpy_from_strided(const void *data, int src_dtype, int ndim, const int64_t *shape,
+                            const int64_t *strides, Py_ssize_t itemsize) {
+    int64_t storage = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) {
+            storage = 0;
+            break;
+        }
+        if (strides[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "Cannot convert DLPack arrays with negative strides to mlx array.");
+            return NULL;
+        }
+        storage += (shape[i] - 1) * strides[i];
+    }
+    Py_ssize_t shp[MK_MAX_NDIM], bstr[MK_MAX_NDIM];
+    if (ndim > MK_MAX_NDIM) {
+        PyErr_SetString(PyExc_ValueError, "Too many dimensions in array initialization.");
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) shp[i] = (Py_ssize_t)shape[i], bstr[i] = (Py_ssize_t)(strides[i] * itemsize);
+    if (storage > INT32_MAX) /* more than a 1-d storage holds: a dense copy */
+        return from_memory(data, src_dtype, ndim, shp, bstr, itemsize, -1);
+    Py_ssize_t n = (Py_ssize_t)storage;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] > INT32_MAX) /* from_memory's error for the dimension */
+            return from_memory(data, src_dtype, ndim, shp, bstr, itemsize, -1);
+    mk_array *store = from_memory(data, src_dtype, 1, &n, NULL, itemsize, -1);
+    if (!store) return NULL;
+    mk_array *v = mk_as_strided(store, ndim, shape, strides, 0);
+    mk_decref(store);
+    if (!v) return (mk_array *)mkpy_raise();
+    if (mkpy_eval(&v, 1) < 0) {
+        mk_decref(v);
+        return NULL;
+    }
+    return v;
 }
 
 static mk_array *from_buffer(PyObject *obj, int dtype) {

@@ -757,8 +757,27 @@ static PyObject *py_asarray(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     bool no_dtype = !a[1] || a[1] == Py_None;
     int copy = -1;
     if (a[2] && a[2] != Py_None && mkpy_parse_bool(a[2], 0, &copy) < 0) return NULL;
-    if (copy == 0 && PyMkArray_Check(a[0])) {
-        PyErr_SetString(PyExc_ValueError, "Unable to avoid copy while creating an array as requested.");
+    if (copy == 0) {
+        /* Nothing is adopted without a copy: mkpy's arrays own or map their
+         * memory (a Mac's MLX wraps a host buffer only when Metal accepts its
+         * alignment, and raises as here otherwise). */
+        PyObject *o = a[0];
+        int host = !PyMkArray_Check(o) && !PyList_Check(o) && !PyTuple_Check(o) && !mkpy_is_scalar(o) &&
+                   (PyObject_CheckBuffer(o) || PyObject_HasAttrString(o, "__dlpack__") ||
+                    PyObject_HasAttrString(o, "__array_interface__"));
+        if (host && !no_dtype) {
+            mk_array *probe = mkpy_to_array(o, -1);
+            if (!probe) return NULL;
+            mk_dtype src = probe->dtype;
+            mk_decref(probe);
+            if (!PyMkDtype_Check(a[1]) || ((PyMkDtype *)a[1])->dtype != src) {
+                PyErr_SetString(PyExc_ValueError,
+                                "[convert] Cannot convert array to the requested dtype without a copy.");
+                return NULL;
+            }
+        }
+        PyErr_SetString(PyExc_ValueError, host ? "[convert] Cannot import a CPU array without a copy."
+                                               : "Unable to avoid copy while creating an array as requested.");
         return NULL;
     }
     if (PyMkArray_Check(a[0]) && copy != 1 &&
@@ -862,72 +881,95 @@ PyObject *mkpy_array_dlpack_device(PyObject *self, PyObject *unused) {
     return Py_BuildValue("(ii)", DL_CPU, 0);
 }
 
-/* from_dlpack(x, /, *, device=None, copy=None): copies the tensor behind
- * x.__dlpack__() (a CPU tensor) into a new array. */
+/* from_dlpack(x, /, *, device=None, copy=None): a copy of the CPU tensor
+ * behind x.__dlpack__() that keeps its strides (as MLX's import), with MLX's
+ * dtype mapping (float64 -> float32, complex128 -> complex64). When the
+ * producer refuses DLPack (NumPy 1.x has no bool DLPack), its buffer protocol
+ * is read instead, as nanobind's import falls back to it. */
 static PyObject *py_from_dlpack(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "*device", "*copy", NULL};
     PARSE("from_dlpack", 1);
     int copy = -1;
     if (a[2] && a[2] != Py_None && mkpy_parse_bool(a[2], 0, &copy) < 0) return NULL;
-    if (copy == 0) {
-        PyErr_SetString(PyExc_ValueError, "[from_dlpack] copy=False is not supported: mkpy always copies DLPack tensors.");
-        return NULL;
-    }
-    PyObject *cap = PyObject_CallMethod(a[0], "__dlpack__", NULL);
-    if (!cap) return NULL;
-    mk_DLManagedTensor *t = PyCapsule_IsValid(cap, "dltensor") ? PyCapsule_GetPointer(cap, "dltensor") : NULL;
-    if (!t) {
-        Py_DECREF(cap);
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "[from_dlpack] __dlpack__ did not return a DLPack capsule.");
-        return NULL;
-    }
-    mk_DLTensor *d = &t->dl_tensor;
-    PyObject *res = NULL;
-    int dt = -1;
-    for (int k = 0; k < MK_NDTYPES; k++) {
-        mk_DLDataType c;
-        dl_type((mk_dtype)k, &c);
-        if (c.code == d->dtype.code && c.bits == d->dtype.bits && d->dtype.lanes == 1) dt = k;
-    }
-    if (d->device.device_type != DL_CPU) {
-        PyErr_Format(PyExc_ValueError, "[from_dlpack] Only CPU tensors are supported (device type %d).",
-                     (int)d->device.device_type);
-        goto done;
-    }
-    if (dt < 0 || d->ndim < 0 || d->ndim > MK_MAX_NDIM) {
-        PyErr_SetString(PyExc_ValueError, "[from_dlpack] Unsupported DLPack dtype or rank.");
-        goto done;
-    }
-    {
-        int64_t strides[MK_MAX_NDIM], s = 1;
-        for (int k = d->ndim - 1; k >= 0; k--) {
+    Py_buffer view;
+    int have_view = 0;
+    PyObject *res = NULL, *cap = PyObject_CallMethod(a[0], "__dlpack__", NULL);
+    mk_DLManagedTensor *t = NULL;
+    const char *data;
+    int ndim, src = -1;
+    Py_ssize_t isz;
+    int64_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
+    if (!cap) {
+        if (!PyObject_CheckBuffer(a[0])) return NULL;
+        PyErr_Clear();
+        if (PyObject_GetBuffer(a[0], &view, PyBUF_RECORDS_RO) < 0) return NULL;
+        have_view = 1;
+        isz = view.itemsize;
+        src = mkpy_format_dtype(view.format, isz);
+        ndim = view.ndim;
+        data = view.buf;
+        if (src < 0 || ndim > MK_MAX_NDIM) {
+            PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
+            goto done;
+        }
+        for (int k = 0; k < ndim; k++) {
+            shape[k] = view.shape[k];
+            if (view.strides[k] % isz) {
+                PyErr_SetString(PyExc_ValueError, "[from_dlpack] Strides must be whole elements.");
+                goto done;
+            }
+            strides[k] = view.strides[k] / isz;
+        }
+    } else {
+        t = PyCapsule_IsValid(cap, "dltensor") ? PyCapsule_GetPointer(cap, "dltensor") : NULL;
+        if (!t) {
+            Py_DECREF(cap);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "[from_dlpack] __dlpack__ did not return a DLPack capsule.");
+            return NULL;
+        }
+        mk_DLTensor *d = &t->dl_tensor;
+        for (int k = 0; k < MK_NDTYPES; k++) {
+            mk_DLDataType c;
+            dl_type((mk_dtype)k, &c);
+            if (c.code == d->dtype.code && c.bits == d->dtype.bits && d->dtype.lanes == 1) src = k;
+        }
+        if (d->dtype.code == DL_COMPLEX && d->dtype.bits == 128 && d->dtype.lanes == 1) src = 100; /* converted */
+        if (d->device.device_type != DL_CPU) {
+            PyErr_Format(PyExc_ValueError, "[from_dlpack] Only CPU tensors are supported (device type %d).",
+                         (int)d->device.device_type);
+            goto done;
+        }
+        if (src < 0 || d->ndim < 0 || d->ndim > MK_MAX_NDIM) {
+            PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
+            goto done;
+        }
+        ndim = d->ndim;
+        isz = d->dtype.bits / 8;
+        data = (const char *)d->data + d->byte_offset;
+        int64_t s = 1;
+        for (int k = ndim - 1; k >= 0; k--) {
+            shape[k] = d->shape[k];
             strides[k] = d->strides ? d->strides[k] : s;
             s *= d->shape[k];
         }
-        mk_array *out = mk_array_empty((mk_dtype)dt, d->ndim, d->shape);
-        if (!out) {
-            mkpy_raise();
-            goto done;
-        }
-        size_t isz = mk_dtype_size((mk_dtype)dt);
-        const char *src = (const char *)d->data + d->byte_offset;
-        char *dst = mk_data(out);
-        int64_t idx[MK_MAX_NDIM] = {0};
-        for (int64_t i = 0; i < out->size; i++) {
-            int64_t off = 0;
-            for (int k = 0; k < d->ndim; k++) off += idx[k] * strides[k];
-            memcpy(dst + i * isz, src + off * (int64_t)isz, isz);
-            for (int k = d->ndim - 1; k >= 0; k--) {
-                if (++idx[k] < d->shape[k]) break;
-                idx[k] = 0;
-            }
-        }
-        res = mkpy_wrap(out);
+    }
+    if (copy == 0) {
+        /* a Mac's MLX adopts a host buffer only when Metal accepts its
+         * alignment; mkpy adopts none */
+        PyErr_SetString(PyExc_ValueError, "[convert] Cannot import a CPU array without a copy.");
+        goto done;
+    }
+    {
+        mk_array *out = mkpy_from_strided(data, src, ndim, shape, strides, isz);
+        res = out ? mkpy_wrap(out) : NULL;
     }
 done:
-    /* consumed: the producer's memory is released now */
-    if (PyCapsule_SetName(cap, "used_dltensor") == 0 && t->deleter) t->deleter(t);
-    Py_DECREF(cap);
+    if (have_view) PyBuffer_Release(&view);
+    if (cap) {
+        /* consumed: the producer's memory is released now */
+        if (PyCapsule_SetName(cap, "used_dltensor") == 0 && t->deleter) t->deleter(t);
+        Py_DECREF(cap);
+    }
     return res;
 }
 

@@ -502,10 +502,20 @@ MKPY_STREAM_BINDING(py_load)(PyObject *Py_UNUSED(m), PyObject *const *args, Py_s
     const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(data);
     size_t n = (size_t)PyBytes_GET_SIZE(data);
     if (is_npy) {
-        mk_array *a;
+        /* read on eval, as MLX's: the node keeps the bytes (io.h) */
+        mk_array *a = NULL;
+        mk_blob *blob;
+        /* MLX loads on the CPU's default stream unless stream= names one */
+        bool own = mk_stream_override() == MK_STREAM_NONE;
+        mk_stream prev = own ? mk_stream_scope(mk_default_stream(MK_CPU)) : MK_STREAM_NONE;
         Py_BEGIN_ALLOW_THREADS
-        a = mk_npy_read(p, n, NULL);
+        if ((blob = mk_blob_new(n))) {
+            memcpy(blob->data, p, n);
+            a = mk_npy_read_lazy(blob);
+            mk_blob_decref(blob);
+        }
         Py_END_ALLOW_THREADS
+        if (own) mk_stream_scope(prev);
         ret = mkpy_wrap(a);
         goto done;
     }

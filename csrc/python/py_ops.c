@@ -246,6 +246,70 @@ static int collect(PyObject *root, ptr_list *arrays) {
     return rc;
 }
 
+/* async_eval's errors, as MLX's: the work of async_eval runs on its
+ * stream's queue there, so an op that fails raises at the next synchronize
+ * of that stream, not at async_eval. mkpy's async_eval runs the work at once
+ * (with the GIL released, as eval); an error it meets is kept here, one per
+ * stream (the first), and raised by synchronize(stream). The failed nodes
+ * stay unevaluated: using the arrays raises the error again. Under the GIL. */
+#define PENDING_MAX 64
+static struct {
+    mk_stream s;
+    PyObject *type, *value, *tb;
+} pending[PENDING_MAX];
+static int npending;
+
+static bool pending_has(mk_stream s) {
+    for (int i = 0; i < npending; i++)
+        if (pending[i].s == s) return true;
+    return false;
+}
+
+/* Keeps the raised error for the streams of the arrays left unevaluated.
+ * Returns 0 when kept (error cleared), -1 (error still set) otherwise:
+ * interrupts and other BaseExceptions, or no room. */
+static int pending_keep(mk_array *const *arrs, Py_ssize_t n) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    mk_stream ss[PENDING_MAX];
+    int ns = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (mk_is_evaluated(arrs[i])) continue;
+        mk_stream s = arrs[i]->stream;
+        if (s == MK_STREAM_NONE) s = mk_default_stream(mk_default_device());
+        bool seen = pending_has(s);
+        for (int k = 0; k < ns && !seen; k++) seen = ss[k] == s;
+        if (seen) continue;
+        if (npending + ns == PENDING_MAX) return -1;
+        ss[ns++] = s;
+    }
+    if (!ns) return -1;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    for (int k = 0; k < ns; k++) {
+        pending[npending].s = ss[k];
+        pending[npending].type = Py_XNewRef(t);
+        pending[npending].value = Py_XNewRef(v);
+        pending[npending].tb = Py_XNewRef(tb);
+        npending++;
+    }
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    return 0;
+}
+
+/* Raises (and forgets) the error kept for s: -1 when there was one. */
+static int pending_raise(mk_stream s) {
+    for (int i = 0; i < npending; i++) {
+        if (pending[i].s != s) continue;
+        PyErr_Restore(pending[i].type, pending[i].value, pending[i].tb);
+        pending[i] = pending[--npending];
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs, bool async) {
     ptr_list l = {0};
     for (Py_ssize_t i = 0; i < nargs; i++)
@@ -269,7 +333,17 @@ static PyObject *eval_args(PyObject *const *args, Py_ssize_t nargs, bool async) 
             rc = mkpy_eval((mk_array *const *)l.items, (int)l.n);
         }
     } else if (l.n) {
-        rc = mkpy_eval((mk_array *const *)l.items, (int)l.n);
+        /* a stream this thread cannot use raises here (as MLX's async_eval) */
+        for (Py_ssize_t i = 0; async && i < l.n && rc == 0; i++) {
+            mk_array *x = l.items[i];
+            if (!mk_is_evaluated(x) && x->stream != MK_STREAM_NONE && mk_stream_check_usable(x->stream) < 0) {
+                mkpy_raise();
+                rc = -1;
+            }
+        }
+        if (rc == 0 && (rc = mkpy_eval((mk_array *const *)l.items, (int)l.n)) < 0 && async &&
+            pending_keep((mk_array *const *)l.items, l.n) == 0)
+            rc = 0;
     }
     PyMem_Free(l.items);
     if (rc < 0) return NULL;
@@ -288,8 +362,13 @@ static PyObject *py_async_eval(PyObject *m, PyObject *const *args, Py_ssize_t na
 
 static PyObject *py_synchronize(PyObject *m, PyObject *const *args, Py_ssize_t nargs) {
     (void)m;
-    (void)args;
-    (void)nargs;
+    if (nargs > 1) {
+        PyErr_Format(PyExc_TypeError, "synchronize() takes at most 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    mk_stream s;
+    if (mkpy_stream_resolve("synchronize", nargs ? args[0] : Py_None, &s) < 0) return NULL;
+    if (pending_raise(s) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -340,9 +419,11 @@ PyMethodDef mkpy_ops_functions[] = {
     {"eval", FN(py_eval), METH_FASTCALL,
      "eval(*args)\n--\n\nEvaluate arrays, or trees (lists, tuples, dicts) of arrays."},
     {"async_eval", FN(py_async_eval), METH_FASTCALL,
-     "async_eval(*args)\n--\n\nStart evaluating arrays. mkpy evaluates them before returning."},
+     "async_eval(*args)\n--\n\nStart evaluating arrays. mkpy evaluates them before returning; an error "
+     "is raised by the next synchronize() of the arrays' stream."},
     {"synchronize", FN(py_synchronize), METH_FASTCALL,
-     "synchronize(stream=None)\n--\n\nWait for queued work (mkpy's eval is synchronous)."},
+     "synchronize(stream=None)\n--\n\nWait for queued work (mkpy's eval is synchronous) and raise the "
+     "error an async_eval on that stream met."},
     {"_from_bytes", FN(py_from_bytes), METH_FASTCALL, NULL},
     {NULL},
 };

@@ -369,6 +369,26 @@ int mkpy_stream_arg(const char *fname, PyObject *o) {
     return 0;
 }
 
+int mkpy_stream_resolve(const char *fname, PyObject *o, mk_stream *out) {
+    bool bad;
+    int r = resolve(o, fname, out, &bad);
+    if (r == 0) {
+        *out = mk_default_stream(mk_default_device());
+        if (*out == MK_STREAM_NONE) return mkpy_raise(), -1;
+        return 0;
+    }
+    if (r < 0 && bad) {
+        PyObject *tn = mkpy_type_name(o);
+        if (tn)
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): incompatible function arguments: stream must be a Stream, ThreadLocalStream, Device, "
+                         "DeviceType or None (StreamOrDevice), not %U.",
+                         fname, tn);
+        Py_XDECREF(tn);
+    }
+    return r < 0 ? -1 : 0;
+}
+
 int mkpy_stream_is_gpu(PyObject *s, bool *bad) {
     mk_stream st;
     int r = resolve(s, "stream", &st, bad);
