@@ -656,7 +656,9 @@ static const rkern arg_kernels[2][MK_NDTYPES] = {
  * MKPY_NO_F16C=1 keeps for float16 (tests/test_reduce_f16c.py compares
  * them in a child process). Column mode widens CW columns of one row at a
  * time and applies the same steps in the same order: COLB rows into a float
- * row, then into the double accumulators, for float sums. */
+ * row, then into the double accumulators, for float sums. bfloat16 keeps its
+ * own column kernels: GCC vectorises their shift and step in one pass, which
+ * measured 1.1-1.8x faster than widening into a buffer first. */
 #define CW 512 /* col mode: columns widened at a time */
 
 static void widen_f16(const void *src, int64_t ss, float *dst, int64_t n) { mk_f16_to_f32_run(src, ss, dst, n); }
@@ -730,7 +732,8 @@ CSTEP_MINMAX(min)
             rowh_##op##_##h(x + r * xs, st, n, 0, &acc);                                               \
             MK_STORE_##h(&out[r], acc);                                                                \
         }                                                                                              \
-    }                                                                                                  \
+    }
+#define HALF_COL(op, h, S, A)                                                                          \
     MK_SIMD_CLONES static void colh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs,     \
                                                int64_t nr, int64_t pos, void *acc_) {                  \
         if (n < 2 * LANES) {                                                                           \
@@ -768,6 +771,10 @@ HALF_REDUCE(sum, f16, mk_f16, double)
 HALF_REDUCE(prod, f16, mk_f16, float)
 HALF_REDUCE(max, f16, mk_f16, float)
 HALF_REDUCE(min, f16, mk_f16, float)
+HALF_COL(sum, f16, mk_f16, double)
+HALF_COL(prod, f16, mk_f16, float)
+HALF_COL(max, f16, mk_f16, float)
+HALF_COL(min, f16, mk_f16, float)
 HALF_REDUCE(sum, bf16, mk_bf16, double)
 HALF_REDUCE(prod, bf16, mk_bf16, float)
 HALF_REDUCE(max, bf16, mk_bf16, float)
@@ -806,7 +813,8 @@ _Static_assert(sizeof(argmax_acc_f16) == sizeof(argmax_acc_f32) && sizeof(argmin
             arowh_##op##_##h(x + r * xs, st, n, 0, &acc);                                              \
             fin_##op##_f32(&acc, &out[r], 1);                                                          \
         }                                                                                              \
-    }                                                                                                  \
+    }
+#define HALF_ACOL(op, h, S)                                                                            \
     static void acolh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs, int64_t nr,       \
                                  int64_t pos, void *acc_) {                                            \
         if (n < 2 * LANES) {                                                                           \
@@ -827,12 +835,19 @@ HALF_ARG(argmax, f16, mk_f16)
 HALF_ARG(argmin, f16, mk_f16)
 HALF_ARG(argmax, bf16, mk_bf16)
 HALF_ARG(argmin, bf16, mk_bf16)
+HALF_ACOL(argmax, f16, mk_f16)
+HALF_ACOL(argmin, f16, mk_f16)
+/* the column kernels: float16's above, bfloat16's own */
+#define COLK_f16(op) colh_##op##_f16
+#define COLK_bf16(op) col_##op##_bf16
+#define ACOLK_f16(op) acolh_##op##_f16
+#define ACOLK_bf16(op) col_##op##_bf16
 
 /* k with the vector row kernels for a float32 max/min, or the widening
  * kernels above for a float16 (when the CPU has F16C) or bfloat16 sum,
  * prod, max, min, argmax or argmin (the copy lives in *tmp); k itself
  * otherwise. */
-#define HALF_SET(h, ...)                                                                               \
+#define HALF_SET(h)                                                                                    \
     do {                                                                                               \
         const rkern *ks[6] = {&reduce_kernels[MK_REDUCE_SUM][E_##h], &reduce_kernels[MK_REDUCE_PROD][E_##h], \
                               &reduce_kernels[MK_REDUCE_MAX][E_##h], &reduce_kernels[MK_REDUCE_MIN][E_##h], \
@@ -841,8 +856,8 @@ HALF_ARG(argmin, bf16, mk_bf16)
                               arowh_argmin_##h};                                                       \
         const rows_fn rws[6] = {rowsh_sum_##h, rowsh_prod_##h, rowsh_max_##h, rowsh_min_##h,           \
                                 arowsh_argmax_##h, arowsh_argmin_##h};                                 \
-        const col_fn cl[6] = {colh_sum_##h, colh_prod_##h, colh_max_##h, colh_min_##h, acolh_argmax_##h, \
-                              acolh_argmin_##h};                                                       \
+        const col_fn cl[6] = {COLK_##h(sum), COLK_##h(prod), COLK_##h(max), COLK_##h(min),            \
+                              ACOLK_##h(argmax), ACOLK_##h(argmin)};                                   \
         for (int i = 0; i < 6; i++)                                                                    \
             if (k == ks[i]) {                                                                          \
                 *tmp = *k;                                                                             \
