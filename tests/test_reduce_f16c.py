@@ -59,6 +59,31 @@ def compute():
     for op in OPS:
         res["strided_" + op] = np.array(getattr(mx, op)(s, axis=1)).view(np.uint16).tolist()
     res.update(compute_axes(np.float16))
+    res.update(compute_scans())
+    return res
+
+
+def compute_scans():
+    # float16 cumsum/cumprod/cummax/cummin (F16C: runs widened, the running value rounded
+    # by vcvtps2ph) against the software kernels: lines of lanes (leading axes), single
+    # lines (the last axis, reversed too), a last block of one lane, strided input
+    rng = np.random.default_rng(9)
+    res = {}
+    for j, (shape, axis) in enumerate([((300, 70), 0), ((7, 900), 1), ((40, 257), 0), ((3, 20, 33), 1), ((5000,), 0)]):
+        a = (rng.standard_normal(shape) * 2).astype(np.float16)
+        f = a.reshape(-1)
+        f[13] = np.nan
+        f[len(f) // 2] = np.inf
+        f.view(np.uint16)[len(f) // 3] = 0x7D01  # a signalling NaN
+        for v in ("", "T"):
+            m = mx.array(a)
+            if v:
+                m = mx.transpose(mx.array(np.ascontiguousarray(np.swapaxes(a, 0, -1))), list(range(a.ndim))[::-1])
+            for op in ("cumsum", "cumprod", "cummax", "cummin"):
+                for rev in (False, True):
+                    for incl in (True, False):
+                        r = getattr(mx, op)(m, axis=axis, reverse=rev, inclusive=incl)
+                        res["scan%d%s_%s_%s_%s" % (j, v, op, rev, incl)] = bits(r)
     return res
 
 
