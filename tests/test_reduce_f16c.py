@@ -245,13 +245,20 @@ def test_bfloat16_gives_the_float32_kernels_bits():
             assert bits(got) == bits(want), (a.shape, v, axes, op)
 
 
+@pytest.mark.parametrize("dt", [np.float16, np.float32])
 @pytest.mark.parametrize("op", ["sum", "max", "argmax", "argmin"])
-def test_float16_columns_match_numpy(op):
-    a = (np.random.default_rng(3).standard_normal((700, 300)) * 2).astype(np.float16)
+def test_columns_match_numpy(op, dt):
+    # float16 columns (F16C widening), float32 arg columns (vector compares and blends):
+    # ties keep the first row, a nan wins (the first nan), as NumPy
+    a = (np.random.default_rng(3).standard_normal((700, 300)) * 2).astype(np.float16).astype(dt)
+    a[5, 7] = a[600, 7] = np.nan
+    a[650, 8] = np.nan
+    a[:, 9] = 1.0
+    a[[3, 400], 10] = 9.0
     for axes, v in [(0, lambda x: x), (1, lambda x: x.T), (0, lambda x: x[:, ::3])]:
         got = np.array(getattr(mx, op)(v(mx.array(a)), axis=axes))
         want = getattr(np, op)(v(a).astype(np.float64), axis=axes)
         if op == "sum":
             np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=0.5)
         else:
-            assert np.array_equal(got, want)
+            assert np.array_equal(got, want, equal_nan=op == "max")

@@ -814,22 +814,80 @@ _Static_assert(sizeof(argmax_acc_f16) == sizeof(argmax_acc_f32) && sizeof(argmin
             fin_##op##_f32(&acc, &out[r], 1);                                                          \
         }                                                                                              \
     }
+/* Column arg reductions: the (value, index) accumulators of a run of CW
+ * columns are held as two arrays while every row passes, so the step (the
+ * column kernel's: take x when the value is not a nan and x is better or a
+ * nan) runs as vector compares and blends. Used for float16, bfloat16 and
+ * float32 (contiguous columns); the same element wins as in col_arg*. */
+static inline const float *arow_f16(const void *x, int64_t ss, float *buf, int64_t m) {
+    widen_f16(x, ss, buf, m);
+    return buf;
+}
+static inline const float *arow_bf16(const void *x, int64_t ss, float *buf, int64_t m) {
+    widen_bf16(x, ss, buf, m);
+    return buf;
+}
+static inline const float *arow_f32(const void *x, int64_t ss, float *buf, int64_t m) {
+    (void)ss; (void)buf; (void)m;
+    return x; /* used for ss == 1 only */
+}
+#define ASTEP_argmax(a, x) (((a) == (a)) & (((x) > (a)) | ((x) != (x))))
+#define ASTEP_argmin(a, x) (((a) == (a)) & (((a) > (x)) | ((x) != (x))))
 #define HALF_ACOL(op, h, S)                                                                            \
-    static void acolh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs, int64_t nr,       \
-                                 int64_t pos, void *acc_) {                                            \
-        if (n < 2 * LANES) {                                                                           \
+    MK_SIMD_CLONES static void acolh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs,    \
+                                                int64_t nr, int64_t pos, void *acc_) {                 \
+        if (n < 2 * LANES || nr <= 0 || (sizeof(S) == 4 && st != 1)) {                                 \
             col_##op##_##h(x_, st, n, rs, nr, pos, acc_);                                              \
             return;                                                                                    \
         }                                                                                              \
         const S *x = x_;                                                                               \
         op##_acc_f32 *acc = acc_;                                                                      \
-        float buf[CW];                                                                                 \
-        for (int64_t r = 0; r < nr; r++)                                                               \
-            for (int64_t i0 = 0; i0 < n; i0 += CW) {                                                   \
-                int64_t m = n - i0 < CW ? n - i0 : CW;                                                 \
-                widen_##h(x + r * rs + i0 * st, st, buf, m);                                           \
-                col_##op##_f32(buf, 1, m, 0, 1, pos + r, acc + i0);                                    \
+        float buf[CW], v[CW];                                                                          \
+        uint32_t ix[CW];                                                                               \
+        for (int64_t i0 = 0; i0 < n; i0 += CW) {                                                       \
+            int64_t m = n - i0 < CW ? n - i0 : CW, r = 0;                                              \
+            if (!acc[i0].set) { /* a block's accumulators start together, from its first row */       \
+                const float *b = arow_##h(x + i0 * st, st, buf, m);                                    \
+                for (int64_t i = 0; i < m; i++) {                                                      \
+                    v[i] = b[i];                                                                       \
+                    ix[i] = (uint32_t)pos;                                                             \
+                }                                                                                      \
+                r = 1;                                                                                 \
+            } else {                                                                                   \
+                for (int64_t i = 0; i < m; i++) {                                                      \
+                    v[i] = acc[i0 + i].v;                                                              \
+                    ix[i] = acc[i0 + i].i;                                                             \
+                }                                                                                      \
             }                                                                                          \
+            for (; r < nr; r++) {                                                                      \
+                const float *b = arow_##h(x + r * rs + i0 * st, st, buf, m);                           \
+                vri32 vr;                                                                              \
+                for (int k = 0; k < LANES; k++) vr[k] = (int32_t)(uint32_t)(pos + r);                  \
+                int64_t i = 0;                                                                         \
+                for (; i + LANES <= m; i += LANES) {                                                   \
+                    vrf32 va, vb;                                                                      \
+                    vri32 vi;                                                                          \
+                    memcpy(&va, v + i, sizeof va);                                                     \
+                    memcpy(&vb, b + i, sizeof vb);                                                     \
+                    memcpy(&vi, ix + i, sizeof vi);                                                    \
+                    vri32 take = ASTEP_##op(va, vb);                                                   \
+                    va = (vrf32)(((vri32)vb & take) | ((vri32)va & ~take));                            \
+                    vi = (vr & take) | (vi & ~take);                                                   \
+                    memcpy(v + i, &va, sizeof va);                                                     \
+                    memcpy(ix + i, &vi, sizeof vi);                                                    \
+                }                                                                                      \
+                for (; i < m; i++) {                                                                   \
+                    bool take = (!isnan(v[i])) & ABETTER_##op(f32, b[i], v[i]);                        \
+                    v[i] = take ? b[i] : v[i];                                                         \
+                    ix[i] = take ? (uint32_t)(pos + r) : ix[i];                                        \
+                }                                                                                      \
+            }                                                                                          \
+            for (int64_t i = 0; i < m; i++) {                                                          \
+                acc[i0 + i].v = v[i];                                                                  \
+                acc[i0 + i].i = ix[i];                                                                 \
+                acc[i0 + i].set = true;                                                                \
+            }                                                                                          \
+        }                                                                                              \
     }
 HALF_ARG(argmax, f16, mk_f16)
 HALF_ARG(argmin, f16, mk_f16)
@@ -837,11 +895,15 @@ HALF_ARG(argmax, bf16, mk_bf16)
 HALF_ARG(argmin, bf16, mk_bf16)
 HALF_ACOL(argmax, f16, mk_f16)
 HALF_ACOL(argmin, f16, mk_f16)
+HALF_ACOL(argmax, bf16, mk_bf16)
+HALF_ACOL(argmin, bf16, mk_bf16)
+HALF_ACOL(argmax, f32, float)
+HALF_ACOL(argmin, f32, float)
 /* the column kernels: float16's above, bfloat16's own */
 #define COLK_f16(op) colh_##op##_f16
 #define COLK_bf16(op) col_##op##_bf16
 #define ACOLK_f16(op) acolh_##op##_f16
-#define ACOLK_bf16(op) col_##op##_bf16
+#define ACOLK_bf16(op) acolh_##op##_bf16
 
 /* k with the vector row kernels for a float32 max/min, or the widening
  * kernels above for a float16 (when the CPU has F16C) or bfloat16 sum,
@@ -873,6 +935,11 @@ static const rkern *half_kernel(const rkern *k, rkern *tmp) {
         *tmp = *k;
         tmp->row = mx ? vrow_max_f32 : vrow_min_f32;
         tmp->rows = mx ? vrows_max_f32 : vrows_min_f32;
+        return tmp;
+    }
+    if (k == &arg_kernels[0][MK_FLOAT32] || k == &arg_kernels[1][MK_FLOAT32]) {
+        *tmp = *k;
+        tmp->col = k == &arg_kernels[0][MK_FLOAT32] ? acolh_argmax_f32 : acolh_argmin_f32;
         return tmp;
     }
     if (mk_f16c()) HALF_SET(f16);
