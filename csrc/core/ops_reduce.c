@@ -1013,14 +1013,29 @@ static void block_span(const rplan *pl, int64_t b, int64_t *o, int64_t *j0, int6
     }
 }
 
+/* Whether combining with the identity changes no bit, so that empty parts
+ * can be left out: a float sum starts at +0.0 and so is never -0.0; max/min
+ * with their identity are idempotent; a complex product times 1+0i is not
+ * exact (signs of zeros, inf * 0), so it keeps them. */
+static bool skip_empty(const rkern *k) { return k->comb != comb_prod_c64; }
+
+/* the reduced range [r0, r1) of part p */
+static void part_span(const rplan *pl, int64_t p, int64_t *r0, int64_t *r1) {
+    *r0 = pl->R * p / pl->P;
+    *r1 = pl->R * (p + 1) / pl->P;
+    if (pl->col) { /* parts of whole COLB blocks: sums do not depend on the thread count */
+        *r0 -= *r0 % COLB;
+        if (p < pl->P - 1) *r1 -= *r1 % COLB;
+    }
+}
+
 static void reduce_item(const rplan *pl, int64_t item, void *acc) {
     const rkern *k = pl->k;
-    int64_t b = item / pl->P, p = item % pl->P, o, j0, blen;
-    int64_t r0 = pl->R * p / pl->P, r1 = pl->R * (p + 1) / pl->P;
-    if (pl->col) { /* parts of whole COLB blocks: sums do not depend on the thread count */
-        r0 -= r0 % COLB;
-        if (p < pl->P - 1) r1 -= r1 % COLB;
-    }
+    int64_t b = item / pl->P, p = item % pl->P, o, j0, blen, r0, r1;
+    part_span(pl, p, &r0, &r1);
+    /* an empty part after the first (column mode: a part between two COLB
+     * boundaries) would hold the identity, which the combination leaves out */
+    if (p > 0 && r0 >= r1 && skip_empty(k)) return;
     block_span(pl, b, &o, &j0, &blen);
     const char *base = pl->x + (kept_offset(pl, o) + j0 * pl->kst) * (int64_t)pl->isz;
     k->init(acc, blen);
@@ -1161,7 +1176,11 @@ static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool k
             int64_t o, j0, blen;
             block_span(&pl, b, &o, &j0, &blen);
             char *first = pl.partials + b * pl.P * pl.bmax * k->asz;
-            for (int64_t p = 1; p < pl.P; p++) k->comb(first, first + p * pl.bmax * k->asz, blen);
+            for (int64_t p = 1; p < pl.P; p++) {
+                int64_t r0, r1;
+                part_span(&pl, p, &r0, &r1);
+                if (r0 < r1 || !skip_empty(k)) k->comb(first, first + p * pl.bmax * k->asz, blen);
+            }
             k->fin(first, pl.out + (pl.col ? o * pl.K + j0 : o) * (int64_t)pl.osz, blen);
         }
         free(pl.partials);
