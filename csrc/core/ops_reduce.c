@@ -656,9 +656,11 @@ static const rkern arg_kernels[2][MK_NDTYPES] = {
  * MKPY_NO_F16C=1 keeps for float16 (tests/test_reduce_f16c.py compares
  * them in a child process). Column mode widens CW columns of one row at a
  * time and applies the same steps in the same order: COLB rows into a float
- * row, then into the double accumulators, for float sums. bfloat16 keeps its
- * own column kernels: GCC vectorises their shift and step in one pass, which
- * measured 1.1-1.8x faster than widening into a buffer first. */
+ * row, then into the double accumulators, for float sums. bfloat16 sum,
+ * prod, max and min keep their own column kernels: GCC vectorises their
+ * shift and step in one pass, which measured 1.1-1.8x faster than widening
+ * into a buffer first (the arg reductions' column kernel below serves
+ * float16, bfloat16 and float32). */
 #define CW 512 /* col mode: columns widened at a time */
 
 static void widen_f16(const void *src, int64_t ss, float *dst, int64_t n) { mk_f16_to_f32_run(src, ss, dst, n); }
