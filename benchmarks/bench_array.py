@@ -162,6 +162,24 @@ def run(opts):
     case("add bf16 4e6", {"mkpy": lambda: mx.eval(mx.add(b16, b16b)),
                           "mlx": M(lambda: mlx.eval(mlx.add(*bl16))),
                           "numpy": lambda: np.add(h, h2)})
+    # reductions over a leading axis (column mode: F16C / shift widening into the float32
+    # column kernels); NumPy has no bfloat16, so its column is its float16 sum
+    hs = h.reshape(2000, 2000)
+    hsm = mx.array(hs)
+    hsl = mlx.array(hs) if mlx else None
+    case("sum f16 axis=0 2000x2000", {"mkpy": lambda: mx.eval(mx.sum(hsm, axis=0)),
+                                      "numpy": lambda: np.sum(hs, axis=0),
+                                      "mlx": M(lambda: mlx.eval(mlx.sum(hsl, axis=0)))},
+         check=bool(np.allclose(np.array(mx.sum(hsm, axis=0)).astype(np.float64), hs.astype(np.float64).sum(axis=0),
+                                rtol=2e-3, atol=0.5)))
+    bs = mx.array(hs).astype(mx.bfloat16)
+    mx.eval(bs)
+    bsl = mlx.array(hs).astype(mlx.bfloat16) if mlx else None
+    case("sum bf16 axis=0 2000x2000", {"mkpy": lambda: mx.eval(mx.sum(bs, axis=0)),
+                                       "mlx": M(lambda: mlx.eval(mlx.sum(bsl, axis=0))),
+                                       "numpy": lambda: np.sum(hs, axis=0)},
+         check=bool(np.allclose(np.array(mx.sum(bs, axis=0).astype(mx.float32)),
+                                np.array(bs.astype(mx.float32)).astype(np.float64).sum(axis=0), rtol=1e-2, atol=0.5)))
 
     # accumulating scatter: 16M updates into 256 bins
     n = 16_000_000 if not opts.quick else 4_000_000

@@ -393,77 +393,6 @@ typedef int32_t vri32 __attribute__((vector_size(LANES * 4)));
 VROW_MINMAX(max)
 VROW_MINMAX(min)
 
-/* ---- float16 through F16C (half_fast.h): sum, prod, max and min read
- * float16 runs a block of BLOCK at a time, widened with vcvtph2ps, and run
- * the float32 kernel on the block. The float32 kernels have the same lanes,
- * blocks and accumulator types as the float16 ones (float lanes; a double
- * for sums), and widening is exact, so the results are the same bits as the
- * software path (MKPY_NO_F16C=1). Column mode keeps the software loads. */
-#define F32ROW_sum row_sum_f32
-#define F32ROW_prod row_prod_f32
-#define F32ROW_max vrow_max_f32
-#define F32ROW_min vrow_min_f32
-#define F16C_ROW(op, A)                                                                                \
-    static void row16c_##op(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc) {          \
-        const mk_f16 *x = x_;                                                                          \
-        float buf[BLOCK];                                                                              \
-        while (n > 0) {                                                                                \
-            int64_t m = n < BLOCK ? n : BLOCK;                                                         \
-            mk_f16_to_f32_run(x, st, buf, m);                                                          \
-            F32ROW_##op(buf, 1, m, pos, acc);                                                          \
-            x += m * st;                                                                               \
-            n -= m;                                                                                    \
-        }                                                                                              \
-    }                                                                                                  \
-    static void rows16c_##op(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,        \
-                             void *out_) {                                                             \
-        if (n < 2 * LANES) { /* short rows: the software path's own loop */                            \
-            rows_##op##_f16(x_, xs, nrows, st, n, out_);                                               \
-            return;                                                                                    \
-        }                                                                                              \
-        const mk_f16 *x = x_;                                                                          \
-        mk_f16 *out = out_;                                                                            \
-        for (int64_t r = 0; r < nrows; r++) {                                                          \
-            A acc = (A)(INIT_##op(f16));                                                               \
-            row16c_##op(x + r * xs, st, n, 0, &acc);                                                   \
-            MK_STORE_f16(&out[r], acc);                                                                \
-        }                                                                                              \
-    }
-F16C_ROW(sum, double)
-F16C_ROW(prod, float)
-F16C_ROW(max, float)
-F16C_ROW(min, float)
-
-static const row_fn f16c_row[4] = {
-    [MK_REDUCE_SUM] = row16c_sum, [MK_REDUCE_PROD] = row16c_prod, [MK_REDUCE_MAX] = row16c_max,
-    [MK_REDUCE_MIN] = row16c_min};
-static const rows_fn f16c_rows[4] = {
-    [MK_REDUCE_SUM] = rows16c_sum, [MK_REDUCE_PROD] = rows16c_prod, [MK_REDUCE_MAX] = rows16c_max,
-    [MK_REDUCE_MIN] = rows16c_min};
-
-/* k with the vector row kernels for a float32 max/min, or the F16C ones
- * when k is a float16 sum/prod/max/min and the CPU has F16C (the copy
- * lives in *tmp); k itself otherwise. */
-static const rkern *f16c_kernel(const rkern *k, rkern *tmp) {
-    static const int ops[4] = {MK_REDUCE_SUM, MK_REDUCE_PROD, MK_REDUCE_MAX, MK_REDUCE_MIN};
-    if (k == &reduce_kernels[MK_REDUCE_MAX][MK_FLOAT32] || k == &reduce_kernels[MK_REDUCE_MIN][MK_FLOAT32]) {
-        bool mx = k == &reduce_kernels[MK_REDUCE_MAX][MK_FLOAT32];
-        *tmp = *k;
-        tmp->row = mx ? vrow_max_f32 : vrow_min_f32;
-        tmp->rows = mx ? vrows_max_f32 : vrows_min_f32;
-        return tmp;
-    }
-    for (int i = 0; i < 4; i++)
-        if (k == &reduce_kernels[ops[i]][MK_FLOAT16]) {
-            if (!mk_f16c()) return k;
-            *tmp = *k;
-            tmp->row = f16c_row[ops[i]];
-            tmp->rows = f16c_rows[ops[i]];
-            return tmp;
-        }
-    return k;
-}
-
 /* ---- argmax / argmin: (value, index) accumulators. A nan wins and, as
  * with ties, the first one is kept (MLX and NumPy agree). */
 #define ABETTER_argmax(s, x, v) (GT_##s(x, v) | ISNAN_##s(x))
@@ -716,6 +645,310 @@ static const rkern arg_kernels[2][MK_NDTYPES] = {
     {MK_ALL_TYPES_2(AENTRY, argmin, _)},
 };
 
+/* ---- float16 and bfloat16 through the float32 kernels. sum, prod, max,
+ * min, argmax and argmin read half runs a block at a time, widen the block
+ * to float (float16: vcvtph2ps, half_fast.h, when the CPU has F16C;
+ * bfloat16: a 16-bit shift in a loop GCC vectorises) and run the float32
+ * kernel on it. The float32 kernels have the same lanes, blocks and
+ * accumulator types as the half ones (float lanes; a double for sums; a
+ * (float, index) pair for arg reductions) and widening is exact, so the
+ * results are the bits of the per-element kernels above, which
+ * MKPY_NO_F16C=1 keeps for float16 (tests/test_reduce_f16c.py compares
+ * them in a child process). Column mode widens CW columns of one row at a
+ * time and applies the same steps in the same order: COLB rows into a float
+ * row, then into the double accumulators, for float sums. bfloat16 sum,
+ * prod, max and min keep their own column kernels: GCC vectorises their
+ * shift and step in one pass, which measured 1.1-1.8x faster than widening
+ * into a buffer first (the arg reductions' column kernel below serves
+ * float16, bfloat16 and float32). */
+#define CW 512 /* col mode: columns widened at a time */
+
+static void widen_f16(const void *src, int64_t ss, float *dst, int64_t n) { mk_f16_to_f32_run(src, ss, dst, n); }
+static inline void widen_bf16(const void *src_, int64_t ss, float *dst, int64_t n) {
+    const mk_bf16 *src = src_;
+    uint32_t *d = (uint32_t *)dst; /* -fno-strict-aliasing */
+    if (ss == 1)
+        for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i].bits << 16;
+    else
+        for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i * ss].bits << 16;
+}
+
+/* Column steps over m floats: a[i] = STEP(a[i], b[i]); max and min as a
+ * compare and a blend (the same select as STEP_max/STEP_min). */
+static inline void cstep_sum_ff(float *a, const float *b, int64_t m) {
+    for (int64_t i = 0; i < m; i++) a[i] = a[i] + b[i];
+}
+static inline void cstep_sum_df(double *a, const float *b, int64_t m) {
+    for (int64_t i = 0; i < m; i++) a[i] = a[i] + (double)b[i];
+}
+static inline void cstep_prod_ff(float *a, const float *b, int64_t m) {
+    for (int64_t i = 0; i < m; i++) a[i] = a[i] * b[i];
+}
+#define CSTEP_MINMAX(op)                                                                               \
+    static inline void cstep_##op##_ff(float *a, const float *b, int64_t m) {                          \
+        int64_t i = 0;                                                                                 \
+        for (; i + LANES <= m; i += LANES) {                                                           \
+            vrf32 va, vb;                                                                              \
+            memcpy(&va, a + i, sizeof va);                                                             \
+            memcpy(&vb, b + i, sizeof vb);                                                             \
+            vri32 take = VSTEP_##op(va, vb);                                                           \
+            va = (vrf32)(((vri32)vb & take) | ((vri32)va & ~take));                                    \
+            memcpy(a + i, &va, sizeof va);                                                             \
+        }                                                                                              \
+        for (; i < m; i++) a[i] = STEP_##op(f32, a[i], b[i]);                                          \
+    }
+CSTEP_MINMAX(max)
+CSTEP_MINMAX(min)
+/* the steps from the float row into the accumulators (A) */
+#define CSTEP_A_sum cstep_sum_df
+#define CSTEP_A_prod cstep_prod_ff
+#define CSTEP_A_max cstep_max_ff
+#define CSTEP_A_min cstep_min_ff
+
+#define F32ROW_sum row_sum_f32
+#define F32ROW_prod row_prod_f32
+#define F32ROW_max vrow_max_f32
+#define F32ROW_min vrow_min_f32
+#define HALF_REDUCE(op, h, S, A)                                                                       \
+    static void rowh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc) {      \
+        const S *x = x_;                                                                               \
+        float buf[BLOCK];                                                                              \
+        while (n > 0) {                                                                                \
+            int64_t m = n < BLOCK ? n : BLOCK;                                                         \
+            widen_##h(x, st, buf, m);                                                                  \
+            F32ROW_##op(buf, 1, m, pos, acc);                                                          \
+            x += m * st;                                                                               \
+            n -= m;                                                                                    \
+        }                                                                                              \
+    }                                                                                                  \
+    static void rowsh_##op##_##h(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,    \
+                                 void *out_) {                                                         \
+        if (n < 2 * LANES) { /* short rows: the per-element kernel's own loop */                       \
+            rows_##op##_##h(x_, xs, nrows, st, n, out_);                                               \
+            return;                                                                                    \
+        }                                                                                              \
+        const S *x = x_;                                                                               \
+        S *out = out_;                                                                                 \
+        for (int64_t r = 0; r < nrows; r++) {                                                          \
+            A acc = (A)(INIT_##op(h));                                                                 \
+            rowh_##op##_##h(x + r * xs, st, n, 0, &acc);                                               \
+            MK_STORE_##h(&out[r], acc);                                                                \
+        }                                                                                              \
+    }
+#define HALF_COL(op, h, S, A)                                                                          \
+    MK_SIMD_CLONES static void colh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs,     \
+                                               int64_t nr, int64_t pos, void *acc_) {                  \
+        if (n < 2 * LANES) {                                                                           \
+            col_##op##_##h(x_, st, n, rs, nr, pos, acc_);                                              \
+            return;                                                                                    \
+        }                                                                                              \
+        const S *x = x_;                                                                               \
+        A *acc = acc_;                                                                                 \
+        float buf[CW];                                                                                 \
+        if (sizeof(A) != sizeof(float) && st == 1 && n <= CHUNK) {                                     \
+            /* as col_##op##_##h: blocks of COLB rows at multiples of COLB in the reduced range */     \
+            float blk[CHUNK];                                                                          \
+            for (int64_t r0 = 0, r1; r0 < nr; r0 = r1) {                                               \
+                r1 = r0 + COLB - (pos + r0) % COLB;                                                    \
+                if (r1 > nr) r1 = nr;                                                                  \
+                widen_##h(x + r0 * rs, 1, blk, n);                                                     \
+                for (int64_t r = r0 + 1; r < r1; r++)                                                  \
+                    for (int64_t i0 = 0; i0 < n; i0 += CW) {                                           \
+                        int64_t m = n - i0 < CW ? n - i0 : CW;                                         \
+                        widen_##h(x + r * rs + i0, 1, buf, m);                                         \
+                        cstep_##op##_ff(blk + i0, buf, m);                                             \
+                    }                                                                                  \
+                CSTEP_A_##op(acc, blk, n);                                                             \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
+        for (int64_t r = 0; r < nr; r++)                                                               \
+            for (int64_t i0 = 0; i0 < n; i0 += CW) {                                                   \
+                int64_t m = n - i0 < CW ? n - i0 : CW;                                                 \
+                widen_##h(x + r * rs + i0 * st, st, buf, m);                                           \
+                CSTEP_A_##op(acc + i0, buf, m);                                                        \
+            }                                                                                          \
+    }
+HALF_REDUCE(sum, f16, mk_f16, double)
+HALF_REDUCE(prod, f16, mk_f16, float)
+HALF_REDUCE(max, f16, mk_f16, float)
+HALF_REDUCE(min, f16, mk_f16, float)
+HALF_COL(sum, f16, mk_f16, double)
+HALF_COL(prod, f16, mk_f16, float)
+HALF_COL(max, f16, mk_f16, float)
+HALF_COL(min, f16, mk_f16, float)
+HALF_REDUCE(sum, bf16, mk_bf16, double)
+HALF_REDUCE(prod, bf16, mk_bf16, float)
+HALF_REDUCE(max, bf16, mk_bf16, float)
+HALF_REDUCE(min, bf16, mk_bf16, float)
+
+/* argmax/argmin: the float32 row kernel on widened blocks (its accumulator
+ * is the half one's: a float value and an index), and the float32 column
+ * step on widened rows. */
+_Static_assert(sizeof(argmax_acc_f16) == sizeof(argmax_acc_f32) && sizeof(argmin_acc_bf16) == sizeof(argmin_acc_f32),
+               "half and float32 arg accumulators differ");
+#define HALF_ARG(op, h, S)                                                                             \
+    static void arowh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t pos, void *acc_) {    \
+        const S *x = x_;                                                                               \
+        op##_acc_f32 *acc = acc_;                                                                      \
+        float buf[ABLK];                                                                               \
+        while (n > 0 && !(acc->set && isnan(acc->v))) { /* a nan, once found, stays */                 \
+            int64_t m = n < ABLK ? n : ABLK;                                                           \
+            widen_##h(x, st, buf, m);                                                                  \
+            row_##op##_f32(buf, 1, m, pos, acc);                                                       \
+            x += m * st;                                                                               \
+            n -= m;                                                                                    \
+            pos += m;                                                                                  \
+        }                                                                                              \
+    }                                                                                                  \
+    static void arowsh_##op##_##h(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,   \
+                                  void *out_) {                                                        \
+        if (n < 2 * LANES) {                                                                           \
+            rows_##op##_##h(x_, xs, nrows, st, n, out_);                                               \
+            return;                                                                                    \
+        }                                                                                              \
+        const S *x = x_;                                                                               \
+        uint32_t *out = out_;                                                                          \
+        for (int64_t r = 0; r < nrows; r++) {                                                          \
+            op##_acc_f32 acc;                                                                          \
+            init_##op##_f32(&acc, 1);                                                                  \
+            arowh_##op##_##h(x + r * xs, st, n, 0, &acc);                                              \
+            fin_##op##_f32(&acc, &out[r], 1);                                                          \
+        }                                                                                              \
+    }
+/* Column arg reductions: the (value, index) accumulators of a run of CW
+ * columns are held as two arrays while every row passes, so the step (the
+ * column kernel's: take x when the value is not a nan and x is better or a
+ * nan) runs as vector compares and blends. Used for float16, bfloat16 and
+ * float32 (contiguous columns); the same element wins as in col_arg*. */
+static inline const float *arow_f16(const void *x, int64_t ss, float *buf, int64_t m) {
+    widen_f16(x, ss, buf, m);
+    return buf;
+}
+static inline const float *arow_bf16(const void *x, int64_t ss, float *buf, int64_t m) {
+    widen_bf16(x, ss, buf, m);
+    return buf;
+}
+static inline const float *arow_f32(const void *x, int64_t ss, float *buf, int64_t m) {
+    (void)ss; (void)buf; (void)m;
+    return x; /* used for ss == 1 only */
+}
+#define ASTEP_argmax(a, x) (((a) == (a)) & (((x) > (a)) | ((x) != (x))))
+#define ASTEP_argmin(a, x) (((a) == (a)) & (((a) > (x)) | ((x) != (x))))
+#define HALF_ACOL(op, h, S)                                                                            \
+    MK_SIMD_CLONES static void acolh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs,    \
+                                                int64_t nr, int64_t pos, void *acc_) {                 \
+        if (n < 2 * LANES || nr <= 0 || (sizeof(S) == 4 && st != 1)) {                                 \
+            col_##op##_##h(x_, st, n, rs, nr, pos, acc_);                                              \
+            return;                                                                                    \
+        }                                                                                              \
+        const S *x = x_;                                                                               \
+        op##_acc_f32 *acc = acc_;                                                                      \
+        float buf[CW], v[CW];                                                                          \
+        uint32_t ix[CW];                                                                               \
+        for (int64_t i0 = 0; i0 < n; i0 += CW) {                                                       \
+            int64_t m = n - i0 < CW ? n - i0 : CW, r = 0;                                              \
+            if (!acc[i0].set) { /* a block's accumulators start together, from its first row */       \
+                const float *b = arow_##h(x + i0 * st, st, buf, m);                                    \
+                for (int64_t i = 0; i < m; i++) {                                                      \
+                    v[i] = b[i];                                                                       \
+                    ix[i] = (uint32_t)pos;                                                             \
+                }                                                                                      \
+                r = 1;                                                                                 \
+            } else {                                                                                   \
+                for (int64_t i = 0; i < m; i++) {                                                      \
+                    v[i] = acc[i0 + i].v;                                                              \
+                    ix[i] = acc[i0 + i].i;                                                             \
+                }                                                                                      \
+            }                                                                                          \
+            for (; r < nr; r++) {                                                                      \
+                const float *b = arow_##h(x + r * rs + i0 * st, st, buf, m);                           \
+                vri32 vr;                                                                              \
+                for (int k = 0; k < LANES; k++) vr[k] = (int32_t)(uint32_t)(pos + r);                  \
+                int64_t i = 0;                                                                         \
+                for (; i + LANES <= m; i += LANES) {                                                   \
+                    vrf32 va, vb;                                                                      \
+                    vri32 vi;                                                                          \
+                    memcpy(&va, v + i, sizeof va);                                                     \
+                    memcpy(&vb, b + i, sizeof vb);                                                     \
+                    memcpy(&vi, ix + i, sizeof vi);                                                    \
+                    vri32 take = ASTEP_##op(va, vb);                                                   \
+                    va = (vrf32)(((vri32)vb & take) | ((vri32)va & ~take));                            \
+                    vi = (vr & take) | (vi & ~take);                                                   \
+                    memcpy(v + i, &va, sizeof va);                                                     \
+                    memcpy(ix + i, &vi, sizeof vi);                                                    \
+                }                                                                                      \
+                for (; i < m; i++) {                                                                   \
+                    bool take = (!isnan(v[i])) & ABETTER_##op(f32, b[i], v[i]);                        \
+                    v[i] = take ? b[i] : v[i];                                                         \
+                    ix[i] = take ? (uint32_t)(pos + r) : ix[i];                                        \
+                }                                                                                      \
+            }                                                                                          \
+            for (int64_t i = 0; i < m; i++) {                                                          \
+                acc[i0 + i].v = v[i];                                                                  \
+                acc[i0 + i].i = ix[i];                                                                 \
+                acc[i0 + i].set = true;                                                                \
+            }                                                                                          \
+        }                                                                                              \
+    }
+HALF_ARG(argmax, f16, mk_f16)
+HALF_ARG(argmin, f16, mk_f16)
+HALF_ARG(argmax, bf16, mk_bf16)
+HALF_ARG(argmin, bf16, mk_bf16)
+HALF_ACOL(argmax, f16, mk_f16)
+HALF_ACOL(argmin, f16, mk_f16)
+HALF_ACOL(argmax, bf16, mk_bf16)
+HALF_ACOL(argmin, bf16, mk_bf16)
+HALF_ACOL(argmax, f32, float)
+HALF_ACOL(argmin, f32, float)
+/* the column kernels: float16's above, bfloat16's own */
+#define COLK_f16(op) colh_##op##_f16
+#define COLK_bf16(op) col_##op##_bf16
+#define ACOLK_f16(op) acolh_##op##_f16
+#define ACOLK_bf16(op) acolh_##op##_bf16
+
+/* k with the vector row kernels for a float32 max/min, or the widening
+ * kernels above for a float16 (when the CPU has F16C) or bfloat16 sum,
+ * prod, max, min, argmax or argmin (the copy lives in *tmp); k itself
+ * otherwise. */
+#define HALF_SET(h)                                                                                    \
+    do {                                                                                               \
+        const rkern *ks[6] = {&reduce_kernels[MK_REDUCE_SUM][E_##h], &reduce_kernels[MK_REDUCE_PROD][E_##h], \
+                              &reduce_kernels[MK_REDUCE_MAX][E_##h], &reduce_kernels[MK_REDUCE_MIN][E_##h], \
+                              &arg_kernels[0][E_##h], &arg_kernels[1][E_##h]};                        \
+        const row_fn rw[6] = {rowh_sum_##h, rowh_prod_##h, rowh_max_##h, rowh_min_##h, arowh_argmax_##h,  \
+                              arowh_argmin_##h};                                                       \
+        const rows_fn rws[6] = {rowsh_sum_##h, rowsh_prod_##h, rowsh_max_##h, rowsh_min_##h,           \
+                                arowsh_argmax_##h, arowsh_argmin_##h};                                 \
+        const col_fn cl[6] = {COLK_##h(sum), COLK_##h(prod), COLK_##h(max), COLK_##h(min),            \
+                              ACOLK_##h(argmax), ACOLK_##h(argmin)};                                   \
+        for (int i = 0; i < 6; i++)                                                                    \
+            if (k == ks[i]) {                                                                          \
+                *tmp = *k;                                                                             \
+                tmp->row = rw[i];                                                                      \
+                tmp->rows = rws[i];                                                                    \
+                tmp->col = cl[i];                                                                      \
+                return tmp;                                                                            \
+            }                                                                                          \
+    } while (0)
+static const rkern *half_kernel(const rkern *k, rkern *tmp) {
+    if (k == &reduce_kernels[MK_REDUCE_MAX][MK_FLOAT32] || k == &reduce_kernels[MK_REDUCE_MIN][MK_FLOAT32]) {
+        bool mx = k == &reduce_kernels[MK_REDUCE_MAX][MK_FLOAT32];
+        *tmp = *k;
+        tmp->row = mx ? vrow_max_f32 : vrow_min_f32;
+        tmp->rows = mx ? vrows_max_f32 : vrows_min_f32;
+        return tmp;
+    }
+    if (k == &arg_kernels[0][MK_FLOAT32] || k == &arg_kernels[1][MK_FLOAT32]) {
+        *tmp = *k;
+        tmp->col = k == &arg_kernels[0][MK_FLOAT32] ? acolh_argmax_f32 : acolh_argmin_f32;
+        return tmp;
+    }
+    if (mk_f16c()) HALF_SET(f16);
+    HALF_SET(bf16);
+    return k;
+}
+
 /* ============================================================ driver */
 
 typedef struct {
@@ -782,14 +1015,29 @@ static void block_span(const rplan *pl, int64_t b, int64_t *o, int64_t *j0, int6
     }
 }
 
+/* Whether combining with the identity changes no bit, so that empty parts
+ * can be left out: a float sum starts at +0.0 and so is never -0.0; max/min
+ * with their identity are idempotent; a complex product times 1+0i is not
+ * exact (signs of zeros, inf * 0), so it keeps them. */
+static bool skip_empty(const rkern *k) { return k->comb != comb_prod_c64; }
+
+/* the reduced range [r0, r1) of part p */
+static void part_span(const rplan *pl, int64_t p, int64_t *r0, int64_t *r1) {
+    *r0 = pl->R * p / pl->P;
+    *r1 = pl->R * (p + 1) / pl->P;
+    if (pl->col) { /* parts of whole COLB blocks: sums do not depend on the thread count */
+        *r0 -= *r0 % COLB;
+        if (p < pl->P - 1) *r1 -= *r1 % COLB;
+    }
+}
+
 static void reduce_item(const rplan *pl, int64_t item, void *acc) {
     const rkern *k = pl->k;
-    int64_t b = item / pl->P, p = item % pl->P, o, j0, blen;
-    int64_t r0 = pl->R * p / pl->P, r1 = pl->R * (p + 1) / pl->P;
-    if (pl->col) { /* parts of whole COLB blocks: sums do not depend on the thread count */
-        r0 -= r0 % COLB;
-        if (p < pl->P - 1) r1 -= r1 % COLB;
-    }
+    int64_t b = item / pl->P, p = item % pl->P, o, j0, blen, r0, r1;
+    part_span(pl, p, &r0, &r1);
+    /* an empty part after the first (column mode: a part between two COLB
+     * boundaries) would hold the identity, which the combination leaves out */
+    if (p > 0 && r0 >= r1 && skip_empty(k)) return;
     block_span(pl, b, &o, &j0, &blen);
     const char *base = pl->x + (kept_offset(pl, o) + j0 * pl->kst) * (int64_t)pl->isz;
     k->init(acc, blen);
@@ -835,7 +1083,7 @@ static void reduce_job(void *c, int ith, int nth) {
 static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool keep_order, mk_array *out) {
     rplan pl;
     rkern k16;
-    k = f16c_kernel(k, &k16);
+    k = half_kernel(k, &k16);
     memset(&pl, 0, sizeof pl);
     pl.k = k;
     pl.x = mk_data(x);
@@ -930,7 +1178,11 @@ static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool k
             int64_t o, j0, blen;
             block_span(&pl, b, &o, &j0, &blen);
             char *first = pl.partials + b * pl.P * pl.bmax * k->asz;
-            for (int64_t p = 1; p < pl.P; p++) k->comb(first, first + p * pl.bmax * k->asz, blen);
+            for (int64_t p = 1; p < pl.P; p++) {
+                int64_t r0, r1;
+                part_span(&pl, p, &r0, &r1);
+                if (r0 < r1 || !skip_empty(k)) k->comb(first, first + p * pl.bmax * k->asz, blen);
+            }
             k->fin(first, pl.out + (pl.col ? o * pl.K + j0 : o) * (int64_t)pl.osz, blen);
         }
         free(pl.partials);

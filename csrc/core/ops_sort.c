@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "half_fast.h"
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
@@ -938,6 +939,73 @@ MK_BOOL_TYPES_2(SCAN_SAME, prod, BO)
 MK_BOOL_TYPES_2(SCAN_SAME, max, BO)
 MK_BOOL_TYPES_2(SCAN_SAME, min, BO)
 
+/* float16 sum, prod, max and min scans with F16C (issue #15): the steps
+ * of the float16 kernels above on the same floats. The input is widened a
+ * run at a time by mk_f16_to_f32_run (exact; a signalling NaN kept as the
+ * software widening keeps it); the running value is rounded to float16 and
+ * back by vcvtps2ph/vcvtph2ps, which round to nearest even (immediate 0)
+ * and quiet a NaN keeping its high payload bits, as the software rounding
+ * does; lines of lanes keep the running values in float, narrowed into the
+ * output row and widened back (the value the software kernel reads back).
+ * So the results are the software path's bits (MKPY_NO_F16C=1;
+ * tests/test_reduce_f16c.py compares them). */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define SCAN16_RUN 256
+#define SCAN_F16C(op, OPX, INIT)                                                                        \
+    __attribute__((target("avx,f16c"))) static void scan16_##op(const void *in_, void *out_, int64_t n, \
+                                                                int64_t inner, int64_t lanes, bool rev,  \
+                                                                bool incl) {                             \
+        const mk_f16 *x = in_;                                                                         \
+        mk_f16 *o = out_;                                                                              \
+        int64_t step = rev ? -inner : inner;                                                           \
+        int64_t oo = rev ? (n - 1) * inner : 0, xo = oo;                                               \
+        float xb[SCAN16_RUN];                                                                          \
+        if (lanes == 1) {                                                                              \
+            float acc = incl ? MK_LOAD_f16(&x[xo]) : RT_f16(INIT(f16));                                \
+            MK_STORE_f16(&o[oo], acc);                                                                 \
+            if (incl) xo += step;                                                                      \
+            for (int64_t j = 1; j < n;) {                                                              \
+                int64_t m = n - j < SCAN16_RUN ? n - j : SCAN16_RUN;                                   \
+                bool back = step == -1; /* a reversed contiguous line: widen it forwards */            \
+                mk_f16_to_f32_run(back ? x + xo - (m - 1) : x + xo, back ? 1 : step, xb, m);           \
+                for (int64_t k = 0; k < m; k++) {                                                      \
+                    float v = xb[back ? m - 1 - k : k];                                                \
+                    __m128i h = _mm_cvtps_ph(_mm_set_ss(OPX(acc, v, f16)), 0);                         \
+                    oo += step;                                                                        \
+                    o[oo].bits = (uint16_t)_mm_extract_epi16(h, 0);                                    \
+                    acc = _mm_cvtss_f32(_mm_cvtph_ps(h));                                              \
+                }                                                                                      \
+                xo += m * step;                                                                        \
+                j += m;                                                                                \
+            }                                                                                          \
+            return;                                                                                    \
+        }                                                                                              \
+        float acc[SCAN16_RUN] = {0}; /* lanes <= SCAN_LANES */                                         \
+        if (incl)                                                                                      \
+            mk_f16_to_f32_run(x + xo, 1, acc, lanes);                                                  \
+        else                                                                                           \
+            for (int64_t i = 0; i < lanes; i++) acc[i] = INIT(f16);                                    \
+        mk_f32_to_f16_run(acc, o + oo, lanes);                                                         \
+        mk_f16_to_f32_run(o + oo, 1, acc, lanes);                                                      \
+        if (incl) xo += step;                                                                          \
+        for (int64_t j = 1; j < n; j++) {                                                              \
+            mk_f16_to_f32_run(x + xo, 1, xb, lanes);                                                   \
+            for (int64_t i = 0; i < lanes; i++) acc[i] = OPX(acc[i], xb[i], f16);                      \
+            oo += step;                                                                                \
+            mk_f32_to_f16_run(acc, o + oo, lanes);                                                     \
+            mk_f16_to_f32_run(o + oo, 1, acc, lanes);                                                  \
+            xo += step;                                                                                \
+        }                                                                                              \
+    }
+SCAN_F16C(sum, sum_FL, INIT_sum_FL)
+SCAN_F16C(prod, prod_FL, INIT_prod_FL)
+SCAN_F16C(max, max_FL, INIT_max_FL)
+SCAN_F16C(min, min_FL, INIT_min_FL)
+static const scan_fn scan16_table[MK_SCAN_LOGADDEXP] = {scan16_sum, scan16_prod, scan16_max, scan16_min};
+#define HAVE_SCAN16 1
+#endif
+
 #define SENTRY(E, s, S, R, op, u) [E] = scan_##op##_##s,
 #define SROW_ALL(op) {MK_ALL_TYPES_2(SENTRY, op, _)}
 static const scan_fn scan_table[5][MK_NDTYPES] = {
@@ -955,6 +1023,9 @@ typedef struct {
 } scan_params;
 
 #define SCAN_LANES 256
+#ifdef HAVE_SCAN16
+_Static_assert(SCAN_LANES <= SCAN16_RUN, "float16 scan lines hold SCAN_LANES lanes");
+#endif
 
 typedef struct {
     scan_fn fn;
@@ -1001,7 +1072,11 @@ static int scan_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int64_t inner = 1;
     for (int d = ax + 1; d < x->ndim; d++) inner *= x->shape[d];
     int64_t n = x->shape[ax], outer = x->size / (n * inner);
-    scan_job J = {scan_table[sp->op][x->dtype], src, mk_data(o), isz, mk_dtype_size(o->dtype), n, inner,
+    scan_fn fn = scan_table[sp->op][x->dtype];
+#ifdef HAVE_SCAN16
+    if (x->dtype == MK_FLOAT16 && sp->op < MK_SCAN_LOGADDEXP && mk_f16c()) fn = scan16_table[sp->op];
+#endif
+    scan_job J = {fn, src, mk_data(o), isz, mk_dtype_size(o->dtype), n, inner,
                   (inner + SCAN_LANES - 1) / SCAN_LANES, sp->reverse, sp->inclusive};
     int64_t lanes = inner < SCAN_LANES ? inner : SCAN_LANES;
     int64_t grain = MK_GRAIN / (n * lanes);
