@@ -236,7 +236,7 @@ static bool scalar_key(const mk_array *a, uint64_t *key) {
  * and makes one mk_fused node at its root on the group's external inputs. */
 
 enum { FK_NONE, FK_UNARY, FK_BINARY, FK_ASTYPE, FK_BCAST };
-enum { FR_NORMAL, FR_SKIP, FR_ROOT };
+enum { FR_NORMAL, FR_SKIP, FR_ROOT, FR_ALIAS };
 
 typedef struct {
     mk_fused_tape tape;
@@ -247,6 +247,9 @@ typedef struct {
 typedef struct {
     size_t n;
     cmap pos;        /* prim -> index + 1 */
+    cmap canon;      /* traced array -> what it replays to (the replay's merging, in advance) */
+    cmap scalars;    /* scalar key -> first such constant */
+    size_t *rep;     /* the node node k merges into (k itself if none) */
     int *kind;       /* FK_* */
     uint8_t *code;   /* the unary or binary op */
     bool *isout;     /* a graph output */
@@ -308,7 +311,107 @@ static long fp_index(const fplan *f, const mk_array *x) {
     mk_prim *q = atomic_load_explicit(&((mk_array *)x)->prim, memory_order_acquire);
     if (!q || q->noutputs != 1) return -1;
     cm_slot *s = cm_find(&f->pos, q);
-    return s ? (long)(uintptr_t)s->val - 1 : -1;
+    return s ? (long)f->rep[(uintptr_t)s->val - 1] : -1;
+}
+
+/* The identity of x after the replay's merging: a tracer's new array, the
+ * first equal 0-d constant, the output of the node its node merges into.
+ * Returns NULL on error. */
+static const void *fp_cid(fplan *f, mk_array *x) {
+    cm_slot *s = cm_find(&f->canon, x);
+    uint64_t key;
+    if (s) return s->val;
+    if (scalar_key(x, &key)) {
+        const void *kk = (const void *)(uintptr_t)(key | 1);
+        cm_slot *c = cm_find(&f->scalars, kk);
+        mk_array *g = c ? c->val : NULL;
+        if (!g) {
+            if (cm_put(&f->scalars, kk, x) < 0) return NULL;
+            return x;
+        }
+        return g->dtype == x->dtype && !memcmp(mk_data(g), mk_data(x), mk_dtype_size(x->dtype)) ? g : x;
+    }
+    return x;
+}
+
+static uint64_t fp_hash(fplan *f, const mk_prim *p, bool *ok) {
+    uint64_t h = (uintptr_t)p->op;
+    for (int i = 0; i < p->ninputs; i++) {
+        const void *c = fp_cid(f, p->inputs[i]);
+        if (!c) *ok = false;
+        h = mix(h, (uintptr_t)c);
+    }
+    const unsigned char *b = p->params;
+    for (size_t k = 0; b && k < p->op->params_size; k++) h = mix(h, b[k]);
+    for (int j = 0; j < p->noutputs; j++) {
+        h = mix(h, (uint64_t)p->outdesc[j].dtype);
+        for (int d = 0; d < p->outdesc[j].ndim; d++) h = mix(h, (uint64_t)p->outdesc[j].shape[d]);
+    }
+    return h;
+}
+
+/* node_equal on identities */
+static bool fp_equal(fplan *f, const mk_prim *q, const mk_prim *p) {
+    if (q->op != p->op || q->ninputs != p->ninputs || q->noutputs != p->noutputs) return false;
+    for (int i = 0; i < p->ninputs; i++)
+        if (fp_cid(f, q->inputs[i]) != fp_cid(f, p->inputs[i])) return false;
+    size_t ps = p->op->params_size;
+    if ((q->params == NULL) != (p->params == NULL)) return false;
+    if (ps && q->params && memcmp(q->params, p->params, ps)) return false;
+    for (int j = 0; j < p->noutputs; j++) {
+        const mk_outdesc *x = &q->outdesc[j], *y = &p->outdesc[j];
+        if (x->dtype != y->dtype || x->ndim != y->ndim ||
+            (x->ndim && memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape)))
+            return false;
+    }
+    return true;
+}
+
+/* Which nodes the replay will merge (as mk_replay_graph does: pure nodes
+ * with equal op, params, output descriptions and inputs). Returns 0 or -1. */
+static int fp_merges(fplan *f, mk_prim *const *order, size_t n, int nin, mk_array *const *ins, mk_array *const *news) {
+    size_t nb = 16, *buckets;
+    uint64_t *hash = malloc((n ? n : 1) * sizeof *hash);
+    while (nb < 2 * n) nb *= 2;
+    if (!hash || !(buckets = calloc(nb, sizeof *buckets))) {
+        free(hash);
+        mk_nomem();
+        return -1;
+    }
+    int rc = -1;
+    for (int i = 0; i < nin; i++)
+        if (!cm_find(&f->canon, ins[i]) && cm_put(&f->canon, ins[i], news[i]) < 0) goto done;
+    for (size_t k = 0; k < n; k++) {
+        const mk_prim *p = order[k];
+        f->rep[k] = k;
+        if (p->op->pure) {
+            bool ok = true;
+            uint64_t h = fp_hash(f, p, &ok);
+            if (!ok) goto done;
+            size_t b = h & (nb - 1);
+            for (; buckets[b]; b = (b + 1) & (nb - 1)) {
+                size_t o = buckets[b] - 1;
+                if (hash[o] == h && fp_equal(f, order[o], p)) {
+                    f->rep[k] = o;
+                    break;
+                }
+            }
+            if (f->rep[k] == k) {
+                hash[k] = h;
+                buckets[b] = k + 1;
+            }
+        }
+        const mk_prim *r = order[f->rep[k]];
+        for (int j = 0; j < p->noutputs; j++)
+            if (p->outputs[j] && cm_put(&f->canon, p->outputs[j], r->outputs[j] ? r->outputs[j] : p->outputs[j]) < 0)
+                goto done;
+        if (f->rep[k] != k) f->role[k] = FR_ALIAS;
+    }
+    rc = 0;
+done:
+    free(hash);
+    free(buckets);
+    return rc;
 }
 
 /* everything that reads node k is in group g (broadcast readers: theirs too) */
@@ -349,8 +452,10 @@ static int fp_emit(fplan *f, mk_prim *const *order, size_t k, int g, fgroup *gr,
         if (j >= 0 && f->stamp[j] == g) {
             if ((ops[i] = fp_emit(f, order, (size_t)j, g, gr, slot)) < 0) return -1;
         } else {
+            const void *cx = fp_cid(f, x);
             int e = 0;
-            while (e < gr->nin && gr->ext[e] != x) e++;
+            if (!cx) return -1;
+            while (e < gr->nin && fp_cid(f, gr->ext[e]) != cx) e++;
             if (e == gr->nin) {
                 if (gr->nin == MK_FUSED_MAX_IN) return -1;
                 gr->ext[gr->nin++] = x;
@@ -376,6 +481,9 @@ static int fp_emit(fplan *f, mk_prim *const *order, size_t k, int g, fgroup *gr,
 
 static void fp_free(fplan *f) {
     free(f->pos.s);
+    free(f->canon.s);
+    free(f->scalars.s);
+    free(f->rep);
     free(f->kind);
     free(f->code);
     free(f->isout);
@@ -389,7 +497,8 @@ static void fp_free(fplan *f) {
     memset(f, 0, sizeof *f);
 }
 
-static int fp_build(fplan *f, mk_prim *const *order, size_t n, int nout, mk_array *const *outs) {
+static int fp_build(fplan *f, mk_prim *const *order, size_t n, int nout, mk_array *const *outs, int nin,
+                    mk_array *const *ins, mk_array *const *news) {
     memset(f, 0, sizeof *f);
     f->n = n;
     size_t m = n ? n : 1, nedges = 0;
@@ -401,21 +510,23 @@ static int fp_build(fplan *f, mk_prim *const *order, size_t n, int nout, mk_arra
     f->emitted = malloc(m * sizeof *f->emitted);
     f->role = calloc(m, sizeof *f->role);
     f->gid = calloc(m, sizeof *f->gid);
+    f->rep = malloc(m * sizeof *f->rep);
     int *slot = malloc(m * sizeof *slot);
-    if (!f->kind || !f->code || !f->isout || !f->cstart || !f->stamp || !f->emitted || !f->role || !f->gid || !slot)
+    if (!f->rep || !f->kind || !f->code || !f->isout || !f->cstart || !f->stamp || !f->emitted || !f->role || !f->gid || !slot)
         goto nomem;
     for (size_t k = 0; k < n; k++) {
         f->stamp[k] = f->emitted[k] = -1;
         if (cm_put(&f->pos, order[k], (void *)(uintptr_t)(k + 1)) < 0) goto fail;
         f->kind[k] = fuse_kind(order[k], &f->code[k]);
     }
+    if (fp_merges(f, order, n, nin, ins, news) < 0) goto fail;
     for (int i = 0; i < nout; i++) {
         long j = fp_index(f, outs[i]);
         if (j >= 0) f->isout[j] = true;
     }
     /* readers, as counts then lists */
     for (size_t k = 0; k < n; k++)
-        for (int i = 0; i < order[k]->ninputs; i++) {
+        for (int i = 0; f->rep[k] == k && i < order[k]->ninputs; i++) {
             long j = fp_index(f, order[k]->inputs[i]);
             if (j >= 0) f->cstart[j + 1]++, nedges++;
         }
@@ -427,7 +538,7 @@ static int fp_build(fplan *f, mk_prim *const *order, size_t n, int nout, mk_arra
         goto nomem;
     }
     for (size_t k = 0; k < n; k++)
-        for (int i = 0; i < order[k]->ninputs; i++) {
+        for (int i = 0; f->rep[k] == k && i < order[k]->ninputs; i++) {
             long j = fp_index(f, order[k]->inputs[i]);
             if (j >= 0) f->creader[f->cstart[j] + fill[j]++] = k;
         }
@@ -497,7 +608,7 @@ int mk_replay_graph(int nin, mk_array *const *ins, mk_array *const *news, int no
     bool fuse = fuse_enabled() && !mk_tracing();
     for (int i = 0; fuse && i < nin; i++) fuse = same_desc(news[i], ins[i]);
     if (mk_graph_topo(nout, outs, nin, ins, &order, &n) < 0) return -1;
-    if (fuse && fp_build(&plan, order, n, nout, outs) < 0) {
+    if (fuse && fp_build(&plan, order, n, nout, outs, nin, ins, news) < 0) {
         free(order);
         return -1;
     }
@@ -521,6 +632,24 @@ int mk_replay_graph(int nin, mk_array *const *ins, mk_array *const *news, int no
         mk_prim *p = order[k];
         int ni = p->ninputs, no = p->noutputs;
         if (plan.role && plan.role[k] == FR_SKIP) continue;
+        if (plan.role && plan.role[k] == FR_ALIAS) {
+            /* merged: the outputs of the node it merges into (none when
+             * that one is inside a group, which then reads it too) */
+            const mk_prim *r = order[plan.rep[k]];
+            bool inside = plan.role[plan.rep[k]] == FR_SKIP, all = true;
+            for (int j = 0; !inside && j < no; j++)
+                all &= !p->outputs[j] || (r->outputs[j] && cm_find(&map, r->outputs[j]));
+            for (int j = 0; all && !inside && j < no; j++) {
+                if (!p->outputs[j] || cm_find(&map, p->outputs[j])) continue;
+                mk_array *v = cm_find(&map, r->outputs[j])->val;
+                mk_incref(v);
+                if (cm_put(&map, p->outputs[j], v) < 0) {
+                    mk_decref(v);
+                    goto done;
+                }
+            }
+            if (all) continue;
+        }
         if (plan.role && plan.role[k] == FR_ROOT) {
             mk_array *o = p->outputs[0];
             if (!o) continue;
