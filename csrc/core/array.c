@@ -941,7 +941,8 @@ static bool small_prim(const mk_prim *p) {
     const char *nm = p->op->name;
     if (!((nm[0] == 'u' && !strcmp(nm, "unary")) || (nm[0] == 'b' && !strcmp(nm, "binary")) ||
           (nm[0] == 'a' && !strcmp(nm, "astype")) || (nm[0] == 'v' && !strcmp(nm, "view")) ||
-          (nm[0] == 'r' && !strcmp(nm, "reshape")) || (nm[0] == 'c' && !strcmp(nm, "contiguous"))))
+          (nm[0] == 'r' && !strcmp(nm, "reshape")) || (nm[0] == 'c' && !strcmp(nm, "contiguous")) ||
+          (nm[0] == 'c' && !strcmp(nm, "compiled")))) /* compile's fused element-wise op (ops_fused.c) */
         return false;
     for (int k = 0; k < p->ninputs; k++)
         if (p->inputs[k]->size > 4096) return false;

@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "compile.h"
@@ -28,7 +29,10 @@ typedef struct {
     int64_t strides[FUSE_NARR][MK_MAX_NDIM];
     char *base[FUSE_NARR];
     size_t esz[FUSE_NARR];
+    atomic_int nomem; /* a range could not get its scratch */
 } fuse_ctx;
+
+#define FUSE_STACK_SCRATCH (4 * FUSE_CHUNK * 16)
 
 /* Runs the tape over one row segment: element offsets off[], strides st[]. */
 static void fuse_row(const fuse_ctx *c, char *scratch, const int64_t *off, const int64_t *st, int64_t n) {
@@ -74,10 +78,15 @@ static void fuse_row(const fuse_ctx *c, char *scratch, const int64_t *off, const
 }
 
 static void fuse_range(void *v, int64_t begin, int64_t end) {
-    const fuse_ctx *c = v;
+    fuse_ctx *c = v;
     if (begin >= end) return;
-    char *scratch = malloc((size_t)c->t->nsteps * FUSE_CHUNK * 16);
-    if (!scratch) return; /* checked by the caller's allocation up front (see fused_eval) */
+    size_t need = (size_t)c->t->nsteps * FUSE_CHUNK * 16;
+    _Alignas(16) char local[FUSE_STACK_SCRATCH];
+    char *scratch = need <= sizeof local ? local : malloc(need);
+    if (!scratch) {
+        atomic_store(&c->nomem, 1);
+        return;
+    }
     const int nd = c->nd, na = c->narr;
     const int64_t inner = c->shape[nd - 1];
     int64_t idx[MK_MAX_NDIM], off[FUSE_NARR] = {0}, ist[FUSE_NARR];
@@ -103,7 +112,7 @@ static void fuse_range(void *v, int64_t begin, int64_t end) {
             for (int a = 0; a < na; a++) off[a] += c->strides[a][d - 1];
         }
     }
-    free(scratch);
+    if (scratch != local) free(scratch);
 }
 
 static int fused_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
@@ -111,16 +120,8 @@ static int fused_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     mk_array *o = out[0];
     if (mk_alloc_out(o) < 0) return -1;
     if (o->size == 0) return 0;
-    fuse_ctx *c = malloc(sizeof *c);
-    /* the scratch of each range is malloc'd there; a failure there cannot be
-     * reported, so one block of that size is tried here first */
-    void *probe = c ? malloc((size_t)t->nsteps * FUSE_CHUNK * 16) : NULL;
-    if (!probe) {
-        free(c);
-        mk_nomem();
-        return -1;
-    }
-    free(probe);
+    fuse_ctx cx, *c = &cx;
+    atomic_init(&c->nomem, 0);
     c->t = t;
     c->narr = t->nin + 1;
     int64_t st[FUSE_NARR][MK_MAX_NDIM];
@@ -156,7 +157,10 @@ static int fused_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
     c->nd = nd;
     mk_parallel_for(o->size, MK_GRAIN, fuse_range, c);
-    free(c);
+    if (atomic_load(&c->nomem)) {
+        mk_nomem();
+        return -1;
+    }
     return 0;
 }
 
