@@ -300,3 +300,20 @@ def test_merged_nodes_inside_and_outside_groups():
 
     got, names = compare(outside, x)
     assert names == ["CompiledMultiplyAdd"]
+
+
+def test_env_switch_turns_fusion_off():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import io, mkpy as mx\n"
+        "o = mx.compile(lambda x: mx.exp(x) * 2 + 1)(mx.array([1.0]))\n"
+        "b = io.StringIO(); mx.export_to_dot(b, o); print('Compiled' in b.getvalue())\n"
+    )
+    env = dict(os.environ, MKPY_COMPILE_FUSE="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr
