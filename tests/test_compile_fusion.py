@@ -317,3 +317,14 @@ def test_env_switch_turns_fusion_off():
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_where_fuses_as_select_bits():
+    x = mx.random.normal((17, 9))
+    y = mx.random.normal((9,)).astype(mx.float16)
+
+    def fun(x, y):
+        return mx.where(x > 0, mx.exp(x), y * 2) - 1
+
+    got, names = compare(fun, x, y)
+    assert names and "Select" in names[0]

@@ -226,7 +226,7 @@ static bool scalar_key(const mk_array *a, uint64_t *key) {
 
 /* Element-wise fusion (MLX's compile_fuse), planned on the traced graph and
  * applied while replaying outside transformations. Groups grow from a root
- * (a unary, binary or astype node, visited from the last node back) towards
+ * (a unary, binary, astype or where node, visited from the last node back) towards
  * its inputs: a node joins when it is fusible, at most MK_FUSED_MAX_DEPTH
  * steps from the root, not a graph output, and every node that reads it is
  * in the group (a broadcast reading it counting only if everything that
@@ -235,7 +235,7 @@ static bool scalar_key(const mk_array *a, uint64_t *key) {
  * group of one node stays unfused. The replay skips the nodes inside a group
  * and makes one mk_fused node at its root on the group's external inputs. */
 
-enum { FK_NONE, FK_UNARY, FK_BINARY, FK_ASTYPE, FK_BCAST };
+enum { FK_NONE, FK_UNARY, FK_BINARY, FK_ASTYPE, FK_BCAST, FK_SELECT };
 enum { FR_NORMAL, FR_SKIP, FR_ROOT, FR_ALIAS };
 
 typedef struct {
@@ -285,6 +285,7 @@ static int fuse_kind(const mk_prim *p, uint8_t *code) {
         return FK_BINARY;
     }
     if (mk_xp_astype(p)) return FK_ASTYPE;
+    if (mk_xp_where(p)) return FK_SELECT;
     int map[MK_MAX_NDIM];
     int64_t mult[MK_MAX_NDIM], start[MK_MAX_NDIM];
     if (mk_xp_view(p, map, mult, start)) {
@@ -445,8 +446,8 @@ static void fp_visit(fplan *f, mk_prim *const *order, size_t k, int depth, int g
 static int fp_emit(fplan *f, mk_prim *const *order, size_t k, int g, fgroup *gr, int *slot) {
     if (f->emitted[k] == g) return slot[k];
     const mk_prim *p = order[k];
-    int ops[2] = {0, 0};
-    for (int i = 0; i < p->ninputs && i < 2; i++) {
+    int ops[3] = {0, 0, 0};
+    for (int i = 0; i < p->ninputs && i < 3; i++) {
         mk_array *x = p->inputs[i];
         long j = fp_index(f, x);
         if (j >= 0 && f->stamp[j] == g) {
@@ -469,12 +470,14 @@ static int fp_emit(fplan *f, mk_prim *const *order, size_t k, int g, fgroup *gr,
     q->kind = (uint8_t)(f->kind[k] == FK_UNARY    ? MK_FSTEP_UNARY
                         : f->kind[k] == FK_BINARY ? MK_FSTEP_BINARY
                         : f->kind[k] == FK_ASTYPE ? MK_FSTEP_ASTYPE
+                        : f->kind[k] == FK_SELECT ? MK_FSTEP_SELECT
                                                   : MK_FSTEP_BCAST);
     q->op = f->code[k];
     q->tin = (uint8_t)p->inputs[0]->dtype;
     q->tout = (uint8_t)p->outdesc[0].dtype;
     q->a = (int16_t)ops[0];
     q->b = (int16_t)(p->ninputs > 1 ? ops[1] : 0);
+    q->c = (int16_t)(p->ninputs > 2 ? ops[2] : 0);
     f->emitted[k] = g;
     return slot[k] = MK_FUSED_MAX_IN + s; /* steps, renumbered as well */
 }
@@ -562,8 +565,9 @@ static int fp_build(fplan *f, mk_prim *const *order, size_t n, int nout, mk_arra
         gr->tape.nin = gr->nin;
         for (int s = 0; s < gr->tape.nsteps; s++) {
             mk_fused_step *q = &gr->tape.steps[s];
-            int16_t *v[2] = {&q->a, &q->b};
-            for (int i = 0; i < (q->kind == MK_FSTEP_BINARY ? 2 : 1); i++)
+            int16_t *v[3] = {&q->a, &q->b, &q->c};
+            int nops = q->kind == MK_FSTEP_SELECT ? 3 : q->kind == MK_FSTEP_BINARY ? 2 : 1;
+            for (int i = 0; i < nops; i++)
                 *v[i] = (int16_t)(*v[i] < 0 ? -1 - *v[i] : gr->nin + *v[i] - MK_FUSED_MAX_IN);
         }
         /* roles: the root, the nodes only the group reads */

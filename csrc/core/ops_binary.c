@@ -657,3 +657,10 @@ void mk_binary_row(mk_binary_op op, mk_dtype in, mk_dtype out, const void *a, in
     }
     specs[op].fn[in](a, as, b, bs, o, n);
 }
+
+void mk_where_row(size_t sz, const bool *c, int64_t cs, const void *x, int64_t xs, const void *y, int64_t ys,
+                  void *o, int64_t n) {
+    where_ctx w = {c, x, y, o, sz};
+    const int64_t off[4] = {0, 0, 0, 0}, st[4] = {1, cs, xs, ys};
+    where_rows(&w, off, st, n);
+}

@@ -54,9 +54,14 @@ static void fuse_row(const fuse_ctx *c, char *scratch, const int64_t *off, const
         p = sp[(v) - t->nin];                                                                          \
         str = ss[(v) - t->nin];                                                                        \
     }
+            const void *pc = NULL;
+            int64_t sc = 0;
             OPERAND(q->a, pa, sa)
-            if (q->kind == MK_FSTEP_BINARY) {
+            if (q->kind == MK_FSTEP_BINARY || q->kind == MK_FSTEP_SELECT) {
                 OPERAND(q->b, pb, sb)
+            }
+            if (q->kind == MK_FSTEP_SELECT) {
+                OPERAND(q->c, pc, sc)
             }
 #undef OPERAND
             if (q->kind == MK_FSTEP_BCAST) {
@@ -69,6 +74,7 @@ static void fuse_row(const fuse_ctx *c, char *scratch, const int64_t *off, const
             switch (q->kind) {
             case MK_FSTEP_UNARY: mk_unary_row(q->op, q->tin, q->tout, pa, sa, o, m); break;
             case MK_FSTEP_ASTYPE: mk_astype_row(q->tin, q->tout, pa, sa, o, m); break;
+            case MK_FSTEP_SELECT: mk_where_row(mk_dtype_size(q->tout), pa, sa, pb, sb, pc, sc, o, m); break;
             default: mk_binary_row(q->op, q->tin, q->tout, pa, sa, pb, sb, o, m); break;
             }
             sp[s] = o;
@@ -174,6 +180,7 @@ static void fused_name(const mk_prim *p, char *buf, size_t n) {
         case MK_FSTEP_UNARY: mk_camel_name(mk_unary_names[q->op], nm, sizeof nm); break;
         case MK_FSTEP_BINARY: mk_camel_name(mk_binary_names[q->op], nm, sizeof nm); break;
         case MK_FSTEP_ASTYPE: snprintf(nm, sizeof nm, "AsType"); break;
+        case MK_FSTEP_SELECT: snprintf(nm, sizeof nm, "Select"); break;
         default: snprintf(nm, sizeof nm, "Broadcast"); break;
         }
         k += (size_t)snprintf(buf + k, n - k, "%s", nm);

@@ -1,5 +1,5 @@
 /* Element-wise fusion for mx.compile (core/ops_fused.c): one primitive that
- * runs a small tape of unary, binary, astype and broadcast steps over the
+ * runs a small tape of unary, binary, astype, where (Select) and broadcast steps over the
  * output element by element, with the kernels the unfused ops use. MLX's
  * name for it is "Compiled" followed by the names of its steps. */
 #ifndef MK_OPS_FUSED_H
@@ -13,14 +13,14 @@
 #define MK_FUSED_MAX_STEPS 64 /* steps of one tape */
 #define MK_FUSED_MAX_DEPTH 11 /* MLX's max_compile_depth */
 
-enum { MK_FSTEP_UNARY, MK_FSTEP_BINARY, MK_FSTEP_ASTYPE, MK_FSTEP_BCAST };
+enum { MK_FSTEP_UNARY, MK_FSTEP_BINARY, MK_FSTEP_ASTYPE, MK_FSTEP_BCAST, MK_FSTEP_SELECT };
 
-/* One step: operand v < nin is external input v, else the result of step
+/* One step: operands a, b (binary; select: condition a, then b or c); v < nin is external input v, else the result of step
  * v - nin. A broadcast step passes its operand on (every external input is
  * read broadcast to the output's shape); it is kept for the name. */
 typedef struct {
     uint8_t kind, op, tin, tout; /* kind, unary/binary op, input and output dtypes */
-    int16_t a, b;
+    int16_t a, b, c;
 } mk_fused_step;
 
 /* Plain bytes (zero the unused part), so equal tapes compare equal. */
@@ -40,5 +40,8 @@ void mk_unary_row(mk_unary_op op, mk_dtype in, mk_dtype out, const void *x, int6
 void mk_astype_row(mk_dtype in, mk_dtype out, const void *x, int64_t xs, void *o, int64_t n);
 void mk_binary_row(mk_binary_op op, mk_dtype in, mk_dtype out, const void *a, int64_t as, const void *b, int64_t bs,
                    void *o, int64_t n);
+/* where's selection on one row: out[i] = c[i * cs] ? x[i * xs] : y[i * ys] (elements of sz bytes) */
+void mk_where_row(size_t sz, const bool *c, int64_t cs, const void *x, int64_t xs, const void *y, int64_t ys,
+                  void *o, int64_t n);
 
 #endif
