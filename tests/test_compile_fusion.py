@@ -328,3 +328,22 @@ def test_where_fuses_as_select_bits():
 
     got, names = compare(fun, x, y)
     assert names and "Select" in names[0]
+
+
+def test_metal_kernel_between_fused_groups():
+    source = """
+        uint i = thread_position_in_grid.x;
+        out[i] = inp[i] * inp[i];
+    """
+    k = mx.fast.metal_kernel(name="fusion_sq", input_names=["inp"], output_names=["out"], source=source)
+
+    def fun(x):
+        (y,) = k(inputs=[mx.exp(x) * 0.5 + 1], grid=(x.size, 1, 1), threadgroup=(4, 1, 1),
+                 output_shapes=[x.shape], output_dtypes=[mx.float32])
+        return mx.sqrt(y) * 2 - x
+
+    x = mx.array([0.5, -1.0, 2.0, 0.0])
+    got, names = compare(fun, x)
+    assert sorted(names) == ["CompiledExpMultiplyAdd", "CompiledSqrtMultiplySubtract"]
+    want = np.sqrt((np.exp(np.array(x)) * 0.5 + 1) ** 2) * 2 - np.array(x)
+    np.testing.assert_allclose(np.array(got[0]), want, rtol=1e-6)
