@@ -98,6 +98,34 @@ def run(opts):
                         ratio=time_ratio(best["mkpy"], best["numpy"]), target=MATMUL, check=ok,
                         note="" if ok else "RESULT DIFFERS FROM NUMPY"))
 
+    # a compiled 5-op element-wise chain (fused into one node, "Element-wise
+    # fusion in compile" in docs/design.md) against the same chain op by op
+    # and NumPy's
+    progress("compiled chain")
+    cn = 4_000_000
+    xn = rng.standard_normal((2000, 2000), dtype=np.float32)
+    yn = rng.standard_normal((2000, 2000), dtype=np.float32)
+    xm, ym = mx.array(xn), mx.array(yn)
+    mx.eval(xm, ym)
+
+    def chain(x, y):
+        return mx.tanh(x * y + 1.0) * x - y
+
+    cchain = mx.compile(chain)
+    want = np.tanh(xn * yn + np.float32(1.0)) * xn - yn
+    ok = _check(np.array(cchain(xm, ym)), want, 1e-5) and bool(mx.array_equal(cchain(xm, ym), chain(xm, ym)))
+    best = compare({"compiled": lambda: mx.eval(cchain(xm, ym)), "eager": lambda: mx.eval(chain(xm, ym)),
+                    "numpy": lambda: np.tanh(xn * yn + np.float32(1.0)) * xn - yn},
+                   max_reps=9, budget_s=budget * 2)
+    rows.append(row(SECTION, "compiled 5-op chain f32 %s" % size_label(cn), value=best["compiled"],
+                    value_text=fmt_time(best["compiled"]) if opts.abs_times else "",
+                    ref_name="numpy", ref_value=best["numpy"],
+                    ref_text=fmt_time(best["numpy"]) if opts.abs_times else "",
+                    ratio=time_ratio(best["compiled"], best["numpy"]), check=ok,
+                    note=("%.2fx the same chain uncompiled" % time_ratio(best["compiled"], best["eager"]))
+                    + ("" if ok else "; RESULT DIFFERS"),
+                    extra={"eager_s": best["eager"]}))
+
     # fixed cost: one op + eval on 16 elements
     progress("tiny op")
     an = np.arange(16, dtype=np.float32)

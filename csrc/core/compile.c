@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "iter.h"
+#include "ops_fused.h"
 
 /* ------------------------------------------------------------ pointer map */
 
@@ -219,6 +221,382 @@ static bool scalar_key(const mk_array *a, uint64_t *key) {
     return true;
 }
 
+
+/* ------------------------------------------------------------ fusion plan */
+
+/* Element-wise fusion (MLX's compile_fuse), planned on the traced graph and
+ * applied while replaying outside transformations. Groups grow from a root
+ * (a unary, binary, astype or where node, visited from the last node back) towards
+ * its inputs: a node joins when it is fusible, at most MK_FUSED_MAX_DEPTH
+ * steps from the root, not a graph output, and every node that reads it is
+ * in the group (a broadcast reading it counting only if everything that
+ * reads the broadcast is). A broadcast view joins whatever reads it (MLX's
+ * shared broadcasts: it is then also replayed for its other readers). A
+ * group of one node stays unfused. The replay skips the nodes inside a group
+ * and makes one mk_fused node at its root on the group's external inputs. */
+
+enum { FK_NONE, FK_UNARY, FK_BINARY, FK_ASTYPE, FK_BCAST, FK_SELECT };
+enum { FR_NORMAL, FR_SKIP, FR_ROOT, FR_ALIAS };
+
+typedef struct {
+    mk_fused_tape tape;
+    int nin;
+    mk_array *ext[MK_FUSED_MAX_IN]; /* traced arrays (borrowed) */
+} fgroup;
+
+typedef struct {
+    size_t n;
+    cmap pos;        /* prim -> index + 1 */
+    cmap canon;      /* traced array -> what it replays to (the replay's merging, in advance) */
+    cmap scalars;    /* scalar key -> first such constant */
+    size_t *rep;     /* the node node k merges into (k itself if none) */
+    int *kind;       /* FK_* */
+    uint8_t *code;   /* the unary or binary op */
+    bool *isout;     /* a graph output */
+    size_t *cstart;  /* readers of node k: creader[cstart[k] .. cstart[k + 1]) */
+    size_t *creader;
+    int *stamp, *emitted;
+    int *role;       /* FR_* */
+    int *gid;        /* the group of a root */
+    fgroup *groups;
+    int ngroups;
+} fplan;
+
+static bool fuse_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("MKPY_COMPILE_FUSE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
+static int fuse_kind(const mk_prim *p, uint8_t *code) {
+    mk_unary_op u;
+    mk_binary_op b;
+    if (p->noutputs != 1) return FK_NONE;
+    if (mk_xp_unary(p, &u)) {
+        if (u == MK_UNARY_stop_gradient) return FK_NONE;
+        *code = (uint8_t)u;
+        return FK_UNARY;
+    }
+    if (mk_xp_binary(p, &b)) {
+        *code = (uint8_t)b;
+        return FK_BINARY;
+    }
+    if (mk_xp_astype(p)) return FK_ASTYPE;
+    if (mk_xp_where(p)) return FK_SELECT;
+    int map[MK_MAX_NDIM];
+    int64_t mult[MK_MAX_NDIM], start[MK_MAX_NDIM];
+    if (mk_xp_view(p, map, mult, start)) {
+        /* a view that only broadcasts (numpy's rules): MLX's Broadcast */
+        const mk_array *x = p->inputs[0];
+        const mk_outdesc *od = &p->outdesc[0];
+        int lead = od->ndim - x->ndim;
+        char nm[32];
+        mk_prim_mlx_name(p, nm, sizeof nm);
+        if (lead < 0 || strcmp(nm, "Broadcast")) return FK_NONE;
+        for (int d = 0; d < x->ndim; d++)
+            if (start[d]) return FK_NONE;
+        for (int k = 0; k < od->ndim; k++) {
+            if (mult[k] != 1) return FK_NONE;
+            if (k < lead ? map[k] >= 0 : !(map[k] == k - lead || (map[k] < 0 && x->shape[k - lead] == 1)))
+                return FK_NONE;
+        }
+        return FK_BCAST;
+    }
+    return FK_NONE;
+}
+
+static long fp_index(const fplan *f, const mk_array *x) {
+    mk_prim *q = atomic_load_explicit(&((mk_array *)x)->prim, memory_order_acquire);
+    if (!q || q->noutputs != 1) return -1;
+    cm_slot *s = cm_find(&f->pos, q);
+    return s ? (long)f->rep[(uintptr_t)s->val - 1] : -1;
+}
+
+/* The identity of x after the replay's merging: a tracer's new array, the
+ * first equal 0-d constant, the output of the node its node merges into.
+ * Returns NULL on error. */
+static const void *fp_cid(fplan *f, mk_array *x) {
+    cm_slot *s = cm_find(&f->canon, x);
+    uint64_t key;
+    if (s) return s->val;
+    if (scalar_key(x, &key)) {
+        const void *kk = (const void *)(uintptr_t)(key | 1);
+        cm_slot *c = cm_find(&f->scalars, kk);
+        mk_array *g = c ? c->val : NULL;
+        if (!g) {
+            if (cm_put(&f->scalars, kk, x) < 0) return NULL;
+            return x;
+        }
+        return g->dtype == x->dtype && !memcmp(mk_data(g), mk_data(x), mk_dtype_size(x->dtype)) ? g : x;
+    }
+    return x;
+}
+
+static uint64_t fp_hash(fplan *f, const mk_prim *p, bool *ok) {
+    uint64_t h = (uintptr_t)p->op;
+    for (int i = 0; i < p->ninputs; i++) {
+        const void *c = fp_cid(f, p->inputs[i]);
+        if (!c) *ok = false;
+        h = mix(h, (uintptr_t)c);
+    }
+    const unsigned char *b = p->params;
+    for (size_t k = 0; b && k < p->op->params_size; k++) h = mix(h, b[k]);
+    for (int j = 0; j < p->noutputs; j++) {
+        h = mix(h, (uint64_t)p->outdesc[j].dtype);
+        for (int d = 0; d < p->outdesc[j].ndim; d++) h = mix(h, (uint64_t)p->outdesc[j].shape[d]);
+    }
+    return h;
+}
+
+/* node_equal on identities */
+static bool fp_equal(fplan *f, const mk_prim *q, const mk_prim *p) {
+    if (q->op != p->op || q->ninputs != p->ninputs || q->noutputs != p->noutputs) return false;
+    for (int i = 0; i < p->ninputs; i++)
+        if (fp_cid(f, q->inputs[i]) != fp_cid(f, p->inputs[i])) return false;
+    size_t ps = p->op->params_size;
+    if ((q->params == NULL) != (p->params == NULL)) return false;
+    if (ps && q->params && memcmp(q->params, p->params, ps)) return false;
+    for (int j = 0; j < p->noutputs; j++) {
+        const mk_outdesc *x = &q->outdesc[j], *y = &p->outdesc[j];
+        if (x->dtype != y->dtype || x->ndim != y->ndim ||
+            (x->ndim && memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape)))
+            return false;
+    }
+    return true;
+}
+
+/* Which nodes the replay will merge (as mk_replay_graph does: pure nodes
+ * with equal op, params, output descriptions and inputs). Returns 0 or -1. */
+static int fp_merges(fplan *f, mk_prim *const *order, size_t n, int nin, mk_array *const *ins, mk_array *const *news) {
+    size_t nb = 16, *buckets;
+    uint64_t *hash = malloc((n ? n : 1) * sizeof *hash);
+    while (nb < 2 * n) nb *= 2;
+    if (!hash || !(buckets = calloc(nb, sizeof *buckets))) {
+        free(hash);
+        mk_nomem();
+        return -1;
+    }
+    int rc = -1;
+    for (int i = 0; i < nin; i++)
+        if (!cm_find(&f->canon, ins[i]) && cm_put(&f->canon, ins[i], news[i]) < 0) goto done;
+    for (size_t k = 0; k < n; k++) {
+        const mk_prim *p = order[k];
+        f->rep[k] = k;
+        if (p->op->pure) {
+            bool ok = true;
+            uint64_t h = fp_hash(f, p, &ok);
+            if (!ok) goto done;
+            size_t b = h & (nb - 1);
+            for (; buckets[b]; b = (b + 1) & (nb - 1)) {
+                size_t o = buckets[b] - 1;
+                if (hash[o] == h && fp_equal(f, order[o], p)) {
+                    f->rep[k] = o;
+                    break;
+                }
+            }
+            if (f->rep[k] == k) {
+                hash[k] = h;
+                buckets[b] = k + 1;
+            }
+        }
+        const mk_prim *r = order[f->rep[k]];
+        for (int j = 0; j < p->noutputs; j++)
+            if (p->outputs[j] && cm_put(&f->canon, p->outputs[j], r->outputs[j] ? r->outputs[j] : p->outputs[j]) < 0)
+                goto done;
+        if (f->rep[k] != k) f->role[k] = FR_ALIAS;
+    }
+    rc = 0;
+done:
+    free(hash);
+    free(buckets);
+    return rc;
+}
+
+/* everything that reads node k is in group g (broadcast readers: theirs too) */
+static bool fp_all_in(const fplan *f, size_t k, int g) {
+    if (f->isout[k]) return false;
+    for (size_t r = f->cstart[k]; r < f->cstart[k + 1]; r++) {
+        size_t c = f->creader[r];
+        if (f->stamp[c] != g) return false;
+        if (f->kind[c] == FK_BCAST && !fp_all_in(f, c, g)) return false;
+    }
+    return true;
+}
+
+static void fp_visit(fplan *f, mk_prim *const *order, size_t k, int depth, int g, int *count) {
+    if (f->stamp[k] == g) return;
+    if (depth > 0) {
+        if (depth >= MK_FUSED_MAX_DEPTH || f->kind[k] == FK_NONE || f->isout[k]) return;
+        if (f->kind[k] != FK_BCAST && (f->role[k] != FR_NORMAL || !fp_all_in(f, k, g))) return;
+    }
+    f->stamp[k] = g;
+    (*count)++;
+    const mk_prim *p = order[k];
+    for (int i = 0; i < p->ninputs; i++) {
+        long j = fp_index(f, p->inputs[i]);
+        if (j >= 0) fp_visit(f, order, (size_t)j, depth + 1, g, count);
+    }
+}
+
+/* The tape of group g in post-order from node k (MLX's order). Returns the
+ * operand index of k's value, or -1 when the group is too large. */
+static int fp_emit(fplan *f, mk_prim *const *order, size_t k, int g, fgroup *gr, int *slot) {
+    if (f->emitted[k] == g) return slot[k];
+    const mk_prim *p = order[k];
+    int ops[3] = {0, 0, 0};
+    for (int i = 0; i < p->ninputs && i < 3; i++) {
+        mk_array *x = p->inputs[i];
+        long j = fp_index(f, x);
+        if (j >= 0 && f->stamp[j] == g) {
+            if ((ops[i] = fp_emit(f, order, (size_t)j, g, gr, slot)) < 0) return -1;
+        } else {
+            const void *cx = fp_cid(f, x);
+            int e = 0;
+            if (!cx) return -1;
+            while (e < gr->nin && fp_cid(f, gr->ext[e]) != cx) e++;
+            if (e == gr->nin) {
+                if (gr->nin == MK_FUSED_MAX_IN) return -1;
+                gr->ext[gr->nin++] = x;
+            }
+            ops[i] = -1 - e; /* external e, renumbered once nin is known */
+        }
+    }
+    if (gr->tape.nsteps == MK_FUSED_MAX_STEPS) return -1;
+    int s = gr->tape.nsteps++;
+    mk_fused_step *q = &gr->tape.steps[s];
+    q->kind = (uint8_t)(f->kind[k] == FK_UNARY    ? MK_FSTEP_UNARY
+                        : f->kind[k] == FK_BINARY ? MK_FSTEP_BINARY
+                        : f->kind[k] == FK_ASTYPE ? MK_FSTEP_ASTYPE
+                        : f->kind[k] == FK_SELECT ? MK_FSTEP_SELECT
+                                                  : MK_FSTEP_BCAST);
+    q->op = f->code[k];
+    q->tin = (uint8_t)p->inputs[0]->dtype;
+    q->tout = (uint8_t)p->outdesc[0].dtype;
+    q->a = (int16_t)ops[0];
+    q->b = (int16_t)(p->ninputs > 1 ? ops[1] : 0);
+    q->c = (int16_t)(p->ninputs > 2 ? ops[2] : 0);
+    f->emitted[k] = g;
+    return slot[k] = MK_FUSED_MAX_IN + s; /* steps, renumbered as well */
+}
+
+static void fp_free(fplan *f) {
+    free(f->pos.s);
+    free(f->canon.s);
+    free(f->scalars.s);
+    free(f->rep);
+    free(f->kind);
+    free(f->code);
+    free(f->isout);
+    free(f->cstart);
+    free(f->creader);
+    free(f->stamp);
+    free(f->emitted);
+    free(f->role);
+    free(f->gid);
+    free(f->groups);
+    memset(f, 0, sizeof *f);
+}
+
+static int fp_build(fplan *f, mk_prim *const *order, size_t n, int nout, mk_array *const *outs, int nin,
+                    mk_array *const *ins, mk_array *const *news) {
+    memset(f, 0, sizeof *f);
+    f->n = n;
+    size_t m = n ? n : 1, nedges = 0;
+    f->kind = calloc(m, sizeof *f->kind);
+    f->code = calloc(m, sizeof *f->code);
+    f->isout = calloc(m, sizeof *f->isout);
+    f->cstart = calloc(m + 1, sizeof *f->cstart);
+    f->stamp = malloc(m * sizeof *f->stamp);
+    f->emitted = malloc(m * sizeof *f->emitted);
+    f->role = calloc(m, sizeof *f->role);
+    f->gid = calloc(m, sizeof *f->gid);
+    f->rep = malloc(m * sizeof *f->rep);
+    int *slot = malloc(m * sizeof *slot);
+    if (!f->rep || !f->kind || !f->code || !f->isout || !f->cstart || !f->stamp || !f->emitted || !f->role || !f->gid || !slot)
+        goto nomem;
+    for (size_t k = 0; k < n; k++) {
+        f->stamp[k] = f->emitted[k] = -1;
+        if (cm_put(&f->pos, order[k], (void *)(uintptr_t)(k + 1)) < 0) goto fail;
+        f->kind[k] = fuse_kind(order[k], &f->code[k]);
+    }
+    if (fp_merges(f, order, n, nin, ins, news) < 0) goto fail;
+    for (int i = 0; i < nout; i++) {
+        long j = fp_index(f, outs[i]);
+        if (j >= 0) f->isout[j] = true;
+    }
+    /* readers, as counts then lists */
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; f->rep[k] == k && i < order[k]->ninputs; i++) {
+            long j = fp_index(f, order[k]->inputs[i]);
+            if (j >= 0) f->cstart[j + 1]++, nedges++;
+        }
+    for (size_t k = 0; k < n; k++) f->cstart[k + 1] += f->cstart[k];
+    size_t *fill = calloc(m, sizeof *fill);
+    f->creader = malloc((nedges ? nedges : 1) * sizeof *f->creader);
+    if (!fill || !f->creader) {
+        free(fill);
+        goto nomem;
+    }
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; f->rep[k] == k && i < order[k]->ninputs; i++) {
+            long j = fp_index(f, order[k]->inputs[i]);
+            if (j >= 0) f->creader[f->cstart[j] + fill[j]++] = k;
+        }
+    free(fill);
+    int g = 0, cap = 0;
+    for (size_t kk = n; kk-- > 0; g++) {
+        int kd = f->kind[kk];
+        if (kd == FK_NONE || kd == FK_BCAST || f->role[kk] != FR_NORMAL) continue;
+        int count = 0;
+        fp_visit(f, order, kk, 0, g, &count);
+        if (count <= 1) continue;
+        if (f->ngroups == cap) {
+            fgroup *ng = realloc(f->groups, (size_t)(cap = cap ? 2 * cap : 4) * sizeof *ng);
+            if (!ng) goto nomem;
+            f->groups = ng;
+        }
+        fgroup *gr = &f->groups[f->ngroups];
+        memset(gr, 0, sizeof *gr);
+        if (fp_emit(f, order, kk, g, gr, slot) < 0) continue; /* too large: left unfused */
+        /* operands: external e -> e, step s -> nin + s */
+        gr->tape.nin = gr->nin;
+        for (int s = 0; s < gr->tape.nsteps; s++) {
+            mk_fused_step *q = &gr->tape.steps[s];
+            int16_t *v[3] = {&q->a, &q->b, &q->c};
+            int nops = q->kind == MK_FSTEP_SELECT ? 3 : q->kind == MK_FSTEP_BINARY ? 2 : 1;
+            for (int i = 0; i < nops; i++)
+                *v[i] = (int16_t)(*v[i] < 0 ? -1 - *v[i] : gr->nin + *v[i] - MK_FUSED_MAX_IN);
+        }
+        /* roles: the root, the nodes only the group reads */
+        for (size_t j = 0; j < n; j++)
+            if (f->stamp[j] == g && j != kk && (f->kind[j] != FK_BCAST || fp_all_in(f, j, g))) f->role[j] = FR_SKIP;
+        f->role[kk] = FR_ROOT;
+        f->gid[kk] = f->ngroups++;
+    }
+    free(slot);
+    return 0;
+nomem:
+    mk_nomem();
+fail:
+    free(slot);
+    fp_free(f);
+    return -1;
+}
+
+/* The fused node of root p (group gr) on the replayed inputs. */
+static mk_array *fp_make(const fgroup *gr, const mk_prim *p, cmap *map) {
+    mk_array *in[MK_FUSED_MAX_IN];
+    for (int e = 0; e < gr->nin; e++) {
+        cm_slot *s = cm_find(map, gr->ext[e]);
+        in[e] = s ? s->val : gr->ext[e];
+    }
+    const mk_outdesc *od = &p->outdesc[0];
+    return mk_fused(&gr->tape, gr->nin, in, od->dtype, od->ndim, od->shape);
+}
+
 int mk_replay_graph(int nin, mk_array *const *ins, mk_array *const *news, int nout, mk_array *const *outs,
                     mk_array **new_outs) {
     mk_prim **order = NULL;
@@ -230,7 +608,14 @@ int mk_replay_graph(int nin, mk_array *const *ins, mk_array *const *news, int no
     size_t nb = 0;
     int rc = -1;
     for (int i = 0; i < nout; i++) new_outs[i] = NULL;
+    fplan plan = {0};
+    bool fuse = fuse_enabled() && !mk_tracing();
+    for (int i = 0; fuse && i < nin; i++) fuse = same_desc(news[i], ins[i]);
     if (mk_graph_topo(nout, outs, nin, ins, &order, &n) < 0) return -1;
+    if (fuse && fp_build(&plan, order, n, nout, outs, nin, ins, news) < 0) {
+        free(order);
+        return -1;
+    }
     mk_trace_push();
     for (int i = 0; i < nin; i++) {
         if (cm_find(&map, ins[i])) continue;
@@ -250,6 +635,40 @@ int mk_replay_graph(int nin, mk_array *const *ins, mk_array *const *news, int no
     for (size_t k = 0; k < n; k++) {
         mk_prim *p = order[k];
         int ni = p->ninputs, no = p->noutputs;
+        if (plan.role && plan.role[k] == FR_SKIP) continue;
+        if (plan.role && plan.role[k] == FR_ALIAS) {
+            /* merged: the outputs of the node it merges into (none when
+             * that one is inside a group, which then reads it too) */
+            const mk_prim *r = order[plan.rep[k]];
+            bool inside = plan.role[plan.rep[k]] == FR_SKIP, all = true;
+            for (int j = 0; !inside && j < no; j++)
+                all &= !p->outputs[j] || (r->outputs[j] && cm_find(&map, r->outputs[j]));
+            for (int j = 0; all && !inside && j < no; j++) {
+                if (!p->outputs[j] || cm_find(&map, p->outputs[j])) continue;
+                mk_array *v = cm_find(&map, r->outputs[j])->val;
+                mk_incref(v);
+                if (cm_put(&map, p->outputs[j], v) < 0) {
+                    mk_decref(v);
+                    goto done;
+                }
+            }
+            if (all) continue;
+        }
+        if (plan.role && plan.role[k] == FR_ROOT) {
+            mk_array *o = p->outputs[0];
+            if (!o) continue;
+            mk_array *fo = fp_make(&plan.groups[plan.gid[k]], p, &map);
+            if (!fo) goto done;
+            cm_slot *s = cm_find(&map, o);
+            if (s) {
+                mk_decref(s->val);
+                s->val = fo;
+            } else if (cm_put(&map, o, fo) < 0) {
+                mk_decref(fo);
+                goto done;
+            }
+            continue;
+        }
         mk_array **bi = calloc(ni ? ni : 1, sizeof *bi), **bo = calloc(no, sizeof *bo);
         bool *mapped = calloc(ni ? ni : 1, sizeof *mapped);
         if (!bi || !bo || !mapped) {
@@ -374,6 +793,7 @@ done:
     free(nodes);
     free(buckets);
     free(order);
+    fp_free(&plan);
     return rc;
 }
 

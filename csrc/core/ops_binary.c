@@ -641,3 +641,26 @@ bool mk_xp_binary(const mk_prim *p, mk_binary_op *op) {
     return true;
 }
 bool mk_xp_where(const mk_prim *p) { return p->op == &where_def; }
+
+/* ---- one row of an op, for fused evaluation (ops_fused.h) ---- */
+#include "ops_fused.h"
+
+/* The kernel binary_eval picks for these dtypes (the F16C path included),
+ * on one row: out[i] = op(a[i * as], b[i * bs]) for i < n, out dense. */
+void mk_binary_row(mk_binary_op op, mk_dtype in, mk_dtype out, const void *a, int64_t as, const void *b, int64_t bs,
+                   void *o, int64_t n) {
+    if (binary_f16c(op, in, out)) {
+        binary_ctx u = {specs[op].fn[MK_FLOAT32], a, b, o, 2, mk_dtype_size(out)};
+        const int64_t off[3] = {0, 0, 0}, st[3] = {1, as, bs};
+        binary_rows_f16c(&u, off, st, n);
+        return;
+    }
+    specs[op].fn[in](a, as, b, bs, o, n);
+}
+
+void mk_where_row(size_t sz, const bool *c, int64_t cs, const void *x, int64_t xs, const void *y, int64_t ys,
+                  void *o, int64_t n) {
+    where_ctx w = {c, x, y, o, sz};
+    const int64_t off[4] = {0, 0, 0, 0}, st[4] = {1, cs, xs, ys};
+    where_rows(&w, off, st, n);
+}

@@ -675,3 +675,41 @@ bool mk_xp_unary(const mk_prim *p, mk_unary_op *op) {
     return true;
 }
 bool mk_xp_astype(const mk_prim *p) { return p->op == &astype_def; }
+
+/* ---- one row of an op, for fused evaluation (ops_fused.h) ---- */
+#include "ops_fused.h"
+
+/* The kernel unary_eval picks for these dtypes (the F16C path included),
+ * on one row: out[i] = op(x[i * xs]) for i < n, out dense. */
+void mk_unary_row(mk_unary_op op, mk_dtype in, mk_dtype out, const void *x, int64_t xs, void *o, int64_t n) {
+    const unary_spec *spec = &specs[op];
+    if (in == MK_FLOAT16 && (out == MK_FLOAT16 || out == MK_BOOL) && spec->fn[MK_FLOAT32] &&
+        op != MK_UNARY_sigmoid && op != MK_UNARY_degrees && op != MK_UNARY_radians && mk_f16c()) {
+        unary_ctx u = {spec->fn[MK_FLOAT32], x, o, 2, mk_dtype_size(out)};
+        const int64_t off[2] = {0, 0}, st[2] = {1, xs};
+        unary_rows_f16c(&u, off, st, n);
+        return;
+    }
+    spec->fn[in](x, xs, o, n);
+}
+
+/* astype_eval's conversion on one row (out dense). */
+void mk_astype_row(mk_dtype in, mk_dtype out, const void *x, int64_t xs, void *o, int64_t n) {
+    if (((in == MK_FLOAT16 && out == MK_FLOAT32) || (in == MK_FLOAT32 && out == MK_FLOAT16)) && mk_f16c()) {
+        if (in == MK_FLOAT16) {
+            mk_f16_to_f32_run(x, xs, o, n);
+        } else if (xs == 1) {
+            mk_f32_to_f16_run(x, o, n);
+        } else {
+            const float *src = x;
+            float t[F16_RUN];
+            for (int64_t k = 0; k < n; k += F16_RUN) {
+                int64_t m = n - k < F16_RUN ? n - k : F16_RUN;
+                for (int64_t i = 0; i < m; i++) t[i] = src[(k + i) * xs];
+                mk_f32_to_f16_run(t, (mk_f16 *)o + k, m);
+            }
+        }
+        return;
+    }
+    mk_cast_table[in][out](x, xs, o, 1, n);
+}
