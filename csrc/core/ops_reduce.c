@@ -446,17 +446,23 @@ typedef int64_t vi64 __attribute__((vector_size(32)));
         *best = bm;                                                                                    \
         return anynan;                                                                                 \
     }
-/* first k < len with !GTV(bm, b[k]) (an element as good as the block's best; there is one) */
+/* first k < len with !GTV(bm, b[k]) (an element as good as the block's best; there is one):
+ * 4 vectors per step, their masks or-ed and tested as whole words (a test per lane cost
+ * one extract each, a third of the kernel), then the step is searched element-wise */
 #define VFIND(name, T, VT, VM, NL, GTV)                                                                \
     static inline int name(const T *b, int len, T bm) {                                                \
-        VT v, s;                                                                                       \
+        VT v0, v1, v2, v3, s;                                                                          \
         for (int j = 0; j < NL; j++) s[j] = bm;                                                        \
         int k = 0;                                                                                     \
-        for (; k + NL <= len; k += NL) {                                                               \
-            memcpy(&v, b + k, sizeof v);                                                               \
-            VM t = ~GTV(s, v);                                                                         \
-            int any = 0;                                                                               \
-            for (int j = 0; j < NL; j++) any |= t[j] != 0;                                             \
+        for (; k + 4 * NL <= len; k += 4 * NL) {                                                       \
+            memcpy(&v0, b + k, sizeof v0);                                                             \
+            memcpy(&v1, b + k + NL, sizeof v1);                                                        \
+            memcpy(&v2, b + k + 2 * NL, sizeof v2);                                                    \
+            memcpy(&v3, b + k + 3 * NL, sizeof v3);                                                    \
+            VM t = ~(GTV(s, v0) & GTV(s, v1) & GTV(s, v2) & GTV(s, v3));                               \
+            uint64_t w[sizeof t / 8], any = 0;                                                         \
+            memcpy(w, &t, sizeof t);                                                                   \
+            for (size_t j = 0; j < sizeof t / 8; j++) any |= w[j];                                     \
             if (any) break;                                                                            \
         }                                                                                              \
         while (GTV(bm, b[k])) k++;                                                                     \
