@@ -379,6 +379,7 @@ def test_take_along_axis_errors():
 # ----------------------------------------------------------- put_along_axis
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.usefixtures("cpu_device")  # 8-byte scatters run on a CPU stream, as on a Mac
 def test_put_along_axis(dtype):
     rng = np.random.default_rng(4)
     x, n = base((3, 4, 5), dtype)
@@ -475,6 +476,7 @@ def test_setitem_keys(key, value):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.usefixtures("cpu_device")  # 8-byte scatters run on a CPU stream, as on a Mac
 def test_setitem_dtypes(dtype):
     x, n = base((4, 5), dtype)
     v, vn = base((2, 5), dtype)
@@ -704,6 +706,7 @@ AT_OPS = {
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=str)
 @pytest.mark.parametrize("op", list(AT_OPS))
+@pytest.mark.usefixtures("cpu_device")  # 8-byte scatters run on a CPU stream, as on a Mac
 def test_at_ops_accumulate(dtype, op):
     rng = np.random.default_rng(7)
     x, n = base((6, 3), dtype)
@@ -744,6 +747,7 @@ def test_at_add_scatter_semantics():
     check(x.at[0].add(1), want)
 
 
+@pytest.mark.usefixtures("cpu_device")  # 8-byte scatters run on a CPU stream, as on a Mac
 def test_at_divide_and_dtypes():
     xf = mx.array([1.0, 2.0, 3.0])
     i = mx.array([0, 0, 1])
@@ -839,6 +843,7 @@ def test_at_errors():
 
 
 @pytest.mark.parametrize("dt", [np.int32, np.float32, np.uint8, np.int64])
+@pytest.mark.usefixtures("cpu_device")  # 8-byte scatters run on a CPU stream, as on a Mac
 def test_at_add_many_updates_few_bins_matches_sequential(dt):
     # many single-element updates into a few bins: per-thread partials (integers)
     # or per-thread target ranges (floats, in update order), same result as np.add.at
@@ -867,3 +872,40 @@ def test_at_add_many_updates_few_bins_matches_sequential(dt):
     np.add.at(want, idx, v2)
     got = np.array(mx.array(x2).at[mx.array(idx)].add(mx.array(v2)))
     assert np.array_equal(got, want)
+
+
+def test_gpu_stream_scatter_refuses_8_byte_outputs():
+    # Metal's scatter kernels have no int64/uint64 outputs (complex64 only summed): MLX refuses
+    # them on a GPU stream at eval; CPU streams run them. Slice updates are not scatters.
+    idx = mx.array([[0], [1], [2], [3]])
+    for dt in (mx.int64, mx.uint64):
+        x = mx.zeros((4, 8), dtype=dt)
+        out = mx.put_along_axis(x, idx, mx.ones((4, 1), dtype=dt), axis=1)  # queued: no error yet
+        with pytest.raises(ValueError, match=r"\[ScatterAxis::eval_gpu\] Does not support " + str(dt).split(".")[-1]):
+            mx.eval(out)
+        y = mx.zeros(5, dtype=dt)
+        y[mx.array([1, 2])] = 3
+        with pytest.raises(ValueError, match=r"\[Scatter::eval_gpu\] Does not support"):
+            mx.eval(y)
+        with pytest.raises(ValueError, match=r"\[Scatter::eval_gpu\]"):
+            mx.eval(mx.zeros(5, dtype=dt).at[mx.array([0, 0])].add(2))
+        # the CPU stream runs them
+        assert mx.put_along_axis(x, idx, mx.ones((4, 1), dtype=dt), axis=1, stream=mx.cpu).sum().item() == 4
+        with mx.stream(mx.cpu):
+            z = mx.zeros(5, dtype=dt)
+            z[mx.array([1, 2])] = 3
+            assert z.tolist() == [0, 3, 3, 0, 0]
+        # slice updates (MLX's SliceUpdate / DynamicSliceUpdate) are not scatters
+        w = mx.zeros(5, dtype=dt)
+        w[1:3] = 7
+        w[0] = 1
+        assert w.tolist() == [1, 7, 7, 0, 0]
+        d = mx.slice_update(mx.zeros(6, dtype=dt), mx.ones(2, dtype=dt), mx.array([2]), axes=(0,))
+        assert d.tolist() == [0, 0, 1, 1, 0, 0]
+    # complex64: summed on the GPU, but not assigned
+    c = mx.zeros(4, dtype=mx.complex64).at[mx.array([1, 1])].add(1 + 1j)
+    assert c.tolist() == [0j, 2 + 2j, 0j, 0j]
+    c = mx.zeros(4, dtype=mx.complex64)
+    c[mx.array([1])] = 1j
+    with pytest.raises(ValueError, match="Does not support complex64"):
+        mx.eval(c)

@@ -155,6 +155,10 @@ mk_array *mk_gather(mk_array *x, const mk_index_dim *dims, int narr, mk_array *c
  * result has x's shape and dtype. */
 mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
                      mk_array *updates, mk_scatter_op op);
+/* The same for MLX's DynamicSliceUpdate (slice_update with array starts): a scatter
+ * that GPU streams do not refuse for 8-byte dtypes, as Metal's scatter kernels do. */
+mk_array *mk_scatter_slice(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx,
+                           mk_array *updates);
 /* The gather's shape for a plan (B from the index shapes); ndim or -1 with
  * the error worded for op ("gather" or "scatter"). */
 int mk_gather_shape(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,

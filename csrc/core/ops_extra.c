@@ -592,7 +592,7 @@ mk_array *mk_dynamic_slice_update(mk_array *x, mk_array *update, mk_array *start
         if (!indexed[d]) perm[np++] = d;
     mk_array *u = mk_ar_transpose(&A, upd, x->ndim, perm);
     if (!u) goto done;
-    r = mk_scatter(x, dims, naxes, idx, 0, u, MK_SCATTER_NONE);
+    r = mk_scatter_slice(x, dims, naxes, idx, u);
 done:
     mk_ar_free(&A);
     return r;

@@ -24,6 +24,7 @@
 
 #include "iter.h"
 #include "ops.h"
+#include "stream.h"
 #include "transforms.h"
 #include "pool.h"
 #include "types.h"
@@ -85,6 +86,7 @@ static int init_from(mk_prim *p, mk_array *out, mk_array *x) {
 
 typedef struct {
     int xnd, narr, nB, bpos, op;
+    int slice_update; /* a scatter standing for MLX's (Dynamic)SliceUpdate (mk_scatter_slice) */
     mk_index_dim dims[MK_MAX_NDIM];
     int64_t B[MK_MAX_NDIM];
 } gs_params;
@@ -678,9 +680,21 @@ static void scatter_partial_sum(void *v, int ith, int nth) {
                1, e - b);
 }
 
+/* Metal's scatter kernels have no 8-byte outputs (int64, uint64; complex64 only
+ * summed): on a GPU stream MLX refuses them at eval, "[Scatter::eval_gpu] Does not
+ * support int64"; on a CPU stream they run. mkpy plays the Mac's GPU, so it refuses
+ * what the Mac refuses. */
+static int gpu_scatter_dtype_ok(const mk_prim *pr, const char *prim, mk_dtype t, bool sum) {
+    if (mk_stream_device(pr->stream) != MK_GPU || mk_dtype_size(t) != 8 || (t == MK_COMPLEX64 && sum)) return 0;
+    mk_error_set(MK_ERR_VALUE, "[%s::eval_gpu] Does not support %s", prim, mk_dtype_name(t));
+    return -1;
+}
+
 static int scatter_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     const gs_params *p = pr->params;
     mk_array *o = out[0], *x = in[0], *u = in[p->narr + 1];
+    /* index arrays make it MLX's Scatter; without, it is a slice update there */
+    if (p->narr > 0 && !p->slice_update && gpu_scatter_dtype_ok(pr, "Scatter", o->dtype, p->op == MK_SCATTER_SUM) < 0) return -1;
     if (init_from(pr, o, x) < 0) return -1;
     if (u->size == 0 || o->size == 0) return 0;
     walker *w = malloc(sizeof *w);
@@ -721,8 +735,8 @@ static int scatter_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_a
 static int scatter_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef scatter_def = {"scatter", scatter_eval, NULL, scatter_vjp, NULL, scatter_vmap, false};
 
-mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
-                     mk_array *updates, mk_scatter_op op) {
+static mk_array *scatter_node(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
+                              mk_array *updates, mk_scatter_op op, bool slice_update) {
     gs_params *p = malloc(sizeof *p);
     int64_t shape[MK_MAX_NDIM];
     mk_array *u = NULL, *t = NULL, *r = NULL;
@@ -730,6 +744,7 @@ mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *
     int nd = make_plan("scatter", x, dims, narr, idx, bpos, p, shape);
     if (nd < 0) goto error;
     p->op = op;
+    p->slice_update = slice_update;
     if (op != MK_SCATTER_NONE && !scatter_fns[op][x->dtype]) {
         mk_error_set(MK_ERR_VALUE, "[scatter] Not supported for %s.", mk_dtype_name(x->dtype));
         goto error;
@@ -748,6 +763,16 @@ error:
     mk_xdecref(t);
     mk_xdecref(u);
     return NULL;
+}
+
+mk_array *mk_scatter(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx, int bpos,
+                     mk_array *updates, mk_scatter_op op) {
+    return scatter_node(x, dims, narr, idx, bpos, updates, op, false);
+}
+
+mk_array *mk_scatter_slice(mk_array *x, const mk_index_dim *dims, int narr, mk_array *const *idx,
+                           mk_array *updates) {
+    return scatter_node(x, dims, narr, idx, 0, updates, MK_SCATTER_NONE, true);
 }
 
 /* ------------------------------------------------------------ take */
@@ -949,6 +974,7 @@ static void put_axis_rows(void *v, const int64_t *off, const int64_t *st, int64_
 static int put_axis_eval(mk_prim *pr, mk_array *const *in, mk_array *const *out) {
     int axis = ((const int *)pr->params)[0], op = ((const int *)pr->params)[1];
     mk_array *o = out[0], *x = in[0], *idx = in[1], *upd = in[2];
+    if (gpu_scatter_dtype_ok(pr, "ScatterAxis", o->dtype, op == MK_SCATTER_SUM) < 0) return -1;
     if (init_from(pr, o, x) < 0) return -1;
     if (o->size == 0 || idx->size == 0) return 0;
     /* lines: the output's shape with the axis dropped (size 1) */
@@ -1435,7 +1461,7 @@ static int scatter_vmap(mk_prim *pr, mk_array *const *in, const int *axes, mk_ar
     if (!u) rc = -1;
     if (rc == 0) {
         /* x may be a broadcast view of an unbatched target: the scatter writes into a copy */
-        outs[0] = mk_scatter(x, dims, p->narr + 1, idx, p->bpos, u, p->op);
+        outs[0] = scatter_node(x, dims, p->narr + 1, idx, p->bpos, u, p->op, p->slice_update);
         out_axes[0] = 0;
         if (!outs[0]) rc = -1;
     }
