@@ -119,11 +119,10 @@ static uint64_t node_hash(const mk_prim *p, mk_array *const *ins) {
     return h;
 }
 
-static bool node_equal(const rp_node *a, const mk_prim *p, mk_array *const *ins) {
-    const mk_prim *q = a->orig;
+/* Equal op, input and output counts, params (their first params_size bytes) and
+ * output descriptions: the part of MLX's node equality that is not the inputs. */
+static bool same_node_kind(const mk_prim *q, const mk_prim *p) {
     if (q->op != p->op || q->ninputs != p->ninputs || q->noutputs != p->noutputs) return false;
-    for (int i = 0; i < p->ninputs; i++)
-        if (a->ins[i] != ins[i]) return false;
     size_t ps = p->op->params_size;
     if ((q->params == NULL) != (p->params == NULL)) return false;
     if (ps && q->params && memcmp(q->params, p->params, ps)) return false;
@@ -133,6 +132,14 @@ static bool node_equal(const rp_node *a, const mk_prim *p, mk_array *const *ins)
             (x->ndim && memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape)))
             return false;
     }
+    return true;
+}
+
+static bool node_equal(const rp_node *a, const mk_prim *p, mk_array *const *ins) {
+    const mk_prim *q = a->orig;
+    if (!same_node_kind(q, p)) return false;
+    for (int i = 0; i < p->ninputs; i++)
+        if (a->ins[i] != ins[i]) return false;
     return true;
 }
 
@@ -353,18 +360,9 @@ static uint64_t fp_hash(fplan *f, const mk_prim *p, bool *ok) {
 
 /* node_equal on identities */
 static bool fp_equal(fplan *f, const mk_prim *q, const mk_prim *p) {
-    if (q->op != p->op || q->ninputs != p->ninputs || q->noutputs != p->noutputs) return false;
+    if (!same_node_kind(q, p)) return false;
     for (int i = 0; i < p->ninputs; i++)
         if (fp_cid(f, q->inputs[i]) != fp_cid(f, p->inputs[i])) return false;
-    size_t ps = p->op->params_size;
-    if ((q->params == NULL) != (p->params == NULL)) return false;
-    if (ps && q->params && memcmp(q->params, p->params, ps)) return false;
-    for (int j = 0; j < p->noutputs; j++) {
-        const mk_outdesc *x = &q->outdesc[j], *y = &p->outdesc[j];
-        if (x->dtype != y->dtype || x->ndim != y->ndim ||
-            (x->ndim && memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape)))
-            return false;
-    }
     return true;
 }
 

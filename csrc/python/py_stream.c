@@ -339,6 +339,18 @@ static int resolve(PyObject *o, const char *fname, mk_stream *out, bool *bad) {
     return 1;
 }
 
+/* The TypeError for a stream= argument that is not a stream or device (MLX's
+ * StreamOrDevice caster). */
+static void bad_stream(const char *fname, PyObject *o) {
+    PyObject *tn = mkpy_type_name(o);
+    if (tn)
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): incompatible function arguments: stream must be a Stream, ThreadLocalStream, Device, "
+                     "DeviceType or None (StreamOrDevice), not %U.",
+                     fname, tn);
+    Py_XDECREF(tn);
+}
+
 int mkpy_stream_arg(const char *fname, PyObject *o) {
     mk_stream s;
     bool bad;
@@ -354,15 +366,7 @@ int mkpy_stream_arg(const char *fname, PyObject *o) {
     }
     int r = resolve(o, fname, &s, &bad);
     if (r < 0) {
-        if (bad) {
-            PyObject *tn = mkpy_type_name(o);
-            if (tn)
-                PyErr_Format(PyExc_TypeError,
-                             "%s(): incompatible function arguments: stream must be a Stream, ThreadLocalStream, Device, "
-                             "DeviceType or None (StreamOrDevice), not %U.",
-                             fname, tn);
-            Py_XDECREF(tn);
-        }
+        if (bad) bad_stream(fname, o);
         return -1;
     }
     if (r > 0) mk_stream_scope(s);
@@ -377,15 +381,7 @@ int mkpy_stream_resolve(const char *fname, PyObject *o, mk_stream *out) {
         if (*out == MK_STREAM_NONE) return mkpy_raise(), -1;
         return 0;
     }
-    if (r < 0 && bad) {
-        PyObject *tn = mkpy_type_name(o);
-        if (tn)
-            PyErr_Format(PyExc_TypeError,
-                         "%s(): incompatible function arguments: stream must be a Stream, ThreadLocalStream, Device, "
-                         "DeviceType or None (StreamOrDevice), not %U.",
-                         fname, tn);
-        Py_XDECREF(tn);
-    }
+    if (r < 0 && bad) bad_stream(fname, o);
     return r < 0 ? -1 : 0;
 }
 
