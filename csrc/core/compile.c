@@ -107,9 +107,8 @@ static uint64_t mix(uint64_t h, uint64_t v) {
     return h;
 }
 
-static uint64_t node_hash(const mk_prim *p, mk_array *const *ins) {
-    uint64_t h = (uintptr_t)p->op;
-    for (int i = 0; i < p->ninputs; i++) h = mix(h, (uintptr_t)ins[i]);
+/* h mixed with what same_node_kind compares: params and output descriptions */
+static uint64_t kind_hash(uint64_t h, const mk_prim *p) {
     const unsigned char *b = p->params;
     for (size_t k = 0; b && k < p->op->params_size; k++) h = mix(h, b[k]);
     for (int j = 0; j < p->noutputs; j++) {
@@ -117,6 +116,12 @@ static uint64_t node_hash(const mk_prim *p, mk_array *const *ins) {
         for (int d = 0; d < p->outdesc[j].ndim; d++) h = mix(h, (uint64_t)p->outdesc[j].shape[d]);
     }
     return h;
+}
+
+static uint64_t node_hash(const mk_prim *p, mk_array *const *ins) {
+    uint64_t h = (uintptr_t)p->op;
+    for (int i = 0; i < p->ninputs; i++) h = mix(h, (uintptr_t)ins[i]);
+    return kind_hash(h, p);
 }
 
 /* Equal op, input and output counts, params (their first params_size bytes) and
@@ -349,13 +354,7 @@ static uint64_t fp_hash(fplan *f, const mk_prim *p, bool *ok) {
         if (!c) *ok = false;
         h = mix(h, (uintptr_t)c);
     }
-    const unsigned char *b = p->params;
-    for (size_t k = 0; b && k < p->op->params_size; k++) h = mix(h, b[k]);
-    for (int j = 0; j < p->noutputs; j++) {
-        h = mix(h, (uint64_t)p->outdesc[j].dtype);
-        for (int d = 0; d < p->outdesc[j].ndim; d++) h = mix(h, (uint64_t)p->outdesc[j].shape[d]);
-    }
-    return h;
+    return kind_hash(h, p);
 }
 
 /* node_equal on identities */
