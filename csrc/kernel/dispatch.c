@@ -24,9 +24,9 @@
 #include "core/ops.h"
 #include "core/pool.h"
 #include "core/types.h"
-#include "cbs.h"
-#include "check.h"
-#include "coop.h"
+#include "backend/cpu/cbs.h"
+#include "backend/cpu/check.h"
+#include "backend/cpu/coop.h"
 #include "diag.h"
 #include "kernel.h"
 
