@@ -81,6 +81,7 @@ bool mkb_cuda_load(void) {
 }
 const char *mkb_cuda_why(void) { return cu.ok ? "" : cu.why; }
 int mkb_cuda_sm(void) { return cu.sm; }
+unsigned mkb_cuda_generation(void) { return cu.gen; }
 
 static _Thread_local CUcontext current;
 int mkb_cuda_enter(void) {

@@ -27,6 +27,9 @@ const char *mkb_cuda_why(void);
 int mkb_cuda_enter(void);
 /* The device's compute capability as one number (sm_90 -> 90). */
 int mkb_cuda_sm(void);
+/* Bumped by each context reset: what was loaded or allocated in an older
+ * generation is gone. */
+unsigned mkb_cuda_generation(void);
 
 /* Turns a driver result into 0, or -1 with a RuntimeError "[cuda] <what>:
  * <CUDA_ERROR_...> (<text>)". A fault that leaves the context unusable
