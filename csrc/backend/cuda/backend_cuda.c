@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "driver.h"
+#include "ops_cuda.h"
 
 static bool cuda_available(void) { return mkb_cuda_load(); }
 
@@ -16,7 +17,7 @@ const mkb_backend mkb_cuda_backend = {
     .available = cuda_available,
     .describe = mkb_cuda_describe,
     .mem = &mkb_cuda_mem,
-    .op_eval = NULL,
+    .op_eval = mkb_cuda_op_eval,
     .kernel_eval = NULL,
     .synchronize = cuda_synchronize,
 };
