@@ -402,6 +402,12 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
  * one lock; the fast paths (mk_data, mk_host_sync) read `where` alone. */
 static pthread_mutex_t devcopy_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local char *device_error; /* mk_buffer_host_slow's failure, for mk_take_device_error */
+static atomic_llong copies_down, copies_up; /* mk_device_copies */
+
+void mk_device_copies(int64_t *down, int64_t *up) {
+    *down = atomic_load(&copies_down);
+    *up = atomic_load(&copies_up);
+}
 
 static void device_buffer_release(mk_buffer *b) {
     mem_add(-(int64_t)b->nbytes);
@@ -446,6 +452,7 @@ int mk_buffer_to_host(mk_buffer *b) {
             rc = -1;
             goto out;
         }
+        atomic_fetch_add(&copies_down, 1);
         atomic_fetch_or_explicit(&b->where, MK_ON_HOST, memory_order_release);
     }
 out:
@@ -478,6 +485,7 @@ int mk_buffer_to_device(mk_buffer *b, const mk_devmem_ops *ops) {
             rc = -1;
             goto out;
         }
+        atomic_fetch_add(&copies_up, 1);
         atomic_fetch_or_explicit(&b->where, MK_ON_DEVICE, memory_order_release);
     }
 out:

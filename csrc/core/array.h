@@ -81,6 +81,9 @@ void mk_buffer_host_slow(mk_buffer *b);
  * sets it as the current error) once, false if none. The evaluator loop and
  * the binding's reads check it. */
 bool mk_take_device_error(void);
+/* Copies made so far between the host and a device, each way (tests check
+ * that a chain of GPU work copies nothing in between). */
+void mk_device_copies(int64_t *down, int64_t *up);
 
 /* Buffers of 1 MiB and more are "fenced": their data ends at a page followed
  * by 2 MiB of read-only zero pages (and starts after such a region), so a

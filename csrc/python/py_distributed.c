@@ -276,7 +276,16 @@ static PyObject *py_cuda_is_available(PyObject *m, PyObject *unused) {
     return PyBool_FromLong(mkb_gpu() == &mkb_cuda_backend);
 }
 
+static PyObject *py_cuda_transfers(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    int64_t down, up;
+    mk_device_copies(&down, &up);
+    return Py_BuildValue("LL", (long long)down, (long long)up);
+}
+
 static PyMethodDef cuda_functions[] = {
+    {"_transfers", py_cuda_transfers, METH_NOARGS,
+     "_transfers()\n--\n\n(copies from the GPU to the host, copies to the GPU) made so far by this process."},
     {"is_available", py_cuda_is_available, METH_NOARGS,
      "is_available()\n--\n\nWhether GPU streams run on an NVIDIA GPU: a GPU and its driver were found (and MKPY_GPU is not \"cpu\")."},
     {NULL},
