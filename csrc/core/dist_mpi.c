@@ -239,8 +239,7 @@ static int mpi_fail(const char *what, int code) {
     char msg[256] = {0};
     int len = 0;
     if (mpi.error_string(code, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", code);
-    snprintf(broken, sizeof broken, "[mpi] %s failed: %s", what, msg);
-    mk_error_set(MK_ERR_RUNTIME, "%s", broken);
+    mk_error_set(MK_ERR_RUNTIME, "[mpi] %s failed: %s", what, msg);
     return -1;
 }
 
