@@ -507,8 +507,8 @@ static int init_job(void *arg) {
 }
 
 /* Whether this process was started by an MPI launcher: Open MPI's mpirun
- * (or a PMIx / PMI one) sets these. Without one, a lenient init does not
- * start MPI at all (a singleton MPI_Init is slow and says nothing). */
+ * (or a PMIx / PMI one) sets these. Without one, init does not start MPI
+ * at all (a singleton MPI_Init is slow and gives a world of one). */
 static bool launched(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
@@ -529,7 +529,14 @@ mk_dist_group *mk_dist_mpi_init(bool strict) {
         if (strict) mk_error_set(MK_ERR_RUNTIME, "Cannot initialize MPI");
         return NULL;
     }
-    if (!strict && !launched()) return NULL;
+    if (!launched()) {
+        /* MLX starts MPI and finds a world of one; the answer is the same
+         * without starting it */
+        if (strict)
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[mpi] The world has a single process. Launch with mpirun to initialize the mpi backend.");
+        return NULL;
+    }
     timeout_s = env_double("MKPY_DIST_TIMEOUT", 300);
     chunk_bytes = (int64_t)env_double("MKPY_DIST_CHUNK", (double)((int64_t)1 << 30));
     if (chunk_bytes < 1) chunk_bytes = 1;
