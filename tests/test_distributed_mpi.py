@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(MPIRUN is None or not mx.distributed.is_availabl
 def mpi_env(**extra):
     env = dict(os.environ, PYTHONPATH=ROOT, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MKPY_DIST_TIMEOUT", "MKPY_DIST_CHUNK"):
+    for k in ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MKPY_DIST_TIMEOUT", "MKPY_DIST_CHUNK", "MKPY_DIST_INLINE"):
         env.pop(k, None)
     env.update(extra)
     return env
@@ -88,8 +88,10 @@ def test_two_ranks_through_the_launcher_with_a_hostfile(tmp_path):
 
 
 def test_three_ranks_in_small_chunks():
-    """-np 3 (split groups of 2 and 1) with MKPY_DIST_CHUNK=24 bytes: every transfer in pieces."""
-    p, secs = run([MPIRUN, "-np", "3", "--oversubscribe", "--allow-run-as-root", PY, CHECKS], MKPY_DIST_CHUNK="24")
+    """-np 3 (split groups of 2 and 1) with MKPY_DIST_CHUNK=24 bytes: every transfer in pieces,
+    and with MKPY_DIST_INLINE=0 every one on the communication thread (evaluations asynchronous)."""
+    p, secs = run([MPIRUN, "-np", "3", "--oversubscribe", "--allow-run-as-root", PY, CHECKS], MKPY_DIST_CHUNK="24",
+                  MKPY_DIST_INLINE="0")
     expect_checks(p, 3)
     print(f"np=3: {secs:.1f} s")
 

@@ -3,8 +3,10 @@
  * MLX_MPI_LIBNAME names another file), so the build needs no MPI and a
  * machine without it runs with the singleton group.
  *
- * Every MPI call is made on the communication thread (distributed.c), so
- * MPI runs at MPI_THREAD_FUNNELED from that thread. Transfers are the
+ * Every MPI call mkpy makes is on the communication thread (distributed.c);
+ * MPI is started at MPI_THREAD_SERIALIZED so that a program may also call
+ * libmpi itself (mpi4py, ctypes) from another thread, never at the same
+ * time as an evaluation that communicates. Transfers are the
  * non-blocking calls, polled with MPI_Test until done or until
  * MKPY_DIST_TIMEOUT seconds (default 300) have passed: a rank that raised or
  * died then fails the others with an error instead of a hang. Counts over
@@ -33,7 +35,7 @@ typedef void *MPI_Comm, *MPI_Datatype, *MPI_Op, *MPI_Request, *MPI_Errhandler;
 typedef long MPI_Aint;
 typedef void MPI_User_function(void *in, void *inout, int *len, MPI_Datatype *dt);
 #define MPI_SUCCESS 0
-#define MPI_THREAD_FUNNELED 1
+#define MPI_THREAD_SERIALIZED 2
 #define MPI_IN_PLACE ((void *)1)
 #define MPI_STATUS_IGNORE NULL
 #define MPI_ANY_TAG (-1)
@@ -479,7 +481,7 @@ static int init_job(void *arg) {
     init_args *a = arg;
     if (!started) {
         int provided = 0;
-        if (mpi.init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        if (mpi.init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
             mk_error_set(MK_ERR_RUNTIME, "Cannot initialize MPI");
             return -1;
         }

@@ -168,24 +168,28 @@ static pthread_cond_t comm_cv = PTHREAD_COND_INITIALIZER;      /* a job was queu
 static pthread_cond_t comm_done_cv = PTHREAD_COND_INITIALIZER; /* a sync job is done */
 static comm_job *comm_head, *comm_tail;
 static bool comm_started;
+static bool comm_busy; /* a transfer runs (on the thread or inline): the next one waits */
 
 static void *comm_main(void *unused) {
     (void)unused;
     for (;;) {
         pthread_mutex_lock(&comm_mu);
-        while (!comm_head) pthread_cond_wait(&comm_cv, &comm_mu);
+        while (!comm_head || comm_busy) pthread_cond_wait(&comm_cv, &comm_mu);
         comm_job *j = comm_head;
         comm_head = j->next;
         if (!comm_head) comm_tail = NULL;
+        comm_busy = true;
         pthread_mutex_unlock(&comm_mu);
 
         mk_error_clear();
         int rc = j->fn(j->arg);
+        pthread_mutex_lock(&comm_mu);
+        comm_busy = false;
         if (!j->sync) {
+            pthread_mutex_unlock(&comm_mu);
             free(j);
             continue;
         }
-        pthread_mutex_lock(&comm_mu);
         j->rc = rc;
         if (rc < 0) {
             j->code = mk_error_code();
@@ -223,6 +227,25 @@ static int comm_queue(comm_job *j) {
     pthread_cond_signal(&comm_cv);
     pthread_mutex_unlock(&comm_mu);
     return 0;
+}
+
+/* Runs fn(arg) on this thread when nothing is queued or running (so the
+ * order of the transfers is kept): 1 with *rc set, or 0 when it must be
+ * queued. */
+static int comm_try_inline(int (*fn)(void *arg), void *arg, int *rc) {
+    pthread_mutex_lock(&comm_mu);
+    if (comm_head || comm_busy) {
+        pthread_mutex_unlock(&comm_mu);
+        return 0;
+    }
+    comm_busy = true;
+    pthread_mutex_unlock(&comm_mu);
+    *rc = fn(arg);
+    pthread_mutex_lock(&comm_mu);
+    comm_busy = false;
+    if (comm_head) pthread_cond_signal(&comm_cv);
+    pthread_mutex_unlock(&comm_mu);
+    return 1;
 }
 
 int mk_dist_post(int (*fn)(void *arg), void *arg) {
@@ -292,7 +315,7 @@ typedef struct {
     void *tmp;
 } dist_job;
 
-static int dist_run(void *arg) {
+static int dist_transfer(void *arg) {
     dist_job *j = arg;
     mk_dist_group *g = j->d->group;
     const mk_dist_backend *b = g->backend;
@@ -305,9 +328,29 @@ static int dist_run(void *arg) {
     default: rc = b->recv(g, j->dtype, j->out, j->n, j->d->peer); break;
     }
     free(j->tmp);
-    mk_async_finish(j->token, rc);
+    return rc;
+}
+
+static int dist_run(void *arg) {
+    dist_job *j = arg;
+    mk_async_finish(j->token, dist_transfer(j));
     free(j);
     return 0;
+}
+
+/* Transfers of at most MKPY_DIST_INLINE bytes (default 64 KiB; 0: none) run
+ * on the evaluating thread when the communication thread is idle: they take
+ * microseconds, less than handing them over and back (two wake-ups). */
+static int64_t inline_bytes(void) {
+    static _Atomic int64_t v = -1;
+    int64_t b = atomic_load_explicit(&v, memory_order_relaxed);
+    if (b < 0) {
+        const char *e = getenv("MKPY_DIST_INLINE");
+        b = e && *e ? strtoll(e, NULL, 10) : 65536;
+        if (b < 0) b = 0;
+        atomic_store_explicit(&v, b, memory_order_relaxed);
+    }
+    return b;
 }
 
 /* The element data of an evaluated array, dense and row-major: its own, or
@@ -355,6 +398,13 @@ static int dist_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         if (d->kind == K_GATHER) j->n = x->size;
     }
     j->out = o->buf ? o->buf->data : NULL;
+    int rc;
+    if ((int64_t)((size_t)j->n * mk_dtype_size(j->dtype)) * (d->kind == K_GATHER ? mk_dist_size(d->group) : 1) <=
+            inline_bytes() &&
+        comm_try_inline(dist_transfer, j, &rc)) {
+        free(j);
+        return rc;
+    }
     if (!(j->token = mk_async_begin(p))) goto error;
     if (mk_dist_post(dist_run, j) < 0) {
         free(j->tmp);
