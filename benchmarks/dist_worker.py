@@ -111,13 +111,16 @@ def mlp(steps):
     for _ in range(2):
         p = step(p)
     mx.eval(D.all_sum(mx.array(0.0)))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(steps):
         p = step(p)
-    mx.eval(D.all_sum(mx.array(0.0)))
+    cpu = time.process_time() - c
+    # the CPU seconds of the busiest rank: what the step costs when every rank has its core
+    cpu = D.all_max(mx.array(cpu)).item() if n > 1 else cpu
     secs = time.perf_counter() - t
     if g.rank() == 0:
-        print(json.dumps({"samples_per_s": steps * batch / secs, "ranks": n}), flush=True)
+        print(json.dumps({"samples_per_s": steps * batch / secs, "cpu_samples_per_s": steps * batch / cpu,
+                          "ranks": n}), flush=True)
 
 
 if __name__ == "__main__":

@@ -261,7 +261,14 @@ static int wait_req(const char *what, int rc, MPI_Request *req) {
         rc = mpi.test(req, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(what, rc);
         if (flag) return 0;
-        if ((spins & 255) == 255) {
+        if (spins >= 64) {
+            /* not done at once: poll every 20 us, leaving the core to the
+             * computation that goes on meanwhile (a rank bound to one core
+             * shares it with this thread) */
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        if ((spins & 63) == 63) {
             if (now_s() > deadline) {
                 snprintf(broken, sizeof broken,
                          "[mpi] %s timed out after %g s (MKPY_DIST_TIMEOUT): another rank raised, died or never "
@@ -269,10 +276,6 @@ static int wait_req(const char *what, int rc, MPI_Request *req) {
                          what, timeout_s);
                 mk_error_set(MK_ERR_RUNTIME, "%s", broken);
                 return -1;
-            }
-            if (spins > (1u << 16)) { /* waiting long: leave the core to the other ranks */
-                struct timespec ts = {0, 20000};
-                nanosleep(&ts, NULL);
             }
         }
     }
