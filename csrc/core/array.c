@@ -793,6 +793,7 @@ void mk_trace_pop(void) { trace_depth--; }
 bool mk_tracing(void) { return trace_depth > 0; }
 
 static int wait_prim(mk_prim *p, unsigned fails);
+static int wait_prim_locked(mk_prim *p, unsigned fails);
 
 /* An asynchronous run (mk_async_begin): what the thread that finishes the
  * primitive needs from the one that started it. */
@@ -938,14 +939,7 @@ static int run_prim_locked_async(mk_prim *p, unsigned *async_fails) {
 
     if (p->state == MK_PRIM_RUNNING) {
         /* another thread runs it: wait for its result */
-        unsigned fails = p->fails;
-        p->waiters++;
-        while (p->state == MK_PRIM_RUNNING) pthread_cond_wait(&graph_cv, &graph_mu);
-        p->waiters--;
-        if (p->state != MK_PRIM_DONE && p->fails != fails) {
-            mk_error_set(p->err_code, "%s", p->err_msg ? p->err_msg : "[eval] Evaluation failed on another thread.");
-            rc = -1;
-        }
+        rc = wait_prim_locked(p, p->fails);
         graph_unlock();
         goto done;
     }
@@ -1027,11 +1021,10 @@ done:
 
 static int run_prim_locked(mk_prim *p) { return run_prim_locked_async(p, NULL); }
 
-/* Waits until p, which went asynchronous when it had failed `fails` times,
- * is no longer running; its failure is this thread's error. */
-static int wait_prim(mk_prim *p, unsigned fails) {
-    int rc = 0;
-    graph_lock();
+/* Waits until p, which had failed `fails` times when it started running (on
+ * another thread, or asynchronously), is no longer running; a failure since
+ * is this thread's error. Under the graph lock. */
+static int wait_prim_locked(mk_prim *p, unsigned fails) {
     if (p->state == MK_PRIM_RUNNING) {
         p->waiters++;
         while (p->state == MK_PRIM_RUNNING) pthread_cond_wait(&graph_cv, &graph_mu);
@@ -1039,8 +1032,14 @@ static int wait_prim(mk_prim *p, unsigned fails) {
     }
     if (p->state != MK_PRIM_DONE && p->fails != fails) {
         mk_error_set(p->err_code, "%s", p->err_msg ? p->err_msg : "[eval] Evaluation failed on another thread.");
-        rc = -1;
+        return -1;
     }
+    return 0;
+}
+
+static int wait_prim(mk_prim *p, unsigned fails) {
+    graph_lock();
+    int rc = wait_prim_locked(p, fails);
     graph_unlock();
     return rc;
 }

@@ -368,37 +368,29 @@ static int mpi_sum_scatter(mk_dist_group *g, mk_dtype dt, const void *in, void *
     return 0;
 }
 
-static int mpi_send(mk_dist_group *g, mk_dtype dt, const void *in, int64_t n, int dst) {
+/* send / recv in chunks; an empty array is still one (empty) message */
+static int p2p(mk_dist_group *g, mk_dtype dt, void *buf, int64_t n, int peer, bool send) {
     mpi_group *s = g->state;
     if (check_usable() < 0) return -1;
     size_t isz = mk_dtype_size(dt);
-    int64_t c = chunk_elems(isz);
-    int64_t off = 0;
-    do { /* an empty array is still one (empty) message */
+    int64_t c = chunk_elems(isz), off = 0;
+    do {
         int m = (int)(n - off < c ? n - off : c);
+        char *at = (char *)buf + off * isz;
         MPI_Request req;
-        int rc = mpi.isend((const char *)in + off * isz, m, dtype_of(dt), dst, 0, s->comm, &req);
-        if (wait_req("send", rc, &req) < 0) return -1;
+        int rc = send ? mpi.isend(at, m, dtype_of(dt), peer, 0, s->comm, &req)
+                      : mpi.irecv(at, m, dtype_of(dt), peer, MPI_ANY_TAG, s->comm, &req);
+        if (wait_req(send ? "send" : "recv", rc, &req) < 0) return -1;
         off += c;
     } while (off < n);
     return 0;
 }
 
-static int mpi_recv(mk_dist_group *g, mk_dtype dt, void *out, int64_t n, int src) {
-    mpi_group *s = g->state;
-    if (check_usable() < 0) return -1;
-    size_t isz = mk_dtype_size(dt);
-    int64_t c = chunk_elems(isz);
-    int64_t off = 0;
-    do {
-        int m = (int)(n - off < c ? n - off : c);
-        MPI_Request req;
-        int rc = mpi.irecv((char *)out + off * isz, m, dtype_of(dt), src, MPI_ANY_TAG, s->comm, &req);
-        if (wait_req("recv", rc, &req) < 0) return -1;
-        off += c;
-    } while (off < n);
-    return 0;
+static int mpi_send(mk_dist_group *g, mk_dtype dt, const void *in, int64_t n, int dst) {
+    return p2p(g, dt, (void *)in, n, dst, true);
 }
+
+static int mpi_recv(mk_dist_group *g, mk_dtype dt, void *out, int64_t n, int src) { return p2p(g, dt, out, n, src, false); }
 
 static const mk_dist_backend mpi_backend;
 

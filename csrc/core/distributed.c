@@ -452,26 +452,36 @@ static mk_array *dist_node(mk_dist_group *g, int kind, mk_dist_reduce op, int pe
     return mk_node(&dist_def, d, dtype, ndim, shape, ninputs, inputs);
 }
 
-mk_array *mk_dist_all_reduce(mk_array *x, mk_dist_reduce op, mk_dist_group *g_in) {
+/* The group of an op on x (g, or the global one; a new reference) with its
+ * size in *n. NULL either on error (set) or, for a group of one, with *same
+ * set to a new reference to x: the op is x itself. */
+static mk_dist_group *op_group(mk_dist_group *g_in, mk_array *x, int *n, mk_array **same) {
+    *same = NULL;
     mk_dist_group *g = group_or_global(g_in);
     if (!g) return NULL;
-    if (mk_dist_size(g) == 1) {
+    *n = mk_dist_size(g);
+    if (*n == 1) {
         mk_dist_group_decref(g);
         mk_incref(x);
-        return x;
+        *same = x;
+        return NULL;
     }
+    return g;
+}
+
+mk_array *mk_dist_all_reduce(mk_array *x, mk_dist_reduce op, mk_dist_group *g_in) {
+    int n;
+    mk_array *same;
+    mk_dist_group *g = op_group(g_in, x, &n, &same);
+    if (!g) return same;
     return dist_node(g, K_REDUCE, op, 0, x->dtype, x->ndim, x->shape, 1, &x);
 }
 
 mk_array *mk_dist_all_gather(mk_array *x, mk_dist_group *g_in) {
-    mk_dist_group *g = group_or_global(g_in);
-    if (!g) return NULL;
-    int n = mk_dist_size(g);
-    if (n == 1) {
-        mk_dist_group_decref(g);
-        mk_incref(x);
-        return x;
-    }
+    int n;
+    mk_array *same;
+    mk_dist_group *g = op_group(g_in, x, &n, &same);
+    if (!g) return same;
     int64_t shape[MK_MAX_NDIM];
     int ndim = x->ndim ? x->ndim : 1;
     if (x->ndim) {
@@ -484,14 +494,10 @@ mk_array *mk_dist_all_gather(mk_array *x, mk_dist_group *g_in) {
 }
 
 mk_array *mk_dist_sum_scatter(mk_array *x, mk_dist_group *g_in) {
-    mk_dist_group *g = group_or_global(g_in);
-    if (!g) return NULL;
-    int n = mk_dist_size(g);
-    if (n == 1) {
-        mk_dist_group_decref(g);
-        mk_incref(x);
-        return x;
-    }
+    int n;
+    mk_array *same;
+    mk_dist_group *g = op_group(g_in, x, &n, &same);
+    if (!g) return same;
     if (x->ndim == 0 || x->shape[0] % n != 0) {
         char sh[256];
         mk_shape_str(x->ndim, x->shape, sh, sizeof sh);
@@ -508,37 +514,31 @@ mk_array *mk_dist_sum_scatter(mk_array *x, mk_dist_group *g_in) {
     return dist_node(g, K_SCATTER, MK_DIST_SUM, 0, x->dtype, x->ndim, shape, 1, &x);
 }
 
-mk_array *mk_dist_send(mk_array *x, int dst, mk_dist_group *g_in) {
+/* The group of a send / recv (a new reference) once the peer is checked,
+ * with MLX's errors. */
+static mk_dist_group *peer_group(mk_dist_group *g_in, int peer, bool send) {
     mk_dist_group *g = group_or_global(g_in);
     if (!g) return NULL;
     int n = mk_dist_size(g);
-    if (n == 1) {
-        mk_dist_group_decref(g);
-        mk_error_set(MK_ERR_VALUE, "Cannot send to a singleton group");
-        return NULL;
-    }
-    if (dst < 0 || dst >= n) {
-        mk_dist_group_decref(g);
-        mk_error_set(MK_ERR_VALUE, "Invalid destination=%d for a group of size %d", dst, n);
-        return NULL;
-    }
+    if (n == 1)
+        mk_error_set(MK_ERR_VALUE, send ? "Cannot send to a singleton group" : "Cannot recv from a singleton group");
+    else if (peer < 0 || peer >= n)
+        mk_error_set(MK_ERR_VALUE, "Invalid %s=%d for a group of size %d", send ? "destination" : "source", peer, n);
+    else
+        return g;
+    mk_dist_group_decref(g);
+    return NULL;
+}
+
+mk_array *mk_dist_send(mk_array *x, int dst, mk_dist_group *g_in) {
+    mk_dist_group *g = peer_group(g_in, dst, true);
+    if (!g) return NULL;
     return dist_node(g, K_SEND, MK_DIST_SUM, dst, x->dtype, x->ndim, x->shape, 1, &x);
 }
 
 mk_array *mk_dist_recv(int ndim, const int64_t *shape, mk_dtype dtype, int src, mk_dist_group *g_in) {
-    mk_dist_group *g = group_or_global(g_in);
+    mk_dist_group *g = peer_group(g_in, src, false);
     if (!g) return NULL;
-    int n = mk_dist_size(g);
-    if (n == 1) {
-        mk_dist_group_decref(g);
-        mk_error_set(MK_ERR_VALUE, "Cannot recv from a singleton group");
-        return NULL;
-    }
-    if (src < 0 || src >= n) {
-        mk_dist_group_decref(g);
-        mk_error_set(MK_ERR_VALUE, "Invalid source=%d for a group of size %d", src, n);
-        return NULL;
-    }
     return dist_node(g, K_RECV, MK_DIST_SUM, src, dtype, ndim, shape, 0, NULL);
 }
 
