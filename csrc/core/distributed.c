@@ -358,7 +358,7 @@ static int64_t inline_bytes(void) {
 static const void *dense_data(const mk_array *a, void **tmp) {
     size_t isz = mk_dtype_size(a->dtype);
     *tmp = NULL;
-    if (a->size == 0 || (a->flags & MK_ROW_CONTIG)) return a->buf ? a->buf->data + a->offset * isz : NULL;
+    if (a->size == 0 || (a->flags & MK_ROW_CONTIG)) return a->buf ? mk_data(a) : NULL;
     *tmp = malloc((size_t)a->size * isz);
     if (!*tmp) return mk_nomem();
     int64_t strides[MK_MAX_NDIM], s = 1;
@@ -391,13 +391,14 @@ static int dist_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             mk_set_view(o, x, x->offset, x->strides);
             j->n = x->size;
         } else if (d->kind == K_REDUCE && !j->tmp && mk_donate(p, o, in[0])) {
-            j->in = o->buf->data; /* in place, as MLX's in-place reduction on a donated input */
+            j->in = mk_data(o); /* in place, as MLX's in-place reduction on a donated input */
         } else if (mk_alloc_out(o) < 0) {
             goto error;
         }
         if (d->kind == K_GATHER) j->n = x->size;
     }
-    j->out = o->buf ? o->buf->data : NULL;
+    j->out = o->buf ? mk_data(o) : NULL;
+    if (mk_take_device_error()) goto error; /* a device buffer that could not come down */
     int rc;
     if ((int64_t)((size_t)j->n * mk_dtype_size(j->dtype)) * (d->kind == K_GATHER ? mk_dist_size(d->group) : 1) <=
             inline_bytes() &&
@@ -427,8 +428,10 @@ static int dist_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_arra
 static int dist_jvp(mk_prim *p, mk_array *const *tans, mk_array **out_tans);
 static int dist_vmap(mk_prim *p, mk_array *const *inputs, const int *axes, mk_array **outs, int *out_axes);
 
+/* own_device: the transfers read and write host memory (mk_data) whatever
+ * the stream, as MLX's MPI back-end runs them on the CPU */
 static const mk_opdef dist_def = {"distributed", dist_eval, dist_params_free, dist_vjp, dist_jvp, dist_vmap,
-                                  false, false, 0, dist_params_copy, dist_name};
+                                  false, false, 0, dist_params_copy, dist_name, .own_device = true};
 
 static mk_dist_group *group_or_global(mk_dist_group *g) {
     if (g) {
