@@ -276,6 +276,20 @@ bool mk_donate(mk_prim *p, mk_array *out, mk_array *in);
 /* mk_donate, else mk_alloc_out. Returns 0 or -1. */
 int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in);
 
+/* Asynchronous evaluators (communication, core/distributed.c). Inside its
+ * evaluator an op calls mk_async_begin(p), hands the token to another
+ * thread and returns MK_EVAL_ASYNC; that thread fills the outputs (the
+ * evaluator's `outputs`, which stay valid) and calls mk_async_finish(token,
+ * 0), or mk_async_finish(token, -1) with the error set on it. Meanwhile the
+ * primitive reads as running: mk_eval goes on with the primitives that do
+ * not need its outputs, waits before one that does, and returns once it has
+ * finished. An evaluator that began and then fails before handing the token
+ * over just returns -1. */
+#define MK_EVAL_ASYNC 1
+typedef struct mk_async mk_async;
+mk_async *mk_async_begin(mk_prim *p);
+void mk_async_finish(mk_async *a, int rc);
+
 /* Makes out a view of in's buffer with the given offset and strides. */
 void mk_set_view(mk_array *out, const mk_array *in, int64_t offset, const int64_t *strides);
 
