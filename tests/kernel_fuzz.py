@@ -871,7 +871,7 @@ def expr_candidates(e):
                 yield e[:j] + (y,) + e[j + 1:]
 
 
-def reduce_case(case, engines, want, log=print, group=12, max_batches=400):
+def reduce_case(case, engines, want, log=print, group=4, max_batches=400):
     """Shrinks case while the engines' verdict stays `want`: C-Reduce's loop over the grammar's
     edits, each round trying `group` candidates in one compile (their bodies in one switch)."""
     import itertools
