@@ -543,15 +543,32 @@ static LLVMValueRef const_i32(pass *p, long v);
 static LLVMValueRef const_i64(pass *p, long long v);
 static LLVMValueRef gep_bytes(pass *p, LLVMValueRef base, LLVMValueRef off);
 
-/* The natural loops of the CFG (cfg_build first): per back edge u -> h,
- * hdr[l] = h, latch[l] = u and blocks[l * n + x] = 1 for the blocks of its
- * loop (those that reach u without passing h). Returns how many, or -1. */
-static int natural_loops(pass *p, int *hdr, int *latch, char *blocks) {
+/* The natural loops of the CFG: per back edge u -> h, hdr[l] = h,
+ * latch[l] = u and blocks[l * n + x] = 1 for the blocks of its loop (those
+ * that reach u without passing h). */
+typedef struct {
+    int n, *hdr, *latch;
+    char *blocks;
+} loops;
+
+static void loops_free(loops *L) {
+    free(L->hdr);
+    free(L->latch);
+    free(L->blocks);
+}
+
+/* Builds the CFG and fills L; returns how many loops, or -1. */
+static int natural_loops(pass *p, loops *L) {
+    memset(L, 0, sizeof *L);
+    if (cfg_build(p) < 0) return -1;
     int n = p->nblocks, nloops = 0, sp = 0;
+    int *hdr = L->hdr = malloc(sizeof(int) * (size_t)n * 2), *latch = L->latch = malloc(sizeof(int) * (size_t)n * 2);
+    char *blocks = L->blocks = calloc((size_t)n * (size_t)n * 2, 1);
+    L->n = n;
     int *stack = malloc(sizeof(int) * (size_t)n), *pos = calloc((size_t)n, sizeof(int)),
         *ws = malloc(sizeof(int) * (size_t)n);
     char *state = calloc((size_t)n, 1);
-    if (!stack || !pos || !state || !ws) {
+    if (!stack || !pos || !state || !ws || !hdr || !latch || !blocks) {
         nloops = mkk_ir_fail(p, "out of memory");
         goto out;
     }
@@ -611,19 +628,12 @@ out:
  * GPU's do. (Loops whose only sites are threadgroup barriers need none:
  * every thread waits at each of those anyway.) */
 static int add_latch_steps(pass *p) {
-    if (cfg_build(p) < 0) return -1;
-    int n = p->nblocks, rc = 0;
-    int *hdr = malloc(sizeof(int) * (size_t)n * 2), *latch = malloc(sizeof(int) * (size_t)n * 2);
-    char *blocks = calloc((size_t)n * (size_t)n * 2, 1);
-    LLVMBasicBlockRef *at = malloc(sizeof *at * (size_t)n * 2);
-    int nat = 0;
-    if (!hdr || !latch || !blocks || !at) {
-        rc = mkk_ir_fail(p, "out of memory");
-        goto out;
-    }
-    int nloops = natural_loops(p, hdr, latch, blocks);
-    if (nloops < 0) {
-        rc = -1;
+    loops L;
+    int nloops = natural_loops(p, &L), n = L.n, rc = 0, nat = 0, *latch = L.latch;
+    char *blocks = L.blocks;
+    LLVMBasicBlockRef *at = malloc(sizeof *at * (size_t)n * 2 + 1);
+    if (nloops < 0 || !at) {
+        rc = nloops < 0 ? -1 : mkk_ir_fail(p, "out of memory");
         goto out;
     }
     for (int l = 0; l < nloops; l++) {
@@ -646,23 +656,15 @@ static int add_latch_steps(pass *p) {
         split_after(p, call);
     }
 out:
-    free(hdr);
-    free(latch);
-    free(blocks);
+    loops_free(&L);
     free(at);
     return rc;
 }
 
 static int add_loop_steps(pass *p) {
-    if (cfg_build(p) < 0) return -1;
-    int n = p->nblocks, rc = 0;
-    int *hdr = malloc(sizeof(int) * (size_t)n * 2), *latch = malloc(sizeof(int) * (size_t)n * 2);
-    char *blocks = calloc((size_t)n * (size_t)n * 2, 1); /* per back edge: its loop's blocks */
-    if (!hdr || !latch || !blocks) {
-        rc = mkk_ir_fail(p, "out of memory");
-        goto out;
-    }
-    int nloops = natural_loops(p, hdr, latch, blocks);
+    loops L;
+    int nloops = natural_loops(p, &L), n = L.n, rc = 0, *hdr = L.hdr;
+    char *blocks = L.blocks;
     if (nloops < 0) {
         rc = -1;
         goto out;
@@ -696,9 +698,7 @@ static int add_loop_steps(pass *p) {
         split_after(p, call);
     }
 out:
-    free(hdr);
-    free(latch);
-    free(blocks);
+    loops_free(&L);
     return rc;
 }
 
