@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?= -q -n auto --dist loadfile
 BENCH_ARGS ?=
 
-.PHONY: deps build run test bench clean soak tsan fuzz-engine
+.PHONY: deps build run test test-gpu bench clean soak tsan fuzz-engine
 
 deps:
 	@sh scripts/install-deps.sh
@@ -68,3 +68,12 @@ tsan: deps
 
 clean:
 	rm -rf build build-tsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
+
+# On a machine with an NVIDIA GPU (never in CI): the GPU back-end's own tests, then the kernel
+# test files with GPU streams on the GPU (they compare against NumPy and the CPU engine's
+# documented results). MKPY_REQUIRE_GPU=1 turns a missing GPU into a failure.
+GPU_TESTS ?= tests/test_gpu.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
+	tests/test_simdgroup_matrix.py tests/test_kernel_exec.py tests/test_kernel_errors.py tests/test_kernel_parity.py \
+	tests/test_runtime_header.py tests/test_fuzz_regressions.py
+test-gpu: build
+	MKPY_REQUIRE_GPU=1 PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) $(GPU_TESTS)

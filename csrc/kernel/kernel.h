@@ -196,6 +196,11 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
 
 void mkk_call_free(mkk_call *c);
 
+/* MKPY_GPU_PARITY's check is under way on this thread (dispatch.c): outputs
+ * without init_value start as MKK_PARITY_BYTE on both back-ends. */
+bool mkk_parity_fill(void);
+#define MKK_PARITY_BYTE 0xA5
+
 
 /* A metal_kernel node's kernel and call (borrowed), for export_function
  * (xkernel.c); false for any other node. */
