@@ -525,29 +525,6 @@ static void sbf(sbuf *b, const char *fmt, ...) {
     sb(b, tmp);
 }
 
-/* Appends lines [first, first + count) (1-based) of text. */
-static void sb_lines(sbuf *b, const char *text, int first, int count) {
-    int line = 1;
-    const char *p = text;
-    while (*p && line < first) line += *p++ == '\n';
-    const char *start = p;
-    while (*p && line < first + count) line += *p++ == '\n';
-    size_t len = (size_t)(p - start);
-    char *tmp = malloc(len + 2);
-    if (!tmp) return;
-    memcpy(tmp, start, len);
-    tmp[len] = 0;
-    if (len && tmp[len - 1] != '\n') strcat(tmp, "\n");
-    sb(b, tmp);
-    free(tmp);
-}
-
-static int total_lines(const char *s) {
-    int n = 1;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* The translated program with #line markers naming the user's header and
  * source, plus the entry point that unpacks buffers and attributes. */
 /* debug_dir: a debug build's folder, whose header.metal, kernel.metal (the
@@ -555,11 +532,6 @@ static int total_lines(const char *s) {
  * the debug information points at files a debugger can show; NULL otherwise. */
 static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                            const char *kernel_name, const char *debug_dir) {
-    char *cpp = mkk_translate(generated);
-    if (!cpp) return NULL;
-    mkk_linemap m;
-    mkk_line_map(k, generated, &m);
-    int n = total_lines(cpp);
     sbuf b = {0};
     const bool prints = k->prints;
     char fh[4800], fg[4800], fs[4800];
@@ -572,70 +544,18 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
         snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
         snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
     }
-    sb(&b, "#include \"mkpy_metal.h\"\n#include \"mkpy_coop.h\"\n#include \"mkpy_dispatch.h\"\n");
-    if (prints) sb(&b, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
-    if (m.header_lines > 0) {
-        sbf(&b, "#line 1 \"%s\"\n", fh);
-        sb_lines(&b, cpp, 1, m.header_lines);
-    }
-    sbf(&b, "#line %d \"%s\"\n", m.header_lines + 1, fg);
-    sb_lines(&b, cpp, m.header_lines + 1, m.source_first - m.header_lines - 1);
-    sbf(&b, "#line 1 \"%s\"\n", fs);
-    sb_lines(&b, cpp, m.source_first, m.source_lines);
-    sbf(&b, "#line %d \"%s\"\n", m.source_first + m.source_lines, fg);
-    sb_lines(&b, cpp, m.source_first + m.source_lines, n - (m.source_first + m.source_lines) + 1);
-    free(cpp);
-
-    /* entry point */
-    char tdef[1024] = "";
-    if (c->ntemplate) {
-        size_t len = 0;
-        len += snprintf(tdef + len, sizeof tdef - len, "<");
-        for (int i = 0; i < c->ntemplate && len < sizeof tdef; i++) {
-            const mkk_targ *t = &c->templ[i];
-            if (t->kind == MKK_TARG_DTYPE)
-                len += snprintf(tdef + len, sizeof tdef - len, "%s%s", i ? ", " : "",
-                                mk_dtypes[t->value].msl_name);
-            else
-                len += snprintf(tdef + len, sizeof tdef - len, "%s%lld", i ? ", " : "", (long long)t->value);
-        }
-        if (len < sizeof tdef) snprintf(tdef + len, sizeof tdef - len, ">");
-    }
-    /* the call of the kernel function for one thread's attributes `t` */
+    mkk_sbuf body = {0};
+    mkk_sb(&body, "#include \"mkpy_metal.h\"\n#include \"mkpy_coop.h\"\n#include \"mkpy_dispatch.h\"\n");
+    if (prints) mkk_sb(&body, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
+    int readonly_args = 0;
     sbuf call = {0};
-    sbf(&call, "%s%s(", kernel_name, tdef);
-    int arg = 0, first = 1;
-#define SEP() (first ? (first = 0, "") : ", ")
-    for (int i = 0; i < k->ninputs; i++) {
-        const char *ts = mk_dtypes[inputs[i]->dtype].msl_name;
-        if (inputs[i]->ndim == 0)
-            sbf(&call, "%s*(const %s *)args[%d]", SEP(), ts, arg++);
-        else
-            sbf(&call, "%s(const %s *)args[%d]", SEP(), ts, arg++);
-        if (inputs[i]->ndim > 0) {
-            if (k->shape_info[i][0]) sbf(&call, "%s(const int *)args[%d]", SEP(), arg++);
-            if (k->shape_info[i][1]) sbf(&call, "%s(const int64_t *)args[%d]", SEP(), arg++);
-            if (k->shape_info[i][2]) sbf(&call, "%s*(const int *)args[%d]", SEP(), arg++);
-        }
+    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs) < 0 ||
+        !(call.s = mkk_call_expr(k, c, inputs, kernel_name, "args[%d]", &readonly_args))) {
+        free(body.s);
+        return NULL;
     }
-    const int readonly_args = arg; /* inputs and their shapes: nothing writes them during a launch */
-    for (int i = 0; i < k->noutputs; i++) {
-        const char *ts = mk_dtypes[c->output_dtypes[i]].msl_name;
-        if (k->atomic_outputs)
-            sbf(&call, "%s(metal::atomic<%s> *)args[%d]", SEP(), ts, arg++);
-        else
-            sbf(&call, "%s(%s *)args[%d]", SEP(), ts, arg++);
-    }
-    for (int a = 0; a < MKK_NATTRS; a++)
-        if (k->attr_used[a])
-            sbf(&call, strcmp(mkk_attrs[a].type, "uint3") == 0 ? "%smkpy::u3(t.%s)" : "%st.%s", SEP(),
-                mkk_attrs[a].name);
-#undef SEP
-    sb(&call, ");\n");
-    if (!call.s) {
-        free(b.s);
-        return mk_nomem();
-    }
+    sb(&b, body.s);
+    free(body.s);
     sb(&b, "#line 1 \"<mkpy entry>\"\n");
     sb(&b, "extern \"C\" void mkpy_kernel_set_api(const mkpy_coop_api *api) { mkpy::api = api; }\n");
     sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
