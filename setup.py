@@ -10,7 +10,7 @@ from setuptools.command.build_ext import build_ext
 # The layers (docs/design.md, "Layers"): core, the kernel front end, one folder per back-end
 # (csrc/backend/<name>/; their ir/ subfolders are separate programs, below), and the binding.
 sources = sorted(
-    glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/backend/*/*.c")
+    glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/backend/*.c") + glob.glob("csrc/backend/*/*.c")
     + glob.glob("csrc/python/*.c")
 )
 
