@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda.h"
 #include "backend/diskcache.h"
 #include "backend/cpu/check.h"
 #include "backend/cpu/coop.h"
@@ -1355,6 +1356,8 @@ static entry **find_slot(const char *key, unsigned bucket) {
 mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                      const char *kernel_name) {
     mkk_compiled fn = {0};
+    /* MKPY_CUDA_COMPILE_CHECK / mx.cuda.compile_check: NVRTC compiles it too */
+    if (mkb_cuda_compile_check(k, c, inputs, generated, kernel_name) < 0) return fn;
     const char *mflags = math_flags(k->math_mode);
     /* In memory the generated Metal source is the key: it fixes the program
      * (kernel name, header, source, argument types, template values,
