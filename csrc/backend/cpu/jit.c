@@ -1353,11 +1353,9 @@ static entry **find_slot(const char *key, unsigned bucket) {
     return p;
 }
 
-mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                     const char *kernel_name) {
+static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                            const char *kernel_name) {
     mkk_compiled fn = {0};
-    /* MKPY_CUDA_COMPILE_CHECK / mx.cuda.compile_check: NVRTC compiles it too */
-    if (mkb_cuda_compile_check(k, c, inputs, generated, kernel_name) < 0) return fn;
     const char *mflags = math_flags(k->math_mode);
     /* In memory the generated Metal source is the key: it fixes the program
      * (kernel name, header, source, argument types, template values,
@@ -1466,6 +1464,17 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     pthread_cond_broadcast(&jit.cv);
     pthread_mutex_unlock(&jit.mu);
     close_victims(victims, nvictims);
+    return fn;
+}
+
+mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                     const char *kernel_name) {
+    mkk_compiled fn = jit_cpu(k, c, inputs, generated, kernel_name);
+    /* MKPY_CUDA_COMPILE_CHECK / mx.cuda.compile_check: NVRTC compiles it too */
+    if (fn.entry && mkb_cuda_compile_check(k, c, inputs, generated, kernel_name) < 0) {
+        mkk_jit_release(&fn);
+        memset(&fn, 0, sizeof fn);
+    }
     return fn;
 }
 

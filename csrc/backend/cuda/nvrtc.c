@@ -495,6 +495,10 @@ int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *con
                            const char *kernel_name) {
     const char *s = check_archs ? check_archs : getenv("MKPY_CUDA_COMPILE_CHECK");
     if (!s || !*s) return 0;
+    if (k->prints) { /* refused on CUDA for now (mkb_cuda_program): nothing to check */
+        mkk_debug(1, "kernel `%s`: not compiled for CUDA (it prints)", k->name);
+        return 0;
+    }
     int archs[16];
     int n = parse_archs(s, archs, 16);
     if (n < 0) {

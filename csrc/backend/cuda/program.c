@@ -32,9 +32,10 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
         free(b.s);
         return NULL;
     }
-    /* registers for the call's threadgroup size (Metal allows 1024) */
-    int64_t threads = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2];
-    if (threads < 1 || threads > 1024) threads = 1024;
+    /* registers for the call's threadgroup size (Metal allows 1024), rounded
+     * up to a power of two so that calls differing only a little share a program */
+    int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
+    while (threads < requested && threads < 1024) threads *= 2;
     mkk_sb(&b, "#line 1 \"<mkpy entry>\"\n");
     mkk_sbf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) mkpy_cuda_entry(const mkpy_cuda_launch L",
             (int)threads);
