@@ -9,6 +9,7 @@ BENCH_ARGS ?=
 
 deps:
 	@sh scripts/install-deps.sh
+	@PYTHON=$(PYTHON) sh scripts/fetch-nvrtc.sh
 
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
