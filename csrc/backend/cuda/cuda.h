@@ -56,6 +56,10 @@ int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *con
  * ValueError and returns (char *)-1 for a malformed list. */
 char *mkb_cuda_set_compile_check(const char *archs);
 
+/* The back-end's kernel_eval (launch.c): one metal_kernel call on the GPU. */
+int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out, const char *generated,
+                         const char *kernel_name, const mkk_launch *plan, uint64_t groups);
+
 /* Counters, for tests: compiles, memory hits and disk hits of mkb_cuda_build. */
 typedef struct {
     long long compiles, memory_hits, disk_hits;
