@@ -9,8 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+# The layers (docs/design.md, "Layers"): core, the kernel front end, one folder per back-end
+# (csrc/backend/<name>/; their ir/ subfolders are separate programs, below), and the binding.
 sources = sorted(
-    glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/python/*.c")
+    glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/backend/*.c")
+    + glob.glob("csrc/backend/*/*.c")
+    + glob.glob("csrc/python/*.c")
 )
 
 # -fno-math-errno / -fno-trapping-math change no result (mkpy reads neither errno nor
@@ -53,7 +57,7 @@ ext = Extension(
     extra_link_args=sanitize_ldflags,
     libraries=["openblas", "z", "m", "pthread"],
 )
-# The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,
+# The lockstep engine's compiler pass (csrc/backend/cpu/ir/) is a program,
 # mkpy/mkpy-cbs-pass, linked with the C API of LLVM 15 to 19 (Debian's llvm-N-dev) and run
 # by the JIT like clang. Without LLVM it is left out and cooperative kernels run on fibers.
 LLVM_MIN, LLVM_MAX = 15, 19
@@ -100,8 +104,8 @@ def find_llvm():
 
 LLVM = find_llvm()
 HAVE_LLVM = LLVM is not None
-PASS_SOURCES = ["csrc/kernel/ir/cbs_ir.c", "csrc/kernel/ir/cbs_main.c", "csrc/kernel/ir/check_ir.c",
-                "csrc/kernel/ir/ir_load.c"]
+PASS_SOURCES = ["csrc/backend/cpu/ir/cbs_ir.c", "csrc/backend/cpu/ir/cbs_main.c", "csrc/backend/cpu/ir/check_ir.c",
+                "csrc/backend/cpu/ir/ir_load.c"]
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
@@ -125,7 +129,7 @@ def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=
 
 
 # the sources that read the macros BuildExt defines (MKPY_NO_KISSFFT, MKPY_PASS_LLVM_MAJOR)
-MACRO_READERS = ["csrc/core/ops_fft.c", "csrc/kernel/jit.c", "csrc/kernel/envcheck.c"]
+MACRO_READERS = ["csrc/core/ops_fft.c", "csrc/backend/cpu/jit.c", "csrc/kernel/envcheck.c"]
 
 
 def _try_build(compiler, tmp, code, include_dirs, libraries):

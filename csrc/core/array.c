@@ -389,14 +389,130 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
     b->capacity = alloc;
     b->release = NULL;
     b->owner = NULL;
+    b->dev = NULL;
+    b->devops = NULL;
+    atomic_init(&b->where, MK_ON_HOST);
     mem_add((int64_t)nbytes);
     return b;
+}
+
+/* ------------------------------------------------------ device copies */
+
+/* Transitions of `where` (and the allocation of either copy) happen under
+ * one lock; the fast paths (mk_data, mk_host_sync) read `where` alone. */
+static pthread_mutex_t devcopy_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local char *device_error; /* mk_buffer_host_slow's failure, for mk_take_device_error */
+
+static void device_buffer_release(mk_buffer *b) {
+    mem_add(-(int64_t)b->nbytes);
+    free(b->data); /* the host copy, if one was made */
+}
+
+mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
+    mk_buffer *b = malloc(sizeof *b);
+    if (!b) return mk_nomem();
+    void *dev = ops->alloc(nbytes ? nbytes : 1);
+    if (!dev) {
+        free(b);
+        return NULL;
+    }
+    atomic_init(&b->refcnt, 1);
+    b->nbytes = nbytes;
+    b->capacity = 0;
+    b->data = NULL;
+    b->release = device_buffer_release;
+    b->owner = NULL;
+    b->dev = dev;
+    b->devops = ops;
+    atomic_init(&b->where, MK_ON_DEVICE);
+    mem_add((int64_t)nbytes);
+    return b;
+}
+
+int mk_buffer_to_host(mk_buffer *b) {
+    int rc = 0;
+    pthread_mutex_lock(&devcopy_mu);
+    if (!(atomic_load_explicit(&b->where, memory_order_relaxed) & MK_ON_HOST)) {
+        if (!b->data) {
+            void *h = NULL;
+            if (posix_memalign(&h, MK_ALIGN, b->nbytes ? b->nbytes : 1) != 0) {
+                mk_nomem();
+                rc = -1;
+                goto out;
+            }
+            b->data = h;
+        }
+        if (b->devops->download(b->data, b->dev, b->nbytes) < 0) {
+            rc = -1;
+            goto out;
+        }
+        atomic_fetch_or_explicit(&b->where, MK_ON_HOST, memory_order_release);
+    }
+out:
+    pthread_mutex_unlock(&devcopy_mu);
+    return rc;
+}
+
+int mk_buffer_to_device(mk_buffer *b, const mk_devmem_ops *ops) {
+    unsigned w = atomic_load_explicit(&b->where, memory_order_acquire);
+    if ((w & MK_ON_DEVICE) && b->devops == ops) return 0;
+    int rc = 0;
+    pthread_mutex_lock(&devcopy_mu);
+    w = atomic_load_explicit(&b->where, memory_order_relaxed);
+    if (!((w & MK_ON_DEVICE) && b->devops == ops)) {
+        if (b->dev && b->devops != ops) { /* one device back-end at a time: cannot happen today */
+            mk_error_set(MK_ERR_RUNTIME, "[%s] A buffer is on another device (%s).", ops->name, b->devops->name);
+            rc = -1;
+            goto out;
+        }
+        if (!b->dev) {
+            void *dev = ops->alloc(b->nbytes ? b->nbytes : 1);
+            if (!dev) {
+                rc = -1;
+                goto out;
+            }
+            b->dev = dev;
+            b->devops = ops;
+        }
+        if (ops->upload(b->dev, b->data, b->nbytes) < 0) {
+            rc = -1;
+            goto out;
+        }
+        atomic_fetch_or_explicit(&b->where, MK_ON_DEVICE, memory_order_release);
+    }
+out:
+    pthread_mutex_unlock(&devcopy_mu);
+    return rc;
+}
+
+void mk_buffer_host_slow(mk_buffer *b) {
+    if (mk_buffer_to_host(b) == 0) return;
+    /* the caller cannot fail: it reads zeros, and the error waits for the
+     * evaluator loop or the binding (mk_take_device_error) */
+    if (!device_error) device_error = strdup(mk_error_message());
+    pthread_mutex_lock(&devcopy_mu);
+    if (!b->data && posix_memalign(&b->data, MK_ALIGN, b->nbytes ? b->nbytes : 1) != 0) b->data = NULL;
+    if (b->data) {
+        memset(b->data, 0, b->nbytes);
+        /* not marked valid: the next reader tries the copy again */
+    }
+    pthread_mutex_unlock(&devcopy_mu);
+    if (!b->data) abort(); /* no memory for even a zeroed copy: nothing safe is left to do */
+}
+
+bool mk_take_device_error(void) {
+    if (!device_error) return false;
+    mk_error_set(MK_ERR_RUNTIME, "%s", device_error);
+    free(device_error);
+    device_error = NULL;
+    return true;
 }
 
 void mk_buffer_incref(mk_buffer *b) { atomic_fetch_add_explicit(&b->refcnt, 1, memory_order_relaxed); }
 
 void mk_buffer_decref(mk_buffer *b) {
     if (atomic_fetch_sub_explicit(&b->refcnt, 1, memory_order_acq_rel) != 1) return;
+    if (b->dev) b->devops->free(b->dev, b->nbytes);
     if (b->release) {
         b->release(b);
     } else {
@@ -643,7 +759,7 @@ static _Thread_local int trace_depth;
 bool mk_donate(mk_prim *p, mk_array *out, mk_array *in) {
     mk_buffer *b = in->buf;
     size_t isz = mk_dtype_size(in->dtype);
-    if (trace_depth || !b || b->release || in->offset != 0 || !(in->flags & MK_ROW_CONTIG) ||
+    if (trace_depth || !b || b->release || b->dev || in->offset != 0 || !(in->flags & MK_ROW_CONTIG) ||
         in->size != out->size || isz != mk_dtype_size(out->dtype) || b->nbytes != (size_t)in->size * isz ||
         atomic_load_explicit(&in->refcnt, memory_order_acquire) != 1 ||
         atomic_load_explicit(&b->refcnt, memory_order_acquire) != 1 ||
@@ -853,11 +969,17 @@ static int run_prim_locked(mk_prim *p) {
             if (!outs[i]) rc = -1;
         }
     if (rc == 0) {
+        mk_eval_fn eval = p->op->eval;
+        if (mk_stream_device(p->stream) == MK_GPU && !p->op->own_device) {
+            mk_eval_fn (*gpu)(const mk_prim *) = mk_gpu_evaluator;
+            mk_eval_fn g = gpu ? gpu(p) : NULL;
+            if (g) eval = g;
+        }
         void (*trace)(const char *, uint64_t, uint64_t, const mk_array *) = mk_op_trace;
         if (trace) { /* the profiler records every op it sees run */
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
-            rc = p->op->eval(p, p->inputs, outs);
+            rc = eval(p, p->inputs, outs);
             clock_gettime(CLOCK_MONOTONIC, &t1);
             /* element-wise ops share a primitive: name the op itself */
             const char *name = p->op->name;
@@ -868,8 +990,10 @@ static int run_prim_locked(mk_prim *p) {
             trace(name, (uint64_t)t0.tv_sec * 1000000000u + (uint64_t)t0.tv_nsec,
                   (uint64_t)t1.tv_sec * 1000000000u + (uint64_t)t1.tv_nsec, outs[0]);
         } else {
-            rc = p->op->eval(p, p->inputs, outs);
+            rc = eval(p, p->inputs, outs);
         }
+        /* a device copy that failed inside mk_data (which cannot fail) */
+        if (rc == 0 && mk_take_device_error()) rc = -1;
     }
     if (rc == 0 && mk_interrupted()) { /* its pool jobs may have skipped work */
         mk_error_set(MK_ERR_INTERRUPT, "interrupted");
@@ -939,6 +1063,9 @@ static int run_prim(mk_prim *p) {
 static bool small_prim(const mk_prim *p) {
     if (p->noutputs != 1 || p->outdesc[0].ndim < 0) return false;
     if (!p->op->cheap) return false;
+    /* with a device back-end active, GPU-stream nodes run there, not inline */
+    if (mk_stream_device(p->stream) == MK_GPU && atomic_load_explicit(&mk_gpu_evaluator, memory_order_relaxed))
+        return false;
     for (int k = 0; k < p->ninputs; k++)
         if (p->inputs[k]->size > 4096) return false;
     int64_t osz = 1;
@@ -1095,6 +1222,7 @@ int mk_eval_small(mk_array *const *arrays, int n) {
 }
 
 void (*_Atomic mk_eval_arm)(void);
+mk_eval_fn (*_Atomic mk_gpu_evaluator)(const mk_prim *p);
 
 /* The profiler's hook (kernel/diag.c): called after each primitive runs. */
 void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t end_ns, const mk_array *out0);

@@ -1,6 +1,7 @@
 /* mkpy.distributed (MLX's mlx.core.distributed) and mkpy.cuda: the Group
  * type and the communication ops over the core's distributed layer
  * (core/distributed.h). */
+#include "backend/backend.h"
 #include "core/distributed.h"
 #include "mkpy.h"
 
@@ -272,12 +273,12 @@ static PyMethodDef distributed_functions[] = {
 
 static PyObject *py_cuda_is_available(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
-    Py_RETURN_FALSE;
+    return PyBool_FromLong(mkb_gpu() == &mkb_cuda_backend);
 }
 
 static PyMethodDef cuda_functions[] = {
     {"is_available", py_cuda_is_available, METH_NOARGS,
-     "is_available()\n--\n\nWhether the CUDA back-end is available: False (mkpy runs on the CPU)."},
+     "is_available()\n--\n\nWhether GPU streams run on an NVIDIA GPU: a GPU and its driver were found (and MKPY_GPU is not \"cpu\")."},
     {NULL},
 };
 
@@ -303,7 +304,7 @@ int mkpy_distributed_init(PyObject *m) {
     int rc = PyModule_AddObjectRef(dist, "Group", (PyObject *)&PyMkGroup_Type);
     Py_DECREF(dist);
     if (rc < 0) return -1;
-    if (add_module(m, "cuda", "mkpy.cuda: the CUDA back-end (absent).", cuda_functions, &cuda) < 0) return -1;
+    if (add_module(m, "cuda", "mkpy.cuda: the CUDA back-end (an NVIDIA GPU, when one is found).", cuda_functions, &cuda) < 0) return -1;
     Py_DECREF(cuda);
     return 0;
 }

@@ -52,7 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../mkpy/include/mkpy_launch.h"
+#include "../../../../mkpy/include/mkpy_launch.h"
 #include "cbs_ir.h"
 #include "ir_load.h"
 
