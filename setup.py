@@ -203,7 +203,7 @@ class BuildExt(build_ext):
     def run(self):
         super().run()
         if HAVE_LLVM:
-            print(f"mkpy: building the lockstep pass with LLVM {LLVM[1]} ({LLVM[0]})", flush=True)
+            print(f"mkpy: the lockstep pass uses LLVM {LLVM[1]} ({LLVM[0]})", flush=True)
             self.build_pass()
         else:
             print(f"mkpy: no LLVM {LLVM_MIN}-{LLVM_MAX} development files (Debian/Ubuntu: apt-get install "
