@@ -198,7 +198,8 @@ static void file_identity(const char *path, char *out, size_t n) {
         snprintf(out, n, "%s", real);
 }
 
-/* MKPY_CXX, else the newest clang++-N (N >= 15) on PATH, else clang++ >= 15. */
+/* MKPY_CXX, else clang++-N of the lockstep pass's LLVM, else the newest clang++-N (N >= 15) on
+ * PATH, else clang++ >= 15. */
 static int find_compiler(void) {
     if (jit.cxx_probed) return jit.cxx[0] ? 0 : -1;
     jit.cxx_probed = 1;
@@ -211,7 +212,19 @@ static int find_compiler(void) {
         file_identity(jit.cxx, jit.cxx_identity, sizeof jit.cxx_identity);
         return 0;
     }
-    for (int v = 25; v >= 15; v--) {
+    /* the clang of the LLVM the lockstep pass was built with comes first: the pass reads
+     * bitcode from its own LLVM or an older one, never a newer one */
+#ifdef MKPY_PASS_LLVM_MAJOR
+    const int first = MKPY_PASS_LLVM_MAJOR;
+#else
+    const int first = 0;
+#endif
+    int order[12], norder = 0;
+    if (first >= 15) order[norder++] = first;
+    for (int v = 25; v >= 15; v--)
+        if (v != first) order[norder++] = v;
+    for (int i = 0; i < norder; i++) {
+        int v = order[i];
         char name[32];
         snprintf(name, sizeof name, "clang++-%d", v);
         if (which(name, jit.cxx, sizeof jit.cxx) == 0) {
@@ -378,7 +391,13 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
  *    none, and it halves the link); a kernel whose own code needs it is
  *    linked again with it (see mkk_jit). */
 #if defined(__x86_64__)
-#define TARGET_FLAGS "-march=native"
+/* Some CPUs' tunings (Intel's before Ice Lake, Atom) make a 64-bit division of operands that fit
+ * in 32 bits a 32-bit `div` (and a 32-bit one an 8-bit `divb`): the fault handler that completes a
+ * division by zero (fiber.c) would then see the narrower instruction and give its all-ones value,
+ * not the operand type's. Those two tuning features are turned off. */
+#define TARGET_FLAGS                                                                                  \
+    "-march=native -Xclang -target-feature -Xclang -idivq-to-divl -Xclang -target-feature -Xclang " \
+    "-idivl-to-divb"
 #if defined(__GLIBC__)
 #define VECLIB_FLAGS "-fveclib=libmvec"
 #else
@@ -456,7 +475,7 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
                    char **diag) {
     char inc[4200];
     snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
-    char *argv[40];
+    char *argv[48];
     size_t n = 0;
     argv[n++] = jit.cxx;
     /* the math mode's flags first (split at spaces): -fno-fast-math would
