@@ -86,8 +86,7 @@ ubsan: deps
 	[ $$rc = 0 ] && [ $$n = 0 ]
 
 clean:
-<<<<<<< HEAD
-	rm -rf build build-tsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build build-tsan build-ubsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
 
 # On a machine with an NVIDIA GPU (never in CI): the GPU back-end's own tests, then the kernel
 # test files with GPU streams on the GPU (they compare against NumPy and the CPU engine's
@@ -97,6 +96,3 @@ GPU_TESTS ?= tests/test_gpu.py tests/test_kernel_corpus.py tests/test_examples.p
 	tests/test_runtime_header.py tests/test_fuzz_regressions.py
 test-gpu: build
 	MKPY_REQUIRE_GPU=1 PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) $(GPU_TESTS)
-=======
-	rm -rf build build-tsan build-ubsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
->>>>>>> portable
