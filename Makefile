@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?= -q -n auto --dist loadfile
 BENCH_ARGS ?=
 
-.PHONY: deps build run test bench clean soak tsan fuzz-engine
+.PHONY: deps build run test test-gpu bench clean soak tsan fuzz-engine
 
 deps:
 	@sh scripts/install-deps.sh
@@ -20,6 +20,11 @@ run: build
 
 test: build
 	PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) tests
+
+# The tests that need an NVIDIA GPU (skipped without one; MKPY_REQUIRE_GPU=1 makes a missing GPU an error).
+GPU_TESTS ?= tests/test_gpu_ops.py
+test-gpu: build
+	MKPY_REQUIRE_GPU=1 PYTHONPATH=. $(PYTHON) -m pytest -q $(GPU_TESTS)
 
 # Benchmarks (by hand, never part of `make test`): one table of same-run ratios,
 # benchmarks/results.json and, with matplotlib, benchmarks/results.png.
