@@ -51,7 +51,7 @@ def _values(dtype, n, seed):
         v = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
         small = rng.integers(max(info.min, -9), 10, n).astype(dtype)
         v[n // 2:] = small[n // 2:]  # small divisors and shift counts
-        sp = np.array([s for s in special if info.min <= s <= info.max]).astype(dtype)
+        sp = np.array([s for s in special if info.min <= s <= info.max], dtype=dtype)
         v[:len(sp)] = sp
         return v
     special = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-30, 70000.0, -3e9, 1e20,
@@ -61,7 +61,9 @@ def _values(dtype, n, seed):
     if dtype == "complex64":
         w = rng.standard_normal(n).astype(np.float32)
         w[: len(special)] = special[::-1]
-        return (v + 1j * w).astype(np.complex64)
+        out = np.empty(n, np.complex64)
+        out.real, out.imag = v, w
+        return out
     return v
 
 
@@ -101,7 +103,13 @@ def compute():
             put(("binary", op, dt), lambda: f(x, y))
             put(("binary-strided", op, dt), lambda: f(xt, x))
         for dt2 in DTYPES:
-            put(("astype", dt, dt2), lambda: xt.astype(getattr(mx, dt2)))
+            src = xt
+            if dt in ("float16", "bfloat16", "float32", "complex64") and dt2 not in ("float16", "bfloat16", "float32",
+                                                                                     "complex64", "bool_"):
+                # C leaves out-of-range float-to-integer conversions undefined, and the CPU's vector
+                # and scalar loops differ there: compare in-range values (nan, inf, 1e20 become 0)
+                src = mx.where(mx.abs(xt) < 2e9, xt, mx.zeros_like(xt))
+            put(("astype", dt, dt2), lambda: src.astype(getattr(mx, dt2)))
         c = _arr("bool_", (5, 1), 4)
         put(("where", dt), lambda: mx.where(c, x, y))
         put(("reshape-copy", dt), lambda: mx.reshape(xt, (37, 5)))

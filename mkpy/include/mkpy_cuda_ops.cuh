@@ -113,15 +113,22 @@ template <> constexpr bool is_half<bf16> = true;
 
 // ------------------------------------------------------- conversions
 // x86-64's truncating conversions, as the CPU's C casts compile there
-// (cvttss2si): out of range and nan give the "integer indefinite" value,
-// 0x80000000 for 32 bits and 0x8000000000000000 for 64; types narrower than
-// int go through int32, uint32 through int64, uint64 through int64 below 2^63
-// and int64 of x - 2^63 with the top bit set above.
+// (cvttss2si/cvttps2dq): out of range and nan give the "integer indefinite"
+// value, 0x80000000 for 32 bits and 0x8000000000000000 for 64; types narrower
+// than int go through int32; uint32 and uint64 convert x below 2^31 (2^63)
+// directly and x - 2^31 (2^63) with the top bit set above, as GCC's
+// vectorised loops do (measured: NaN -> 2147483648 for uint32). GCC's scalar
+// tail of the same loop converts uint32 through int64 (NaN -> 0): C leaves
+// out-of-range conversions undefined and the CPU is not consistent there.
 __device__ __forceinline__ i32 x86_f2i32(float v) {
     return (v >= -2147483648.0f && v < 2147483648.0f) ? (i32)v : (i32)0x80000000;
 }
 __device__ __forceinline__ i64 x86_f2i64(float v) {
     return (v >= -9223372036854775808.0f && v < 9223372036854775808.0f) ? (i64)v : (i64)0x8000000000000000ll;
+}
+__device__ __forceinline__ u32 x86_f2u32(float v) {
+    if (v < 2147483648.0f || v != v) return (u32)x86_f2i32(v);
+    return (u32)x86_f2i32(v - 2147483648.0f) ^ 0x80000000u;
 }
 __device__ __forceinline__ u64 x86_f2u64(float v) {
     if (v < 9223372036854775808.0f || v != v) return (u64)x86_f2i64(v);
@@ -144,7 +151,7 @@ template <class T, class V> __device__ __forceinline__ T to(V v) {
     } else if constexpr (is_flt<V> && is_int<T>) {
         if constexpr (sizeof(T) < 4) return (T)x86_f2i32(v);
         else if constexpr (sizeof(T) == 4 && is_sint<T>) return (T)x86_f2i32(v);
-        else if constexpr (sizeof(T) == 4) return (T)x86_f2i64(v);
+        else if constexpr (sizeof(T) == 4) return (T)x86_f2u32(v);
         else if constexpr (is_sint<T>) return (T)x86_f2i64(v);
         else return (T)x86_f2u64(v);
     } else {
