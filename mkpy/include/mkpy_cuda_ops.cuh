@@ -235,19 +235,23 @@ __device__ __forceinline__ bool cge(c64 x, c64 y) { return x.re > y.re || (x.re 
 
 // ------------------------------------------------------- MLX's float math
 // csrc/core/mlx_math.h, statement for statement
+// 2^f for the fraction f, MLX's degree-6 polynomial
+__device__ __forceinline__ float exp2_frac(float f) {
+    float p = 1.535336188319500e-4f;
+    p = fmaf(p, f, 1.339887440266574e-3f);
+    p = fmaf(p, f, 9.618437357674640e-3f);
+    p = fmaf(p, f, 5.550332471162809e-2f);
+    p = fmaf(p, f, 2.402264791363012e-1f);
+    p = fmaf(p, f, 6.931472028550421e-1f);
+    return fmaf(p, f, 1.000000000000000f);
+}
 __device__ __forceinline__ float mlx_exp(float x) {
     float y = x * 1.442695f;
     float yc = y > 200.0f ? 200.0f : y < -200.0f ? -200.0f : y;
     float ipart = rintf(yc);
     ipart += (yc - ipart == 0.5f) ? 1.0f : 0.0f;
     float fpart = yc - ipart;
-    float p = 1.535336188319500e-4f;
-    p = fmaf(p, fpart, 1.339887440266574e-3f);
-    p = fmaf(p, fpart, 9.618437357674640e-3f);
-    p = fmaf(p, fpart, 5.550332471162809e-2f);
-    p = fmaf(p, fpart, 2.402264791363012e-1f);
-    p = fmaf(p, fpart, 6.931472028550421e-1f);
-    p = fmaf(p, fpart, 1.000000000000000f);
+    float p = exp2_frac(fpart);
     float scale = __uint_as_float((u32)((i32)ipart + 127) << 23);
     float r = scale * p;
     r = x < -88.0f ? 0.0f : r;
@@ -266,13 +270,7 @@ __device__ __forceinline__ float mk_tanh(float x) {
     float a = fabsf(x);
     float y = (2.0f * (a < 9.1f ? a : 9.1f)) * 1.442695f;
     float ipart = rintf(y), f = y - ipart;
-    float q = 1.535336188319500e-4f;
-    q = fmaf(q, f, 1.339887440266574e-3f);
-    q = fmaf(q, f, 9.618437357674640e-3f);
-    q = fmaf(q, f, 5.550332471162809e-2f);
-    q = fmaf(q, f, 2.402264791363012e-1f);
-    q = fmaf(q, f, 6.931472028550421e-1f);
-    q = fmaf(q, f, 1.0f);
+    float q = exp2_frac(f);
     float scale = __uint_as_float((u32)((i32)ipart + 127) << 23);
     float big = 1.0f - 2.0f / (scale * q + 1.0f);
     float r = copysignf(a < 0.8f ? small : big, x);
