@@ -95,6 +95,9 @@ mk_array *mk_argmin(mk_array *x, int axis, bool has_axis, bool keepdims);
 
 /* ---- shape and views (ops_shape.c) -------------------------------------- */
 mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape); /* one -1 allowed */
+/* Whether reshape's evaluator makes evaluated x of this (resolved) shape a
+ * view (numpy's no-copy rule) rather than a copy. */
+bool mk_reshape_nocopy(const mk_array *x, int ndim, const int64_t *shape);
 mk_array *mk_transpose(mk_array *x, int naxes, const int *axes);    /* naxes < 0: reverse */
 mk_array *mk_swapaxes(mk_array *x, int a, int b);
 mk_array *mk_moveaxis(mk_array *x, int src, int dst);

@@ -117,6 +117,11 @@ static bool nocopy_strides(const mk_array *x, int ndim, const int64_t *shape, in
     return true;
 }
 
+bool mk_reshape_nocopy(const mk_array *x, int ndim, const int64_t *shape) {
+    int64_t strides[MK_MAX_NDIM];
+    return nocopy_strides(x, ndim, shape, strides);
+}
+
 /* Copies x's elements in row-major order into o's new dense storage (o has
  * as many bytes as x: reshape, dtype view). */
 static int copy_dense(const mk_array *x, mk_array *o) {

@@ -2,6 +2,7 @@
  * type and the communication ops over the core's distributed layer
  * (core/distributed.h). */
 #include "backend/backend.h"
+#include "backend/cuda/ops_cuda.h"
 #include "core/distributed.h"
 #include "mkpy.h"
 
@@ -310,7 +311,20 @@ static PyObject *py_cuda_transfers(PyObject *m, PyObject *unused) {
     return Py_BuildValue("LL", (long long)down, (long long)up);
 }
 
+static PyObject *py_cuda_check_op_kernels(PyObject *m, PyObject *arg) {
+    (void)m;
+    int sm = PyLong_AsLong(arg), count = 0, rc;
+    if (sm == -1 && PyErr_Occurred()) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = mkb_cuda_check_op_kernels(sm, &count);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) return mkpy_raise();
+    return PyLong_FromLong(count);
+}
+
 static PyMethodDef cuda_functions[] = {
+    {"_check_op_kernels", py_cuda_check_op_kernels, METH_O,
+     "_check_op_kernels(sm)\n--\n\nCompiles every GPU op kernel for sm_<sm> with NVRTC (no GPU needed); returns how many."},
     {"_transfers", py_cuda_transfers, METH_NOARGS,
      "_transfers()\n--\n\n(copies from the GPU to the host, copies to the GPU) made so far by this process."},
     {"is_available", py_cuda_is_available, METH_NOARGS,

@@ -41,6 +41,12 @@ bool mkb_nvrtc_available(char *why, size_t n);
 /* The loaded library's path and version ("" and 0 when not loaded). */
 const char *mkb_nvrtc_path(void);
 void mkb_nvrtc_version(int *major, int *minor);
+/* Compiles one CUDA C++ source (no #line mapping, no cache) for sm_<sm> with
+ * NVRTC and the given options (after -arch): the GPU op kernels' entry
+ * (opkern.c). Returns 0 and a malloc'd CUBIN, or -1 with a RuntimeError
+ * holding NVRTC's log. */
+int mkb_nvrtc_compile_source(const char *source, const char *name, int sm, const char *const *opts, int nopts,
+                             unsigned char **cubin, size_t *size);
 
 /* The compile-check mode: MKPY_CUDA_COMPILE_CHECK=sm_80,sm_90 (or
  * mx.cuda.compile_check's scope, mkb_cuda_set_compile_check) makes every

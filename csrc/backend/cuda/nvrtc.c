@@ -513,3 +513,49 @@ int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *con
     }
     return 0;
 }
+
+/* ------------------------------------------------- a plain source (op kernels) */
+
+int mkb_nvrtc_compile_source(const char *source, const char *name, int sm, const char *const *opts, int nopts,
+                             unsigned char **cubin, size_t *size) {
+    char why[2200];
+    *cubin = NULL;
+    *size = 0;
+    if (!mkb_nvrtc_available(why, sizeof why)) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda] %s", why);
+        return -1;
+    }
+    char arch[32];
+    snprintf(arch, sizeof arch, "-arch=sm_%d", sm);
+    const char *all[24] = {arch};
+    int n = 1;
+    for (int i = 0; i < nopts && n < 24; i++) all[n++] = opts[i];
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nv.create(&prog, source, name, 0, NULL, NULL);
+    if (r != 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda] NVRTC could not create the program `%s`: %s", name, nv.error_string(r));
+        return -1;
+    }
+    int ret = -1;
+    r = nv.compile(prog, n, all);
+    if (r != 0) {
+        size_t ls = 0;
+        char *log = NULL;
+        if (nv.log_size(prog, &ls) == 0 && (log = malloc(ls + 1))) {
+            if (nv.log(prog, log) != 0) log[0] = 0;
+            log[ls] = 0;
+        }
+        mk_error_set(MK_ERR_RUNTIME, "[cuda] NVRTC failed to compile `%s` for sm_%d: %s", name, sm,
+                     log && *log ? log : nv.error_string(r));
+        free(log);
+    } else if (nv.cubin_size(prog, size) == 0 && (*cubin = malloc(*size ? *size : 1)) &&
+               nv.cubin(prog, (char *)*cubin) == 0) {
+        ret = 0;
+    } else {
+        free(*cubin);
+        *cubin = NULL;
+        mk_error_set(MK_ERR_RUNTIME, "[cuda] NVRTC gave no CUBIN for `%s` (sm_%d)", name, sm);
+    }
+    nv.destroy(&prog);
+    return ret;
+}

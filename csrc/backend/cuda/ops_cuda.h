@@ -13,4 +13,45 @@ int mkb_cuda_gemm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
 /* Why cuBLAS cannot be used ("" when it can), for python -m mkpy. */
 const char *mkb_cublas_why(void);
 
+/* ---- the op kernels (opkern.c; mkpy/include/mkpy_cuda_ops.cuh) ---- */
+
+#include "cuda_api.h"
+
+typedef struct {
+    const char *name; /* the opdef's name */
+    mk_eval_fn eval;
+} mkb_cuda_opentry;
+/* NULL-terminated rows of ops.c's table */
+extern const mkb_cuda_opentry mkb_cuda_ew_ops[], mkb_cuda_red_ops[];
+
+/* mkpy_cuda_ops.cuh's type name of each dtype (NULL: none, float64) */
+extern const char *const mkb_cuda_tname[MK_NDTYPES];
+#define MKB_OPK_MAX 4
+/* The kernels `names` of the program `body` (lines after the header's
+ * #include), compiled for this GPU on first use and kept loaded. Returns 0,
+ * or -1 with the error set (NVRTC's log for a compile error). */
+int mkb_opkern_get(const char *body, int nent, const char *const *names, CUfunction *out);
+/* Compiles body for sm_<sm> (CUBIN malloc'd): the CI's compile check too. */
+int mkb_opkern_compile(const char *body, int sm, unsigned char **cubin, size_t *size);
+/* Launches f over `work` threads in blocks of `block` (grid capped; the
+ * kernels loop). Returns 0 or -1 with the error set. */
+int mkb_opkern_launch(CUfunction f, int64_t work, unsigned block, void **params, const char *what);
+/* A fresh device buffer for an output (row-contiguous), and an evaluated
+ * array's device address (its offset applied; copied up once if needed). */
+int mkb_cuda_out(mk_array *o);
+int mkb_cuda_ptr(const mk_array *a, CUdeviceptr *p);
+
+/* The source lines of one kernel named `entry` (ops_ew.c): kind is one of
+ * these, op an mk_unary_op or mk_binary_op. Returns the length, or -1 where
+ * the GPU has no kernel for the case (the CPU's evaluator runs it). */
+enum { MKB_EW_UNARY, MKB_EW_BINARY, MKB_EW_ASTYPE, MKB_EW_COPY, MKB_EW_WHERE };
+int mkb_ew_body(char *buf, size_t n, const char *entry, int kind, int op, mk_dtype in, mk_dtype out);
+/* The three kernels <prefix>b, <prefix>t, <prefix>p of a reduction
+ * (which: MK_REDUCE_*) from dtype in to out (ops_red.c); -1 as above. */
+int mkb_red_body(char *buf, size_t n, const char *prefix, int which, mk_dtype in, mk_dtype out);
+/* Compiles every op kernel the GPU evaluators can ask for, for sm_<sm>, in
+ * a few programs (ops_check.c); *count gets the number of kernels. Returns
+ * 0, or -1 with the error set (NVRTC's log). */
+int mkb_cuda_check_op_kernels(int sm, int *count);
+
 #endif
