@@ -40,6 +40,7 @@ enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_NUM_REGS =
     X(cuDeviceTotalMem_v2, (size_t *, CUdevice))                                                \
     X(cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice))                                        \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                                   \
+    X(cuDevicePrimaryCtxRelease_v2, (CUdevice))                                                 \
     X(cuCtxSetCurrent, (CUcontext))                                                             \
     X(cuCtxSynchronize, (void))                                                                 \
     X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                   \

@@ -83,18 +83,22 @@ const char *mkb_cuda_why(void) { return cu.ok ? "" : cu.why; }
 int mkb_cuda_sm(void) { return cu.sm; }
 unsigned mkb_cuda_generation(void) { return cu.gen; }
 
-static _Thread_local CUcontext current;
+/* The context generation made current on this thread (0: none yet): a
+ * reset makes a new context, which every thread then sets again, even when
+ * the driver hands back the same handle. */
+static _Thread_local unsigned current_gen;
 int mkb_cuda_enter(void) {
     if (!mkb_cuda_load()) {
         mk_error_set(MK_ERR_RUNTIME, "[cuda] %s.", cu.why);
         return -1;
     }
-    if (current == cu.ctx) return 0;
+    const unsigned want = cu.gen + 1;
+    if (current_gen == want) return 0;
     if (mkb_cu.cuCtxSetCurrent(cu.ctx) != CUDA_SUCCESS) {
         mk_error_set(MK_ERR_RUNTIME, "[cuda] Could not make the CUDA context current on this thread.");
         return -1;
     }
-    current = cu.ctx;
+    current_gen = want;
     return 0;
 }
 
@@ -117,13 +121,22 @@ static void free_cache_locked(void);
  * old context is gone; buffers notice by their generation. */
 static void reset_context(void) {
     pthread_mutex_lock(&cu.mu);
-    free_cache_locked(); /* their addresses die with the context */
+    /* the cached blocks' addresses die with the context: forget them (freeing
+     * them in a faulted context only fails) */
+    while (free_blocks) {
+        block *b = free_blocks;
+        free_blocks = b->next;
+        free(b);
+    }
+    cached_bytes = 0;
     cu.gen++;
+    /* drop our hold of the faulted context, destroy it, and retain a fresh one */
+    mkb_cu.cuCtxSetCurrent(NULL);
+    mkb_cu.cuDevicePrimaryCtxRelease_v2(cu.dev);
     mkb_cu.cuDevicePrimaryCtxReset_v2(cu.dev);
     CUcontext c = NULL;
     if (mkb_cu.cuDevicePrimaryCtxRetain(&c, cu.dev) == CUDA_SUCCESS) cu.ctx = c;
     pthread_mutex_unlock(&cu.mu);
-    current = NULL;
     mkb_cuda_enter();
 }
 
