@@ -117,18 +117,14 @@ static const char *err_text(CUresult r) {
 static bool sticky(CUresult r) { return r == 700 || (r >= 702 && r <= 719 && r != 709); }
 
 static void free_cache_locked(void);
+static void forget_cache_locked(void);
 /* Resets the primary context after a sticky error: all device memory of the
  * old context is gone; buffers notice by their generation. */
 static void reset_context(void) {
     pthread_mutex_lock(&cu.mu);
     /* the cached blocks' addresses die with the context: forget them (freeing
      * them in a faulted context only fails) */
-    while (free_blocks) {
-        block *b = free_blocks;
-        free_blocks = b->next;
-        free(b);
-    }
-    cached_bytes = 0;
+    forget_cache_locked();
     cu.gen++;
     /* drop our hold of the faulted context, destroy it, and retain a fresh one */
     mkb_cu.cuCtxSetCurrent(NULL);
@@ -197,6 +193,15 @@ static void free_cache_locked(void) {
         block *b = free_blocks;
         free_blocks = b->next;
         mkb_cu.cuMemFree_v2(b->p);
+        free(b);
+    }
+    cached_bytes = 0;
+}
+
+static void forget_cache_locked(void) {
+    while (free_blocks) {
+        block *b = free_blocks;
+        free_blocks = b->next;
         free(b);
     }
     cached_bytes = 0;
