@@ -26,6 +26,12 @@
 #ifndef MKPY_METAL_H
 #define MKPY_METAL_H
 
+// Metal's numeric_limits and nan() name infinities and NaNs whatever the math mode: clang 18
+// and later warn about each under -ffast-math (-Wnan-infinity-disabled, unknown to clang 15)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
+#pragma clang diagnostic ignored "-Wnan-infinity-disabled"
+
 #include <float.h>
 #include <limits.h>
 #include <stddef.h>
@@ -2187,5 +2193,7 @@ static_assert(sizeof(uint2) + sizeof(uint3) + sizeof(int2) + sizeof(int3) + size
 #endif
 
 using namespace metal;
+
+#pragma clang diagnostic pop
 
 #endif  // MKPY_METAL_H
