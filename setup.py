@@ -152,7 +152,10 @@ class BuildExt(build_ext):
     def detect_kissfft(self, ext):
         """Links KissFFT when its header and library are found, else builds without mx.fft's transforms."""
         code = "#include <kiss_fft.h>\nint main(void) { kiss_fft_free(kiss_fft_alloc(8, 0, 0, 0)); return 0; }\n"
-        if _try_build(self.compiler, os.path.join(self.build_temp, "probe"), code, ext.include_dirs,
+        if os.environ.get("MKPY_NO_KISSFFT") not in (None, "", "0"):  # a build without it, by hand
+            print("mkpy: MKPY_NO_KISSFFT is set", flush=True)
+            ext.define_macros.append(("MKPY_NO_KISSFFT", "1"))
+        elif _try_build(self.compiler, os.path.join(self.build_temp, "probe"), code, ext.include_dirs,
                       ["kissfft-float", "m"]):
             ext.libraries.insert(1, "kissfft-float")
         else:
@@ -186,6 +189,7 @@ class BuildExt(build_ext):
         try:
             with open(config) as f:
                 if f.read() != now:
+                    self.force = True  # relink (the objects not listed here are kept: _parallel_compile)
                     for src in MACRO_READERS:
                         obj = os.path.join(self.build_temp, os.path.splitext(src)[0] + ".o")
                         if os.path.exists(obj):

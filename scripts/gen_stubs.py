@@ -312,12 +312,15 @@ def split_doc(obj):
     doc = getattr(obj, "__doc__", None) or ""
     name = getattr(obj, "__name__", "")
     text_sig = getattr(obj, "__text_signature__", None)
-    if text_sig:  # CPython splits 'name(args)\n--\n\n' off __doc__
+    lines = doc.splitlines()
+    sig_line = re.escape(name) + r"\(.*\)( -> .*)?$"
+    # CPython splits 'name(args)\n--\n\n' off __doc__; from 3.13 a METH_NOARGS or METH_O function
+    # without that marker also has one, '($self, /)', and keeps its own signature lines in __doc__
+    if text_sig and not (lines and re.match(sig_line, lines[0])):
         return [name + text_sig], doc
     # no '--' marker: leading 'name(args) [-> type]' lines (overloads)
-    lines = doc.splitlines()
     i = 0
-    while i < len(lines) and re.match(re.escape(name) + r"\(.*\)( -> .*)?$", lines[i]):
+    while i < len(lines) and re.match(sig_line, lines[i]):
         i += 1
     sigs = lines[:i]
     while i < len(lines) and lines[i] in ("", "--"):

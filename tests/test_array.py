@@ -690,7 +690,8 @@ def test_bad_call_type_names():
     # "Invoked with types:" names types as nanobind does (MLX 0.32.4): static
     # types by __name__ (ndarray, float32, Decimal), Python classes with
     # their module; mkpy's own types stand for mlx.core's. A NumPy dtype's class is
-    # dtype[float32] in NumPy 1 and Float32DType in NumPy 2.
+    # dtype[float32] in NumPy 1 and Float32DType in NumPy 2; Decimal is a static type before
+    # Python 3.13 and a heap type (printed with its module) from 3.13.
     import collections
     import decimal
     import fractions
@@ -700,7 +701,8 @@ def test_bad_call_type_names():
 
     a = mx.array([1.0])
     cases = [(np.zeros(3), "ndarray"), (np.float32(1), "float32"), (np.int64(2), "int64"), (Foo(), "__main__.Foo"
-             if Foo.__module__ == "__main__" else Foo.__module__ + ".Foo"), (decimal.Decimal(1), "Decimal"),
+             if Foo.__module__ == "__main__" else Foo.__module__ + ".Foo"),
+             (decimal.Decimal(1), "decimal.Decimal" if decimal.Decimal.__flags__ & (1 << 9) else "Decimal"),
              (fractions.Fraction(1), "fractions.Fraction"), (collections.OrderedDict(), "OrderedDict"),
              (mx.float32, "mkpy.Dtype"), (mx.floating, "mkpy.DtypeCategory"), (b"x", "bytes"),
              (np.dtype("f4"), type(np.dtype("f4")).__name__), (range(3), "range"), (1.5, "float"), (None, "NoneType"),

@@ -64,3 +64,23 @@ def test_shifts_out_of_range_are_zero_or_the_sign():
     assert np.array(mx.right_shift(x, s)).tolist() == [0, -1, 0, -1]
     u = mx.array(np.array([1, 2 ** 63], np.uint64))
     assert np.array(mx.left_shift(u, mx.array(np.array([64, 1], np.uint64)))).tolist() == [0, 0]
+
+
+def test_fft_without_kissfft_says_so():
+    """KissFFT is optional (setup.py; MKPY_NO_KISSFFT=1 builds without it by hand): the
+    environment check and mx.fft agree on whether this build has it, and without it a transform
+    raises with the package to install while fftshift and fftfreq work."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-m", "mkpy"], env=env, capture_output=True, text=True, timeout=300).stdout
+    line = next(l for l in out.splitlines() if " FFT " in l)
+    assert np.array(mx.fft.fftshift(mx.arange(4))).tolist() == [2, 3, 0, 1]
+    if line.startswith("PASS"):
+        assert np.allclose(np.array(mx.fft.fft(mx.ones(4))), [4, 0, 0, 0])
+    else:
+        assert line.startswith("WARN") and "without KissFFT" in line
+        with pytest.raises(RuntimeError, match=r"built without KissFFT: install it \(apt-get install libkissfft-dev\)"):
+            mx.fft.fft(mx.ones(4))

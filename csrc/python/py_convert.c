@@ -163,10 +163,13 @@ PyObject *mkpy_type_name(PyObject *o) {
         PyObject *mod = PyObject_GetAttrString((PyObject *)tp, "__module__");
         PyObject *r = NULL;
         const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+        /* a heap type made by PyType_FromSpec (Python 3.13's decimal.Decimal) has its module
+         * in tp_name too */
+        const char *dot = strrchr(tp->tp_name, '.'), *name = dot ? dot + 1 : tp->tp_name;
         if (m && !strncmp(m, "mkpy._", 6))
-            r = PyUnicode_FromFormat("mkpy.%s", tp->tp_name);
+            r = PyUnicode_FromFormat("mkpy.%s", name);
         else if (mod)
-            r = PyUnicode_FromFormat("%S.%s", mod, tp->tp_name);
+            r = PyUnicode_FromFormat("%S.%s", mod, name);
         Py_XDECREF(mod);
         return r;
     }

@@ -26,6 +26,14 @@
 #ifndef MKPY_METAL_H
 #define MKPY_METAL_H
 
+#ifndef __CUDACC_RTC__
+// Metal's numeric_limits and nan() name infinities and NaNs whatever the math mode: clang 18
+// and later warn about each under -ffast-math (-Wnan-infinity-disabled, unknown to clang 15)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
+#pragma clang diagnostic ignored "-Wnan-infinity-disabled"
+#endif
+
 #ifdef __CUDACC_RTC__
 #include "mkpy_cuda_std.h" // NVRTC has no system headers (the CUDA target, mkpy_cuda.h)
 #else
@@ -2191,5 +2199,9 @@ static_assert(sizeof(uint2) + sizeof(uint3) + sizeof(int2) + sizeof(int3) + size
 #endif
 
 using namespace metal;
+
+#ifndef __CUDACC_RTC__
+#pragma clang diagnostic pop
+#endif
 
 #endif  // MKPY_METAL_H
