@@ -105,7 +105,7 @@ def install():
 
 class _CallableModule(types.ModuleType):
     def __call__(self):
-        """mkpy.as_mlx(): the stand-in mode on (see the module's doc)."""
+        """Turns the stand-in mode on: `import mlx.core` gives mkpy (idempotent)."""
         install()
 
 

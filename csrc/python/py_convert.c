@@ -970,7 +970,15 @@ mk_array *mkpy_to_array_arg(PyObject *obj, int dtype) {
 int mkpy_is_operand(PyObject *o) {
     if (PyMkArray_Check(o) || mkpy_is_scalar(o)) return 1;
     if (PyUnicode_Check(o) || PyList_Check(o) || PyTuple_Check(o) || o == Py_None) return 0;
-    return PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o) || has_complex_protocol(o);
+    if (PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o)) return 1;
+    /* as nanobind's caster, an operand whose conversion fails is of an invalid type */
+    if (!has_complex_protocol(o)) return 0;
+    Py_complex z = PyComplex_AsCComplex(o);
+    if (z.real == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
 }
 
 mk_array *mkpy_to_array_weak(PyObject *obj, int partner) {
