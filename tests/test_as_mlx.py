@@ -180,3 +180,19 @@ def test_mlx_nn_optimizers_utils_from_the_mlx_package_run_on_mkpy():
         print(len(tree_flatten(model.parameters())))
     """, python=mlx_venv_python(), hide_mlx=False))
     assert out == "4\n"
+
+
+def test_pth_file_of_the_wheel_turns_the_mode_on_at_start_up(tmp_path):
+    # the wheel installs mkpy_as_mlx.pth into site-packages (setup.py's BuildPy); addsitedir runs it
+    # as the interpreter's start-up does
+    (tmp_path / "mkpy_as_mlx.pth").write_text(open(os.path.join(ROOT, "mkpy_as_mlx.pth")).read())
+    code = """
+        import site, sys
+        site.addsitedir(%r)
+        print("mkpy" in sys.modules)
+        import mlx.core as mx
+        print(mx.__name__, str(mx.float16))
+    """ % str(tmp_path)
+    assert ok(run(code, env={"MKPY_AS_MLX": "1"})) == "True\nmkpy mlx.core.float16\n"
+    r = run(code)
+    assert r.stdout == "False\n" and "No module named 'mlx'" in r.stderr
