@@ -846,3 +846,15 @@ def test_cross_entropy_as_mlx():
             mx.fast.cross_entropy(*bad)
     with pytest.raises(TypeError):
         mx.fast.cross_entropy(np.ones((2, 2), np.float32), targets)
+
+
+def test_cross_entropy_shared_offset_on_the_gpu_stream():
+    # the fused kernel's float32 reduction from the row's max: an offset of 1e6 changes nothing
+    # (MLX's CPU fallback, which mkpy's CPU stream follows, gives 0.0625 there)
+    base = mx.array([[2.0, -1.0]])
+    t = mx.array([0])
+    for off in (1e4, 1e6):
+        np.testing.assert_allclose(np.array(mx.fast.cross_entropy(base + off, t)), [0.0485873], rtol=1e-5)
+    with mx.stream(mx.cpu):
+        assert mx.fast.cross_entropy(base + 1e6, t).tolist() == [0.0625]
+    assert mx.fast.cross_entropy(mx.array([[0.0, -float("inf")], [-float("inf"), 0.0]]), mx.array([0, 1])).tolist() == [0, 0]

@@ -8,6 +8,7 @@
  * by mkpy_bad_call. rope's offset is `int | array`: an int that fits a C int
  * becomes an int32 scalar, anything else goes through MLX's array
  * conversion. */
+#include "core/transforms.h"
 #include "mkpy.h"
 
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
@@ -170,8 +171,9 @@ static const char ce_sig[] =
 
 /* MLX 0.32.4's mx.fast.cross_entropy (mlx.nn.losses.cross_entropy calls it on the GPU):
  * logsumexp(logits, -1) - logits[..., targets] as float32. Metal's fused kernel accumulates in
- * float32; MLX's CPU fallback reduces in the logits' dtype: mkpy does each on its stream (it
- * plays the Mac's GPU). A composition of ops, so grad and vmap follow. */
+ * float32 from the row's max; MLX's CPU fallback reduces the logits as they are, in their dtype:
+ * mkpy does each on its stream (it plays the Mac's GPU). A composition of ops, so grad and vmap
+ * follow. */
 MKPY_STREAM_BINDING(py_cross_entropy)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"logits", "targets", "*stream", NULL};
     PyObject *a[3];
@@ -195,7 +197,20 @@ MKPY_STREAM_BINDING(py_cross_entropy)(PyObject *m, PyObject *const *args, Py_ssi
                             "the last axis removed.", mk_shape_str(t->ndim, t->shape, s1, sizeof s1),
                             mk_shape_str(x->ndim, x->shape, s2, sizeof s2));
     int last = -1;
-    mk_array *xf = mk_current_stream_is_gpu() ? mk_astype(x, MK_FLOAT32) : (mk_incref(x), x);
+    mk_array *xf;
+    if (mk_current_stream_is_gpu()) {
+        /* as the fused kernel: float32 logits less their row's max (a shared offset as large as 1e6
+           changes nothing; MLX's test_losses checks it through mlx.nn on the GPU) */
+        mk_array *f = mk_astype(x, MK_FLOAT32), *mx_ = f ? mk_reduce(MK_REDUCE_MAX, f, 1, &last, true) : NULL;
+        mk_array *ms = mx_ ? mk_stop_gradient(mx_) : NULL;
+        xf = ms ? mk_binary(MK_BINARY_subtract, f, ms) : NULL;
+        mk_xdecref(f);
+        mk_xdecref(mx_);
+        mk_xdecref(ms);
+    } else {
+        mk_incref(x);
+        xf = x;
+    }
     mk_array *ti = xf ? mk_expand_dims(t, 1, &last) : NULL;
     mk_array *picked = ti ? mk_take_along_axis(xf, ti, -1, true) : NULL;
     mk_array *lse = picked ? mk_logsumexp(xf, 1, &last, true) : NULL;
