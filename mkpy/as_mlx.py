@@ -68,9 +68,12 @@ class _Finder(importlib.abc.MetaPathFinder):
             self.own_package = True
             return importlib.machinery.ModuleSpec(name, _EmptyPackage(), is_package=True)
         if name == "mlx.core" or name.startswith("mlx.core."):
+            target = "mkpy" + name[len("mlx.core"):]
             try:
-                module = importlib.import_module("mkpy" + name[len("mlx.core"):])
-            except ModuleNotFoundError:
+                module = importlib.import_module(target)
+            except ModuleNotFoundError as e:
+                if e.name != target:
+                    raise  # a module that mkpy's submodule imports is missing
                 return None
             return importlib.util.spec_from_loader(name, _Existing(module))
         if name.startswith("mlx.") and self.own_package:
