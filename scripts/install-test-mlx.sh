@@ -13,7 +13,7 @@ if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.util as 
     exit 0
 fi
 echo "Installing MLX's Python package for the stand-in tests into $venv (pip install --no-deps mlx)"
-if "$py" -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps mlx; then
+if "$py" -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --timeout 20 --retries 1 --no-deps mlx; then
     exit 0
 fi
 echo "note: could not install MLX's Python package into $venv; tests/test_as_mlx.py skips its mlx.nn tests"
