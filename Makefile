@@ -19,8 +19,12 @@ build: deps
 run: build
 	PYTHONPATH=. $(PYTHON) examples/quickstart.py
 
+# MLX's Python package (mlx.nn, optimizers, utils; no compiled core) for the stand-in mode's
+# tests, in a venv made from PyPI on first use; MKPY_TEST_MLX_VENV= (empty) skips those tests.
+MKPY_TEST_MLX_VENV ?= $(HOME)/.cache/mkpy/test-mlx-venv
 test: build
-	PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) tests
+	@MKPY_TEST_MLX_VENV="$(MKPY_TEST_MLX_VENV)" PYTHON="$(PYTHON)" sh scripts/install-test-mlx.sh
+	MKPY_TEST_MLX_VENV="$(MKPY_TEST_MLX_VENV)" PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) tests
 
 # Benchmarks (by hand, never part of `make test`): one table of same-run ratios,
 # benchmarks/results.json and, with matplotlib, benchmarks/results.png.

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 # The layers (docs/design.md, "Layers"): core, the kernel front end, one folder per back-end
 # (csrc/backend/<name>/; their ir/ subfolders are separate programs, below), and the binding.
@@ -237,4 +238,14 @@ class BuildExt(build_ext):
             f.write(llvm_dir)
 
 
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
+class BuildPy(build_py):
+    """Also puts mkpy_as_mlx.pth at the top of the wheel: at start-up it imports mkpy (whose import
+    turns the stand-in mode on) only when MKPY_AS_MLX is set, so `MKPY_AS_MLX=1 python script.py`
+    gives mkpy to `import mlx.core`."""
+
+    def run(self):
+        super().run()
+        self.copy_file("mkpy_as_mlx.pth", os.path.join(self.build_lib, "mkpy_as_mlx.pth"))
+
+
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt, "build_py": BuildPy})

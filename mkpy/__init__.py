@@ -43,3 +43,8 @@ del linalg  # noqa: F821,E402
 from . import linalg  # noqa: F401,E402
 from . import _reprlib_fix  # noqa: F401,E402  (arrays in pytest's assertion messages)
 from . import testing  # noqa: F401,E402  (mkpy.testing.assert_allclose)
+
+# the stand-in mode (`import mlx.core` gives mkpy): mkpy.as_mlx() turns it on, MKPY_AS_MLX=1 at import
+from . import as_mlx  # noqa: E402
+if _os.environ.get("MKPY_AS_MLX", "") not in ("", "0"):
+    as_mlx()

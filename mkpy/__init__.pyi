@@ -462,6 +462,9 @@ def argsort(a: array, /, axis: Optional[int] = -1, *, stream: StreamOrDevice = N
 def array_equal(a: Union[scalar, array], b: Union[scalar, array], /, equal_nan: bool = False, *, stream: StreamOrDevice = None) -> array:
     """Whether a and b have the same shape and equal values."""
 
+def as_mlx() -> None:
+    """Turns the stand-in mode on: `import mlx.core` gives mkpy (idempotent)."""
+
 def as_strided(a: array, /, shape: Optional[Union[int, Sequence[int]]] = None, strides: Any = None, offset: Union[int, array] = 0, *, stream: StreamOrDevice = None) -> array:
     """A view of a's elements (in row-major order) with the given shape, strides and offset."""
 

@@ -605,7 +605,10 @@ def gen_init():
     classes, consts, funcs = [], [], []
     for name in public(mx, ""):
         obj = getattr(mx, name)
-        if isinstance(obj, types.ModuleType):
+        if isinstance(obj, types.ModuleType) and callable(obj):
+            # mkpy.as_mlx: a module (the pytest plugin, the import hook) that is called
+            funcs.append(define("", name, "", "None", type(obj).__call__.__doc__ or ""))
+        elif isinstance(obj, types.ModuleType):
             if name not in SUBMODULES:
                 raise SystemExit(f"gen_stubs: new submodule mkpy.{name}: add it to SUBMODULES")
         elif isinstance(obj, type):

@@ -232,3 +232,78 @@ def test_export_to_dot_errors_as_mlx():
         mx.export_to_dot(io.StringIO(), [x, "a"])
     with pytest.raises(ValueError, match=r"\[tree_flatten\]"):
         mx.export_to_dot(io.StringIO(), x, name=1)
+
+
+# ------------------------------------------- every op MLX compiles shapeless, on new shapes
+
+def _sdpa(mask=None):
+    def f(x):
+        q = x[None]
+        m = mask(x) if callable(mask) else mask
+        return mx.fast.scaled_dot_product_attention(q, q * 0.5, q + 1.0, scale=0.5, mask=m)
+    return f
+
+
+SHAPELESS_OPS = {
+    "softmax": lambda x: mx.softmax(x, axis=-1),
+    "softmax_precise_f16": lambda x: mx.softmax(x.astype(mx.float16), axis=-1, precise=True),
+    "softmax_axis1": lambda x: mx.softmax(x, axis=1),
+    "softmax_all": lambda x: mx.softmax(x),
+    "log_softmax": lambda x: x - mx.logsumexp(x, axis=-1, keepdims=True),  # mlx.nn.log_softmax
+    "softmin": lambda x: mx.softmax(-x, axis=-1),                          # mlx.nn.softmin
+    "logsumexp": lambda x: mx.logsumexp(x, axis=-1),
+    "logsumexp_keepdims": lambda x: mx.logsumexp(x, axis=-1, keepdims=True),
+    "logsumexp_all": lambda x: mx.logsumexp(x),
+    "logcumsumexp": lambda x: mx.logcumsumexp(x, axis=-1),
+    "cumsum": lambda x: mx.cumsum(x, axis=1),
+    "mean": lambda x: x.mean(axis=(0, 2)),
+    "var": lambda x: x.var(axis=-1),
+    "std_ddof": lambda x: x.std(axis=1, keepdims=True, ddof=1),
+    "argmax": lambda x: mx.argmax(x, axis=-1),
+    "sort": lambda x: mx.sort(x, axis=-1),
+    "argpartition": lambda x: mx.argpartition(x, 1, axis=-1),
+    "transpose": lambda x: mx.transpose(x, (2, 0, 1)),
+    "flatten": lambda x: mx.flatten(x),
+    "flatten_1_2": lambda x: mx.flatten(x, 1, 2),
+    "reshape_-1": lambda x: x.reshape(-1),
+    "concatenate": lambda x: mx.concatenate([x, x * 2], axis=-1),
+    "stack": lambda x: mx.stack([x, x], axis=1),
+    "matmul": lambda x: x @ mx.swapaxes(x, -1, -2),
+    "einsum": lambda x: mx.einsum("bij,bkj->bik", x, x),
+    "take_along_axis": lambda x: mx.take_along_axis(x, mx.argsort(x, axis=-1), axis=-1),
+    "rms_norm": lambda x: mx.fast.rms_norm(x, None, 1e-5),
+    "rms_norm_weight": lambda x: mx.fast.rms_norm(x, mx.arange(1, 5, dtype=mx.float32), 1e-5),
+    "layer_norm": lambda x: mx.fast.layer_norm(x, None, None, 1e-5),
+    "layer_norm_affine": lambda x: mx.fast.layer_norm(x, mx.arange(1, 5, dtype=mx.float32), mx.ones((4,)), 1e-5),
+    "rope": lambda x: mx.fast.rope(x[None], 4, traditional=False, base=10000.0, scale=1.0, offset=1),
+    "sdpa": _sdpa(),
+    "sdpa_causal": _sdpa("causal"),
+    "sdpa_array_mask": _sdpa(mx.zeros((3, 3))),
+}
+# the last dim stays 4 (the weights above are constants of 4); the other dims change
+SHAPE_PAIRS = [((2, 3, 4), (2, 5, 4)), ((2, 3, 4), (3, 3, 4))]
+
+
+@pytest.mark.parametrize("name", sorted(SHAPELESS_OPS))
+def test_shapeless_output_shapes_follow_the_inputs(name):
+    f = SHAPELESS_OPS[name]
+    rng = np.random.default_rng(3)
+    for first, second in SHAPE_PAIRS:
+        if name == "sdpa_array_mask" and first[1] != second[1]:
+            continue  # the (3, 3) mask is a constant of the traced length
+        c = mx.compile(f, shapeless=True)
+        for shape in (first, second, first):
+            x = mx.array(rng.standard_normal(shape).astype(np.float32))
+            got, want = c(x), f(x)
+            assert got.shape == want.shape, (name, shape)
+            np.testing.assert_allclose(np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32)),
+                                       rtol=2e-3, atol=2e-3)
+
+
+def test_shapeless_softmax_of_the_issue():
+    f = mx.compile(lambda x: mx.softmax(x, axis=-1), shapeless=True)
+    assert f(mx.ones((1, 2, 4))).shape == (1, 2, 4)
+    assert f(mx.ones((1, 1, 4))).shape == (1, 1, 4)
+    g = mx.compile(lambda x: mx.fast.scaled_dot_product_attention(x, x, x, scale=1.0, mask="causal"), shapeless=True)
+    assert g(mx.ones((1, 2, 3, 8))).shape == (1, 2, 3, 8)
+    assert g(mx.ones((1, 2, 5, 8))).shape == (1, 2, 5, 8)

@@ -651,6 +651,45 @@ def test_unary_operators():
         ~mx.array([1j])
 
 
+def test_operands_by_the_number_protocols_as_mlx():
+    """MLX converts any other operand that has __complex__, __float__ or __index__ (nanobind's complex
+    caster: Fraction, Decimal, unittest.mock.MagicMock) to a complex64 scalar (checked with MLX 0.32)."""
+    import fractions
+    from unittest.mock import MagicMock
+
+    class Index:
+        def __index__(self):
+            return 3
+
+    class Float:
+        def __float__(self):
+            return 2.5
+
+    class Complex:
+        def __complex__(self):
+            return 1 + 2j
+
+    x = mx.array([1.0, 2.0])
+    for other, value in ((fractions.Fraction(1, 2), 0.5), (Index(), 3), (Float(), 2.5), (Complex(), 1 + 2j),
+                         (MagicMock(), 1j)):
+        for r, want in ((x + other, [1 + value, 2 + value]), (other * x if not isinstance(other, MagicMock) else
+                                                              x * other, [value, 2 * value]),
+                        (mx.add(other, 1), 1 + value), (mx.maximum(mx.array([1], mx.int32), other), None)):
+            assert r.dtype == mx.complex64
+            if want is not None:
+                np.testing.assert_allclose(np.array(r), want, rtol=1e-6)
+    assert mx.exp(fractions.Fraction(0)).item() == 1
+    assert (x == Float()).tolist() == [False, False]
+    with pytest.raises(ValueError, match="Invalid type"):  # the constructor takes no such object, as MLX's
+        mx.array(fractions.Fraction(1, 2))
+
+    class Broken:
+        def __float__(self):
+            raise ValueError("no")
+    with pytest.raises(ValueError, match=r"^Cannot perform addition on an mkpy\.array and "):
+        x + Broken()
+
+
 def test_operator_with_invalid_operands():
     a = mx.array([1, 2])
     for other, name in (([1, 2], "list"), ((1,), "tuple"), ("ab", "str"), ({}, "dict"), (object(), "object")):

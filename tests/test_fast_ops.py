@@ -818,3 +818,43 @@ def test_sdpa_force_fused_follows_metal_kernels():
     with mx.stream(mx.cpu):
         with pytest.raises(ValueError, match="require a GPU"):
             S(*qkv(8, 16, 64), scale=0.1, force_fused=True)
+
+
+def test_cross_entropy_as_mlx():
+    """mx.fast.cross_entropy (MLX 0.32.4; mlx.nn.losses.cross_entropy calls it on the GPU): float32
+    losses, accumulated in float32 on the GPU stream and in the logits' dtype on the CPU (values
+    checked against MLX 0.32.4's CPU build: 0.0485873; bfloat16 on its CPU 0.046875)."""
+    logits = mx.array([[2.0, -1.0], [-1.0, 2.0]])
+    targets = mx.array([0, 1])
+    for lg in (logits, logits.astype(mx.bfloat16), logits.astype(mx.float16)):
+        r = mx.fast.cross_entropy(lg, targets.astype(mx.uint8))
+        assert r.dtype == mx.float32 and r.shape == (2,)
+        np.testing.assert_allclose(np.array(r), [0.0485873] * 2, rtol=1e-5)
+    with mx.stream(mx.cpu):
+        assert mx.fast.cross_entropy(logits.astype(mx.bfloat16), targets).tolist() == [0.046875] * 2
+    x = mx.random.normal((3, 7))
+    y = mx.array([1, 2, 3])
+    g = mx.grad(lambda x: mx.fast.cross_entropy(x, y).sum())(x)
+    np.testing.assert_allclose(np.array(g), np.array(mx.softmax(x, axis=-1) - (mx.arange(7) == y[:, None])),
+                               atol=1e-6)
+    assert mx.vmap(lambda x: mx.fast.cross_entropy(x, y))(mx.ones((2, 3, 7))).shape == (2, 3)
+    for bad, msg in (((logits, mx.array([[0], [1]])), r"targets shape \(2,1\) does not match logits shape \(2,2\)"),
+                     ((logits, targets.astype(mx.float32)), "targets must be integer class indices but got float32"),
+                     ((logits.astype(mx.int32), targets), "Received unsupported logits type int32"),
+                     ((mx.array(1.0), mx.array(0)), "logits must have at least 1 dimension")):
+        with pytest.raises(ValueError, match=msg):
+            mx.fast.cross_entropy(*bad)
+    with pytest.raises(TypeError):
+        mx.fast.cross_entropy(np.ones((2, 2), np.float32), targets)
+
+
+def test_cross_entropy_shared_offset_on_the_gpu_stream():
+    # the fused kernel's float32 reduction from the row's max: an offset of 1e6 changes nothing
+    # (MLX's CPU fallback, which mkpy's CPU stream follows, gives 0.0625 there)
+    base = mx.array([[2.0, -1.0]])
+    t = mx.array([0])
+    for off in (1e4, 1e6):
+        np.testing.assert_allclose(np.array(mx.fast.cross_entropy(base + off, t)), [0.0485873], rtol=1e-5)
+    with mx.stream(mx.cpu):
+        assert mx.fast.cross_entropy(base + 1e6, t).tolist() == [0.0625]
+    assert mx.fast.cross_entropy(mx.array([[0.0, -float("inf")], [-float("inf"), 0.0]]), mx.array([0, 1])).tolist() == [0, 0]

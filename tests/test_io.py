@@ -263,6 +263,32 @@ def test_safetensors_hand_written_file(tmp_path):
     assert md == {"k\u00e9y": "v\\u"}
 
 
+@pytest.mark.parametrize("meta, want", [
+    (None, {}),                 # MLX's save_safetensors without metadata writes null
+    ("absent", {}),
+    ({}, {}),
+    ({"format": "mlx", "n": "2"}, {"format": "mlx", "n": "2"}),
+])
+def test_safetensors_metadata_null_absent_or_object(meta, want):
+    x = np.arange(4, dtype=np.float32)
+    header = {"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}
+    if meta != "absent":
+        header["__metadata__"] = meta
+    for order in (header, dict(reversed(list(header.items())))):  # before and after the tensors
+        h = json.dumps(order).encode()
+        got, md = mx.load(io.BytesIO(struct.pack("<Q", len(h)) + h + x.tobytes()), format="safetensors",
+                          return_metadata=True)
+        np.testing.assert_array_equal(np.array(got["x"]), x)
+        assert md == want
+
+
+@pytest.mark.parametrize("meta", [[1], "x", 3, True, {"a": None}, {"a": {"b": "c"}}])
+def test_safetensors_metadata_of_another_kind_is_refused(meta):
+    h = json.dumps({"__metadata__": meta}).encode()
+    with pytest.raises(RuntimeError, match="__metadata__"):
+        mx.load(io.BytesIO(struct.pack("<Q", len(h)) + h), format="safetensors")
+
+
 def st_file(header, data=b"\x00" * 16):
     h = header if isinstance(header, bytes) else json.dumps(header).encode()
     return struct.pack("<Q", len(h)) + h + data

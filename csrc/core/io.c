@@ -928,13 +928,33 @@ int mk_safetensors_read(const uint8_t *p, size_t n, mk_named *out) {
             }
             if (!strcmp(k, "__metadata__")) {
                 free(k);
-                if (jexpect(&j, '{') < 0) goto error;
+                /* MLX's save_safetensors writes null when there is no metadata; an object holds
+                   string values (MLX's and the reference loaders refuse any other value) */
                 jws(&j);
-                if (j.s < j.e && *j.s == '}') j.s++;
-                else
+                if (j.e - j.s >= 4 && !memcmp(j.s, "null", 4)) {
+                    j.s += 4;
+                } else if (j.s < j.e && *j.s != '{') {
+                    st_bad("__metadata__ is neither an object nor null");
+                    goto error;
+                } else if (jexpect(&j, '{') < 0) {
+                    goto error;
+                } else if (jws(&j), j.s < j.e && *j.s == '}') {
+                    j.s++;
+                } else
                     for (;;) {
                         char *mk = jstring(&j), *mv = NULL;
-                        if (!mk || jexpect(&j, ':') < 0 || !(mv = jstring(&j))) {
+                        if (!mk || jexpect(&j, ':') < 0) {
+                            free(mk);
+                            goto error;
+                        }
+                        jws(&j);
+                        if (j.s < j.e && *j.s != '"') {
+                            mk_error_set(MK_ERR_RUNTIME,
+                                         "[load_safetensors] __metadata__ entry '%.200s' is not a string", mk);
+                            free(mk);
+                            goto error;
+                        }
+                        if (!(mv = jstring(&j))) {
                             free(mk);
                             goto error;
                         }

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile.h"
 #include "iter.h"
 #include "mlx_math.h"
 #include "ops.h"
@@ -1099,7 +1100,21 @@ mk_array *mk_sdpa(mk_array *q, mk_array *k, mk_array *v, float scale, bool causa
         int64_t mshape[4] = {q->shape[0], nq, q->shape[2], k->shape[2]};
         mk_array *m = mask->dtype == MK_BOOL ? (mk_incref(mask), mask) : mk_as_dtype(mask, t);
         if (!m) goto error;
-        in[n] = mk_broadcast_to(m, 4, mshape);
+        if (mk_tracing() && m->ndim >= 1) {
+            /* (B, H, L, S) from q and k whenever the node is replayed (BroadcastAxes): the mask
+               against q but its last axis, then its last axis against k's keys */
+            mk_array *kt = mk_swapaxes(k, -1, -2), *ml = NULL;
+            static const int last[1] = {-1}, lead[3] = {-4, -3, -2};
+            mk_array *a[2] = {m, q};
+            if (kt && (ml = mk_broadcast_axes(2, a, 1, last))) {
+                mk_array *b[2] = {ml, kt};
+                in[n] = mk_broadcast_axes(2, b, 3, lead);
+            }
+            mk_xdecref(kt);
+            mk_xdecref(ml);
+        } else {
+            in[n] = mk_broadcast_to(m, 4, mshape);
+        }
         mk_decref(m);
         if (!in[n++]) goto error;
     }

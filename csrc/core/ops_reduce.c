@@ -1372,12 +1372,12 @@ static mk_array *un_steal(mk_unary_op op, mk_array *a) {
     return r;
 }
 
-/* As MLX: sum(x) * (1 / n), the reciprocal rounded to the result dtype. */
-/* 1/n for mean as a node reading x's shape (red: the reduced dims), made
- * while tracing so that a shapeless compile's replay counts again (MLX's
+/* n, or 1/n (inverted), for mean and var as a node reading x's shape (red: the reduced dims),
+ * made while tracing so that a shapeless compile's replay counts again (MLX's
  * NumberOfElements). No gradient flows through it. */
 typedef struct {
     bool red[MK_MAX_NDIM];
+    bool inverted;
 } count_params;
 
 static int count_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
@@ -1386,17 +1386,18 @@ static int count_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     for (int d = 0; d < in[0]->ndim; d++)
         if (c->red[d]) n *= (double)in[0]->shape[d];
     if (mk_alloc_out(out[0]) < 0) return -1;
-    mk_put_f64(out[0]->dtype, mk_data(out[0]), 1.0 / n);
+    mk_put_f64(out[0]->dtype, mk_data(out[0]), c->inverted ? 1.0 / n : n);
     return 0;
 }
 
 static int count_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef count_def = {"NumberOfElements", count_eval, NULL, NULL, NULL, count_vmap, true};
 
-static mk_array *count_node(mk_array *x, const bool *red, mk_dtype dt) {
+static mk_array *count_node(mk_array *x, const bool *red, bool inverted, mk_dtype dt) {
     count_params *c = calloc(1, sizeof *c);
     if (!c) return mk_nomem();
     memcpy(c->red, red, sizeof c->red);
+    c->inverted = inverted;
     int64_t none[1] = {0};
     return mk_node(&count_def, c, dt, 0, none, 1, &x);
 }
@@ -1406,24 +1407,30 @@ static int count_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array
     bool red[MK_MAX_NDIM] = {false};
     for (int d = 0, k = 0; d < in[0]->ndim && k < MK_MAX_NDIM; d++)
         if (d != axes[0]) red[d] = c->red[k++];
-    outs[0] = count_node(in[0], red, p->outdesc[0].dtype);
+    outs[0] = count_node(in[0], red, c->inverted, p->outdesc[0].dtype);
     out_axes[0] = -1;
     return outs[0] ? 0 : -1;
+}
+
+/* n or 1/n of the elements of x's reduced dims as a dt scalar: a NumberOfElements node while
+ * tracing, else a constant. */
+static mk_array *number_of_elements(mk_array *x, int naxes, const int *axes, bool inverted, mk_dtype dt) {
+    if (mk_tracing()) {
+        bool red[MK_MAX_NDIM] = {false};
+        for (int d = 0; d < x->ndim; d++) red[d] = naxes < 0;
+        for (int i = 0; i < naxes; i++) red[axes[i] < 0 ? axes[i] + x->ndim : axes[i]] = true;
+        return count_node(x, red, inverted, dt);
+    }
+    double n = count_elements(x, naxes, axes);
+    return mk_scalar_f64(dt, inverted ? 1.0 / n : n);
 }
 
 mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims) {
     if (check_mean_axes(x, naxes, axes) < 0) return NULL;
     mk_dtype dt = mk_to_float(x->dtype);
-    double n = count_elements(x, naxes, axes);
     mk_array *s = mk_reduce(MK_REDUCE_SUM, x, naxes, axes, keepdims);
     if (!s) return NULL;
-    if (mk_tracing()) {
-        bool red[MK_MAX_NDIM] = {false};
-        for (int d = 0; d < x->ndim; d++) red[d] = naxes < 0;
-        for (int i = 0; i < naxes; i++) red[axes[i] < 0 ? axes[i] + x->ndim : axes[i]] = true;
-        return bin_steal(MK_BINARY_multiply, s, count_node(x, red, dt));
-    }
-    return bin_steal(MK_BINARY_multiply, s, mk_scalar_f64(dt, 1.0 / n));
+    return bin_steal(MK_BINARY_multiply, s, number_of_elements(x, naxes, axes, true, dt));
 }
 
 /* As MLX: sum((x - mean)^2) times 1/n, or divided by max(n - ddof, 0).
@@ -1442,13 +1449,13 @@ mk_array *mk_var(mk_array *x, int naxes, const int *axes, bool keepdims, int ddo
     mk_array *v = mk_reduce(MK_REDUCE_SUM, d, naxes, axes, keepdims);
     mk_decref(d);
     if (!v) return NULL;
-    double n = count_elements(x, naxes, axes);
     if (ddof != 0) {
-        mk_array *den = bin_steal(MK_BINARY_subtract, mk_scalar_f64(dt, n), mk_scalar_f64(dt, (double)ddof));
+        mk_array *den = bin_steal(MK_BINARY_subtract, number_of_elements(x, naxes, axes, false, dt),
+                                  mk_scalar_f64(dt, (double)ddof));
         den = bin_steal(MK_BINARY_maximum, den, mk_scalar_f64(dt, 0.0));
         return bin_steal(MK_BINARY_divide, v, den);
     }
-    return bin_steal(MK_BINARY_multiply, v, mk_scalar_f64(dt, 1.0 / n));
+    return bin_steal(MK_BINARY_multiply, v, number_of_elements(x, naxes, axes, true, dt));
 }
 
 mk_array *mk_std(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof) {
@@ -2104,12 +2111,16 @@ static int lastax_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arra
     const lastax_params *lp = p->params;
     mk_arena A = {0};
     mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
+    /* the output's shape from x's (a shapeless compile's replay batches new shapes): x's for
+       softmax; for logsumexp x's without the last axis, or with it as 1 (keepdims) */
     int64_t shape[MK_MAX_NDIM];
+    int nd = x ? x->ndim : 0;
     if (x) {
-        shape[0] = x->shape[0];
-        memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
+        memcpy(shape, x->shape, x->ndim * sizeof *shape);
+        if (lp->kind == LA_LSE && p->outdesc[0].ndim == p->inputs[0]->ndim) shape[nd - 1] = 1;
+        else if (lp->kind == LA_LSE) nd--;
     }
-    outs[0] = x ? lastax_node(lp->kind, x, p->outdesc[0].ndim + 1, shape) : NULL;
+    outs[0] = x ? lastax_node(lp->kind, x, nd, shape) : NULL;
     out_axes[0] = 0;
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;

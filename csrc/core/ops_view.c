@@ -153,7 +153,19 @@ static int reshape_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_a
 static int reshape_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL, reshape_vjp, reshape_jvp, reshape_vmap, false,
-                                     true, sizeof(int), NULL, NULL, .cheap = true};
+                                     true, 3 * sizeof(int), NULL, NULL, .cheap = true};
+
+/* A reshape's params (NULL when it has neither): [0] the inferred dim or -1; [1], [2] the
+ * input axes that a flatten merged, or -1. A shapeless replay infers the dim again from the new
+ * size, or merges the same axes of the new shape (MLX's Flatten), as MLX. */
+static mk_array *reshape_node(mk_array *x, int ndim, const int64_t *shape, int infer, int fs, int fe) {
+    int *rp = NULL;
+    if (infer >= 0 || fs >= 0) {
+        if (!(rp = malloc(3 * sizeof *rp))) return mk_nomem();
+        rp[0] = infer, rp[1] = fs, rp[2] = fe;
+    }
+    return mk_node(&reshape_def, rp, x->dtype, ndim, shape, 1, &x);
+}
 
 mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
     int64_t shape[MK_MAX_NDIM];
@@ -202,14 +214,7 @@ mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
         mk_incref(x);
         return x;
     }
-    /* the inferred dim is remembered (params: its index): a shapeless replay
-     * infers it again from the new size, as MLX */
-    int *inf = NULL;
-    if (infer >= 0) {
-        if (!(inf = malloc(sizeof *inf))) return mk_nomem();
-        *inf = infer;
-    }
-    return mk_node(&reshape_def, inf, x->dtype, ndim, shape, 1, &x);
+    return reshape_node(x, ndim, shape, infer, -1, -1);
 }
 
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
@@ -234,7 +239,11 @@ mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
     for (int i = s; i <= e; i++) m *= x->shape[i];
     shape[n++] = m;
     for (int i = e + 1; i < nd; i++) shape[n++] = x->shape[i];
-    return mk_reshape(x, n, shape);
+    if (s == e) {
+        mk_incref(x);
+        return x;
+    }
+    return reshape_node(x, n, shape, -1, s, e);
 }
 
 /* ------------------------------------------------------- axis permutations */
@@ -738,12 +747,22 @@ static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arr
     mk_arena A = {0};
     mk_array *x = mk_ar_batch_front(&A, in[0], axes[0], 1);
     int64_t shape[MK_MAX_NDIM];
-    if (x) {
+    const int *rp = p->params;
+    int nd = p->outdesc[0].ndim + 1;
+    if (x && rp && rp[1] >= 0) {
+        /* a flatten: x's dims with the same axes merged */
+        nd = 0;
+        for (int d = 0; d < x->ndim; d++) {
+            if (d <= rp[1] + 1 || d > rp[2] + 1) shape[nd++] = x->shape[d];
+            else shape[nd - 1] *= x->shape[d];
+        }
+    } else if (x) {
         shape[0] = x->shape[0];
         memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
-        if (p->params) shape[1 + *(const int *)p->params] = -1;
+        if (rp && rp[0] >= 0) shape[1 + rp[0]] = -1;
     }
-    outs[0] = x ? mk_reshape(x, p->outdesc[0].ndim + 1, shape) : NULL;
+    outs[0] = x ? (rp && rp[1] >= 0 ? reshape_node(x, nd, shape, -1, rp[1] + 1, rp[2] + 1) : mk_reshape(x, nd, shape))
+                : NULL;
     out_axes[0] = 0;
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;
@@ -835,6 +854,6 @@ bool mk_xp_view(const mk_prim *p, int *map, int64_t *mult, int64_t *start) {
 }
 bool mk_xp_reshape(const mk_prim *p, int *infer) {
     if (p->op != &reshape_def) return false;
-    *infer = p->params ? *(const int *)p->params : -1;
+    *infer = p->params ? ((const int *)p->params)[0] : -1;
     return true;
 }

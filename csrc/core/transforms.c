@@ -673,7 +673,13 @@ done:
 
 /* ------------------------------------------------------------ composition */
 
-static int compose_tracers(mk_prim *p, mk_compose_fn build, mk_array ***tr, mk_array ***outs) {
+/* Tracers standing for p's inputs, and the composition built on them. With `batched` (a vmap:
+ * the batched inputs and their batch axes), each tracer has the shape of one example of its
+ * input rather than p's traced input's (an unbatched input is itself), so that a shapeless
+ * compile's replay, which batches inputs of new shapes, gets the composition built at the new
+ * shapes (a causal mask's sizes, a matmul's). */
+static int compose_tracers(mk_prim *p, mk_compose_fn build, mk_array *const *batched, const int *axes, mk_array ***tr,
+                           mk_array ***outs) {
     int ni = p->ninputs, no = p->noutputs;
     *tr = calloc(ni ? ni : 1, sizeof **tr);
     *outs = calloc(no, sizeof **outs);
@@ -681,8 +687,22 @@ static int compose_tracers(mk_prim *p, mk_compose_fn build, mk_array ***tr, mk_a
         mk_nomem();
         return -1;
     }
-    for (int i = 0; i < ni; i++)
-        if (!((*tr)[i] = mk_tracer(p->inputs[i]))) return -1;
+    for (int i = 0; i < ni; i++) {
+        mk_array *like = batched && axes[i] < 0 ? batched[i] : p->inputs[i];
+        if (batched && axes[i] >= 0) {
+            int64_t shape[MK_MAX_NDIM];
+            const mk_array *b = batched[i];
+            int nd = 0;
+            for (int d = 0; d < b->ndim; d++)
+                if (d != axes[i]) shape[nd++] = b->shape[d];
+            if (!(like = mk_zeros(nd, shape, b->dtype))) return -1;
+        } else {
+            mk_incref(like);
+        }
+        (*tr)[i] = mk_tracer(like);
+        mk_decref(like);
+        if (!(*tr)[i]) return -1;
+    }
     return build(p, *tr, *outs);
 }
 
@@ -698,7 +718,7 @@ int mk_vjp_by_composition(mk_prim *p, mk_compose_fn build, mk_array *const *cots
     mk_array **tr = NULL, **outs = NULL;
     int rc = -1;
     mk_trace_push();
-    if (compose_tracers(p, build, &tr, &outs) == 0) rc = mk_vjp_graph(p->noutputs, outs, cots, p->ninputs, tr, grads);
+    if (compose_tracers(p, build, NULL, NULL, &tr, &outs) == 0) rc = mk_vjp_graph(p->noutputs, outs, cots, p->ninputs, tr, grads);
     mk_trace_pop();
     for (int i = 0; rc == 0 && i < p->ninputs; i++)
         if (!want[i]) {
@@ -713,7 +733,7 @@ int mk_jvp_by_composition(mk_prim *p, mk_compose_fn build, mk_array *const *tans
     mk_array **tr = NULL, **outs = NULL;
     int rc = -1;
     mk_trace_push();
-    if (compose_tracers(p, build, &tr, &outs) == 0)
+    if (compose_tracers(p, build, NULL, NULL, &tr, &outs) == 0)
         rc = mk_jvp_graph(p->ninputs, tr, tans, p->noutputs, outs, out_tans);
     mk_trace_pop();
     compose_free(p, tr, outs);
@@ -725,7 +745,7 @@ int mk_vmap_by_composition(mk_prim *p, mk_compose_fn build, mk_array *const *inp
     mk_array **tr = NULL, **outs = NULL;
     int rc = -1;
     mk_trace_push();
-    if (compose_tracers(p, build, &tr, &outs) == 0)
+    if (compose_tracers(p, build, inputs, axes, &tr, &outs) == 0)
         rc = mk_vmap_graph(p->ninputs, tr, inputs, axes, p->noutputs, outs, bouts, out_axes);
     mk_trace_pop();
     compose_free(p, tr, outs);

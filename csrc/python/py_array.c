@@ -7,6 +7,8 @@
 #include "core/types.h"
 #include "mkpy.h"
 
+extern const char *mkpy_public_name; /* py_dtype.c: "mkpy", or "mlx.core" (mkpy.as_mlx) */
+
 /* ------------------------------------------------------ construction */
 
 static PyObject *array_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -308,7 +310,7 @@ static PyObject *m_format(PyObject *self, PyObject *spec) {
         return r;
     }
     if (!PyUnicode_Check(spec) || PyUnicode_GET_LENGTH(spec) > 0) {
-        PyErr_SetString(PyExc_TypeError, "unsupported format string passed to mkpy.array.__format__");
+        PyErr_Format(PyExc_TypeError, "unsupported format string passed to %s.array.__format__", mkpy_public_name);
         return NULL;
     }
     return PyObject_Repr(self);
@@ -445,7 +447,8 @@ static const opinfo opinfos[O_NOPS] = {
 static PyObject *invalid_operation(const char *prefix, const char *what, PyObject *other) {
     PyObject *name = mkpy_type_name(other);
     if (name) {
-        PyErr_Format(PyExc_ValueError, "Cannot perform %s%s on an mkpy.array and %U", prefix, what, name);
+        PyErr_Format(PyExc_ValueError, "Cannot perform %s%s on an %s.array and %U", prefix, what, mkpy_public_name,
+                     name);
         Py_DECREF(name);
     }
     return NULL;

@@ -7,6 +7,8 @@
 #include "core/pool.h"
 #include "core/types.h"
 #include "mkpy.h"
+
+extern const char *mkpy_public_name; /* py_dtype.c: "mkpy", or "mlx.core" (mkpy.as_mlx) */
 #include "core/ops_extra.h"
 
 PyObject *mkpy_module;
@@ -167,7 +169,7 @@ PyObject *mkpy_type_name(PyObject *o) {
          * in tp_name too */
         const char *dot = strrchr(tp->tp_name, '.'), *name = dot ? dot + 1 : tp->tp_name;
         if (m && !strncmp(m, "mkpy._", 6))
-            r = PyUnicode_FromFormat("mkpy.%s", name);
+            r = PyUnicode_FromFormat("%s.%s", mkpy_public_name, name);
         else if (mod)
             r = PyUnicode_FromFormat("%S.%s", mod, name);
         Py_XDECREF(mod);
@@ -176,7 +178,7 @@ PyObject *mkpy_type_name(PyObject *o) {
     /* static types print their __name__ (ndarray, float32, Decimal), except
      * mkpy's own (mkpy.array, mkpy.Dtype), which stand for MLX's nanobind
      * classes printed with their module (mlx.core.array) */
-    if (!strncmp(tp->tp_name, "mkpy.", 5)) return PyUnicode_FromString(tp->tp_name);
+    if (!strncmp(tp->tp_name, "mkpy.", 5)) return PyUnicode_FromFormat("%s.%s", mkpy_public_name, tp->tp_name + 5);
     const char *dot = strrchr(tp->tp_name, '.');
     return PyUnicode_FromString(dot ? dot + 1 : tp->tp_name);
 }
@@ -936,15 +938,50 @@ mk_array *mkpy_to_array(PyObject *obj, int dtype) {
     return a || PyErr_Occurred() ? a : invalid_type(obj);
 }
 
+/* MLX's last resort for an operand (nanobind's std::complex caster, tried after arrays and
+ * buffers): any object that PyComplex_AsCComplex takes, through __complex__, __float__ or
+ * __index__ (a Fraction, a Decimal, a unittest.mock.MagicMock), is a complex64 scalar. */
+static int has_complex_protocol(PyObject *o) {
+    PyNumberMethods *nb = Py_TYPE(o)->tp_as_number;
+    if (nb && (nb->nb_float || nb->nb_index)) return 1;
+    PyObject *m = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__complex__");
+    if (!m) PyErr_Clear();
+    Py_XDECREF(m);
+    return m != NULL;
+}
+
+static mk_array *from_complex_protocol(PyObject *o) {
+    if (!has_complex_protocol(o)) return NULL;
+    Py_complex z = PyComplex_AsCComplex(o);
+    if (z.real == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear(); /* as the caster: the object is then of an invalid type */
+        return NULL;
+    }
+    PyObject *c = PyComplex_FromCComplex(z);
+    mk_array *a = c ? from_scalar(c, MK_COMPLEX64) : NULL;
+    Py_XDECREF(c);
+    return a;
+}
+
 mk_array *mkpy_to_array_arg(PyObject *obj, int dtype) {
     mk_array *a = from_non_sequence(obj, dtype);
+    if (!a && !PyErr_Occurred() && !PyUnicode_Check(obj) && !PyList_Check(obj) && !PyTuple_Check(obj))
+        a = from_complex_protocol(obj);
     return a || PyErr_Occurred() ? a : invalid_type(obj);
 }
 
 int mkpy_is_operand(PyObject *o) {
     if (PyMkArray_Check(o) || mkpy_is_scalar(o)) return 1;
     if (PyUnicode_Check(o) || PyList_Check(o) || PyTuple_Check(o) || o == Py_None) return 0;
-    return PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o);
+    if (PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o)) return 1;
+    /* as nanobind's caster, an operand whose conversion fails is of an invalid type */
+    if (!has_complex_protocol(o)) return 0;
+    Py_complex z = PyComplex_AsCComplex(o);
+    if (z.real == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
 }
 
 mk_array *mkpy_to_array_weak(PyObject *obj, int partner) {

@@ -8,7 +8,29 @@ static PyMkCategory category_objects[MK_NCATS];
 PyObject *mkpy_dtype_object(mk_dtype t) { return (PyObject *)&dtype_objects[t]; }
 PyObject *mkpy_category_object(mk_category c) { return (PyObject *)&category_objects[c]; }
 
-static PyObject *dtype_repr(PyMkDtype *self) { return PyUnicode_FromFormat("mkpy.%s", mk_dtype_name(self->dtype)); }
+/* The module name that reprs and type names print: "mkpy", or "mlx.core" once the stand-in mode
+   (mkpy.as_mlx) is on, as MLX's tests compare str(mx.float32) with "mlx.core.float32". */
+const char *mkpy_public_name = "mkpy";
+
+static PyObject *dtype_repr(PyMkDtype *self) {
+    return PyUnicode_FromFormat("%s.%s", mkpy_public_name, mk_dtype_name(self->dtype));
+}
+
+PyDoc_STRVAR(set_public_name_doc, "_set_public_name(name)\n--\n\n"
+                                  "The module name printed by dtype reprs and type names in messages: "
+                                  "'mkpy' or 'mlx.core' (mkpy.as_mlx).");
+
+static PyObject *py_set_public_name(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (name && !strcmp(name, "mkpy")) mkpy_public_name = "mkpy";
+    else if (name && !strcmp(name, "mlx.core")) mkpy_public_name = "mlx.core";
+    else {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_set_public_name: 'mkpy' or 'mlx.core'");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
 
 static PyObject *dtype_size(PyMkDtype *self, void *closure) {
     (void)closure;
@@ -138,6 +160,7 @@ static PyObject *py_issubdtype(PyObject *mod, PyObject *const *args, Py_ssize_t 
 
 PyMethodDef mkpy_dtype_functions[] = {
     {"issubdtype", (PyCFunction)(void (*)(void))py_issubdtype, METH_FASTCALL, issubdtype_doc},
+    {"_set_public_name", (PyCFunction)py_set_public_name, METH_O, set_public_name_doc},
     {NULL},
 };
 

@@ -1,5 +1,5 @@
 /* Module functions of the fastops family (mkpy.fast): rms_norm, layer_norm,
- * rope and scaled_dot_product_attention, with MLX 0.32's signatures.
+ * rope, scaled_dot_product_attention and cross_entropy, with MLX 0.32's signatures.
  *
  * MLX binds these with nanobind and typed parameters: arrays must be
  * mx.array (no NumPy arrays or scalars), floats take anything with
@@ -8,6 +8,7 @@
  * by mkpy_bad_call. rope's offset is `int | array`: an int that fits a C int
  * becomes an int32 scalar, anything else goes through MLX's array
  * conversion. */
+#include "core/transforms.h"
 #include "mkpy.h"
 
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
@@ -165,6 +166,66 @@ MKPY_STREAM_BINDING(py_sdpa)(PyObject *m, PyObject *const *args, Py_ssize_t narg
         mk_sdpa(MKARR(a[0]), MKARR(a[1]), MKARR(a[2]), scale, causal, marr, arr_or_null(a[5]), fused));
 }
 
+static const char ce_sig[] =
+    "    1. cross_entropy(logits: array, targets: array, *, stream: StreamOrDevice = None) -> array";
+
+/* MLX 0.32.4's mx.fast.cross_entropy (mlx.nn.losses.cross_entropy calls it on the GPU):
+ * logsumexp(logits, -1) - logits[..., targets] as float32. Metal's fused kernel accumulates in
+ * float32 from the row's max; MLX's CPU fallback reduces the logits as they are, in their dtype:
+ * mkpy does each on its stream (it plays the Mac's GPU). A composition of ops, so grad and vmap
+ * follow. */
+MKPY_STREAM_BINDING(py_cross_entropy)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"logits", "targets", "*stream", NULL};
+    PyObject *a[3];
+    char s1[256], s2[256];
+    (void)m;
+    if (parse("cross_entropy", ce_sig, args, nargs, kwnames, names, 2, a) < 0) return NULL;
+    if (!PyMkArray_Check(a[0]) || !PyMkArray_Check(a[1]))
+        return mkpy_bad_call("cross_entropy", ce_sig, args, nargs, kwnames);
+    mk_array *x = MKARR(a[0]), *t = MKARR(a[1]);
+    if (x->ndim < 1)
+        return PyErr_Format(PyExc_ValueError, "[cross_entropy] logits must have at least 1 dimension but got input "
+                            "with 0 dimensions.");
+    if (!mk_is_float(x->dtype))
+        return PyErr_Format(PyExc_ValueError, "[cross_entropy] Received unsupported logits type %s.",
+                            mk_dtype_name(x->dtype));
+    if (!mk_is_integral(t->dtype) || t->dtype == MK_BOOL)
+        return PyErr_Format(PyExc_ValueError, "[cross_entropy] targets must be integer class indices but got %s.",
+                            mk_dtype_name(t->dtype));
+    if (t->ndim != x->ndim - 1 || (t->ndim && memcmp(t->shape, x->shape, t->ndim * sizeof *t->shape)))
+        return PyErr_Format(PyExc_ValueError, "[cross_entropy] targets shape %s does not match logits shape %s with "
+                            "the last axis removed.", mk_shape_str(t->ndim, t->shape, s1, sizeof s1),
+                            mk_shape_str(x->ndim, x->shape, s2, sizeof s2));
+    int last = -1;
+    mk_array *xf;
+    if (mk_current_stream_is_gpu()) {
+        /* as the fused kernel: float32 logits less their row's max (a shared offset as large as 1e6
+           changes nothing; MLX's test_losses checks it through mlx.nn on the GPU) */
+        mk_array *f = mk_astype(x, MK_FLOAT32), *mx_ = f ? mk_reduce(MK_REDUCE_MAX, f, 1, &last, true) : NULL;
+        mk_array *ms = mx_ ? mk_stop_gradient(mx_) : NULL;
+        xf = ms ? mk_binary(MK_BINARY_subtract, f, ms) : NULL;
+        mk_xdecref(f);
+        mk_xdecref(mx_);
+        mk_xdecref(ms);
+    } else {
+        mk_incref(x);
+        xf = x;
+    }
+    mk_array *ti = xf ? mk_expand_dims(t, 1, &last) : NULL;
+    mk_array *picked = ti ? mk_take_along_axis(xf, ti, -1, true) : NULL;
+    mk_array *lse = picked ? mk_logsumexp(xf, 1, &last, true) : NULL;
+    mk_array *d = lse ? mk_binary(MK_BINARY_subtract, lse, picked) : NULL;
+    mk_array *sq = d ? mk_squeeze(d, 1, &last) : NULL;
+    mk_array *r = sq ? mk_astype(sq, MK_FLOAT32) : NULL;
+    mk_xdecref(xf);
+    mk_xdecref(ti);
+    mk_xdecref(picked);
+    mk_xdecref(lse);
+    mk_xdecref(d);
+    mk_xdecref(sq);
+    return mkpy_wrap(r);
+}
+
 PyMethodDef mkpy_fastops_functions[] = {
     {"rms_norm", FN(py_rms_norm), FASTKW,
      "rms_norm(x, weight, eps, *, stream=None)\n--\n\n"
@@ -182,5 +243,9 @@ PyMethodDef mkpy_fastops_functions[] = {
      "softmax(q @ k.T * scale + mask) @ v for q (B, N_q, T_q, D), k (B, N_kv, T_kv, D), v (B, N_kv, T_kv, D_v),\n"
      "with grouped-query heads, mask None, \"causal\" (lower-right aligned), a boolean or an additive array,\n"
      "and optional attention sinks (one logit per query head). The softmax is computed in float32."},
+    {"cross_entropy", FN(py_cross_entropy), FASTKW,
+     "cross_entropy(logits, targets, *, stream=None)\n--\n\n"
+     "Cross entropy loss with class indices as targets: logsumexp(logits, -1) - logits[..., targets] in float32\n"
+     "(accumulated in float32 on the GPU stream, in the logits' dtype on the CPU, as MLX)."},
     {NULL},
 };
