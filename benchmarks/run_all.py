@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 
 from common import fmt_ratio, machine_info  # noqa: E402
 
-SECTIONS = ["ops", "kernels", "launch", "memory", "fftconv", "array", "checker"]
+SECTIONS = ["ops", "kernels", "corpus", "launch", "memory", "fftconv", "array", "checker"]
 
 
 def _met_text(r):
