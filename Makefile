@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?= -q -n auto --dist loadfile
 BENCH_ARGS ?=
 
-.PHONY: deps build run test bench clean soak tsan
+.PHONY: deps build run test bench clean soak tsan fuzz-engine
 
 deps:
 	@sh scripts/install-deps.sh
@@ -31,6 +31,16 @@ bench: build
 	@sh scripts/install-bench-deps.sh
 	@MKPY_BENCH_MLX_VENV="$(MKPY_BENCH_MLX_VENV)" PYTHON="$(PYTHON)" sh scripts/install-bench-mlx.sh
 	MKPY_BENCH_MLX_VENV="$(MKPY_BENCH_MLX_VENV)" PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
+
+# The engines' differential fuzzer (tests/kernel_fuzz.py, by hand; `make test` runs it for
+# MKPY_FUZZ_ENGINE_SECONDS per seed): random well-defined kernels on the lockstep engine, the
+# fiber engine and the checker, for FUZZ_SECONDS (or FUZZ_KERNELS kernels); FUZZ_SEED replays a
+# run. A disagreement is reduced and printed as an entry for tests/data/fuzz_regressions.json.
+FUZZ_SECONDS ?= 600
+FUZZ_KERNELS ?=
+FUZZ_SEED ?=
+fuzz-engine: build
+	PYTHONPATH=. nice $(PYTHON) tests/kernel_fuzz.py $(if $(FUZZ_KERNELS),--kernels $(FUZZ_KERNELS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
 # A longer multi-threaded run (by hand, never part of `make test`): 8 threads mixing ops,
 # shared lazy graphs, cached and new kernels and short-lived threads, printing RSS,

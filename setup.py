@@ -7,8 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+# The layers (docs/design.md, "Layers"): core, the kernel front end, one folder per back-end
+# (csrc/backend/<name>/; their ir/ subfolders are separate programs, below), and the binding.
 sources = sorted(
-    glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/python/*.c")
+    glob.glob("csrc/core/*.c") + glob.glob("csrc/kernel/*.c") + glob.glob("csrc/backend/*.c")
+    + glob.glob("csrc/backend/*/*.c")
+    + glob.glob("csrc/python/*.c")
 )
 
 # -fno-math-errno / -fno-trapping-math change no result (mkpy reads neither errno nor
@@ -45,14 +49,14 @@ ext = Extension(
     extra_link_args=sanitize_ldflags,
     libraries=["openblas", "kissfft-float", "z", "m", "pthread"],
 )
-# The lockstep engine's compiler pass (csrc/kernel/ir/) is a program,
+# The lockstep engine's compiler pass (csrc/backend/cpu/ir/) is a program,
 # mkpy/mkpy-cbs-pass, linked with LLVM 15's C API (Debian's llvm-15-dev) and run
 # by the JIT like clang. Without LLVM 15 it is left out and cooperative kernels
 # run on fibers.
 LLVM_DIR = os.environ.get("MKPY_LLVM_DIR", "/usr/lib/llvm-15")
 HAVE_LLVM = os.path.isfile(os.path.join(LLVM_DIR, "include", "llvm-c", "Core.h"))
-PASS_SOURCES = ["csrc/kernel/ir/cbs_ir.c", "csrc/kernel/ir/cbs_main.c", "csrc/kernel/ir/check_ir.c",
-                "csrc/kernel/ir/ir_load.c"]
+PASS_SOURCES = ["csrc/backend/cpu/ir/cbs_ir.c", "csrc/backend/cpu/ir/cbs_main.c", "csrc/backend/cpu/ir/check_ir.c",
+                "csrc/backend/cpu/ir/ir_load.c"]
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,

@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -e
 
-pkgs="python3-dev python3-numpy python3-pytest python3-pytest-xdist python3-hypothesis python3-setuptools libopenblas-dev zlib1g-dev llvm-15-dev libkissfft-dev"
+pkgs="python3-dev python3-numpy python3-pytest python3-pytest-xdist python3-hypothesis python3-setuptools libopenblas-dev zlib1g-dev llvm-15-dev libkissfft-dev openmpi-bin libopenmpi-dev"
 
 missing=""
 for p in $pkgs; do

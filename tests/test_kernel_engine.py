@@ -1,4 +1,4 @@
-"""The lockstep engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c): one test per
+"""The lockstep engine (csrc/backend/cpu/cbs.c, csrc/backend/cpu/ir/cbs_ir.c): one test per
 rule of docs/kernels.md "Execution model", checked against what an Apple GPU
 gives, plus the fallback to fibers and how the engine is reported."""
 import os

@@ -24,9 +24,10 @@
 #include "core/ops.h"
 #include "core/pool.h"
 #include "core/types.h"
-#include "cbs.h"
-#include "check.h"
-#include "coop.h"
+#include "backend/backend.h"
+#include "backend/cpu/cbs.h"
+#include "backend/cpu/check.h"
+#include "backend/cpu/coop.h"
 #include "diag.h"
 #include "kernel.h"
 
@@ -568,6 +569,14 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
+    {
+        /* a GPU back-end, when the node's stream is a GPU's and one is active */
+        const mkb_backend *be = mkb_for_device(mk_stream_device(p->stream));
+        if (be->kernel_eval) {
+            rc = be->kernel_eval(k, c, in, out, generated, kname, &plan, plan_total);
+            goto done;
+        }
+    }
     const bool profiling = mkk_profiling();
     mkk_profile_kernel prof = {k->name, NULL, NULL, profiling ? mkk_now_ns() : 0};
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
@@ -940,8 +949,9 @@ fail:
     return mk_nomem();
 }
 
+/* own_device: the front end hands the node to its stream's back-end itself */
 static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params, NULL, NULL, NULL, false,
-                                    false, 0, copy_params, NULL};
+                                    false, 0, copy_params, NULL, .own_device = true};
 
 int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
                      const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/pool.h"
 #include "diag.h"
 #include "kernel.h"
@@ -178,6 +179,16 @@ char *mkk_env_check(const char *python_line, int python_ok, int *failures) {
     snprintf(d, sizeof d, "MKPY_DEBUG=%d, debug builds %s (MKPY_KERNEL_DEBUG)", mkk_debug_level(),
              mkk_debug_build() ? "on" : "off");
     item(&o, "PASS", "debugging", d, NULL);
+
+    /* the GPU back-end is optional: its absence is information, not a failure */
+    char g[1024];
+    const char *gpu_env = getenv("MKPY_GPU");
+    mkb_cuda_backend.describe(g, sizeof g);
+    if (gpu_env && strcmp(gpu_env, "cpu") == 0)
+        snprintf(d, sizeof d, "MKPY_GPU=cpu: GPU streams run on the CPU back-end (%s)", g);
+    else
+        snprintf(d, sizeof d, "%s%s", g, mkb_gpu() ? "; GPU streams run there" : "; GPU streams run on the CPU");
+    item(&o, "PASS", "NVIDIA GPU", d, NULL);
 
     if (failures) *failures = o.failures;
     return o.s;

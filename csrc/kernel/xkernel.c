@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "backend/cpu/check.h"
 #include "core/export.h"
 #include "kernel.h"
 

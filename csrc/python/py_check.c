@@ -1,6 +1,6 @@
 /* The checker mode's switches (mkpy.metal.set_check, is_check_enabled and
- * the scope behind `with mkpy.metal.check():`; csrc/kernel/check.c). */
-#include "kernel/check.h"
+ * the scope behind `with mkpy.metal.check():`; csrc/backend/cpu/check.c). */
+#include "backend/cpu/check.h"
 #include "mkpy.h"
 
 PyDoc_STRVAR(set_check_doc,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/stream.h"
-#include "kernel/check.h"
+#include "backend/cpu/check.h"
 #include "kernel/kernel.h"
 #include "mkpy.h"
 

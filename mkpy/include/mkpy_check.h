@@ -1,5 +1,5 @@
-// The checker mode's hooks (MKPY_CHECK; csrc/kernel/check.c is the runtime,
-// csrc/kernel/ir/check_ir.c puts the calls in). Included after the other
+// The checker mode's hooks (MKPY_CHECK; csrc/backend/cpu/check.c is the runtime,
+// csrc/backend/cpu/ir/check_ir.c puts the calls in). Included after the other
 // runtime headers by checked kernels only. Each hook handles the common case
 // itself (a load from an input already seen, a store that keeps its output
 // block affine, a barrier) and calls the runtime for everything else.

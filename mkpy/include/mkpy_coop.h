@@ -30,7 +30,7 @@ inline const mkpy_coop_api *api = nullptr;
 
 // The four points where kernel code meets the cooperative runtime. They are
 // named, never-inlined functions so that mkpy's region-splitting engine
-// (csrc/kernel/cbs.c) finds them in the kernel's LLVM IR and turns each call
+// (csrc/backend/cpu/cbs.c) finds them in the kernel's LLVM IR and turns each call
 // into a resume point; the fiber engine just calls through them.
 extern "C" {
 __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_barrier(const char *file, int line, int col) {

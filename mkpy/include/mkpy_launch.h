@@ -70,7 +70,7 @@ struct mkpy_coop_api {
     void (*print)(const char *text, size_t len, const void *launch, uint64_t group, uint32_t thread);
 };
 
-/* The region-splitting engine (csrc/kernel/cbs.c, csrc/kernel/ir/cbs_ir.c).
+/* The region-splitting engine (csrc/backend/cpu/cbs.c, csrc/backend/cpu/ir/cbs_ir.c).
  * A cooperative kernel compiled through LLVM IR also exports
  *   mkpy_kernel_cbs_run(site, args, launch, group, frame, deposit, simd, masks, next, tg,
  *                       tx, ty, tz, dense)
@@ -115,9 +115,9 @@ struct mkpy_cbs_ctx {
 #define MKPY_THREAD_SYMBOL "mkpy_kernel_thread"
 #define MKPY_SET_API_SYMBOL "mkpy_kernel_set_api"
 
-/* The checker mode (MKPY_CHECK=1, mx.metal.set_check; csrc/kernel/check.c).
+/* The checker mode (MKPY_CHECK=1, mx.metal.set_check; csrc/backend/cpu/check.c).
  * A kernel built for it has every load, store, atomic and integer division
- * of its code instrumented by mkpy-cbs-pass --check (csrc/kernel/ir/check_ir.c)
+ * of its code instrumented by mkpy-cbs-pass --check (csrc/backend/cpu/ir/check_ir.c)
  * with calls into this table, which the dispatcher hands over through
  * mkpy_kernel_set_check. The instrumented code is one function,
  * mkpy_kernel_check_body(args, attrs, thread); the object exports

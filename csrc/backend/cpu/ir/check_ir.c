@@ -1,5 +1,5 @@
 /* The checker mode's compiler pass (mkpy-cbs-pass --check; runtime in
- * csrc/kernel/check.c), on LLVM IR through LLVM's C API.
+ * csrc/backend/cpu/check.c), on LLVM IR through LLVM's C API.
  *
  * Input: the bitcode of one kernel's C++ built for the checker (jit.c adds
  * the hooks mkpy_chk_access, mkpy_chk_tg, mkpy_chk_barrier and mkpy_chk_div,
@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../mkpy/include/mkpy_launch.h"
+#include "../../../../mkpy/include/mkpy_launch.h"
 #include "cbs_ir.h"
 #include "ir_load.h"
 

@@ -1,5 +1,5 @@
 /* The checker mode's runtime (issue #12; the compiler side is
- * csrc/kernel/ir/check_ir.c, the user's view docs/kernels.md "Checker mode").
+ * csrc/backend/cpu/ir/check_ir.c, the user's view docs/kernels.md "Checker mode").
  *
  * A checked launch runs its threadgroups on the pool's threads, each group
  * on one of them (threads in order on the plain path, on fibers for
@@ -18,7 +18,7 @@
  * Findings are counted per kind; the first few of each kind are kept as
  * text. An out-of-bounds access is given a scratch block instead (zeros for
  * a load), so it never changes memory and the launch goes on. */
-#include "check.h"
+#include "backend/cpu/check.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coop.h"
+#include "backend/cpu/coop.h"
 #include "core/pool.h"
 
 #define NOINLINE __attribute__((noinline))

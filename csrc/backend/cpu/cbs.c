@@ -18,8 +18,8 @@
  *     divergence error naming both barriers.
  * Threadgroup memory (`static thread_local` in the compiled code) is the
  * worker thread's, as with fibers; its size is checked once per launch. */
-#include "cbs.h"
-#include "fiber.h"
+#include "backend/cpu/cbs.h"
+#include "backend/cpu/fiber.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -27,8 +27,8 @@
  *     Metal's 32 KiB limit.
  * A thread that spins waiting for another thread (other than at barriers and
  * SIMD-group functions) never yields: such kernels are not supported. */
-#include "coop.h"
-#include "diag.h"
+#include "backend/cpu/coop.h"
+#include "kernel/diag.h"
 
 #include <pthread.h>
 #include <stdarg.h>

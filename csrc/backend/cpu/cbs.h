@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "kernel.h"
+#include "kernel/kernel.h"
 
 typedef struct {
     mkk_cbs_run_fn run;

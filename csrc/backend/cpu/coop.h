@@ -2,8 +2,8 @@
 #ifndef MKK_COOP_H
 #define MKK_COOP_H
 
-#include "fiber.h"
-#include "kernel.h"
+#include "backend/cpu/fiber.h"
+#include "kernel/kernel.h"
 
 typedef struct {
     mkk_thread_fn thread;

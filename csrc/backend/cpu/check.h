@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernel.h"
+#include "kernel/kernel.h"
 
 /* The table a checked kernel calls (mkpy_kernel_set_check). */
 extern const struct mkpy_check_api mkk_check_api;

@@ -1,4 +1,4 @@
-#include "fiber.h"
+#include "backend/cpu/fiber.h"
 
 #include <link.h>
 #include <pthread.h>

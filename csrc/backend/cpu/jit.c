@@ -32,11 +32,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "coop.h"
-#include "ir/cbs_ir.h"
-#include "diag.h"
-#include "kernel.h"
+#include "backend/cpu/check.h"
+#include "backend/cpu/coop.h"
+#include "backend/cpu/ir/cbs_ir.h"
+#include "kernel/diag.h"
+#include "kernel/kernel.h"
 
 extern char **environ;
 
