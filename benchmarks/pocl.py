@@ -10,14 +10,14 @@ KERNELS_CL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.c
 
 
 class Pocl:
-    def __init__(self, cl, device):
+    def __init__(self, cl, device, path=KERNELS_CL, options=()):
         self.cl = cl
         self.device = device
         self.ctx = cl.Context(devices=[device])
         self.queue = cl.CommandQueue(self.ctx)
-        with open(KERNELS_CL) as f:
+        with open(path) as f:
             self.source = f.read()
-        self.program = cl.Program(self.ctx, self.source).build()
+        self.program = cl.Program(self.ctx, self.source).build(options=list(options))
         self._kernels = {}
 
     @property
@@ -47,6 +47,7 @@ class Pocl:
         def launch():
             cl.enqueue_nd_range_kernel(q, knl, gsize, lsize)
             q.finish()
+        launch.args = args  # set_args keeps no reference: the buffers must outlive the launcher
         return launch
 
     def read(self, buf, shape, dtype=np.float32):
@@ -74,11 +75,12 @@ def find_device():
     return None, "no PoCL platform (apt-get install pocl-opencl-icd)"
 
 
-def open_pocl():
+def open_pocl(path=KERNELS_CL, options=()):
+    """A Pocl with the kernels of `path` (kernels.cl), built with `options` (-D ...)."""
     cl, dev = find_device()
     if cl is None:
         return None, dev
     try:
-        return Pocl(cl, dev), ""
+        return Pocl(cl, dev, path, options), ""
     except Exception as e:
         return None, "PoCL set-up failed: %s" % str(e).strip()[:80]

@@ -14,6 +14,7 @@ MLX's documentation page "Custom Metal Kernels" (docs/src/dev/custom_metal_kerne
 """
 
 import ast
+import os
 import pathlib
 
 import numpy as np
@@ -1406,3 +1407,265 @@ def test_gemm_on_simdgroup_matrices(M, K, N, dtype):
                         threadgroup=(128, 1, 1), output_shapes=[(M, N)], output_dtypes=[dtype])
     tol = 1e-4 if dtype == mx.float32 else 1e-2
     np.testing.assert_allclose(as_f32(c), a @ b, rtol=tol, atol=tol * 4)
+
+
+# ------------------------- Sinkhorn-Knopp in threadgroup memory (generated body)
+
+# The body is generated from Python templates ({{ }} are their literal
+# braces), as kernels built by string formatting are: an R x C matrix per
+# threadgroup, ITERS alternating row and column normalisations, each row's
+# and each column's sum a non-power-of-two tree reduction written out level
+# by level with a barrier after each, and thread 0 writing the scale. That is
+# hundreds of barriers in one loop: past the lockstep pass's compile budget
+# (docs/kernels.md), so the fiber engine runs it rather than spend tens of
+# seconds compiling it.
+SINKHORN_HEAD = """
+    threadgroup float P[{R}][{C}];
+    threadgroup float red[{TG}];
+    threadgroup float scale[{RC}];
+    uint tid = thread_position_in_threadgroup.x;
+    uint g = threadgroup_position_in_grid.x;
+    for (uint i = tid; i < {R} * {C}; i += {TG})
+        P[i / {C}][i % {C}] = metal::exp(float(x[g * {R} * {C} + i]));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int it = 0; it < {ITERS}; ++it) {{
+"""
+SINKHORN_REDUCE = """
+        red[tid] = tid < {n} ? P[{row}][{col}] : 0.0f;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+{levels}        if (tid == 0) scale[{k}] = 1.0f / red[0];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+"""
+SINKHORN_LEVEL = """        if (tid < {lo}) red[tid] += red[tid + {h}];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+"""
+SINKHORN_APPLY = """
+        for (uint i = tid; i < {R} * {C}; i += {TG}) P[i / {C}][i % {C}] *= scale[i {op} {C}];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+"""
+SINKHORN_TAIL = """    }}
+    for (uint i = tid; i < {R} * {C}; i += {TG})
+        out[g * {R} * {C} + i] = P[i / {C}][i % {C}];
+"""
+
+
+def _sinkhorn_levels(n):
+    s = ""
+    while n > 1:
+        h = (n + 1) // 2
+        s += SINKHORN_LEVEL.format(lo=n - h, h=h)
+        n = h
+    return s
+
+
+def sinkhorn_source(R, C, iters, tg):
+    f = dict(R=R, C=C, TG=tg, RC=max(R, C), ITERS=iters)
+    s = SINKHORN_HEAD.format(**f)
+    s += "".join(SINKHORN_REDUCE.format(n=C, row=r, col="tid", levels=_sinkhorn_levels(C), k=r) for r in range(R))
+    s += SINKHORN_APPLY.format(op="/", **f)
+    s += "".join(SINKHORN_REDUCE.format(n=R, row="tid", col=c, levels=_sinkhorn_levels(R), k=c) for c in range(C))
+    s += SINKHORN_APPLY.format(op="%", **f)
+    return s + SINKHORN_TAIL.format(**f)
+
+
+# The same computation with the loops left to the compiler (one template,
+# constants filled in): about 60 resume points, inside the budget, so the
+# lockstep engine runs it.
+SINKHORN_LOOPS_TEMPLATE = """
+    threadgroup float P[{R}][{C}];
+    threadgroup float red[{TG}];
+    threadgroup float scale[{RC}];
+    uint tid = thread_position_in_threadgroup.x;
+    uint g = threadgroup_position_in_grid.x;
+    for (uint i = tid; i < {R} * {C}; i += {TG})
+        P[i / {C}][i % {C}] = metal::exp(float(x[g * {R} * {C} + i]));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int it = 0; it < {ITERS}; ++it) {{
+        // rows: one reduction per row, over {C} columns
+        for (int r = 0; r < {R}; ++r) {{
+            red[tid] = tid < {C} ? P[r][tid] : 0.0f;
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            for (uint n = {C}; n > 1; ) {{
+                uint h = (n + 1) / 2;
+                if (tid < n - h) red[tid] += red[tid + h];
+                threadgroup_barrier(mem_flags::mem_threadgroup);
+                n = h;
+            }}
+            if (tid == 0) scale[r] = 1.0f / red[0];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }}
+        for (uint i = tid; i < {R} * {C}; i += {TG}) P[i / {C}][i % {C}] *= scale[i / {C}];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        // columns
+        for (int c = 0; c < {C}; ++c) {{
+            red[tid] = tid < {R} ? P[tid][c] : 0.0f;
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            for (uint n = {R}; n > 1; ) {{
+                uint h = (n + 1) / 2;
+                if (tid < n - h) red[tid] += red[tid + h];
+                threadgroup_barrier(mem_flags::mem_threadgroup);
+                n = h;
+            }}
+            if (tid == 0) scale[c] = 1.0f / red[0];
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+        }}
+        for (uint i = tid; i < {R} * {C}; i += {TG}) P[i / {C}][i % {C}] *= scale[i % {C}];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }}
+    for (uint i = tid; i < {R} * {C}; i += {TG})
+        out[g * {R} * {C} + i] = P[i / {C}][i % {C}];
+"""
+
+
+def sinkhorn_kernel(R, C, iters, tg, loops=False):
+    f = dict(R=R, C=C, ITERS=iters, TG=tg, RC=max(R, C))
+    src = SINKHORN_LOOPS_TEMPLATE.format(**f) if loops else sinkhorn_source(R, C, iters, tg)
+    return mx.fast.metal_kernel(name=f"sinkhorn_{'loops' if loops else 'unrolled'}_{R}x{C}_{iters}",
+                                input_names=["x"], output_names=["out"], source=src)
+
+
+SINKHORN = {(12, 20, 20, 32): sinkhorn_kernel(12, 20, 20, 32)}
+SINKHORN_LOOPS = {(12, 20, 20, 32): sinkhorn_kernel(12, 20, 20, 32, loops=True)}
+
+
+def sinkhorn_reference(x, iters):
+    p = np.exp(x.astype(np.float64))
+    for _ in range(iters):
+        p /= p.sum(2, keepdims=True)
+        p /= p.sum(1, keepdims=True)
+    return p
+
+
+def run_sinkhorn(table, groups, verbose=False):
+    R, C, iters, tg = 12, 20, 20, 32
+    x = RNG.standard_normal((groups, R, C)).astype(np.float32)
+    out, = table[(R, C, iters, tg)](inputs=[mx.array(x)], grid=(groups * tg, 1, 1), threadgroup=(tg, 1, 1),
+                                    output_shapes=[(groups, R, C)], output_dtypes=[mx.float32], verbose=verbose)
+    np.testing.assert_allclose(np.array(out), sinkhorn_reference(x, iters), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("groups", [1, 5])
+def test_sinkhorn_knopp_generated_tree_reductions(groups):
+    run_sinkhorn(SINKHORN, groups)
+
+
+@pytest.mark.parametrize("groups", [1, 5])
+def test_sinkhorn_knopp_loop_template(groups):
+    run_sinkhorn(SINKHORN_LOOPS, groups)
+
+
+@pytest.mark.skipif(os.environ.get("MKPY_ENGINE", "") == "fibers", reason="MKPY_ENGINE=fibers")
+def test_sinkhorn_engines_and_the_compile_budget(capfd):
+    # hundreds of barriers: the lockstep pass stops at its compile budget and says so
+    if mx.metal.is_check_enabled():
+        pytest.skip("the checker mode runs every kernel instrumented")
+    for table, want in ((SINKHORN, "compile budget"), (SINKHORN_LOOPS, "runs on the lockstep engine")):
+        run_sinkhorn(table, 2, verbose=True)
+        line = [l for l in capfd.readouterr().out.splitlines() if "runs on" in l][0]
+        assert want in line, line
+        if table is SINKHORN:
+            assert "runs on fibers" in line, line
+
+
+# ----------------- tiled attention with thread-0 softmax statistics (bfloat16)
+
+# One query row per threadgroup and one output dimension per thread; K/V
+# tiles, the scores and threadgroup scalars (running max, sum, correction) in
+# threadgroup memory; thread 0 alone computes the softmax statistics of a
+# tile between two barriers.
+ATTENTION_T0_SRC = """
+    // one query row per threadgroup, one output dimension per thread;
+    // K/V tiles, the scores and the running softmax statistics in threadgroup memory
+    threadgroup bfloat Ks[BK][D];
+    threadgroup bfloat Vs[BK][D];
+    threadgroup float qs[D];
+    threadgroup float S[BK];
+    threadgroup float m_run, l_run, corr;
+    uint tid = thread_position_in_threadgroup.x;
+    uint row = threadgroup_position_in_grid.x;
+    int Lk = k_shape[0];
+    qs[tid] = float(q[row * D + tid]) * scale[0];
+    if (tid == 0) { m_run = -INFINITY; l_run = 0.0f; }
+    float acc = 0.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int k0 = 0; k0 < Lk; k0 += BK) {
+        for (uint i = tid; i < BK * D; i += D) {
+            int r = k0 + int(i / D);
+            Ks[i / D][i % D] = r < Lk ? k[r * D + i % D] : bfloat(0.0f);
+            Vs[i / D][i % D] = r < Lk ? v[r * D + i % D] : bfloat(0.0f);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (tid < BK) {
+            float s = 0.0f;
+            for (int d = 0; d < D; d++) s += qs[d] * float(Ks[tid][d]);
+            S[tid] = k0 + int(tid) < Lk ? s : -INFINITY;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (tid == 0) {
+            float mx = m_run;
+            for (int j = 0; j < BK; j++) mx = max(mx, S[j]);
+            float sum = 0.0f;
+            for (int j = 0; j < BK; j++) {
+                float p = exp(S[j] - mx);
+                S[j] = p;
+                sum += p;
+            }
+            corr = exp(m_run - mx);
+            l_run = l_run * corr + sum;
+            m_run = mx;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        acc *= corr;
+        for (int j = 0; j < BK; j++) acc += S[j] * float(Vs[j][tid]);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    out[row * D + tid] = bfloat(acc / l_run);
+"""
+
+ATTENTION_T0 = mx.fast.metal_kernel(name="attention_thread0_stats", input_names=["q", "k", "v", "scale"],
+                                    output_names=["out"], source=ATTENTION_T0_SRC)
+
+
+def attention_t0(qa, ka, va, scale, D=128, BK=32):
+    Lq = qa.shape[0]
+    o, = ATTENTION_T0(inputs=[qa, ka, va, mx.array([scale], dtype=mx.float32)], template=[("D", D), ("BK", BK)],
+                      grid=(Lq * D, 1, 1), threadgroup=(D, 1, 1), output_shapes=[(Lq, D)],
+                      output_dtypes=[mx.bfloat16])
+    return o
+
+
+@pytest.mark.parametrize("Lq,Lk", [(3, 32), (5, 77), (2, 300)])
+def test_attention_with_thread0_statistics_bfloat16(Lq, Lk):
+    D = 128
+    ins = [mx.array(RNG.standard_normal((n, D)).astype(np.float32)).astype(mx.bfloat16) for n in (Lq, Lk, Lk)]
+    q, k, v = (as_f32(a) for a in ins)
+    scale = 1.0 / np.sqrt(D)
+    out = attention_t0(*ins, scale)
+    np.testing.assert_allclose(as_f32(out), attention_reference(q, k, v, scale, False), rtol=2e-2, atol=2e-2)
+
+
+# ------------------------------------------------ Metal's long vectors
+
+# vec<bfloat, 8> as shipped kernels use it: 16-byte loads through a pointer
+# cast, as_type from uint4, component-wise arithmetic.
+LONG_VECTORS = mx.fast.metal_kernel(
+    name="long_vectors", input_names=["x", "bits"], output_names=["out"],
+    source="""
+    uint i = thread_position_in_grid.x;
+    vec<bfloat, 8> a = reinterpret_cast<device const vec<bfloat, 8>*>(x)[i];
+    vec<bfloat, 8> b = as_type<vec<bfloat, 8>>(reinterpret_cast<device const uint4*>(bits)[i]);
+    vec<float, 8> s = vec<float, 8>(a) * 2.0f + vec<float, 8>(b);
+    vec<float, 16> w(s, s * -1.0f);
+    for (int j = 0; j < 16; j++) out[i * 16 + j] = w[j];
+    """)
+
+
+def test_vec_of_8_and_16_components():
+    n = 5
+    xa = mx.array(RNG.standard_normal((n, 8)).astype(np.float32)).astype(mx.bfloat16)
+    ba = mx.array(RNG.standard_normal((n, 8)).astype(np.float32)).astype(mx.bfloat16)
+    bits = mx.view(ba, mx.uint32).reshape(n, 4)
+    out, = LONG_VECTORS(inputs=[xa, bits], grid=(n, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(n, 16)],
+                        output_dtypes=[mx.float32])
+    s = as_f32(xa) * 2 + as_f32(ba)
+    np.testing.assert_allclose(np.array(out), np.concatenate([s, -s], axis=1), rtol=1e-6)

@@ -123,6 +123,12 @@ INVALID = {
     "implicit_vector_conversion": "float4 f(half4 h) { float4 v = h; return v; }",
     "float_to_bfloat_implicit": "bfloat f(float x) { bfloat b = x; return b; }",
     "cross_of_float4": "float4 f(float4 a) { return cross(a, a); }",
+    # Metal's vectors have 2, 3, 4, 8 or 16 components
+    "vec_of_5": "float f(vec<float, 5> v) { return v[0]; }",
+    "vec_of_32": "vec<half, 32> f() { return vec<half, 32>(0); }",
+    "packed_vec_of_6": "float f(packed_vec<float, 6> v) { return v[0]; }",
+    "long_vector_swizzle": "float4 f(vec<float, 8> v) { return v.xyzw; }",
+    "long_vector_length_mismatch": "vec<float, 8> f(vec<float, 8> a, vec<float, 16> b) { return a + b; }",
 }
 
 

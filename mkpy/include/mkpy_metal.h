@@ -62,10 +62,18 @@ namespace metal {
 
 struct half;
 struct bfloat;
+// Metal's vector lengths: 2, 3, 4, 8 and 16 (section 3 below); any other
+// vec<T, N> is an error naming them.
 template <class T, int N>
-struct vec;
+struct vec {
+  static_assert(N == 2 || N == 3 || N == 4 || N == 8 || N == 16,
+                "metal::vec<T, N>: Metal's vectors have 2, 3, 4, 8 or 16 components");
+};
 template <class T, int N>
-struct packed_vec;
+struct packed_vec {
+  static_assert(N == 2 || N == 3 || N == 4 || N == 8 || N == 16,
+                "metal::packed_vec<T, N>: Metal's vectors have 2, 3, 4, 8 or 16 components");
+};
 
 // Internal helpers live in metal::_mk; nothing in it is part of MSL.
 namespace _mk {
@@ -724,6 +732,20 @@ MK_DEFINE_STOR(2)
 MK_DEFINE_STOR(3)
 MK_DEFINE_STOR(4)
 #undef MK_DEFINE_STOR
+// The long vectors: Metal's vec<T,N> is clang's ext_vector_type(N), and
+// Metal's compiler takes N = 8 and 16 as well (vec<bfloat, 8>, vec<float, 8>
+// in shipped kernels): indexing, operators, conversions, as_type and the
+// component-wise functions, but no named components or swizzles.
+#define MK_DEFINE_LONG_STOR(N)              \
+  template <class T>                        \
+  struct stor<T, N> {                       \
+    T _v[N];                                \
+    stor() = default;                       \
+    constexpr explicit stor(int) : _v{} {}  \
+  };
+MK_DEFINE_LONG_STOR(8)
+MK_DEFINE_LONG_STOR(16)
+#undef MK_DEFINE_LONG_STOR
 }  // namespace _mk
 
 #define MK_DEFINE_VEC(N, ALIGN)                             \
@@ -749,6 +771,8 @@ MK_DEFINE_STOR(4)
 MK_DEFINE_VEC(2, 2 * sizeof(T))
 MK_DEFINE_VEC(3, 4 * sizeof(T))
 MK_DEFINE_VEC(4, 4 * sizeof(T))
+MK_DEFINE_VEC(8, 8 * sizeof(T))
+MK_DEFINE_VEC(16, 16 * sizeof(T))
 
 #define MK_VEC_TYPES(T, name)          \
   typedef vec<T, 2> name##2;           \

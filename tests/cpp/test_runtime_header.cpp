@@ -1080,9 +1080,51 @@ static void test_mlx() {
   logger.log_debug("x = %d", 1);
 }
 
+// vec<T, 8> and vec<T, 16>: Metal's long vectors (sizes, alignment, operators,
+// conversions, as_type, component-wise math and relational functions)
+static void test_long_vectors() {
+  static_assert(sizeof(vec<float, 8>) == 32 && alignof(vec<float, 8>) == 32, "");
+  static_assert(sizeof(vec<bfloat, 8>) == 16 && alignof(vec<bfloat, 8>) == 16, "");
+  static_assert(sizeof(vec<half, 16>) == 32 && alignof(vec<half, 16>) == 32, "");
+  static_assert(sizeof(vec<uchar, 16>) == 16 && sizeof(packed_vec<float, 8>) == 32 &&
+                    alignof(packed_vec<float, 8>) == 4, "");
+  vec<float, 8> a(1, 2, 3, 4, 5, 6, 7, 8);
+  vec<float, 8> b(float4(1, 1, 2, 2), float2(3, 3), 4, 4);
+  vec<float, 8> c = a * b + 1.0f;
+  CHECK(c[0] == 2 && c[3] == 9 && c[5] == 19 && c[7] == 33);
+  vec<bool, 8> lt = a < b;
+  CHECK(!lt[0] && !lt[1] && !lt[7] && !any(lt) && all(a >= b));
+  vec<bfloat, 8> h(a);  // explicit conversion, rounding each component
+  CHECK(float(h[6]) == 7.0f && float(vec<float, 8>(h)[7]) == 8.0f);
+  vec<bfloat, 8> hz(0);
+  CHECK(float(hz[3]) == 0.0f);
+  uint4 bits = as_type<uint4>(h);
+  CHECK(bits.x == (0x3f80u | (0x4000u << 16)));
+  CHECK(veq(as_type<vec<bfloat, 8>>(bits), h));
+  vec<int, 16> iv(3);
+  iv[15] = -8;
+  vec<int, 16> sh = iv << 2;
+  CHECK(sh[0] == 12 && sh[15] == -32 && (iv / 0)[1] == 0);
+  vec<float, 16> f16v = vec<float, 16>(iv);
+  vec<int, 16> ai = abs(iv);
+  CHECK(veq(abs(f16v), vec<float, 16>(ai)));
+  vec<float, 8> m = max(a, 4.5f), e = exp(vec<float, 8>(0.0f));
+  CHECK(m[0] == 4.5f && m[7] == 8 && e[4] == 1.0f);
+  CHECK(dot(vec<float, 8>(1.0f), a) == 36.0f);
+  vec<float, 8> s = select(b, a, a > b);  // a >= b everywhere
+  bool same_as_a = veq(s, a);
+  CHECK(same_as_a);
+  a += b;
+  CHECK(a[7] == 12);
+  packed_vec<float, 8> pa = a;
+  vec<float, 8> back = pa;
+  CHECK(back[7] == 12);
+}
+
 int main() {
   test_half();
   test_vectors();
+  test_long_vectors();
   test_as_type();
   test_math();
   test_mlx();

@@ -22,6 +22,7 @@
 #include "backend/cpu/fiber.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +121,7 @@ int mkk_cbs_check(const mkk_cbs_kernel *k, char *error, size_t errn) {
 }
 
 static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx *ctx, const mkk_launch *L,
-                     uint64_t g, char *error, size_t errn) {
+                     uint64_t g, const _Atomic int *cancel, char *error, size_t errn) {
     const struct mkpy_cbs_info *info = k->info;
     const struct mkpy_cbs_site *sites = info->sites;
     uint32_t t[3];
@@ -133,7 +134,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     int any_done = 0;
     const uint32_t nsites = info->nsites;
     for (;;) {
-        if (mk_fault_cancel_requested()) { /* Ctrl-C or the watchdog: checked at every site */
+        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed)) { /* Ctrl-C or the watchdog: at every site */
             snprintf(error, errn, "cancelled");
             return -1;
         }
@@ -234,7 +235,8 @@ int mkk_cbs_run(const mkk_cbs_kernel *k, const mkk_launch *L, char *error, size_
         return -1;
     }
     struct mkpy_cbs_ctx ctx = {w->frame, w->deposit, w->simd, w->masks, w->tg};
+    const _Atomic int *cancel = mk_fault_cancel_flag(); /* fixed for the guarded call */
     for (uint64_t g = L->group_begin; g < L->group_end; g++)
-        if (run_group(k, w, &ctx, L, band_order(L, g), error, errn) < 0) return -1;
+        if (run_group(k, w, &ctx, L, band_order(L, g), cancel, error, errn) < 0) return -1;
     return 0;
 }

@@ -566,6 +566,8 @@ int mk_fault_cancel_requested(void) {
     return c && atomic_load_explicit(c, memory_order_relaxed);
 }
 
+const _Atomic int *mk_fault_cancel_flag(void) { return guard.cancel; }
+
 void mk_fault_kick(pthread_t thread) {
     pthread_once(&handler_once, install_handler);
     pthread_kill(thread, kick_signal());

@@ -108,6 +108,9 @@ int mk_fault_guarded_call_cancellable(mk_fiber_fn fn, void *arg, mk_fault *fault
 /* The cancel flag of the guarded call running on this thread (NULL outside
  * one): cooperative code checks it between threadgroups and at barriers. */
 int mk_fault_cancel_requested(void);
+/* The flag mk_fault_cancel_requested reads (NULL outside a guarded call): a
+ * loop checking it often reads it once, not the thread-local state each time. */
+const _Atomic int *mk_fault_cancel_flag(void);
 
 /* Sends the kick signal to `thread`, which, if it is inside a guarded call
  * whose cancel flag is set, leaves it at once wherever it is. */

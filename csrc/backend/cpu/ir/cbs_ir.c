@@ -57,6 +57,7 @@
 #include "ir_load.h"
 
 #define MAX_SITES 4096
+#define MKK_CBS_BUDGET 45056 /* (resume points) x (instructions): see the compile budget below */
 #define MAX_STEPS 512
 
 typedef struct {
@@ -70,6 +71,7 @@ typedef struct {
     LLVMBasicBlockRef eb;  /* E' */
     LLVMTypeRef i8, i32, i64, ptr, voidt;
     LLVMValueRef fn_barrier, fn_simd_barrier, fn_exchange, fn_tg_alloc, fn_step;
+    LLVMValueRef fn_loop_step; /* a step of add_loop_steps: kept in dense runs only */
     /* CFG snapshot */
     int nblocks;
     LLVMBasicBlockRef *blocks;
@@ -103,7 +105,8 @@ static LLVMValueRef callee(LLVMValueRef inst) {
 }
 
 static int is_sync_fn(pass *p, LLVMValueRef fn) {
-    return fn && (fn == p->fn_barrier || fn == p->fn_simd_barrier || fn == p->fn_exchange || fn == p->fn_step);
+    return fn && (fn == p->fn_barrier || fn == p->fn_simd_barrier || fn == p->fn_exchange || fn == p->fn_step ||
+                  fn == p->fn_loop_step);
 }
 
 static int sync_kind(pass *p, LLVMValueRef inst) {
@@ -112,7 +115,7 @@ static int sync_kind(pass *p, LLVMValueRef inst) {
     if (fn == p->fn_barrier) return MKPY_CBS_BARRIER;
     if (fn == p->fn_simd_barrier) return MKPY_CBS_SIMD_BARRIER;
     if (fn == p->fn_exchange) return MKPY_CBS_EXCHANGE;
-    if (fn == p->fn_step) return MKPY_CBS_STEP;
+    if (fn == p->fn_step || (fn && fn == p->fn_loop_step)) return MKPY_CBS_STEP;
     return 0;
 }
 
@@ -462,6 +465,7 @@ typedef struct {
     mem_obj obj;
     int writes;
     int rank, pos; /* block rank, index in block */
+    long one;      /* >= 0: only the thread of this index in the group runs it (see one_thread) */
 } mem_op;
 
 /* The memory an instruction touches (0: none or private). */
@@ -694,7 +698,8 @@ static int add_loop_steps(pass *p) {
         while (at && LLVMIsAPHINode(at)) at = LLVMGetNextInstruction(at);
         if (!at) continue;
         LLVMPositionBuilderBefore(p->b, at);
-        LLVMValueRef call = LLVMBuildCall2(p->b, LLVMGlobalGetValueType(p->fn_step), p->fn_step, NULL, 0, "");
+        LLVMValueRef call =
+            LLVMBuildCall2(p->b, LLVMGlobalGetValueType(p->fn_loop_step), p->fn_loop_step, NULL, 0, "");
         split_after(p, call);
     }
 out:
@@ -724,6 +729,69 @@ static int cmp_op(const void *x, const void *y) {
     return a->pos < b->pos ? -1 : a->pos > b->pos;
 }
 
+/* The thread's index in its group, when v is it (through zero and sign
+ * extensions): F's `index`, or its x position when the group is flat in y
+ * and z (mkpy_cbs_flat). */
+static int is_thread_index(pass *p, LLVMValueRef v) {
+    while (LLVMIsAZExtInst(v) || LLVMIsASExtInst(v)) v = LLVMGetOperand(v, 0);
+    if (v == LLVMGetParam(p->f, 3)) return 1;
+    if (v != LLVMGetParam(p->f, 6)) return 0;
+    LLVMValueRef g = LLVMGetNamedGlobal(p->m, "mkpy_cbs_flat");
+    LLVMValueRef init = g ? LLVMGetInitializer(g) : NULL;
+    return init && LLVMIsAConstantInt(init) && (LLVMConstIntGetZExtValue(init) & 3) == 3;
+}
+
+/* one[b] = c >= 0 where block b runs only in the thread of index c: b is
+ * dominated by the taken edge of a branch on `index == c` (`if (lid == 0)`),
+ * -1 elsewhere. Two memory operations that only that thread runs cannot
+ * conflict across threads (one thread keeps its program order), so the
+ * statistics a thread-0 section computes between barriers need no step per
+ * access. */
+static void one_thread(pass *p, long *one, char *seen, int *stack) {
+    int n = p->nblocks;
+    for (int b = 0; b < n; b++) one[b] = -1;
+    for (int d = 0; d < n; d++) {
+        LLVMValueRef t = LLVMGetBasicBlockTerminator(p->blocks[d]);
+        if (!t || !LLVMIsABranchInst(t) || !LLVMIsConditional(t)) continue;
+        LLVMValueRef c = LLVMGetCondition(t);
+        if (!LLVMIsAICmpInst(c)) continue;
+        LLVMIntPredicate pr = LLVMGetICmpPredicate(c);
+        if (pr != LLVMIntEQ && pr != LLVMIntNE) continue;
+        LLVMValueRef a = LLVMGetOperand(c, 0), k = LLVMGetOperand(c, 1);
+        if (LLVMIsAConstantInt(a)) {
+            LLVMValueRef x = a;
+            a = k;
+            k = x;
+        }
+        if (!LLVMIsAConstantInt(k) || !is_thread_index(p, a)) continue;
+        long long kv = LLVMConstIntGetSExtValue(k);
+        if (kv < 0 || kv >= MKPY_CBS_MAX_THREADS) continue;
+        int taken = block_index(p, LLVMGetSuccessor(t, pr == LLVMIntEQ ? 0 : 1));
+        if (taken <= 0 || taken == block_index(p, LLVMGetSuccessor(t, pr == LLVMIntEQ ? 1 : 0))) continue;
+        int preds = 0; /* the branch must be its only way in */
+        for (int x = 0; x < n; x++)
+            for (int q = 0; q < p->nsucc[x]; q++) preds += p->succ[x][q] == taken;
+        if (preds != 1) continue;
+        /* the blocks that `taken` dominates: those the entry cannot reach without it */
+        memset(seen, 0, (size_t)n);
+        int sp = 0;
+        stack[sp++] = 0;
+        seen[0] = 1;
+        seen[taken] = 1;
+        while (sp) {
+            int x = stack[--sp];
+            for (int q = 0; q < p->nsucc[x]; q++)
+                if (!seen[p->succ[x][q]]) {
+                    seen[p->succ[x][q]] = 1;
+                    stack[sp++] = p->succ[x][q];
+                }
+        }
+        one[taken] = kv;
+        for (int b = 0; b < n; b++)
+            if (!seen[b] && one[b] < 0) one[b] = kv;
+    }
+}
+
 /* One round of step insertion: finds the first conflict in some region and
  * puts a step site between the two operations. Returns 1 if it inserted
  * one, 0 if every region is free of conflicts, -1 on error. */
@@ -734,12 +802,15 @@ static int insert_one_step(pass *p) {
     int *stack = malloc(sizeof(int) * (size_t)n);
     int cap = 256, nops = 0;
     mem_op *ops = malloc(sizeof *ops * (size_t)cap);
-    if (!seen || !stack || !ops) {
+    long *one = malloc(sizeof *one * (size_t)n);
+    if (!seen || !stack || !ops || !one) {
         free(seen);
         free(stack);
         free(ops);
+        free(one);
         return mkk_ir_fail(p, "out of memory");
     }
+    one_thread(p, one, seen, stack);
     int result = 0;
     /* region starts: the entry (block 0) and the block after each site */
     for (int start = 0; start < n && !result; start++) {
@@ -775,6 +846,7 @@ static int insert_one_step(pass *p) {
                     }
                     tmp[i].rank = p->rank[x];
                     tmp[i].pos = pos;
+                    tmp[i].one = one[x];
                     ops[nops++] = tmp[i];
                 }
             }
@@ -791,6 +863,7 @@ static int insert_one_step(pass *p) {
         for (int j = 1; j < nops && !result; j++)
             for (int i = 0; i < j; i++) {
                 if (!may_conflict(&ops[i], &ops[j])) continue;
+                if (ops[i].one >= 0 && ops[i].one == ops[j].one) continue; /* one thread runs both */
                 /* a step before the later one, unless a site precedes it
                  * on every path already (then the pair meets around a
                  * loop: the step goes before the earlier one) */
@@ -814,6 +887,7 @@ done:
     free(seen);
     free(stack);
     free(ops);
+    free(one);
     return result;
 }
 
@@ -1594,6 +1668,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
     p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
     p->fn_step = LLVMAddFunction(p->m, "mkpy_sync_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
+    p->fn_loop_step = LLVMAddFunction(p->m, "mkpy_sync_loop_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
 
     /* E': a fresh entry block; it runs on every resume */
     LLVMBasicBlockRef old_entry = LLVMGetEntryBasicBlock(p->f);
@@ -1678,6 +1753,24 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
 
     /* a resume block after every site */
     if (collect_sites(p, &sites, &nsites) < 0) goto done;
+    /* The compile budget: the run function holds per site two work-item
+     * loop nests with F inlined, which LLVM then prunes and optimises; its
+     * compile time grows as (sites + 1) x F's instructions (about 30 us a
+     * unit on one core: 45,056 units, about 1.3 s). Past the budget the kernel
+     * goes to the fiber engine (compiled once, in a fraction of that), with
+     * the reason: counted in work, not time, the choice is deterministic. */
+    {
+        long long ni = 0;
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) ni++;
+        long long work = (long long)(nsites + 1) * ni;
+        if (work > MKK_CBS_BUDGET) {
+            mkk_ir_fail(p, "its regions exceed the lockstep pass's compile budget (%d resume points x %lld "
+                           "instructions = %lld units of work, more than %d)",
+                        nsites + 1, ni, work, MKK_CBS_BUDGET);
+            goto done;
+        }
+    }
     for (int i = 0; i < nsites; i++) {
         site *s = &sites[i];
         s->head = LLVMGetInstructionParent(s->call);
@@ -1809,6 +1902,20 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMValueRef val = LLVMGetOperand(s->call, 0), size = LLVMGetOperand(s->call, 1);
             LLVMValueRef dst = gep_bytes(p, ctx_deposit, LLVMBuildMul(p->b, index64, const_i64(p, MKPY_SIMD_SLOT), ""));
             LLVMBuildMemCpy(p->b, dst, 1, val, 1, size);
+        }
+        if (LLVMGetCalledValue(s->call) == p->fn_loop_step) {
+            /* A loop step pays for itself when the whole group waits there
+             * (a dense run, whose work-item loop vectorises the iteration);
+             * in a checked run (a few threads: a loop under `if (lid == 0)`
+             * or `if (lid < 32)`, a thread's last iterations) it would cost
+             * a pass over the group per iteration for the work of a few
+             * threads. It orders nothing (the regions are conflict-free
+             * without it), so a checked run goes straight on: ctx->uni is
+             * NULL there, which LLVM folds in each nest of the run function. */
+            LLVMValueRef uni = ctx_field(p, 5);
+            LLVMBasicBlockRef ret = LLVMInsertBasicBlockInContext(p->cx, s->resume, "cbs.loop_step");
+            LLVMBuildCondBr(p->b, LLVMBuildIsNull(p->b, uni, ""), s->resume, ret);
+            LLVMPositionBuilderAtEnd(p->b, ret);
         }
         LLVMBuildRet(p->b, const_i32(p, i + 1));
         LLVMInstructionEraseFromParent(br);
@@ -2046,6 +2153,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     }
     /* the step marker is gone: drop its declaration */
     if (!LLVMGetFirstUse(p->fn_step)) LLVMDeleteFunction(p->fn_step);
+    if (!LLVMGetFirstUse(p->fn_loop_step)) LLVMDeleteFunction(p->fn_loop_step);
 
     if (mkk_ir_finish(p->m, p->tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
     rc = 0;
