@@ -665,7 +665,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
     {
         /* a GPU back-end, when the node's stream is a GPU's and one is active */
-        const mkb_backend *be = parity_cpu_side ? &mkb_cpu_backend : mkb_for_device(mk_stream_device(p->stream));
+        /* the checker mode and kernels that print are CPU tools: they run on the CPU back-end */
+        const mkb_backend *be = parity_cpu_side || c->check || k->prints
+                                    ? &mkb_cpu_backend
+                                    : mkb_for_device(mk_stream_device(p->stream));
         if (be->kernel_eval) {
             const int parity = parity_mode();
             parity_on = parity != 0;
