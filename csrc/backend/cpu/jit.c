@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -785,15 +786,128 @@ static void full_identity(char *out, size_t n) {
     snprintf(out, n, "%s; %s", jit.cxx_identity, jit.runtime_id);
 }
 
-typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH, BUILD_BITCODE, BUILD_LINK,
+typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH, BUILD_BITCODE, BUILD_OBJECT, BUILD_LINK,
                BUILD_LINK_WITH_LIBSTDCXX } build_kind;
 
 /* Set while build_debug compiles: -O0 -g instead of -O2. */
 static _Thread_local int compile_debug;
 
+/* ------------------------------------------------ linking without the driver */
+
+/* The linker's command line for a kernel, as the compiler driver would run
+ * it (`clang++ -### -shared -nostdlib++`), probed once: a kernel's link then
+ * starts ld alone. Starting clang costs ~25 ms of CPU time before it does
+ * anything (relocating libLLVM and libclang-cpp), ld ~3 ms. The probe runs
+ * on a thread of its own while the first kernel compiles; `n` is 0 when it
+ * found no single linker command (the driver links, as before). The
+ * placeholders go in as -Wl, arguments, which the driver passes on as they
+ * are, in an input's place, without looking for the files. */
+#define LD_OUT "mkpy-kernel-out.so"
+#define LD_IN "mkpy-kernel-in.o"
+static struct {
+    char *argv[96];
+    int n, out_i, in_i;
+    int state; /* 0: not probed, 1: probing, 2: done */
+} ldcmd;
+
+/* Splits one line of `-###` output (each argument in double quotes, with
+ * backslash escapes) into ldcmd. Returns 0 when it took the line. */
+static int ldcmd_parse(char *line) {
+    int n = 0;
+    ldcmd.out_i = ldcmd.in_i = -1;
+    for (char *p = line; *p;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (*p != '"' || n >= (int)(sizeof ldcmd.argv / sizeof *ldcmd.argv) - 1) return -1;
+        char *w = ++p, *arg = w;
+        while (*p && *p != '"') {
+            if (*p == '\\' && p[1]) p++;
+            *w++ = *p++;
+        }
+        if (*p != '"') return -1;
+        p++;
+        *w = 0;
+        if (!strcmp(arg, LD_OUT)) ldcmd.out_i = n;
+        if (!strcmp(arg, LD_IN)) ldcmd.in_i = n;
+        ldcmd.argv[n++] = arg;
+    }
+    ldcmd.argv[n] = NULL;
+    if (n < 2 || ldcmd.out_i < 0 || ldcmd.in_i < 0) return -1;
+    ldcmd.n = n;
+    return 0;
+}
+
+static void *ldcmd_probe(void *arg) {
+    (void)arg;
+    char *argv[] = {jit.cxx, "-###", "-fPIC", "-shared", "-nostdlib++", "-o", LD_OUT, "-Wl," LD_IN, NULL};
+    char *out = NULL;
+    int ok = run_capture(argv, &out) == 0 && out;
+    /* the commands are the lines that start with ` "`: exactly one, the linker */
+    char *cmd = NULL;
+    int ncmd = 0;
+    for (char *line = ok ? strtok(out, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        if (line[0] == ' ' && line[1] == '"') {
+            cmd = line;
+            ncmd++;
+        }
+    pthread_mutex_lock(&jit.probe_mu);
+    if (ncmd != 1 || ldcmd_parse(cmd) < 0) {
+        ldcmd.n = 0;
+        free(out);
+    } /* else kept for the process's life: ldcmd.argv points into it */
+    ldcmd.state = 2;
+    pthread_cond_broadcast(&jit.probe_cv);
+    pthread_mutex_unlock(&jit.probe_mu);
+    return NULL;
+}
+
+/* Starts the probe, once (with jit.probe_mu held, after find_compiler). */
+static void ldcmd_start(void) {
+    if (ldcmd.state) return;
+    ldcmd.state = 1;
+    if (getenv("MKPY_LINK_WITH_DRIVER")) {
+        ldcmd.state = 2;
+        return;
+    }
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, ldcmd_probe, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        pthread_mutex_unlock(&jit.probe_mu);
+        ldcmd_probe(NULL); /* no thread: here */
+        pthread_mutex_lock(&jit.probe_mu);
+    }
+}
+
+/* Links an object into a shared object with the probed linker command;
+ * -1 when there is none (the driver links). */
+static int link_direct(const char *out, const char *in, char **diag) {
+    *diag = NULL;
+    pthread_mutex_lock(&jit.probe_mu);
+    ldcmd_start();
+    while (ldcmd.state != 2) pthread_cond_wait(&jit.probe_cv, &jit.probe_mu);
+    int n = ldcmd.n;
+    pthread_mutex_unlock(&jit.probe_mu);
+    if (!n) return -1;
+    char *argv[96];
+    memcpy(argv, ldcmd.argv, (size_t)(n + 1) * sizeof *argv);
+    argv[ldcmd.out_i] = (char *)out;
+    argv[ldcmd.in_i] = (char *)in;
+    return run_capture(argv, diag);
+}
+
 /* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
 static int compile(const char *mflags, const char *pch, build_kind kind, const char *out, const char *in,
                    char **diag) {
+    if (kind == BUILD_LINK) {
+        int rc = link_direct(out, in, diag);
+        if (rc >= 0) return rc;
+        free(*diag); /* no probed command, or ld did not start: the driver links */
+        *diag = NULL;
+    }
     char inc[4200];
     snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
     char *argv[40];
@@ -827,6 +941,8 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
         argv[n++] = "-Xclang";
         argv[n++] = "-disable-llvm-passes";
         argv[n++] = "-gline-tables-only"; /* the pass orders blocks by the user's lines */
+    } else if (kind == BUILD_OBJECT) {
+        argv[n++] = "-c";
     } else {
         argv[n++] = "-shared";
         if (kind == BUILD_KERNEL || kind == BUILD_LINK) argv[n++] = "-nostdlib++";
@@ -1178,6 +1294,169 @@ static const char *cbs_pass(void) {
     return cbs_pass_path[0] ? cbs_pass_path : NULL;
 }
 
+/* The two halves of cbs_object, timed for build's stage list (MKPY_DEBUG). */
+static _Thread_local uint64_t cbs_front_ns, cbs_pass_ns;
+
+/* ------------------------------------------------ the pass as a server */
+
+/* Running the pass program costs ~17 ms of CPU time before it starts (the
+ * dynamic loader relocating libLLVM). `mkpy-cbs-pass --serve` pays it once
+ * and then takes kernels over a socket (the protocol: ir/cbs_main.c); each
+ * request still runs in that separate process, so a crash in LLVM or in the
+ * pass ends the server, not the user's process (the kernel then counts as
+ * declined, as when the program fails, and the next one starts a new
+ * server). Idle servers wait in a small pool, one per thread that compiles at
+ * the same time, at most PASS_IDLE_MAX; a server is retired after
+ * PASS_JOBS_MAX kernels (LLVM keeps some memory per run). A server reads its
+ * input until it ends: closing our end stops it, and the process's exit
+ * closes it too. After a fork the child drops the parent's servers. */
+#define PASS_IDLE_MAX 4
+#define PASS_JOBS_MAX 200
+typedef struct passproc {
+    pid_t pid;
+    int fd; /* our end of the socket */
+    int jobs;
+    struct passproc *next;
+} passproc;
+static struct {
+    pthread_mutex_t mu;
+    passproc *idle;
+    int nidle;
+    pid_t owner;
+} passpool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void passproc_end(passproc *s) {
+    close(s->fd);
+    while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    free(s);
+}
+
+static passproc *passproc_start(const char *program) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return NULL;
+    passproc *s = calloc(1, sizeof *s);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    char *argv[] = {(char *)program, "--serve", NULL};
+    int rc = s ? posix_spawn(&s->pid, program, &fa, NULL, argv, environ) : ENOMEM;
+    posix_spawn_file_actions_destroy(&fa);
+    close(sv[1]);
+    if (rc != 0) {
+        close(sv[0]);
+        free(s);
+        return NULL;
+    }
+    s->fd = sv[0];
+    return s;
+}
+
+static int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, char *p, size_t n) {
+    while (n) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* One request to server s: the pass's status (0 or 1) with *why set, or -1
+ * when the server died or misbehaved (it is then ended). */
+static int passproc_ask(passproc *s, int check, const char *bc, const char *obj, char **why) {
+    char head[96];
+    int hn = snprintf(head, sizeof head, "%c %zu %zu\n", check ? 'K' : 'C', strlen(bc), strlen(obj));
+    if (send_all(s->fd, head, (size_t)hn) < 0 || send_all(s->fd, bc, strlen(bc)) < 0 ||
+        send_all(s->fd, obj, strlen(obj)) < 0)
+        return -1;
+    /* the answer's line, a byte at a time (it is short), then the reason */
+    char line[64];
+    size_t n = 0;
+    for (;;) {
+        if (n + 1 >= sizeof line || recv_all(s->fd, line + n, 1) < 0) return -1;
+        if (line[n++] == '\n') break;
+    }
+    line[n] = 0;
+    int status;
+    size_t wn;
+    if (sscanf(line, "%d %zu", &status, &wn) != 2 || (status != 0 && status != 1) || wn > 65536) return -1;
+    char *w = malloc(wn + 1);
+    if (!w || recv_all(s->fd, w, wn) < 0) {
+        free(w);
+        return -1;
+    }
+    w[wn] = 0;
+    *why = w;
+    s->jobs++;
+    return status;
+}
+
+/* Runs the pass on bc_path into obj_path: through a server when it can,
+ * else as a program of its own (when a debugging variable that the pass
+ * reads is set, so that it sees the current value). Returns as run_capture. */
+static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why) {
+    *why = NULL;
+    if (!getenv("MKPY_CBS_DUMP") && !getenv("MKPY_CBS_TRACE") && !getenv("MKPY_NO_PASS_SERVER")) {
+        pthread_mutex_lock(&passpool.mu);
+        if (passpool.owner != getpid()) { /* a forked child: the servers are its parent's */
+            for (passproc *s = passpool.idle, *nx; s; s = nx) {
+                nx = s->next;
+                close(s->fd);
+                free(s);
+            }
+            passpool.idle = NULL;
+            passpool.nidle = 0;
+            passpool.owner = getpid();
+        }
+        passproc *s = passpool.idle;
+        if (s) {
+            passpool.idle = s->next;
+            passpool.nidle--;
+        }
+        pthread_mutex_unlock(&passpool.mu);
+        int rc = -1;
+        if (s && (rc = passproc_ask(s, check, bc_path, obj_path, why)) < 0) {
+            passproc_end(s); /* an idle server that went away: a fresh one */
+            s = NULL;
+        }
+        if (!s && (s = passproc_start(program))) rc = passproc_ask(s, check, bc_path, obj_path, why);
+        if (s) {
+            if (rc < 0 || s->jobs >= PASS_JOBS_MAX) {
+                passproc_end(s);
+            } else {
+                pthread_mutex_lock(&passpool.mu);
+                if (passpool.owner == getpid() && passpool.nidle < PASS_IDLE_MAX) {
+                    s->next = passpool.idle;
+                    passpool.idle = s;
+                    passpool.nidle++;
+                    s = NULL;
+                }
+                pthread_mutex_unlock(&passpool.mu);
+                if (s) passproc_end(s);
+            }
+            return rc; /* -1: the server died on this kernel, the pass failed */
+        }
+    }
+    char *argv[] = {(char *)program, check ? "--check" : (char *)bc_path, check ? (char *)bc_path : (char *)obj_path,
+                    check ? (char *)obj_path : NULL, NULL};
+    return run_capture(argv, why);
+}
+
 /* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
  * -> mkpy-cbs-pass -> object at obj_path. Returns 0; the compiler's failure (diag
  * set: the kernel is wrong); or CBS_DECLINED when the pass cannot take the
@@ -1187,6 +1466,8 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
                       char *obj_path, size_t n, char **diag, char *declined, size_t declined_n, int check) {
     char bc_path[4600];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
+    uint64_t t0 = mkk_now_ns();
+    cbs_front_ns = cbs_pass_ns = 0;
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
     if (rc != 0 && *pch && *diag && strstr(*diag, "precompiled header")) {
         free(*diag);
@@ -1201,15 +1482,16 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     free(*diag);
     *diag = NULL;
     snprintf(obj_path, n, "%s.o", tmp_base);
-    char *argv[] = {(char *)cbs_pass(), bc_path, obj_path, NULL, NULL}, *why = NULL;
+    const char *program = cbs_pass();
+    char *why = NULL;
     if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
         pthread_once(&cbs_pass_once, cbs_pass_find);
-        argv[0] = cbs_pass_path;
-        argv[1] = "--check";
-        argv[2] = bc_path;
-        argv[3] = obj_path;
+        program = cbs_pass_path;
     }
-    rc = run_capture(argv, &why);
+    uint64_t t1 = mkk_now_ns();
+    cbs_front_ns = t1 - t0;
+    rc = pass_run(program, check, bc_path, obj_path, &why);
+    cbs_pass_ns = mkk_now_ns() - t1;
     unlink(bc_path);
     if (rc != 0) {
         /* the pass declined (or failed): fibers run the kernel */
@@ -1643,6 +1925,26 @@ static bool disk_hit(const mkk_kernel *k, const char *kernel_name, const char *g
     return true;
 }
 
+/* Where a compile's time goes, stage by stage (MKPY_DEBUG=1 prints it). */
+typedef struct {
+    uint64_t last;
+    char text[600];
+    size_t n;
+} stages;
+
+static void stage_add(stages *st, const char *name, uint64_t ns) {
+    if (st->n < sizeof st->text)
+        st->n += (size_t)snprintf(st->text + st->n, sizeof st->text - st->n, "%s%s %.1f ms", st->n ? ", " : "", name,
+                                  (double)ns / 1e6);
+}
+
+/* Adds the time since the last mark as `name` (none: not counted). */
+static void stage_mark(stages *st, const char *name) {
+    uint64_t now = mkk_now_ns();
+    if (name) stage_add(st, name, now - st->last);
+    st->last = now;
+}
+
 static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                  const char *kernel_name, built *out) {
     int ret = -1;
@@ -1652,7 +1954,9 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     const char *mflags = math_flags(k->math_mode);
     memset(out, 0, sizeof *out);
     if (mkk_debug_build()) return build_debug(k, c, inputs, generated, kernel_name, out);
+    stages st = {.last = mkk_now_ns()};
     if (!(program = build_program(k, c, inputs, generated, kernel_name, NULL))) goto done;
+    stage_mark(&st, "translate");
 
     pthread_mutex_lock(&jit.probe_mu);
     int have_cxx = find_compiler() == 0;
@@ -1758,8 +2062,12 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     mkk_debug_text(3, "generated Metal source", generated);
     mkk_debug_text(3, "translated C++", program);
     const uint64_t t_compile = mkk_now_ns();
+    pthread_mutex_lock(&jit.probe_mu);
+    ldcmd_start(); /* the linker's command, probed while this kernel compiles */
+    pthread_mutex_unlock(&jit.probe_mu);
     char pch_buf[4600];
     const char *pch = pch_for(k->math_mode, mflags, dir, identity, pch_buf, sizeof pch_buf);
+    stage_mark(&st, "cache look-up");
     /* a cooperative kernel goes through the region-splitting pass when it
      * can (cbs_object), else it is built for fibers as any other */
     char obj_path[4600] = "", declined[1200] = "";
@@ -1775,24 +2083,32 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         unlink(cpp_path);
         goto done;
     }
-    build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
-    const char *link_in = obj_path;
-    if (rc == CBS_DECLINED) {
-        link = BUILD_KERNEL;
-        link_cxx = BUILD_KERNEL_WITH_LIBSTDCXX;
-        link_in = cpp_path;
-    } else if (rc == 0) {
-        rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
+    if (cooperative || check) {
+        stage_add(&st, "clang front end", cbs_front_ns);
+        if (cbs_pass_ns)
+            stage_add(&st, rc == CBS_DECLINED ? "lockstep pass (declined)" : "lockstep pass, optimisation, code generation",
+                      cbs_pass_ns);
     }
+    stage_mark(&st, NULL);
     if (rc == CBS_DECLINED) {
-        rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+        /* a plain kernel (or one the pass declined): an object, then the
+         * link below */
+        snprintf(obj_path, sizeof obj_path, "%s.o", tmp_base);
+        rc = compile(mflags, pch, BUILD_OBJECT, obj_path, cpp_path, &diag);
         if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
             /* a stale or unusable PCH: compile without it */
             free(diag);
             diag = NULL;
             pch = NULL;
-            rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+            rc = compile(mflags, NULL, BUILD_OBJECT, obj_path, cpp_path, &diag);
         }
+        stage_mark(&st, "clang (front end, optimisation, code generation)");
+    }
+    build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
+    const char *link_in = obj_path;
+    if (rc == 0) {
+        rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
+        stage_mark(&st, "link");
     }
     pthread_mutex_lock(&jit.mu);
     jit.stats.compiles++;
@@ -1806,9 +2122,10 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
              * with a constructor, say): link it this time */
             free(diag);
             diag = NULL;
-            rc = compile(mflags, link == BUILD_LINK ? NULL : pch, link_cxx, tmp_so, link_in, &diag);
+            rc = compile(mflags, NULL, link_cxx, tmp_so, link_in, &diag);
             if (rc == 0 && defer_init(tmp_so) >= 0) out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
         }
+        stage_mark(&st, "load");
     }
     if (obj_path[0]) unlink(obj_path);
     if (rc != 0) {
@@ -1859,6 +2176,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         unlink(metal_path);
     }
     out->fn.how = MKK_COMPILED;
+    mkk_debug(1, "kernel `%s` (%s): compile stages: %s", k->name, kernel_name, st.text);
     mkk_debug(1, "kernel `%s` (%s): compiled in %.3f s for the %s engine: %s (sources beside it: %s, %s)", k->name,
               kernel_name, (double)(mkk_now_ns() - t_compile) / 1e9,
               !mkk_is_cooperative((mkk_kernel *)k) ? "plain" : out->fn.cbs_run ? "lockstep" : "fibers", so_path,
