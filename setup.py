@@ -1,6 +1,7 @@
 """Builds the extension mkpy._core from csrc/ (C11)."""
 import glob
 import os
+import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
@@ -57,6 +58,8 @@ HAVE_LLVM = os.path.isfile(os.path.join(LLVM_DIR, "include", "llvm-c", "Core.h")
 PASS_SOURCES = ["csrc/backend/cpu/ir/cbs_ir.c", "csrc/backend/cpu/ir/cbs_main.c", "csrc/backend/cpu/ir/check_ir.c",
                 "csrc/backend/cpu/ir/ir_load.c"]
 
+ZYGOTE_SOURCE = "csrc/backend/cpu/zygote/cc_zygote.c"
+
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
                       extra_preargs=None, extra_postargs=None, depends=None):
@@ -87,6 +90,17 @@ class BuildExt(build_ext):
         super().run()
         if HAVE_LLVM:
             self.build_pass()
+        if sys.platform.startswith("linux"):
+            self.build_zygote()
+
+    def build_zygote(self):
+        """mkpy/libmkpy-cc-zygote.so: preloaded into the kernel compiler, it keeps clang started
+        (csrc/backend/cpu/zygote/cc_zygote.c)."""
+        out = os.path.join(os.path.dirname(self.get_ext_fullpath("mkpy._core")), "libmkpy-cc-zygote.so")
+        if os.path.exists(out) and os.path.getmtime(out) > os.path.getmtime(ZYGOTE_SOURCE):
+            return
+        objects = self.compiler.compile([ZYGOTE_SOURCE], output_dir=self.build_temp, extra_postargs=cflags)
+        self.compiler.link_shared_object(objects, out, libraries=["dl"])
 
     def build_pass(self):
         out = os.path.join(os.path.dirname(self.get_ext_fullpath("mkpy._core")), "mkpy-cbs-pass")

@@ -59,8 +59,8 @@ __kernel void small(__global const float* restrict in, __global float* restrict 
 
 
 def _cpu_s():
-    """CPU seconds of this process, its finished children and its live ones (the compiler pass
-    server stays up: its time is not in children_* until it ends)."""
+    """CPU seconds of this process, its finished children and its live ones with theirs (the
+    compiler servers stay up: their time is not in children_* until they end)."""
     t = os.times()
     live = 0
     tick = os.sysconf("SC_CLK_TCK")
@@ -72,7 +72,7 @@ def _cpu_s():
             except OSError:
                 continue
             if int(fields[1]) == os.getpid():
-                live += (int(fields[11]) + int(fields[12])) / tick
+                live += sum(int(v) for v in fields[11:15]) / tick  # its own and its reaped children's
     return t.user + t.system + t.children_user + t.children_system + live
 
 

@@ -1,6 +1,6 @@
 """Compile latency: where a compile's time goes (MKPY_DEBUG), the linker run without the
-compiler driver, the region-splitting pass kept up as a server, and a sweep's variants
-compiled in parallel landing in the disk cache."""
+compiler driver, the region-splitting pass and clang kept up as servers, and a sweep's
+variants compiled in parallel landing in the disk cache."""
 import concurrent.futures
 import os
 import subprocess
@@ -71,8 +71,9 @@ sys.stdout.write(np.array(o).tobytes().hex())
     assert a and a == b
 
 
-def _pass_servers(pid):
-    """The mkpy-cbs-pass servers that are children of process pid."""
+def _servers(pid, kind="pass"):
+    """The servers that are children of process pid: kind "pass" (mkpy-cbs-pass --serve) or
+    "cc" (clang kept started with libmkpy-cc-zygote.so preloaded)."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -80,20 +81,25 @@ def _pass_servers(pid):
         try:
             with open("/proc/%s/stat" % d) as f:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
             with open("/proc/%s/cmdline" % d, "rb") as f:
                 cmd = f.read().split(b"\0")
+            if kind == "cc":
+                with open("/proc/%s/maps" % d) as f:
+                    if "libmkpy-cc-zygote.so" in f.read():
+                        out.append(int(d))
+            elif cmd and cmd[0].endswith(b"mkpy-cbs-pass") and b"--serve" in cmd:
+                out.append(int(d))
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and cmd and cmd[0].endswith(b"mkpy-cbs-pass") and b"--serve" in cmd:
-            out.append(int(d))
     return out
 
 
-def test_pass_server_is_reused_and_a_dead_one_is_replaced(tmp_path):
-    code = """
+SERVERS_SCRIPT = """
 import os, signal, sys, time
-sys.path.insert(0, %r)
-from test_kernel_latency import COOP, _pass_servers
+sys.path.insert(0, HERE)
+from test_kernel_latency import COOP, _servers
 import mkpy as mx
 x = mx.arange(64, dtype=mx.float32)
 c = mx.fast.metal_kernel(name="pass_server", input_names=["inp"], output_names=["out"], source=COOP)
@@ -102,23 +108,62 @@ def run(scale):
            output_shapes=[(64,)], output_dtypes=[mx.float32], verbose=True)
     mx.eval(p)
     assert p.tolist() == [float(sum(range(64))) * scale] * 64
+me = os.getpid()
 run(1)
-first = _pass_servers(os.getpid())
+first = {k: _servers(me, k) for k in ("pass", "cc")}
+assert all(len(v) == 1 for v in first.values()), first
 run(2)
-assert _pass_servers(os.getpid()) == first, (first, _pass_servers(os.getpid()))
-for pid in first:
-    os.kill(pid, signal.SIGKILL)
+assert {k: _servers(me, k) for k in ("pass", "cc")} == first
+for pids in first.values():
+    os.kill(pids[0], signal.SIGKILL)
 time.sleep(0.2)
-run(3)   # the idle server is gone: a fresh one takes the kernel, on the lockstep engine
-assert len(_pass_servers(os.getpid())) == 1
+run(3)   # the idle servers are gone: fresh ones take the kernel, on the lockstep engine
+now = {k: _servers(me, k) for k in ("pass", "cc")}
+assert all(len(v) == 1 for v in now.values()) and now != first, now
+os.environ["MKPY_TEST_SERVER_ENV"] = "1"  # a server keeps the environment it started with
+run(4)
+assert _servers(me, "cc") != now["cc"] and len(_servers(me, "cc")) == 1
 print(mx.metal.kernel_cache_info()["compiles"])
-""" % os.path.dirname(os.path.abspath(__file__))
-    p = _child(code, {}, tmp_path)
-    assert p.stdout.split()[-1] == "3"
+"""
+
+
+def test_servers_are_reused_and_a_dead_one_is_replaced(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = _child(SERVERS_SCRIPT.replace("HERE", repr(here)), {}, tmp_path)
+    assert p.stdout.split()[-1] == "4"
     engines = [line for line in p.stdout.splitlines() if "runs on" in line]
-    assert len(engines) == 3 and all("lockstep" in line for line in engines), p.stdout
+    assert len(engines) == 4 and all("lockstep" in line for line in engines), p.stdout
     # the process is gone: so are its servers (their input ended)
-    assert not _pass_servers(os.getpid())
+    assert not _servers(os.getpid()) and not _servers(os.getpid(), "cc")
+
+
+BITS_SCRIPT = """
+import numpy as np, sys
+import mkpy as mx
+x = mx.array(np.linspace(-3, 3, 1024, dtype=np.float32))
+k = mx.fast.metal_kernel(name="server_bits", input_names=["inp"], output_names=["out"], source=COOP_SRC)
+o, = k(inputs=[x], template=[("SCALE", 3)], grid=(1024, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(1024,)],
+       output_dtypes=[mx.float32])
+e = mx.fast.metal_kernel(name="server_exp", input_names=["inp"], output_names=["out"],
+    source="uint i = thread_position_in_grid.x; out[i] = metal::exp(inp[i]) * metal::sin(inp[i]);")
+q, = e(inputs=[x], grid=(1024, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(1024,)], output_dtypes=[mx.float32])
+bad = mx.fast.metal_kernel(name="server_bad", input_names=["inp"], output_names=["out"],
+                           source="out[0] = inp[0] + undefined_name;")
+b, = bad(inputs=[x], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)], output_dtypes=[mx.float32])
+try:
+    mx.eval(b)
+except RuntimeError as err:
+    assert "undefined_name" in str(err), str(err)
+    print("error ok")
+sys.stdout.write(np.array(o).tobytes().hex() + np.array(q).tobytes().hex())
+"""
+
+
+def test_servers_give_the_same_bits_and_errors_as_programs(tmp_path):
+    code = BITS_SCRIPT.replace("COOP_SRC", repr(COOP))
+    a = _child(code, {}, tmp_path / "servers").stdout
+    b = _child(code, {"MKPY_NO_CC_SERVER": "1", "MKPY_NO_PASS_SERVER": "1"}, tmp_path / "programs").stdout
+    assert a.startswith("error ok") and a == b
 
 
 def test_a_sweeps_parallel_compiles_all_land_in_the_cache(tmp_path):

@@ -132,7 +132,9 @@ static void hash_hex(const char *a, const char *b, char out[33]) {
 static int run_capture(char *const argv[], char **output) {
     int fds[2];
     *output = NULL;
-    if (pipe(fds) < 0) return -1;
+    /* close-on-exec: a program another thread starts meanwhile (a server that
+     * stays up) must not keep this pipe open; the dup2s below clear it */
+    if (pipe2(fds, O_CLOEXEC) < 0) return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
@@ -252,7 +254,7 @@ static int find_compiler(void) {
 }
 
 static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
@@ -268,7 +270,7 @@ static char *read_file(const char *path) {
 }
 
 static int write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbe");
     if (!f) return -1;
     size_t n = strlen(text);
     int ok = fwrite(text, 1, n, f) == n;
@@ -745,7 +747,7 @@ static void host_identity(char *out, size_t n) {
     static const char *const keys[] = {"model name", "flags", "CPU implementer", "CPU part", "Features"};
     char line[8192];
     sbuf all = {0};
-    FILE *f = fopen("/proc/cpuinfo", "r");
+    FILE *f = fopen("/proc/cpuinfo", "re");
     while (f && fgets(line, sizeof line, f)) {
         if (line[0] == '\n') break; /* end of the first processor */
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
@@ -899,6 +901,8 @@ static int link_direct(const char *out, const char *in, char **diag) {
     return run_capture(argv, diag);
 }
 
+static int cc_run(char *const argv[], char **output);
+
 /* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
 static int compile(const char *mflags, const char *pch, build_kind kind, const char *out, const char *in,
                    char **diag) {
@@ -951,7 +955,7 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     argv[n++] = (char *)out;
     argv[n++] = (char *)in;
     argv[n] = NULL;
-    return run_capture(argv, diag);
+    return cc_run(argv, diag);
 }
 
 /* Builds the precompiled runtime headers for a math mode at `path`. */
@@ -1087,7 +1091,7 @@ static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *k
  * `.init_array` entries itself, after dlopen, inside mk_fault_guarded_call.
  * Returns 0, or -1 if the file is not an ELF object it understands. */
 static int defer_init(const char *path) {
-    int fd = open(path, O_RDWR);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return -1;
     int rc = -1;
     ElfW(Ehdr) eh;
@@ -1118,7 +1122,7 @@ out:
 static void init_array_of(const char *path, uintptr_t *addr, size_t *size) {
     *addr = 0;
     *size = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     ElfW(Ehdr) eh;
     ElfW(Shdr) strtab;
@@ -1297,53 +1301,79 @@ static const char *cbs_pass(void) {
 /* The two halves of cbs_object, timed for build's stage list (MKPY_DEBUG). */
 static _Thread_local uint64_t cbs_front_ns, cbs_pass_ns;
 
-/* ------------------------------------------------ the pass as a server */
+/* ------------------------------------------------ programs kept up */
 
-/* Running the pass program costs ~17 ms of CPU time before it starts (the
- * dynamic loader relocating libLLVM). `mkpy-cbs-pass --serve` pays it once
- * and then takes kernels over a socket (the protocol: ir/cbs_main.c); each
- * request still runs in that separate process, so a crash in LLVM or in the
- * pass ends the server, not the user's process (the kernel then counts as
- * declined, as when the program fails, and the next one starts a new
- * server). Idle servers wait in a small pool, one per thread that compiles at
- * the same time, at most PASS_IDLE_MAX; a server is retired after
- * PASS_JOBS_MAX kernels (LLVM keeps some memory per run). A server reads its
- * input until it ends: closing our end stops it, and the process's exit
- * closes it too. After a fork the child drops the parent's servers. */
-#define PASS_IDLE_MAX 4
-#define PASS_JOBS_MAX 200
-typedef struct passproc {
+/* Two programs stay up between kernels, each in a pool of its own:
+ *  - the region-splitting pass, `mkpy-cbs-pass --serve` (it would cost ~17 ms
+ *    of CPU time to start per kernel: the dynamic loader relocating libLLVM);
+ *    it takes kernels over a socket (the protocol: ir/cbs_main.c);
+ *  - the compiler, clang, started once with libmkpy-cc-zygote.so preloaded
+ *    (~25 ms a start): it forks a child that runs clang's main per request
+ *    (zygote/cc_zygote.c).
+ * Each request still runs in a process of its own kind, outside the user's:
+ * a crash ends the server or the child, never this process, and a server
+ * that fails is ended (the compile then runs as before: a program per
+ * kernel). Idle servers wait in their pool, one per thread that compiled at
+ * the same time, at most SRV_IDLE_MAX; a server is retired after
+ * SRV_JOBS_MAX requests (LLVM keeps some memory per run), or when the
+ * environment changed since it started (it has the old one). A server reads
+ * its input until it ends: closing our end stops it, and the process's exit
+ * closes it too. After a fork the child drops its parent's servers. */
+#define SRV_IDLE_MAX 4
+#define SRV_JOBS_MAX 200
+enum { SRV_PASS, SRV_CC, SRV_KINDS };
+typedef struct srvproc {
     pid_t pid;
-    int fd; /* our end of the socket */
+    int fd; /* our end of the socket: its standard input and output */
     int jobs;
-    struct passproc *next;
-} passproc;
+    uint64_t env; /* environ_hash() when it started */
+    struct srvproc *next;
+} srvproc;
 static struct {
     pthread_mutex_t mu;
-    passproc *idle;
-    int nidle;
+    srvproc *idle[SRV_KINDS];
+    int nidle[SRV_KINDS];
     pid_t owner;
-} passpool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+} srvpool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static void passproc_end(passproc *s) {
+static uint64_t environ_hash(void) {
+    uint64_t h = 1469598103934665603ull;
+    for (char **e = environ; e && *e; e++) h = fnv1a(h, (const unsigned char *)*e, strlen(*e) + 1);
+    return h;
+}
+
+static void srv_end(srvproc *s) {
     close(s->fd);
     while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
     }
     free(s);
 }
 
-static passproc *passproc_start(const char *program) {
+/* Starts argv[0] with the socket as its standard input and output, and
+ * `extra` (NULL-terminated "NAME=value" strings) added to its environment. */
+static srvproc *srv_start(char *const argv[], const char *const *extra) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return NULL;
-    passproc *s = calloc(1, sizeof *s);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {(char *)program, "--serve", NULL};
-    int rc = s ? posix_spawn(&s->pid, program, &fa, NULL, argv, environ) : ENOMEM;
-    posix_spawn_file_actions_destroy(&fa);
+    srvproc *s = calloc(1, sizeof *s);
+    size_t ne = 0, nx = 0;
+    while (environ && environ[ne]) ne++;
+    while (extra && extra[nx]) nx++;
+    char **env = s ? malloc((ne + nx + 1) * sizeof *env) : NULL;
+    int rc = ENOMEM;
+    if (env) {
+        if (ne) memcpy(env, environ, ne * sizeof *env);
+        for (size_t i = 0; i < nx; i++) env[ne + i] = (char *)extra[i];
+        env[ne + nx] = NULL;
+        s->env = environ_hash();
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+        posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        rc = posix_spawn(&s->pid, argv[0], &fa, NULL, argv, env);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    free(env);
     close(sv[1]);
     if (rc != 0) {
         close(sv[0]);
@@ -1352,6 +1382,49 @@ static passproc *passproc_start(const char *program) {
     }
     s->fd = sv[0];
     return s;
+}
+
+/* An idle server of `kind`, or NULL (none: start one). */
+static srvproc *srv_take(int kind) {
+    pthread_mutex_lock(&srvpool.mu);
+    if (srvpool.owner != getpid()) { /* a forked child: the servers are its parent's */
+        for (int k = 0; k < SRV_KINDS; k++) {
+            for (srvproc *s = srvpool.idle[k], *nx; s; s = nx) {
+                nx = s->next;
+                close(s->fd);
+                free(s);
+            }
+            srvpool.idle[k] = NULL;
+            srvpool.nidle[k] = 0;
+        }
+        srvpool.owner = getpid();
+    }
+    srvproc *s = srvpool.idle[kind];
+    if (s) {
+        srvpool.idle[kind] = s->next;
+        srvpool.nidle[kind]--;
+    }
+    pthread_mutex_unlock(&srvpool.mu);
+    if (s && s->env != environ_hash()) { /* started with another environment */
+        srv_end(s);
+        s = NULL;
+    }
+    return s;
+}
+
+/* Back to the pool after a request (ok: it answered), or ended. */
+static void srv_give(int kind, srvproc *s, bool ok) {
+    if (ok && s->jobs < SRV_JOBS_MAX) {
+        pthread_mutex_lock(&srvpool.mu);
+        if (srvpool.owner == getpid() && srvpool.nidle[kind] < SRV_IDLE_MAX) {
+            s->next = srvpool.idle[kind];
+            srvpool.idle[kind] = s;
+            srvpool.nidle[kind]++;
+            s = NULL;
+        }
+        pthread_mutex_unlock(&srvpool.mu);
+    }
+    if (s) srv_end(s);
 }
 
 static int send_all(int fd, const char *p, size_t n) {
@@ -1376,9 +1449,9 @@ static int recv_all(int fd, char *p, size_t n) {
     return 0;
 }
 
-/* One request to server s: the pass's status (0 or 1) with *why set, or -1
- * when the server died or misbehaved (it is then ended). */
-static int passproc_ask(passproc *s, int check, const char *bc, const char *obj, char **why) {
+/* One request to a pass server: the pass's status (0 or 1) with *why set,
+ * or -1 when the server died or misbehaved. */
+static int pass_ask(srvproc *s, int check, const char *bc, const char *obj, char **why) {
     char head[96];
     int hn = snprintf(head, sizeof head, "%c %zu %zu\n", check ? 'K' : 'C', strlen(bc), strlen(obj));
     if (send_all(s->fd, head, (size_t)hn) < 0 || send_all(s->fd, bc, strlen(bc)) < 0 ||
@@ -1408,53 +1481,153 @@ static int passproc_ask(passproc *s, int check, const char *bc, const char *obj,
 
 /* Runs the pass on bc_path into obj_path: through a server when it can,
  * else as a program of its own (when a debugging variable that the pass
- * reads is set, so that it sees the current value). Returns as run_capture. */
+ * reads is set: a server would not see a later change). Returns as
+ * run_capture. */
 static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why) {
     *why = NULL;
     if (!getenv("MKPY_CBS_DUMP") && !getenv("MKPY_CBS_TRACE") && !getenv("MKPY_NO_PASS_SERVER")) {
-        pthread_mutex_lock(&passpool.mu);
-        if (passpool.owner != getpid()) { /* a forked child: the servers are its parent's */
-            for (passproc *s = passpool.idle, *nx; s; s = nx) {
-                nx = s->next;
-                close(s->fd);
-                free(s);
-            }
-            passpool.idle = NULL;
-            passpool.nidle = 0;
-            passpool.owner = getpid();
-        }
-        passproc *s = passpool.idle;
-        if (s) {
-            passpool.idle = s->next;
-            passpool.nidle--;
-        }
-        pthread_mutex_unlock(&passpool.mu);
+        srvproc *s = srv_take(SRV_PASS);
         int rc = -1;
-        if (s && (rc = passproc_ask(s, check, bc_path, obj_path, why)) < 0) {
-            passproc_end(s); /* an idle server that went away: a fresh one */
+        if (s && (rc = pass_ask(s, check, bc_path, obj_path, why)) < 0) {
+            srv_end(s); /* an idle server that went away: a fresh one */
             s = NULL;
         }
-        if (!s && (s = passproc_start(program))) rc = passproc_ask(s, check, bc_path, obj_path, why);
+        char *argv[] = {(char *)program, "--serve", NULL};
+        if (!s && (s = srv_start(argv, NULL))) rc = pass_ask(s, check, bc_path, obj_path, why);
         if (s) {
-            if (rc < 0 || s->jobs >= PASS_JOBS_MAX) {
-                passproc_end(s);
-            } else {
-                pthread_mutex_lock(&passpool.mu);
-                if (passpool.owner == getpid() && passpool.nidle < PASS_IDLE_MAX) {
-                    s->next = passpool.idle;
-                    passpool.idle = s;
-                    passpool.nidle++;
-                    s = NULL;
-                }
-                pthread_mutex_unlock(&passpool.mu);
-                if (s) passproc_end(s);
-            }
+            srv_give(SRV_PASS, s, rc >= 0);
             return rc; /* -1: the server died on this kernel, the pass failed */
         }
     }
     char *argv[] = {(char *)program, check ? "--check" : (char *)bc_path, check ? (char *)bc_path : (char *)obj_path,
                     check ? (char *)obj_path : NULL, NULL};
     return run_capture(argv, why);
+}
+
+/* The zygote library beside the package (mkpy/libmkpy-cc-zygote.so), when
+ * the compiler is an ELF program (a wrapper script, say, is run as before:
+ * preloading into its shell would keep the shell started, not clang). Found
+ * once, after find_compiler. */
+static char zygote_path[4096];
+static pthread_once_t zygote_once = PTHREAD_ONCE_INIT;
+
+static void zygote_find(void) {
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(jit.cxx, "rbe");
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f) fclose(f);
+    if (got != 4 || memcmp(magic, "\x7f" "ELF", 4) != 0) return;
+    char path[4400], real[4096];
+    snprintf(path, sizeof path, "%s/../libmkpy-cc-zygote.so", jit.runtime_dir);
+    if (access(path, R_OK) == 0 && realpath(path, real)) memcpy(zygote_path, real, sizeof real);
+}
+
+/* One compiler run through zygote s: its exit status and output as
+ * run_capture's (-1: it was killed), or -2 when the zygote failed (the
+ * compiler may not have run). */
+static int cc_ask(srvproc *s, char *const argv[], char **output) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return -2;
+    size_t n = strlen(cwd) + 1;
+    for (int i = 0; argv[i]; i++) n += strlen(argv[i]) + 1;
+    char *body = malloc(n);
+    int fds[2] = {-1, -1};
+    if (!body || pipe2(fds, O_CLOEXEC) < 0) {
+        free(body);
+        return -2;
+    }
+    size_t at = strlen(cwd) + 1;
+    memcpy(body, cwd, at);
+    for (int i = 0; argv[i]; i++) {
+        size_t l = strlen(argv[i]) + 1;
+        memcpy(body + at, argv[i], l);
+        at += l;
+    }
+    /* the head, with the pipe's write end: the compiler's output goes there */
+    uint64_t len = n;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {&len, sizeof len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fds[1], sizeof(int));
+    ssize_t w;
+    do w = sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    int ok = w == (ssize_t)sizeof len && send_all(s->fd, body, n) == 0;
+    close(fds[1]);
+    free(body);
+    if (!ok) {
+        close(fds[0]);
+        return -2;
+    }
+    /* the output until every writer closed it, then the status */
+    size_t on = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf && on + 1024 > cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = b;
+            }
+        }
+        char tmp[1024];
+        ssize_t r = read(fds[0], buf ? buf + on : tmp, 1023);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (buf) on += (size_t)r;
+    }
+    close(fds[0]);
+    int32_t status;
+    if (recv_all(s->fd, (char *)&status, sizeof status) < 0 || status == 127) { /* 127: it did not start */
+        free(buf);
+        return -2;
+    }
+    if (buf) buf[on] = 0;
+    *output = buf;
+    s->jobs++;
+    return status > 127 ? -1 : status; /* > 127: killed by a signal */
+}
+
+/* Runs the compiler as run_capture does, through a zygote when there is
+ * one. A zygote that fails is ended and the compiler runs as a program. */
+static int cc_run(char *const argv[], char **output) {
+    *output = NULL;
+    pthread_once(&zygote_once, zygote_find);
+    if (zygote_path[0] && !getenv("MKPY_NO_CC_SERVER")) {
+        srvproc *s = srv_take(SRV_CC);
+        int rc = -2;
+        for (int attempt = 0; attempt < 2 && rc == -2; attempt++) {
+            if (!s) {
+                char preload[4200];
+                snprintf(preload, sizeof preload, "LD_PRELOAD=%s", zygote_path);
+                const char *extra[] = {preload, "MKPY_CC_ZYGOTE=1", NULL};
+                char *zargv[] = {argv[0], NULL};
+                if (!(s = srv_start(zargv, extra))) break;
+            }
+            rc = cc_ask(s, argv, output);
+            if (rc == -2) {
+                free(*output);
+                *output = NULL;
+                srv_end(s);
+                s = NULL;
+            }
+        }
+        if (s) {
+            srv_give(SRV_CC, s, true);
+            return rc;
+        }
+    }
+    return run_capture(argv, output);
 }
 
 /* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
