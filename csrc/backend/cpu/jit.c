@@ -128,6 +128,32 @@ static void hash_hex(const char *a, const char *b, char out[33]) {
 
 /* ------------------------------------------------------ running programs */
 
+/* Everything fd gives until every writer closed it (NUL-terminated, NULL
+ * when out of memory: then read and dropped), and closes fd. */
+static char *read_to_end(int fd) {
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf && n + 1024 > cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = b;
+            }
+        }
+        char tmp[1024];
+        ssize_t r = read(fd, buf ? buf + n : tmp, 1023);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (buf) n += (size_t)r;
+    }
+    close(fd);
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
 /* Runs argv, returns its exit status (or -1) and its combined output. */
 static int run_capture(char *const argv[], char **output) {
     int fds[2];
@@ -149,27 +175,7 @@ static int run_capture(char *const argv[], char **output) {
         errno = rc;
         return -1;
     }
-    size_t n = 0, cap = 4096;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (buf && n + 1024 > cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf = b;
-            }
-        }
-        char tmp[1024];
-        ssize_t r = read(fds[0], buf ? buf + n : tmp, 1023);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        if (buf) n += (size_t)r;
-    }
-    close(fds[0]);
-    if (buf) buf[n] = 0;
-    *output = buf;
+    *output = read_to_end(fds[0]);
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return -1;
@@ -1568,31 +1574,12 @@ static int cc_ask(srvproc *s, char *const argv[], char **output) {
         return -2;
     }
     /* the output until every writer closed it, then the status */
-    size_t on = 0, cap = 4096;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (buf && on + 1024 > cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf = b;
-            }
-        }
-        char tmp[1024];
-        ssize_t r = read(fds[0], buf ? buf + on : tmp, 1023);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        if (buf) on += (size_t)r;
-    }
-    close(fds[0]);
+    char *buf = read_to_end(fds[0]);
     int32_t status;
     if (recv_all(s->fd, (char *)&status, sizeof status) < 0 || status == 127) { /* 127: it did not start */
         free(buf);
         return -2;
     }
-    if (buf) buf[on] = 0;
     *output = buf;
     s->jobs++;
     return status > 127 ? -1 : status; /* > 127: killed by a signal */
