@@ -5,10 +5,11 @@ PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?= -q -n auto --dist loadfile
 BENCH_ARGS ?=
 
-.PHONY: deps build run test bench clean soak tsan
+.PHONY: deps build run test test-gpu bench clean soak tsan ubsan fuzz-engine
 
 deps:
 	@sh scripts/install-deps.sh
+	@PYTHON=$(PYTHON) sh scripts/fetch-nvrtc.sh
 
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
@@ -31,6 +32,16 @@ bench: build
 	@sh scripts/install-bench-deps.sh
 	@MKPY_BENCH_MLX_VENV="$(MKPY_BENCH_MLX_VENV)" PYTHON="$(PYTHON)" sh scripts/install-bench-mlx.sh
 	MKPY_BENCH_MLX_VENV="$(MKPY_BENCH_MLX_VENV)" PYTHONPATH=. $(PYTHON) benchmarks/run_all.py $(BENCH_ARGS)
+
+# The engines' differential fuzzer (tests/kernel_fuzz.py, by hand; `make test` runs it for
+# MKPY_FUZZ_ENGINE_SECONDS per seed): random well-defined kernels on the lockstep engine, the
+# fiber engine and the checker, for FUZZ_SECONDS (or FUZZ_KERNELS kernels); FUZZ_SEED replays a
+# run. A disagreement is reduced and printed as an entry for tests/data/fuzz_regressions.json.
+FUZZ_SECONDS ?= 600
+FUZZ_KERNELS ?=
+FUZZ_SEED ?=
+fuzz-engine: build
+	PYTHONPATH=. nice $(PYTHON) tests/kernel_fuzz.py $(if $(FUZZ_KERNELS),--kernels $(FUZZ_KERNELS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
 # A longer multi-threaded run (by hand, never part of `make test`): 8 threads mixing ops,
 # shared lazy graphs, cached and new kernels and short-lived threads, printing RSS,
@@ -56,5 +67,32 @@ tsan: deps
 	TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp halt_on_error=1 exitcode=66 second_deadlock_stack=1 $(TSAN_OPTIONS)" \
 	PYTHONPATH=$(TSAN_DIR) $(PYTHON) -P -m pytest -q -p no:cacheprovider $(TSAN_TESTS)
 
+# The suite under UndefinedBehaviorSanitizer: the extension is built with
+# -fsanitize=undefined,float-cast-overflow into $(UBSAN_DIR) (the normal build is left alone);
+# every report goes to $(UBSAN_DIR)/reports/ubsan.PID and any report fails the target.
+# UBSAN_TESTS narrows the run (default: the whole suite).
+UBSAN_DIR ?= build-ubsan
+UBSAN_TESTS ?= tests
+ubsan: deps
+	rm -rf $(UBSAN_DIR)/mkpy $(UBSAN_DIR)/reports
+	mkdir -p $(UBSAN_DIR)/reports
+	cp -r mkpy $(UBSAN_DIR)/mkpy
+	rm -rf $(UBSAN_DIR)/mkpy/*.so $(UBSAN_DIR)/mkpy/mkpy-cbs-pass* $(UBSAN_DIR)/mkpy/__pycache__ $(UBSAN_DIR)/mkpy/include/pch
+	MKPY_SANITIZE=undefined $(PYTHON) setup.py -q build_ext --build-lib $(UBSAN_DIR) --build-temp $(UBSAN_DIR)/tmp
+	UBSAN_OPTIONS="print_stacktrace=1 log_path=$(CURDIR)/$(UBSAN_DIR)/reports/ubsan $(UBSAN_OPTIONS)" \
+	PYTHONPATH=$(UBSAN_DIR) $(PYTHON) -P -m pytest -p no:cacheprovider $(PYTEST_ARGS) $(UBSAN_TESTS); \
+	rc=$$?; n=$$(cat $(UBSAN_DIR)/reports/ubsan.* 2>/dev/null | grep -c 'runtime error'); \
+	echo "UBSan: $$n reports (in $(UBSAN_DIR)/reports)"; \
+	[ $$rc = 0 ] && [ $$n = 0 ]
+
 clean:
-	rm -rf build build-tsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
+	rm -rf build build-tsan build-ubsan mkpy/*.so mkpy/mkpy-cbs-pass mkpy/include/pch mkpy/__pycache__ tests/__pycache__ *.egg-info
+
+# On a machine with an NVIDIA GPU (never in CI): the GPU back-end's own tests, then the kernel
+# test files with GPU streams on the GPU (they compare against NumPy and the CPU engine's
+# documented results). MKPY_REQUIRE_GPU=1 turns a missing GPU into a failure.
+GPU_TESTS ?= tests/test_gpu.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
+	tests/test_simdgroup_matrix.py tests/test_kernel_exec.py tests/test_kernel_errors.py tests/test_kernel_parity.py \
+	tests/test_runtime_header.py tests/test_fuzz_regressions.py
+test-gpu: build
+	MKPY_REQUIRE_GPU=1 PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) $(GPU_TESTS)

@@ -3,7 +3,7 @@ measured side by side in this run, writes benchmarks/results.json and, when
 matplotlib is importable, benchmarks/results.png.
 
     make bench                                  (installs optional pieces as root, builds, runs)
-    PYTHONPATH=. python3 benchmarks/run_all.py  [--quick] [--only ops,kernels,launch,memory,checker] [--times]
+    PYTHONPATH=. python3 benchmarks/run_all.py  [--quick] [--only ops,kernels,launch,memory,checker,dist] [--times]
 
 Ratios are "how many times better mkpy is" than the reference (reference
 time / mkpy time, or the inverse for throughput and memory): above 1 mkpy
@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 
 from common import fmt_ratio, machine_info  # noqa: E402
 
-SECTIONS = ["ops", "kernels", "launch", "memory", "fftconv", "array", "checker"]
+SECTIONS = ["ops", "kernels", "launch", "memory", "fftconv", "array", "checker", "dist", "gpu"]
 
 
 def _met_text(r):

@@ -10,7 +10,15 @@ import os as _os
 # its way (read when libopenblas loads, on the import below).
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "20")
 
-from . import _core
+try:
+    from . import _core
+except ImportError as _e:  # a shared library the extension links is missing: name its package
+    _pkgs = {"libopenblas": "libopenblas0-pthread", "libkissfft": "libkissfft-float131", "libz.": "zlib1g",
+             "libubsan": "libubsan1", "libtsan": "libtsan2"}
+    _pkg = next((p for lib, p in _pkgs.items() if lib in str(_e)), None)
+    if _pkg is None:
+        raise
+    raise ImportError("%s\nmkpy needs the Debian/Ubuntu package %s: apt-get install %s" % (_e, _pkg, _pkg)) from _e
 from ._core import *  # noqa: F401,F403
 from ._core import array, Dtype, DtypeCategory, bool_  # noqa: F401
 # the star import bound random, fast, metal, distributed and cuda to the extension's submodules;

@@ -2,4 +2,4 @@
 # Regenerate: PYTHONPATH=. python3 scripts/gen_stubs.py
 
 def is_available() -> bool:
-    """Whether the CUDA back-end is available: False (mkpy runs on the CPU)."""
+    """Whether GPU streams run on an NVIDIA GPU: a GPU and its driver were found (and MKPY_GPU is not \"cpu\")."""

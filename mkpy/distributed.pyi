@@ -28,10 +28,10 @@ def all_sum(x: array, *, group: Optional[Group] = None, stream: StreamOrDevice =
     """Sum of x over the processes of the group (x itself in a group of one)."""
 
 def init(strict: bool = False, backend: str = 'any', *, all_gather_factory: Optional[Callable[[int, int], Any]] = None) -> Group:
-    """The global communication group."""
+    """The global communication group: the MPI world when the program was started by mpirun (or python -m mkpy.launch)."""
 
 def is_available(backend: str = 'any') -> bool:
-    """Whether a communication backend can be instantiated."""
+    """Whether a communication backend can be instantiated: 'mpi' and 'any' when Open MPI's libmpi loads, the others never."""
 
 def recv(shape: Union[int, Sequence[int]], dtype: Dtype, src: int, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> array:
     """Receive an array of that shape and dtype from the process of rank src."""
@@ -41,3 +41,6 @@ def recv_like(x: array, src: int, *, group: Optional[Group] = None, stream: Stre
 
 def send(x: array, dst: int, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> array:
     """Send x to the process of rank dst; returns x, sent when evaluated."""
+
+def sum_scatter(x: array, *, group: Optional[Group] = None, stream: StreamOrDevice = None) -> array:
+    """Sum x over the processes of the group and scatter the result: each process gets its block of the first axis (x.shape[0] must be divisible by the group size)."""

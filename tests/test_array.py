@@ -689,7 +689,8 @@ def test_method_signatures_have_self():
 def test_bad_call_type_names():
     # "Invoked with types:" names types as nanobind does (MLX 0.32.4): static
     # types by __name__ (ndarray, float32, Decimal), Python classes with
-    # their module; mkpy's own types stand for mlx.core's
+    # their module; mkpy's own types stand for mlx.core's. A NumPy dtype's class is
+    # dtype[float32] in NumPy 1 and Float32DType in NumPy 2.
     import collections
     import decimal
     import fractions
@@ -702,7 +703,7 @@ def test_bad_call_type_names():
              if Foo.__module__ == "__main__" else Foo.__module__ + ".Foo"), (decimal.Decimal(1), "Decimal"),
              (fractions.Fraction(1), "fractions.Fraction"), (collections.OrderedDict(), "OrderedDict"),
              (mx.float32, "mkpy.Dtype"), (mx.floating, "mkpy.DtypeCategory"), (b"x", "bytes"),
-             (np.dtype("f4"), "dtype[float32]"), (range(3), "range"), (1.5, "float"), (None, "NoneType"),
+             (np.dtype("f4"), type(np.dtype("f4")).__name__), (range(3), "range"), (1.5, "float"), (None, "NoneType"),
              ([1], "list"), (mx.cpu, "mkpy.DeviceType")]
     head = ("sort(): incompatible function arguments. The following argument types are supported:\n"
             "    1. sort(a: array, /, axis: None | int = -1, *, stream: StreamOrDevice = None) -> array\n\n"

@@ -241,7 +241,10 @@ exit $rc
 
 def test_compiles_never_block_cached_kernels_and_run_in_parallel(tmp_path):
     import shutil
-    cxx = shutil.which("clang++-15") or shutil.which("clang++")
+    # the compiler mkpy itself would take (clang++-16 alone on Ubuntu 24.04, say)
+    cxx = os.environ.get("MKPY_CXX") or next(
+        filter(None, (shutil.which(f"clang++-{v}") for v in range(25, 14, -1))), None) or shutil.which("clang++")
+    assert cxx, "no clang++ 15 or newer"
     flag, log = tmp_path / "slow", tmp_path / "log"
     wrapper = tmp_path / "slow-clang++"
     wrapper.write_text(SLOW_CXX.format(flag=flag, log=log, cxx=cxx))
@@ -262,7 +265,7 @@ dt = time.perf_counter() - t0
 busy = t.is_alive()
 t.join()
 assert busy, "the compile ended before the cached calls did"
-assert dt < 0.25, dt
+assert dt < 1.0, dt  # a call that waited for the compile would take 2 s; the margin is for a loaded machine
 # two different new kernels compile at once; the same new kernel from two threads compiles once
 os.unlink(log)
 c0 = info()["compiles"]

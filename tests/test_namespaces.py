@@ -1,9 +1,6 @@
 """Namespaces MLX code reaches for: mkpy.cuda, mkpy.distributed (a singleton group when no
 backend is configured), devices and per-thread streams, and mkpy.contiguous."""
 import gc
-import os
-import shutil
-import subprocess
 import threading
 
 import numpy as np
@@ -27,8 +24,12 @@ def test_cuda():
 # ----------------------------------------------------------- distributed
 
 def test_distributed_init_singleton():
-    assert mx.distributed.is_available() is False
-    assert mx.distributed.is_available("ring") is False and mx.distributed.is_available(backend="mpi") is False
+    import ctypes.util
+    # MPI is available where Open MPI's libmpi is installed (make deps); this process was not
+    # started by mpirun, so init() still gives the group of one
+    has_mpi = ctypes.util.find_library("mpi") is not None
+    assert mx.distributed.is_available() is has_mpi and mx.distributed.is_available(backend="mpi") is has_mpi
+    assert mx.distributed.is_available("ring") is False and mx.distributed.is_available("nccl") is False
     g = mx.distributed.init()
     assert isinstance(g, mx.distributed.Group)
     assert g.rank() == 0 and g.size() == 1
@@ -125,23 +126,6 @@ def test_distributed_threads():
     for t in ts:
         t.join()
     assert out == [(1, [1, 2])] * 4
-
-
-def test_distributed_layer_two_ranks_c(tmp_path):
-    """The ops' path for a group of two (lazy nodes evaluated through the backend table), with a
-    recording two-rank backend: tests/cpp/test_distributed.c."""
-    cc = next((shutil.which(n) for n in (os.environ.get("CC", ""), "cc", "gcc", "clang") if n and shutil.which(n)),
-              None)
-    if cc is None:
-        pytest.skip("no C compiler")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    exe = str(tmp_path / "test_distributed")
-    subprocess.run([cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Wno-missing-field-initializers", "-Werror", "-pthread", "-I", os.path.join(root, "csrc"),
-                    os.path.join(root, "tests", "cpp", "test_distributed.c"), "-o", exe],
-                   check=True, capture_output=True, timeout=120)
-    r = subprocess.run([exe], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok"
 
 
 # ------------------------------------------------------- devices, streams

@@ -1,5 +1,6 @@
 #include "array.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -389,14 +390,138 @@ mk_buffer *mk_buffer_alloc(size_t nbytes) {
     b->capacity = alloc;
     b->release = NULL;
     b->owner = NULL;
+    b->dev = NULL;
+    b->devops = NULL;
+    atomic_init(&b->where, MK_ON_HOST);
     mem_add((int64_t)nbytes);
     return b;
+}
+
+/* ------------------------------------------------------ device copies */
+
+/* Transitions of `where` (and the allocation of either copy) happen under
+ * one lock; the fast paths (mk_data, mk_host_sync) read `where` alone. */
+static pthread_mutex_t devcopy_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local char *device_error; /* mk_buffer_host_slow's failure, for mk_take_device_error */
+static atomic_llong copies_down, copies_up; /* mk_device_copies */
+
+void mk_device_copies(int64_t *down, int64_t *up) {
+    *down = atomic_load(&copies_down);
+    *up = atomic_load(&copies_up);
+}
+
+static void device_buffer_release(mk_buffer *b) {
+    mem_add(-(int64_t)b->nbytes);
+    free(b->data); /* the host copy, if one was made */
+}
+
+mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
+    mk_buffer *b = malloc(sizeof *b);
+    if (!b) return mk_nomem();
+    void *dev = ops->alloc(nbytes ? nbytes : 1);
+    if (!dev) {
+        free(b);
+        return NULL;
+    }
+    atomic_init(&b->refcnt, 1);
+    b->nbytes = nbytes;
+    b->capacity = 0;
+    b->data = NULL;
+    b->release = device_buffer_release;
+    b->owner = NULL;
+    b->dev = dev;
+    b->devops = ops;
+    atomic_init(&b->where, MK_ON_DEVICE);
+    mem_add((int64_t)nbytes);
+    return b;
+}
+
+int mk_buffer_to_host(mk_buffer *b) {
+    int rc = 0;
+    pthread_mutex_lock(&devcopy_mu);
+    if (!(atomic_load_explicit(&b->where, memory_order_relaxed) & MK_ON_HOST)) {
+        if (!b->data) {
+            void *h = NULL;
+            if (posix_memalign(&h, MK_ALIGN, b->nbytes ? b->nbytes : 1) != 0) {
+                mk_nomem();
+                rc = -1;
+                goto out;
+            }
+            b->data = h;
+        }
+        if (b->devops->download(b->data, b->dev, b->nbytes) < 0) {
+            rc = -1;
+            goto out;
+        }
+        atomic_fetch_add(&copies_down, 1);
+        atomic_fetch_or_explicit(&b->where, MK_ON_HOST, memory_order_release);
+    }
+out:
+    pthread_mutex_unlock(&devcopy_mu);
+    return rc;
+}
+
+int mk_buffer_to_device(mk_buffer *b, const mk_devmem_ops *ops) {
+    unsigned w = atomic_load_explicit(&b->where, memory_order_acquire);
+    if ((w & MK_ON_DEVICE) && b->devops == ops) return 0;
+    int rc = 0;
+    pthread_mutex_lock(&devcopy_mu);
+    w = atomic_load_explicit(&b->where, memory_order_relaxed);
+    if (!((w & MK_ON_DEVICE) && b->devops == ops)) {
+        if (b->dev && b->devops != ops) { /* one device back-end at a time: cannot happen today */
+            mk_error_set(MK_ERR_RUNTIME, "[%s] A buffer is on another device (%s).", ops->name, b->devops->name);
+            rc = -1;
+            goto out;
+        }
+        if (!b->dev) {
+            void *dev = ops->alloc(b->nbytes ? b->nbytes : 1);
+            if (!dev) {
+                rc = -1;
+                goto out;
+            }
+            b->dev = dev;
+            b->devops = ops;
+        }
+        if (ops->upload(b->dev, b->data, b->nbytes) < 0) {
+            rc = -1;
+            goto out;
+        }
+        atomic_fetch_add(&copies_up, 1);
+        atomic_fetch_or_explicit(&b->where, MK_ON_DEVICE, memory_order_release);
+    }
+out:
+    pthread_mutex_unlock(&devcopy_mu);
+    return rc;
+}
+
+void mk_buffer_host_slow(mk_buffer *b) {
+    if (mk_buffer_to_host(b) == 0) return;
+    /* the caller cannot fail: it reads zeros, and the error waits for the
+     * evaluator loop or the binding (mk_take_device_error) */
+    if (!device_error) device_error = strdup(mk_error_message());
+    pthread_mutex_lock(&devcopy_mu);
+    if (!b->data && posix_memalign(&b->data, MK_ALIGN, b->nbytes ? b->nbytes : 1) != 0) b->data = NULL;
+    if (b->data) {
+        memset(b->data, 0, b->nbytes);
+        /* not marked valid: the next reader tries the copy again */
+    }
+    pthread_mutex_unlock(&devcopy_mu);
+    if (!b->data) abort(); /* no memory for even a zeroed copy: nothing safe is left to do */
+}
+
+bool mk_take_device_error(void) {
+    if (!device_error) return false;
+    mk_error_set(MK_ERR_RUNTIME, "%s", device_error);
+    free(device_error);
+    device_error = NULL;
+    return true;
 }
 
 void mk_buffer_incref(mk_buffer *b) { atomic_fetch_add_explicit(&b->refcnt, 1, memory_order_relaxed); }
 
 void mk_buffer_decref(mk_buffer *b) {
     if (atomic_fetch_sub_explicit(&b->refcnt, 1, memory_order_acq_rel) != 1) return;
+    if (b->dev) b->devops->free(b->dev, b->nbytes);
     if (b->release) {
         b->release(b);
     } else {
@@ -643,7 +768,7 @@ static _Thread_local int trace_depth;
 bool mk_donate(mk_prim *p, mk_array *out, mk_array *in) {
     mk_buffer *b = in->buf;
     size_t isz = mk_dtype_size(in->dtype);
-    if (trace_depth || !b || b->release || in->offset != 0 || !(in->flags & MK_ROW_CONTIG) ||
+    if (trace_depth || !b || b->release || b->dev || in->offset != 0 || !(in->flags & MK_ROW_CONTIG) ||
         in->size != out->size || isz != mk_dtype_size(out->dtype) || b->nbytes != (size_t)in->size * isz ||
         atomic_load_explicit(&in->refcnt, memory_order_acquire) != 1 ||
         atomic_load_explicit(&b->refcnt, memory_order_acquire) != 1 ||
@@ -791,91 +916,31 @@ void mk_trace_push(void) { trace_depth++; }
 void mk_trace_pop(void) { trace_depth--; }
 bool mk_tracing(void) { return trace_depth > 0; }
 
-/* Runs one primitive whose inputs are all evaluated, then detaches it
- * (unless tracing); or, when another thread is running it, waits for that
- * thread and takes its outcome (its error too). The caller holds a
- * reference to p and the graph lock, which this releases. */
-static int run_prim_locked(mk_prim *p) {
-    const int n = p->noutputs;
-    mk_array *stack_outs[4];
-    bool stack_temp[4];
-    mk_array **outs = stack_outs;
-    bool *temp = stack_temp;
-    if (n > 4) {
-        outs = malloc((size_t)n * (sizeof *outs + sizeof *temp));
-        if (!outs) {
-            graph_unlock();
-            mk_nomem();
-            return -1;
-        }
-        temp = (bool *)(outs + n);
-    }
-    int rc = 0;
+static int wait_prim(mk_prim *p, unsigned fails);
+static int wait_prim_locked(mk_prim *p, unsigned fails);
 
-    if (p->state == MK_PRIM_RUNNING) {
-        /* another thread runs it: wait for its result */
-        unsigned fails = p->fails;
-        p->waiters++;
-        while (p->state == MK_PRIM_RUNNING) pthread_cond_wait(&graph_cv, &graph_mu);
-        p->waiters--;
-        if (p->state != MK_PRIM_DONE && p->fails != fails) {
-            mk_error_set(p->err_code, "%s", p->err_msg ? p->err_msg : "[eval] Evaluation failed on another thread.");
-            rc = -1;
-        }
-        graph_unlock();
-        goto done;
-    }
-    if (p->state == MK_PRIM_DONE) {
-        graph_unlock();
-        goto done;
-    }
-    if (p->donated) {
-        /* an earlier run failed after writing over an input it owned */
-        graph_unlock();
-        mk_error_set(MK_ERR_RUNTIME,
-                     "[eval] An earlier evaluation of this array (%s) failed after it started writing over an "
-                     "intermediate input; the array cannot be evaluated again.", p->op->name);
-        rc = -1;
-        goto done;
-    }
-    p->state = MK_PRIM_RUNNING;
-    for (int i = 0; i < n; i++) {
-        mk_array *a = p->outputs[i];
-        outs[i] = a && try_incref(a) ? a : NULL;
-        temp[i] = outs[i] == NULL;
-    }
-    graph_unlock();
+/* An asynchronous run (mk_async_begin): what the thread that finishes the
+ * primitive needs from the one that started it. */
+struct mk_async {
+    mk_prim *p; /* a reference */
+    int n;
+    bool tracing; /* the starting thread was tracing (trace_depth is per thread) */
+    mk_array **outs;
+    bool *temp;
+};
 
-    for (int i = 0; i < n && rc == 0; i++)
-        if (temp[i]) {
-            /* the output died: compute into a temporary */
-            outs[i] = array_new(p->outdesc[i].dtype, p->outdesc[i].ndim, p->outdesc[i].shape);
-            if (!outs[i]) rc = -1;
-        }
-    if (rc == 0) {
-        void (*trace)(const char *, uint64_t, uint64_t, const mk_array *) = mk_op_trace;
-        if (trace) { /* the profiler records every op it sees run */
-            struct timespec t0, t1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            rc = p->op->eval(p, p->inputs, outs);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            /* element-wise ops share a primitive: name the op itself */
-            const char *name = p->op->name;
-            if (strcmp(name, "unary") == 0)
-                name = mk_unary_names[*(const mk_unary_op *)p->params];
-            else if (strcmp(name, "binary") == 0)
-                name = mk_binary_names[*(const mk_binary_op *)p->params];
-            trace(name, (uint64_t)t0.tv_sec * 1000000000u + (uint64_t)t0.tv_nsec,
-                  (uint64_t)t1.tv_sec * 1000000000u + (uint64_t)t1.tv_nsec, outs[0]);
-        } else {
-            rc = p->op->eval(p, p->inputs, outs);
-        }
-    }
-    if (rc == 0 && mk_interrupted()) { /* its pool jobs may have skipped work */
-        mk_error_set(MK_ERR_INTERRUPT, "interrupted");
-        rc = -1;
-    }
+/* The primitive this thread is running (run_prim_locked), for mk_async_begin. */
+static _Thread_local struct {
+    mk_prim *p;
+    mk_array **outs;
+    bool *temp;
+    mk_async *async;
+} cur_run;
 
+/* Publishes a primitive's outcome once its evaluator has run (rc 0: the
+ * outputs are filled; -1: the error is set on this thread), detaches it
+ * unless tracing and wakes its waiters; drops the output references. */
+static void finish_prim(mk_prim *p, int rc, mk_array **outs, const bool *temp, int n, bool tracing) {
     mk_errcode code = MK_OK;
     char *msg = NULL;
     if (rc < 0) {
@@ -891,7 +956,7 @@ static int run_prim_locked(mk_prim *p) {
     int drops = 0, nin = 0;
     graph_lock();
     if (rc == 0) {
-        if (!trace_depth) {
+        if (!tracing) {
             for (int i = 0; i < n; i++)
                 if (!temp[i]) {
                     /* publishes the buffer and layout (mk_is_evaluated) */
@@ -918,14 +983,197 @@ static int run_prim_locked(mk_prim *p) {
     for (int i = 0; i < nin; i++) mk_decref(p->inputs[i]);
     for (int i = 0; i < drops; i++) prim_decref(p); /* the caller still holds a reference */
     for (int i = 0; i < n; i++) mk_xdecref(outs[i]);
+}
+
+mk_async *mk_async_begin(mk_prim *p) {
+    if (cur_run.p != p || cur_run.async) {
+        mk_error_set(MK_ERR_RUNTIME, "[eval] mk_async_begin outside the primitive's evaluator");
+        return NULL;
+    }
+    int n = p->noutputs;
+    mk_async *a = malloc(sizeof *a + (size_t)n * (sizeof *a->outs + sizeof *a->temp));
+    if (!a) return mk_nomem();
+    a->p = p;
+    a->n = n;
+    a->tracing = trace_depth > 0;
+    a->outs = (mk_array **)(a + 1);
+    a->temp = (bool *)(a->outs + n);
+    memcpy(a->outs, cur_run.outs, (size_t)n * sizeof *a->outs);
+    memcpy(a->temp, cur_run.temp, (size_t)n * sizeof *a->temp);
+    prim_incref(p);
+    cur_run.async = a;
+    return a;
+}
+
+void mk_async_finish(mk_async *a, int rc) {
+    mk_prim *p = a->p;
+    if (rc == 0 && mk_interrupted()) rc = -1; /* nothing to skip: the work is done */
+    finish_prim(p, rc, a->outs, a->temp, a->n, a->tracing);
+    free(a);
+    prim_decref(p);
+}
+
+/* Waits until no input of p is being run asynchronously (mk_async_begin)
+ * or by another thread; an input whose run failed fails p with its error.
+ * Returns 0 or -1. */
+static int wait_inputs(mk_prim *p) {
+    int rc = 0;
+    graph_lock();
+    for (int k = 0; k < p->ninputs && rc == 0; k++) {
+        mk_prim *q = atomic_load_explicit(&p->inputs[k]->prim, memory_order_acquire);
+        if (!q || q->state == MK_PRIM_DONE) continue;
+        if (q->state == MK_PRIM_RUNNING) {
+            q->waiters++;
+            while (q->state == MK_PRIM_RUNNING) pthread_cond_wait(&graph_cv, &graph_mu);
+            q->waiters--;
+        }
+        if (q->state != MK_PRIM_DONE && atomic_load_explicit(&p->inputs[k]->prim, memory_order_acquire)) {
+            mk_error_set(q->fails ? q->err_code : MK_ERR_RUNTIME, "%s",
+                         q->fails && q->err_msg ? q->err_msg : "[eval] An input was not evaluated.");
+            rc = -1;
+        }
+    }
+    graph_unlock();
+    return rc;
+}
+
+/* Runs one primitive whose inputs are all evaluated, then detaches it
+ * (unless tracing); or, when another thread is running it, waits for that
+ * thread and takes its outcome (its error too). The caller holds a
+ * reference to p and the graph lock, which this releases. An evaluator that
+ * went asynchronous (mk_async_begin, returning MK_EVAL_ASYNC) leaves p
+ * running: the thread that finishes it publishes the outcome, and *async
+ * is set (NULL otherwise). */
+static int run_prim_locked_async(mk_prim *p, unsigned *async_fails) {
+    const int n = p->noutputs;
+    mk_array *stack_outs[4];
+    bool stack_temp[4];
+    mk_array **outs = stack_outs;
+    bool *temp = stack_temp;
+    if (n > 4) {
+        outs = malloc((size_t)n * (sizeof *outs + sizeof *temp));
+        if (!outs) {
+            graph_unlock();
+            mk_nomem();
+            return -1;
+        }
+        temp = (bool *)(outs + n);
+    }
+    int rc = 0;
+
+    if (p->state == MK_PRIM_RUNNING) {
+        /* another thread runs it: wait for its result */
+        rc = wait_prim_locked(p, p->fails);
+        graph_unlock();
+        goto done;
+    }
+    if (p->state == MK_PRIM_DONE) {
+        graph_unlock();
+        goto done;
+    }
+    if (p->donated) {
+        /* an earlier run failed after writing over an input it owned */
+        graph_unlock();
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[eval] An earlier evaluation of this array (%s) failed after it started writing over an "
+                     "intermediate input; the array cannot be evaluated again.", p->op->name);
+        rc = -1;
+        goto done;
+    }
+    p->state = MK_PRIM_RUNNING;
+    const unsigned fails0 = p->fails;
+    for (int i = 0; i < n; i++) {
+        mk_array *a = p->outputs[i];
+        outs[i] = a && try_incref(a) ? a : NULL;
+        temp[i] = outs[i] == NULL;
+    }
+    graph_unlock();
+
+    for (int i = 0; i < n && rc == 0; i++)
+        if (temp[i]) {
+            /* the output died: compute into a temporary */
+            outs[i] = array_new(p->outdesc[i].dtype, p->outdesc[i].ndim, p->outdesc[i].shape);
+            if (!outs[i]) rc = -1;
+        }
+    if (rc == 0) {
+        cur_run.p = p;
+        cur_run.outs = outs;
+        cur_run.temp = temp;
+        cur_run.async = NULL;
+        mk_eval_fn eval = p->op->eval;
+        if (mk_stream_device(p->stream) == MK_GPU && !p->op->own_device) {
+            mk_eval_fn (*gpu)(const mk_prim *) = mk_gpu_evaluator;
+            mk_eval_fn g = gpu ? gpu(p) : NULL;
+            if (g) eval = g;
+        }
+        void (*trace)(const char *, uint64_t, uint64_t, const mk_array *) = mk_op_trace;
+        if (trace) { /* the profiler records every op it sees run */
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            rc = eval(p, p->inputs, outs);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            /* element-wise ops share a primitive: name the op itself */
+            const char *name = p->op->name;
+            if (strcmp(name, "unary") == 0)
+                name = mk_unary_names[*(const mk_unary_op *)p->params];
+            else if (strcmp(name, "binary") == 0)
+                name = mk_binary_names[*(const mk_binary_op *)p->params];
+            trace(name, (uint64_t)t0.tv_sec * 1000000000u + (uint64_t)t0.tv_nsec,
+                  (uint64_t)t1.tv_sec * 1000000000u + (uint64_t)t1.tv_nsec, outs[0]);
+        } else {
+            rc = eval(p, p->inputs, outs);
+        }
+        /* a device copy that failed inside mk_data (which cannot fail) */
+        if (rc == 0 && mk_take_device_error()) rc = -1;
+        mk_async *a = cur_run.async;
+        cur_run.p = NULL;
+        cur_run.async = NULL;
+        if (a) {
+            /* the output references went to the token */
+            if (rc != MK_EVAL_ASYNC) { /* began, then failed before handing it over */
+                mk_async_finish(a, rc < 0 ? -1 : rc);
+                rc = rc < 0 ? -1 : rc;
+            } else {
+                rc = 0;
+                if (async_fails) *async_fails = fails0; /* the caller waits (wait_prim) */
+                else rc = wait_prim(p, fails0);
+            }
+            goto done;
+        }
+    }
+    if (rc == 0 && mk_interrupted()) { /* its pool jobs may have skipped work */
+        mk_error_set(MK_ERR_INTERRUPT, "interrupted");
+        rc = -1;
+    }
+    finish_prim(p, rc, outs, temp, n, trace_depth > 0);
 done:
     if (outs != stack_outs) free(outs);
     return rc;
 }
 
-static int run_prim(mk_prim *p) {
+static int run_prim_locked(mk_prim *p) { return run_prim_locked_async(p, NULL); }
+
+/* Waits until p, which had failed `fails` times when it started running (on
+ * another thread, or asynchronously), is no longer running; a failure since
+ * is this thread's error. Under the graph lock. */
+static int wait_prim_locked(mk_prim *p, unsigned fails) {
+    if (p->state == MK_PRIM_RUNNING) {
+        p->waiters++;
+        while (p->state == MK_PRIM_RUNNING) pthread_cond_wait(&graph_cv, &graph_mu);
+        p->waiters--;
+    }
+    if (p->state != MK_PRIM_DONE && p->fails != fails) {
+        mk_error_set(p->err_code, "%s", p->err_msg ? p->err_msg : "[eval] Evaluation failed on another thread.");
+        return -1;
+    }
+    return 0;
+}
+
+static int wait_prim(mk_prim *p, unsigned fails) {
     graph_lock();
-    return run_prim_locked(p);
+    int rc = wait_prim_locked(p, fails);
+    graph_unlock();
+    return rc;
 }
 
 /* A cheap op (mk_opdef.cheap: element-wise, a view, a copy to dense
@@ -939,6 +1187,9 @@ static int run_prim(mk_prim *p) {
 static bool small_prim(const mk_prim *p) {
     if (p->noutputs != 1 || p->outdesc[0].ndim < 0) return false;
     if (!p->op->cheap) return false;
+    /* with a device back-end active, GPU-stream nodes run there, not inline */
+    if (mk_stream_device(p->stream) == MK_GPU && atomic_load_explicit(&mk_gpu_evaluator, memory_order_relaxed))
+        return false;
     for (int k = 0; k < p->ninputs; k++)
         if (p->inputs[k]->size > 4096) return false;
     int64_t osz = 1;
@@ -1046,8 +1297,12 @@ static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
     for (size_t k = 0; k < nunlinked; k++) prim_decref(unlinked[k]);
     if (unlinked != unlinked0) free(unlinked);
 
-    size_t i = 0;
+    size_t i = 0, nasync = 0;
     mk_stream last_stream = MK_STREAM_NONE;
+    /* primitives that went asynchronous (communication, distributed.c): the
+     * ones after them run meanwhile, those that read their outputs wait
+     * (wait_inputs), and the evaluation ends when they have */
+    unsigned *async_fails = NULL;
     for (; i < on; i++) {
         mk_prim *p = order[i];
         if (mk_interrupted()) {
@@ -1061,13 +1316,35 @@ static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
             break;
         }
         last_stream = p->stream;
-        if (run_prim(p) < 0) {
+        if (nasync && wait_inputs(p) < 0) {
             rc = -1;
             break;
         }
+        unsigned fails = UINT_MAX;
+        graph_lock();
+        if (run_prim_locked_async(p, &fails) < 0) {
+            rc = -1;
+            break;
+        }
+        if (fails != UINT_MAX) {
+            if (!async_fails && !(async_fails = malloc(on * sizeof *async_fails))) {
+                wait_prim(p, fails);
+                mk_nomem();
+                rc = -1;
+                break;
+            }
+            async_fails[nasync] = fails;
+            order[nasync++] = p; /* keeps its reference; the slots below i are free */
+            continue;
+        }
         prim_decref(p);
     }
-    for (; i < on; i++) prim_decref(order[i]);
+    for (size_t k = i; k < on; k++) prim_decref(order[k]);
+    for (size_t k = 0; k < nasync; k++) {
+        if (wait_prim(order[k], async_fails[k]) < 0 && rc == 0) rc = -1;
+        prim_decref(order[k]);
+    }
+    free(async_fails);
     if (order != order0) free(order);
     return rc;
 not_small:
@@ -1095,6 +1372,7 @@ int mk_eval_small(mk_array *const *arrays, int n) {
 }
 
 void (*_Atomic mk_eval_arm)(void);
+mk_eval_fn (*_Atomic mk_gpu_evaluator)(const mk_prim *p);
 
 /* The profiler's hook (kernel/diag.c): called after each primitive runs. */
 void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t end_ns, const mk_array *out0);

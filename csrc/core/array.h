@@ -33,15 +33,57 @@
 
 #define MK_MAX_NDIM 32
 
+/* A device's memory, as a back-end supplies it (csrc/backend/, design.md
+ * "Back-ends"). Each returns 0, or -1 with an error set; alloc returns NULL
+ * after setting one. */
+typedef struct mk_devmem_ops {
+    const char *name; /* "cuda" */
+    void *(*alloc)(size_t nbytes);
+    void (*free)(void *dev, size_t nbytes);
+    int (*download)(void *host, const void *dev, size_t nbytes);
+    int (*upload)(void *dev, const void *host, size_t nbytes);
+} mk_devmem_ops;
+
+/* Where a buffer's bytes are valid (mk_buffer.where). */
+enum { MK_ON_HOST = 1, MK_ON_DEVICE = 2 };
+
 typedef struct mk_buffer {
     atomic_long refcnt;
     size_t nbytes;
     size_t capacity; /* bytes mapped, for buffers from the cache's size range */
-    void *data;
+    void *data;      /* host memory; NULL for a device buffer not yet copied down */
     /* When set, the memory belongs to someone else and release() frees it. */
     void (*release)(struct mk_buffer *);
     void *owner;
+    /* The device copy, if any (devops says whose), and where the bytes are
+     * valid: MK_ON_HOST, MK_ON_DEVICE or both. An evaluated buffer never
+     * changes (donation refuses buffers with a device copy), so once both
+     * copies are valid they stay equal. */
+    void *dev;
+    const mk_devmem_ops *devops;
+    atomic_uint where;
 } mk_buffer;
+
+/* A buffer whose bytes live on a device only (a GPU op's output). Returns
+ * NULL with an error set. */
+mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops);
+/* Makes the host copy valid (one copy down, under the buffer's lock).
+ * Returns 0, or -1 with an error set. */
+int mk_buffer_to_host(mk_buffer *b);
+/* Makes the device copy valid on `ops`' device (allocating it and copying up
+ * once). Returns 0, or -1 with an error set. */
+int mk_buffer_to_device(mk_buffer *b, const mk_devmem_ops *ops);
+/* mk_data's slow path: mk_buffer_to_host, and on failure a zeroed host copy
+ * plus an error kept for this thread (mk_take_device_error), since mk_data's
+ * callers cannot fail. */
+void mk_buffer_host_slow(mk_buffer *b);
+/* The error a failed implicit copy left on this thread: returns true (and
+ * sets it as the current error) once, false if none. The evaluator loop and
+ * the binding's reads check it. */
+bool mk_take_device_error(void);
+/* Copies made so far between the host and a device, each way (tests check
+ * that a chain of GPU work copies nothing in between). */
+void mk_device_copies(int64_t *down, int64_t *up);
 
 /* Buffers of 1 MiB and more are "fenced": their data ends at a page followed
  * by 2 MiB of read-only zero pages (and starts after such a region), so a
@@ -127,6 +169,10 @@ typedef struct mk_opdef {
      * so a small graph of them runs inline with the GIL held (array.c,
      * small_prim) */
     bool cheap;
+    /* the evaluator picks the device itself (metal_kernel: the front end
+     * hands the node to its stream's back-end), so the evaluator loop never
+     * replaces it with a back-end's */
+    bool own_device;
 } mk_opdef;
 
 typedef struct {
@@ -183,8 +229,21 @@ static inline void mk_xdecref(mk_array *a) { if (a) mk_decref(a); }
 static inline bool mk_is_evaluated(const mk_array *a) {
     return atomic_load_explicit(&((mk_array *)a)->prim, memory_order_acquire) == NULL;
 }
+/* The array's first element in host memory: the one accessor of CPU code.
+ * A buffer that lives on a device only is copied down here, once. */
 static inline void *mk_data(const mk_array *a) {
-    return (char *)a->buf->data + a->offset * (int64_t)mk_dtype_size(a->dtype);
+    mk_buffer *b = a->buf;
+    if (__builtin_expect(!(atomic_load_explicit(&b->where, memory_order_acquire) & MK_ON_HOST), 0))
+        mk_buffer_host_slow(b);
+    return (char *)b->data + a->offset * (int64_t)mk_dtype_size(a->dtype);
+}
+/* Makes an evaluated array's host copy valid: 0, or -1 with the error set.
+ * The binding calls it before reading, so that a failed copy raises. */
+static inline int mk_host_sync(const mk_array *a) {
+    mk_buffer *b = a->buf;
+    if (__builtin_expect(!(atomic_load_explicit(&b->where, memory_order_acquire) & MK_ON_HOST), 0))
+        return mk_buffer_to_host(b);
+    return 0;
 }
 
 /* Product of the shape, or -1 with an error if it overflows. */
@@ -216,6 +275,20 @@ int mk_alloc_out(mk_array *out);
 bool mk_donate(mk_prim *p, mk_array *out, mk_array *in);
 /* mk_donate, else mk_alloc_out. Returns 0 or -1. */
 int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in);
+
+/* Asynchronous evaluators (communication, core/distributed.c). Inside its
+ * evaluator an op calls mk_async_begin(p), hands the token to another
+ * thread and returns MK_EVAL_ASYNC; that thread fills the outputs (the
+ * evaluator's `outputs`, which stay valid) and calls mk_async_finish(token,
+ * 0), or mk_async_finish(token, -1) with the error set on it. Meanwhile the
+ * primitive reads as running: mk_eval goes on with the primitives that do
+ * not need its outputs, waits before one that does, and returns once it has
+ * finished. An evaluator that began and then fails before handing the token
+ * over just returns -1. */
+#define MK_EVAL_ASYNC 1
+typedef struct mk_async mk_async;
+mk_async *mk_async_begin(mk_prim *p);
+void mk_async_finish(mk_async *a, int rc);
 
 /* Makes out a view of in's buffer with the given offset and strides. */
 void mk_set_view(mk_array *out, const mk_array *in, int64_t offset, const int64_t *strides);
@@ -254,6 +327,12 @@ int mk_eval_small(mk_array *const *arrays, int n);
  * kernel/diag.c): the op's name, its start and end (CLOCK_MONOTONIC ns) and
  * its first output. */
 extern void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t end_ns, const mk_array *out0);
+
+/* The evaluator a device back-end has for a primitive on a GPU stream
+ * (csrc/backend/backend.c sets it while one is active): the back-end's
+ * evaluator, or NULL to run the op's own (CPU) evaluator, whose reads copy
+ * the inputs down (mk_data) and whose outputs a later device op copies up. */
+extern mk_eval_fn (*_Atomic mk_gpu_evaluator)(const mk_prim *p);
 
 /* Called by mk_eval (without the GIL) before it runs primitives, unless the
  * work is one small element-wise op: the binding arms its Ctrl-C handler. */

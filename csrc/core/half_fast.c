@@ -12,6 +12,41 @@
 #define MK_HAVE_F16C_BUILD 1
 #endif
 
+#include "simd.h"
+
+atomic_int mk_isa_cached;
+
+/* MKPY_ISA's cap (the highest level when unset or unknown) */
+static int isa_cap(void) {
+    const char *e = getenv("MKPY_ISA");
+    if (!e || !*e) return MK_ISA_AVX512;
+    if (!strcmp(e, "baseline")) return MK_ISA_BASELINE;
+    if (!strcmp(e, "avx2")) return MK_ISA_AVX2;
+    return MK_ISA_AVX512;
+}
+
+int mk_isa_init(void) {
+    int v = MK_ISA_BASELINE;
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("x86-64-v4"))
+        v = MK_ISA_AVX512;
+    else if (__builtin_cpu_supports("x86-64-v3"))
+        v = MK_ISA_AVX2;
+#elif defined(MK_HAVE_F16C_BUILD)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        v = MK_ISA_AVX512;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        v = MK_ISA_AVX2;
+#endif
+    int cap = isa_cap();
+    if (v > cap) v = cap;
+    atomic_store_explicit(&mk_isa_cached, v, memory_order_relaxed);
+    return v;
+}
+
 static atomic_int f16c_state; /* 0 unknown, 1 off, 2 on */
 
 bool mk_f16c(void) {
@@ -21,7 +56,8 @@ bool mk_f16c(void) {
 #ifdef MK_HAVE_F16C_BUILD
         const char *off = getenv("MKPY_NO_F16C");
         __builtin_cpu_init();
-        if (!(off && *off && strcmp(off, "0")) && __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
+        if (!(off && *off && strcmp(off, "0")) && isa_cap() >= MK_ISA_AVX2 && __builtin_cpu_supports("avx") &&
+            __builtin_cpu_supports("f16c"))
             s = 2;
 #endif
         atomic_store_explicit(&f16c_state, s, memory_order_relaxed);

@@ -14,7 +14,7 @@
 #include "half.h"
 
 /* Whether the F16C path is used (the CPU has AVX and F16C, and
- * MKPY_NO_F16C is not set). */
+ * MKPY_NO_F16C is not set, and MKPY_ISA is not baseline). */
 bool mk_f16c(void);
 /* dst[i] = float(src[i * ss]) for i < n (ss in elements; 0 repeats one). */
 void mk_f16_to_f32_run(const mk_f16 *src, int64_t ss, float *dst, int64_t n);

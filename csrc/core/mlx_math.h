@@ -26,7 +26,8 @@
 MK_MATH_INLINE float mk_mlx_expf(float x) {
     /* branch-free, so loops over it vectorise: the special cases are selects */
     float y = x * 1.442695f;
-    float yc = y > 200.0f ? 200.0f : y < -200.0f ? -200.0f : y; /* keeps the int conversion defined */
+    /* keeps the int conversion defined: a nan becomes -200 (the result is x then, below) */
+    float yc = y > 200.0f ? 200.0f : y >= -200.0f ? y : -200.0f;
     /* MLX takes floor((double)y + 0.5): y rounded half up. In float, exactly:
      * round half to even, then move ties up (y - r is exact) */
     float ipart = rintf(yc);

@@ -224,6 +224,12 @@ mk_array *mk_sdpa(mk_array *q, mk_array *k, mk_array *v, float scale, bool causa
 /* a @ b as MLX's matmul: 1-D operands gain a unit dim that the result drops,
  * leading (batch) dims broadcast, inputs are promoted to an inexact dtype. */
 mk_array *mk_matmul(mk_array *a, mk_array *b);
+/* The "matmul" primitive's params (out = alpha * (a @ b) + beta * c; inputs
+ * a, b and, with has_c, c), for the back-ends' evaluators of it. */
+typedef struct {
+    float alpha, beta;
+    bool has_c;
+} mk_gemm_params;
 /* beta * c + alpha * (a @ b); alpha and beta are float32, as MLX's. */
 mk_array *mk_addmm(mk_array *c, mk_array *a, mk_array *b, float alpha, float beta);
 mk_array *mk_inner(mk_array *a, mk_array *b);

@@ -42,7 +42,9 @@ typedef struct {
 
 /* ------------------------------------------------------------ helpers */
 
-#define FLOORDIV_S(x, y) ((y) == 0 ? 0 : ((x) == -(x) && (y) == -1) ? (x) : floordiv_s64(x, y))
+/* x // -1 is -x with wraparound (MLX: INT_MIN // -1 is INT_MIN), negated in unsigned arithmetic: the
+ * C division INT64_MIN / -1 is undefined (x86's idiv traps) */
+#define FLOORDIV_S(x, y) ((y) == 0 ? 0 : (y) == -1 ? (st)(0 - (uint64_t)(x)) : (st)floordiv_s64(x, y))
 static inline int64_t floordiv_s64(int64_t x, int64_t y) {
     int64_t q = x / y;
     if ((x % y != 0) && ((x < 0) != (y < 0))) q--;
@@ -122,7 +124,7 @@ static inline mk_c64 logaddexp_c(mk_c64 x, mk_c64 y) {
 /* ------------------------------------------------------- kernel makers */
 
 #define BKERNEL(op, s, S, R, os, OS, EXPR)                                                             \
-    MK_SIMD_CLONES static void op##_##s(const void *a_, int64_t as, const void *b_, int64_t bs, void *o_, int64_t n) { \
+    MK_SIMD_CLONES(static void, op##_##s, (const void *a_, int64_t as, const void *b_, int64_t bs, void *o_, int64_t n), (a_, as, b_, bs, o_, n), { \
         typedef S st;                                                                                  \
         typedef R rt;                                                                                  \
         const st *a = a_, *b = b_;                                                                     \
@@ -150,7 +152,7 @@ static inline mk_c64 logaddexp_c(mk_c64 x, mk_c64 y) {
                 MK_STORE_##os(&o[i], (EXPR));                                                          \
             }                                                                                          \
         }                                                                                              \
-    }
+    })
 
 #define K_SAME(E, s, S, R, op, EXPR) BKERNEL(op, s, S, R, s, S, EXPR)
 #define K_BOOL(E, s, S, R, op, EXPR) BKERNEL(op, s, S, R, b8, bool, EXPR)

@@ -25,6 +25,7 @@
 #include "ops.h"
 #include "transforms.h"
 #include "pool.h"
+#include "simd.h"
 #include "stream.h"
 #include "types.h"
 
@@ -88,8 +89,7 @@ static bool have_f16c(void) {
     static atomic_int known = -1;
     int k = atomic_load_explicit(&known, memory_order_relaxed);
     if (k < 0) {
-        __builtin_cpu_init();
-        k = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        k = mk_isa() >= MK_ISA_AVX2; /* x86-64-v3: AVX2, FMA and F16C */
         atomic_store_explicit(&known, k, memory_order_relaxed);
     }
     return k;
@@ -107,15 +107,8 @@ static F16C_ATTR void f16c_rnd_row(float *x, int64_t n) {
 #define RND_F16C(v) f16c_rnd(v)
 #endif
 
-/* x86-64 builds with GCC 12 or later also get an x86-64-v3 (AVX2, FMA)
- * clone of the hot loops, picked at load time. fmaf becomes one instruction
- * (the same correctly rounded result); a * b + c stays unfused either way
- * (-std=c11 turns contraction off). */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && defined(__x86_64__) && defined(__linux__)
-#define FAST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define FAST_CLONES
-#endif
+/* The hot loops get an x86-64-v3 (AVX2, FMA) version (simd.h): fmaf becomes one instruction (the
+ * same correctly rounded result); a * b + c stays unfused either way (-std=c11 turns contraction off). */
 
 /* A float row rounded to a low-precision dtype and back. */
 static void rnd_row(mk_dtype t, float *x, int64_t n) {
@@ -447,7 +440,7 @@ typedef struct {
 } rope_ctx;
 
 /* cos and sin (rounded to x's dtype) for offset ob at position t. */
-FAST_CLONES static void rope_angles(const rope_ctx *c, int64_t ob, int64_t t, float *cs, float *sn) {
+MK_SIMD_CLONES(static void, rope_angles, (const rope_ctx *c, int64_t ob, int64_t t, float *cs, float *sn), (c, ob, t, cs, sn), {
     mk_dtype dt = c->x->dtype;
     float pos = ((float)t + c->off[ob]) * c->p->scale;
     for (int64_t i = 0; i < c->half; i++) {
@@ -455,7 +448,7 @@ FAST_CLONES static void rope_angles(const rope_ctx *c, int64_t ob, int64_t t, fl
         cs[i] = rnd_h(dt, mk_mlx_cosf(th));
         sn[i] = rnd_h(dt, mk_mlx_sinf(th));
     }
-}
+})
 
 static void rope_table(void *c_, int64_t begin, int64_t end) {
     rope_ctx *c = c_;
@@ -813,16 +806,16 @@ typedef double sdpa_vd __attribute__((vector_size(16)));
         memcpy((out1) + 3 * w, &b3, sizeof(VT));                                                       \
     } while (0)
 #define SDPA_TILES(A, sfx, VT)                                                                         \
-    FAST_CLONES SDPA_NOINLINE static void score_tile_##sfx(const A *q0, const A *q1, const A *kp, int64_t D, \
-                                                           A *s0, A *s1) {                             \
+    MK_SIMD_CLONES(SDPA_NOINLINE static void, score_tile_##sfx, (const A *q0, const A *q1, const A *kp, int64_t D, \
+                                                           A *s0, A *s1), (q0, q1, kp, D, s0, s1), {                             \
         for (int c0 = 0; c0 < SDPA_JW; c0 += 4 * (int)(sizeof(VT) / sizeof(A)))                        \
             SDPA_TILE4(A, VT, kp + c0, SDPA_JW, q0, q1, D, s0 + c0, s1 + c0);                          \
-    }                                                                                                  \
-    FAST_CLONES SDPA_NOINLINE static void pv_tile_##sfx(const A *p0, const A *p1, const A *vb, int64_t vst, \
-                                                        int64_t je, A *o0, A *o1) {                    \
+    })                                                                                                  \
+    MK_SIMD_CLONES(SDPA_NOINLINE static void, pv_tile_##sfx, (const A *p0, const A *p1, const A *vb, int64_t vst, \
+                                                        int64_t je, A *o0, A *o1), (p0, p1, vb, vst, je, o0, o1), {                    \
         for (int c0 = 0; c0 < SDPA_JW; c0 += 4 * (int)(sizeof(VT) / sizeof(A)))                        \
             SDPA_TILE4(A, VT, vb + c0, vst, p0, p1, je, o0 + c0, o1 + c0);                             \
-    }
+    })
 #else
 #define SDPA_TILES(A, sfx, VT)                                                                         \
     static void score_tile_##sfx(const A *q0, const A *q1, const A *kp, int64_t D, A *s0, A *s1) {     \
@@ -869,8 +862,7 @@ SDPA_TILES(double, f64, sdpa_vd)
                                                                                                        \
     /* One block of up to SDPA_QB query rows of one kv head (rows r of the */                          \
     /* group are head hk * rep + r / Tq, position r % Tq). */                                          \
-    FAST_CLONES                                                                                        \
-    static void sdpa_block_##sfx(const sdpa_ctx *c, int64_t item, A *Q, A *S, A *M, A *O, A *P) {      \
+    MK_SIMD_CLONES(static void, sdpa_block_##sfx, (const sdpa_ctx *c, int64_t item, A *Q, A *S, A *M, A *O, A *P), (c, item, Q, S, M, O, P), {      \
         const int64_t Tk = c->Tk, Tkp = c->Tkp, D = c->D, Dv = c->Dv, Tq = c->Tq;                      \
         const int64_t g = item / c->nblk, r0 = (item % c->nblk) * SDPA_QB;                             \
         const int64_t b = g / c->Nkv, hk = g % c->Nkv;                                                 \
@@ -968,7 +960,7 @@ SDPA_TILES(double, f64, sdpa_vd)
         for (int qi = 0; qi < nq; qi++)                                                                \
             ocast(O + qi * Dv, 1,                                                                      \
                   (char *)mk_data(c->out) + (size_t)((b * c->Nq + h[qi]) * Tq + i[qi]) * Dv * osz, 1, Dv); \
-    }                                                                                                  \
+    })                                                                                                  \
                                                                                                        \
     static void sdpa_job_##sfx(void *c_, int ith, int nth) {                                           \
         sdpa_ctx *c = c_;                                                                              \

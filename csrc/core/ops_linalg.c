@@ -323,10 +323,7 @@ static void scale(mk_dtype ct, char *w, int64_t n, float beta) {
     }
 }
 
-typedef struct {
-    float alpha, beta;
-    bool has_c;
-} gemm_params;
+typedef mk_gemm_params gemm_params;
 
 /* OpenBLAS computes a product of at most GEMM_ALONE multiply-adds, or a
  * matrix-vector product of fewer than GEMV_ALONE matrix elements, on the

@@ -158,8 +158,8 @@ typedef struct {
         A *acc = acc_;                                                                                 \
         for (int64_t i = 0; i < n; i++) acc[i] = (A)(INIT_##op(s));                                    \
     }                                                                                                  \
-    MK_SIMD_CLONES static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos,      \
-                                              void *acc_) {                                            \
+    MK_SIMD_CLONES(static void, row_##op##_##s, (const void *x_, int64_t st, int64_t n, int64_t pos,      \
+                                              void *acc_), (x_, st, n, pos, acc_), {                                            \
         const S *x = x_;                                                                               \
         A total = *(A *)acc_;                                                                          \
         (void)pos;                                                                                     \
@@ -192,9 +192,9 @@ typedef struct {
             n -= m;                                                                                    \
         }                                                                                              \
         *(A *)acc_ = total;                                                                            \
-    }                                                                                                  \
-    MK_SIMD_CLONES static void col_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t rs,      \
-                                              int64_t nr, int64_t pos, void *acc_) {                   \
+    })                                                                                                  \
+    MK_SIMD_CLONES(static void, col_##op##_##s, (const void *x_, int64_t st, int64_t n, int64_t rs,      \
+                                              int64_t nr, int64_t pos, void *acc_), (x_, st, n, rs, nr, pos, acc_), {                   \
         A *acc = acc_;                                                                                 \
         (void)pos;                                                                                     \
         if (sizeof(L) != sizeof(A) && st == 1 && n <= CHUNK) {                                         \
@@ -233,7 +233,7 @@ typedef struct {
                 }                                                                                      \
             }                                                                                          \
         }                                                                                              \
-    }                                                                                                  \
+    })                                                                                                  \
     static void comb_##op##_##s(void *acc_, const void *later_, int64_t n) {                           \
         A *acc = acc_;                                                                                 \
         const A *later = later_;                                                                       \
@@ -349,8 +349,8 @@ typedef int32_t vri32 __attribute__((vector_size(LANES * 4)));
 #define VSTEP_max(a, x) (((x) > (a)) | ((x) != (x)))
 #define VSTEP_min(a, x) (((a) > (x)) | ((x) != (x)))
 #define VROW_MINMAX(op)                                                                                \
-    MK_SIMD_CLONES static void vrow_##op##_f32(const void *x_, int64_t st, int64_t n, int64_t pos,     \
-                                               void *acc_) {                                           \
+    MK_SIMD_CLONES(static void, vrow_##op##_f32, (const void *x_, int64_t st, int64_t n, int64_t pos,     \
+                                               void *acc_), (x_, st, n, pos, acc_), {                                           \
         if (st != 1) {                                                                                 \
             row_##op##_f32(x_, st, n, pos, acc_);                                                      \
             return;                                                                                    \
@@ -375,7 +375,7 @@ typedef int32_t vri32 __attribute__((vector_size(LANES * 4)));
             n -= m;                                                                                    \
         }                                                                                              \
         *(float *)acc_ = total;                                                                        \
-    }                                                                                                  \
+    })                                                                                                  \
     static void vrows_##op##_f32(const void *x_, int64_t xs, int64_t nrows, int64_t st, int64_t n,    \
                                  void *out_) {                                                         \
         if (n < 2 * LANES) {                                                                           \
@@ -566,8 +566,8 @@ VFIND(vfind_argmin_i32, int32_t, vi32, vi32, 8, VLT)
         while (ABETTERN_##op(s, bm, MK_LOAD_##s(&b[k]))) k++;                                          \
         return k;                                                                                      \
     }                                                                                                  \
-    MK_SIMD_CLONES static void row_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t pos,      \
-                                              void *acc_) {                                            \
+    MK_SIMD_CLONES(static void, row_##op##_##s, (const void *x_, int64_t st, int64_t n, int64_t pos,      \
+                                              void *acc_), (x_, st, n, pos, acc_), {                                            \
         const S *x = x_;                                                                               \
         op##_acc_##s a = *(op##_acc_##s *)acc_;                                                        \
         int64_t i = 0;                                                                                 \
@@ -602,7 +602,7 @@ VFIND(vfind_argmin_i32, int32_t, vi32, vi32, 8, VLT)
                 }                                                                                      \
             }                                                                                          \
         *(op##_acc_##s *)acc_ = a;                                                                     \
-    }                                                                                                  \
+    })                                                                                                  \
     static void col_##op##_##s(const void *x_, int64_t st, int64_t n, int64_t rs, int64_t nr,          \
                                int64_t pos, void *acc_) {                                              \
         const S *x = x_;                                                                               \
@@ -742,8 +742,8 @@ CSTEP_MINMAX(min)
         }                                                                                              \
     }
 #define HALF_COL(op, h, S, A)                                                                          \
-    MK_SIMD_CLONES static void colh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs,     \
-                                               int64_t nr, int64_t pos, void *acc_) {                  \
+    MK_SIMD_CLONES(static void, colh_##op##_##h, (const void *x_, int64_t st, int64_t n, int64_t rs,     \
+                                               int64_t nr, int64_t pos, void *acc_), (x_, st, n, rs, nr, pos, acc_), {                  \
         if (n < 2 * LANES) {                                                                           \
             col_##op##_##h(x_, st, n, rs, nr, pos, acc_);                                              \
             return;                                                                                    \
@@ -774,7 +774,7 @@ CSTEP_MINMAX(min)
                 widen_##h(x + r * rs + i0 * st, st, buf, m);                                           \
                 CSTEP_A_##op(acc + i0, buf, m);                                                        \
             }                                                                                          \
-    }
+    })
 HALF_REDUCE(sum, f16, mk_f16, double)
 HALF_REDUCE(prod, f16, mk_f16, float)
 HALF_REDUCE(max, f16, mk_f16, float)
@@ -842,8 +842,8 @@ static inline const float *arow_f32(const void *x, int64_t ss, float *buf, int64
 #define ASTEP_argmax(a, x) (((a) == (a)) & (((x) > (a)) | ((x) != (x))))
 #define ASTEP_argmin(a, x) (((a) == (a)) & (((a) > (x)) | ((x) != (x))))
 #define HALF_ACOL(op, h, S)                                                                            \
-    MK_SIMD_CLONES static void acolh_##op##_##h(const void *x_, int64_t st, int64_t n, int64_t rs,    \
-                                                int64_t nr, int64_t pos, void *acc_) {                 \
+    MK_SIMD_CLONES(static void, acolh_##op##_##h, (const void *x_, int64_t st, int64_t n, int64_t rs,    \
+                                                int64_t nr, int64_t pos, void *acc_), (x_, st, n, rs, nr, pos, acc_), {                 \
         if (n < 2 * LANES || nr <= 0 || (sizeof(S) == 4 && st != 1)) {                                 \
             col_##op##_##h(x_, st, n, rs, nr, pos, acc_);                                              \
             return;                                                                                    \
@@ -896,7 +896,7 @@ static inline const float *arow_f32(const void *x, int64_t ss, float *buf, int64
                 acc[i0 + i].set = true;                                                                \
             }                                                                                          \
         }                                                                                              \
-    }
+    })
 HALF_ARG(argmax, f16, mk_f16)
 HALF_ARG(argmin, f16, mk_f16)
 HALF_ARG(argmax, bf16, mk_bf16)
@@ -1542,7 +1542,7 @@ MK_MATH_INLINE int lmax_block_f32(const float *x, int64_t n, float *m) {
     for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], ACC_EXP((A)MK_LOAD_##s(&x[I(i)]) - m) * inv);
 
 #define LASTAX_KERNELS(s, S, A, MAXF, SAME)                                                            \
-    MK_SIMD_CLONES_512 static double lmax_##s(const void *x_, int64_t st, int64_t n) {                     \
+    MK_SIMD_CLONES_512(static double, lmax_##s, (const void *x_, int64_t st, int64_t n), (x_, st, n), {                     \
         const S *x = x_;                                                                               \
         A m = -INFINITY;                                                                               \
         for (int64_t b = 0; b < n; b += BLOCK) {                                                       \
@@ -1576,8 +1576,8 @@ MK_MATH_INLINE int lmax_block_f32(const float *x, int64_t n, float *m) {
             }                                                                                          \
         }                                                                                              \
         return m;                                                                                      \
-    }                                                                                                  \
-    MK_SIMD_CLONES_512 static double lexpsum_##s(const void *x_, int64_t st, int64_t n, double md, void *out_) { \
+    })                                                                                                  \
+    MK_SIMD_CLONES_512(static double, lexpsum_##s, (const void *x_, int64_t st, int64_t n, double md, void *out_), (x_, st, n, md, out_), { \
         const S *x = x_;                                                                               \
         S *out = out_;                                                                                 \
         const A m = (A)md;                                                                             \
@@ -1599,9 +1599,9 @@ MK_MATH_INLINE int lmax_block_f32(const float *x, int64_t n, float *m) {
             total += t;                                                                                \
         }                                                                                              \
         return total;                                                                                  \
-    }                                                                                                  \
-    MK_SIMD_CLONES_512 static void lscale_##s(const void *x_, int64_t st, int64_t n, double md, double invd, \
-                                          void *out_, bool stored) {                                   \
+    })                                                                                                  \
+    MK_SIMD_CLONES_512(static void, lscale_##s, (const void *x_, int64_t st, int64_t n, double md, double invd, \
+                                          void *out_, bool stored), (x_, st, n, md, invd, out_, stored), {                                   \
         const S *x = x_;                                                                               \
         S *out = out_;                                                                                 \
         const A m = (A)md, inv = (A)invd;                                                              \
@@ -1609,7 +1609,7 @@ MK_MATH_INLINE int lmax_block_f32(const float *x, int64_t n, float *m) {
             for (int64_t i = 0; i < n; i++) MK_STORE_##s(&out[i], (A)MK_LOAD_##s(&out[i]) * inv);      \
         else                                                                                           \
             BY_STRIDE(st, LSCALE, s, A);                                                                     \
-    }                                                                                                  \
+    })                                                                                                  \
     static void llse_##s(double md, double sum, void *out) {                                           \
         const A m = (A)md;                                                                             \
         MK_STORE_##s((S *)out, isinf(m) ? m : log((A)sum) + m);                                        \

@@ -98,7 +98,7 @@ static inline mk_c64 sign_c(mk_c64 x) {
 /* out[i] = EXPR, x = in[i] loaded as R, out of storage type OS stored by STORE_os */
 #define UKERNEL(op, s, S, R, os, OS, EXPR) UKERNEL_A(MK_SIMD_CLONES, op, s, S, R, os, OS, EXPR)
 #define UKERNEL_A(ATTR, op, s, S, R, os, OS, EXPR)                                                     \
-    ATTR static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {                    \
+    ATTR(static void, op##_##s, (const void *in_, int64_t is, void *out_, int64_t n), (in_, is, out_, n), { \
         typedef S st;                                                                                  \
         typedef R rt;                                                                                  \
         (void)sizeof(rt);                                                                              \
@@ -115,7 +115,7 @@ static inline mk_c64 sign_c(mk_c64 x) {
                 MK_STORE_##os(&out[i], (EXPR));                                                        \
             }                                                                                          \
         }                                                                                              \
-    }
+    })
 
 /* Same-type kernels for each class; EXPR may use S (storage) and R. */
 #define K_SAME(E, s, S, R, op, EXPR) UKERNEL(op, s, S, R, s, S, EXPR)
@@ -161,7 +161,7 @@ MATH_FC(log10, log10(x), clogf(x) / (float)M_LN10)
         MK_STORE_##s(&out[i], (R)mk_mlx_sincos_core((float)ax, x < 0, SINE));                          \
     }
 #define K_SINCOS(E, s, S, R, op, SINE)                                                                 \
-    MK_SIMD_CLONES_512 static void op##_##s(const void *in_, int64_t is, void *out_, int64_t n) {     \
+    MK_SIMD_CLONES_512(static void, op##_##s, (const void *in_, int64_t is, void *out_, int64_t n), (in_, is, out_, n), {     \
         const S *in = in_;                                                                             \
         S *out = out_;                                                                                 \
         int big = 0;                                                                                   \
@@ -174,7 +174,7 @@ MATH_FC(log10, log10(x), clogf(x) / (float)M_LN10)
             R x = MK_LOAD_##s(&in[i * is]);                                                            \
             if (!(fabs(x) <= MK_MLX_SINCOS_MAX)) MK_STORE_##s(&out[i], (R)mk_mlx_sincos_big((float)x, SINE)); \
         }                                                                                              \
-    }
+    })
 MK_FLOAT_TYPES_2(K_SINCOS, sin, 1)
 MK_FLOAT_TYPES_2(K_SINCOS, cos, 0)
 OP_C(sin, csinf(x))

@@ -45,8 +45,7 @@ static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 -
 #define TF_EVEN TF_MIX(13) TF_MIX(15) TF_MIX(26) TF_MIX(6)
 #define TF_ODD TF_MIX(17) TF_MIX(29) TF_MIX(16) TF_MIX(24)
 
-/* hot loops get an AVX2+FMA clone (simd.h) */
-#define MK_FMA_CLONES MK_SIMD_CLONES
+/* hot loops get an AVX2+FMA version (simd.h) */
 #if defined(__GNUC__)
 #define MK_ALWAYS_INLINE __attribute__((always_inline))
 #else
@@ -56,8 +55,7 @@ static inline uint32_t rotl32(uint32_t x, int r) { return (x << r) | (x >> (32 -
 /* Hashes the counter pairs (c0 + t, c1 + t), t < n, under key (k0, k1):
  * five groups of four mix steps with key injections in between. Straight
  * line code per t, so the loop over t vectorises. */
-MK_SIMD_CLONES
-static void threefry_run(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, int n, uint32_t *o0, uint32_t *o1) {
+MK_SIMD_CLONES(static void, threefry_run, (uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, int n, uint32_t *o0, uint32_t *o1), (k0, k1, c0, c1, n, o0, o1), {
     const uint32_t ks0 = k0, ks1 = k1, ks2 = k0 ^ k1 ^ 0x1BD11BDAu;
     for (int t = 0; t < n; t++) {
         uint32_t x0 = c0 + (uint32_t)t + ks0, x1 = c1 + (uint32_t)t + ks1;
@@ -69,7 +67,7 @@ static void threefry_run(uint32_t k0, uint32_t k1, uint32_t c0, uint32_t c1, int
         o0[t] = x0;
         o1[t] = x1;
     }
-}
+})
 
 /* Receives words [w, w + n) of the stream. */
 typedef void (*word_sink)(void *ctx, int64_t w, const uint32_t *words, int64_t n);
@@ -350,8 +348,7 @@ static inline MK_ALWAYS_INLINE float unit(uint32_t w, float upper) {
         break;                                                                                         \
     }
 
-MK_FMA_CLONES
-static void sample_sink(void *cv, int64_t w, const uint32_t *words, int64_t n) {
+MK_SIMD_CLONES(static void, sample_sink, (void *cv, int64_t w, const uint32_t *words, int64_t n), (cv, w, words, n), {
     sample_ctx *c = cv;
     float f[TF_CHUNK];
     const float upper = c->sp->upper;
@@ -373,7 +370,7 @@ static void sample_sink(void *cv, int64_t w, const uint32_t *words, int64_t n) {
     case MK_COMPLEX64: memcpy((float *)c->dst + w, f, (size_t)n * sizeof(float)); break;
     default: break;
     }
-}
+})
 
 static int sample_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     mk_array *o = out[0];

@@ -1,16 +1,21 @@
 #include "types.h"
 
-#define GETTERS(E, s, S, R, T, unused)                                                                \
-    case E: return (T)MK_LOAD_##s((const S *)p);
+#define GETTERS(E, s, S, R, T, CONV)                                                                  \
+    case E: return CONV(MK_LOAD_##s((const S *)p));
 
-#define DEFINE_GET(name, T)                                                                            \
+/* to an integer as MK_STORE does (types.h: never C's undefined out-of-range conversion) */
+#define CONV_F64(v) ((double)(v))
+#define CONV_I64(v) MK_F2I(i64, v)
+#define CONV_U64(v) MK_F2I(u64, v)
+#define CONV_C64(v) ((mk_c64)(v))
+#define DEFINE_GET(name, T, CONV)                                                                      \
     T name(mk_dtype t, const void *p) {                                                                \
-        switch (t) { MK_ALL_TYPES_2(GETTERS, T, _) default: return (T)0; }                              \
+        switch (t) { MK_ALL_TYPES_2(GETTERS, T, CONV) default: return (T)0; }                           \
     }
-DEFINE_GET(mk_get_f64, double)
-DEFINE_GET(mk_get_i64, int64_t)
-DEFINE_GET(mk_get_u64, uint64_t)
-DEFINE_GET(mk_get_c64, mk_c64)
+DEFINE_GET(mk_get_f64, double, CONV_F64)
+DEFINE_GET(mk_get_i64, int64_t, CONV_I64)
+DEFINE_GET(mk_get_u64, uint64_t, CONV_U64)
+DEFINE_GET(mk_get_c64, mk_c64, CONV_C64)
 #undef GETTERS
 
 #define SETTERS(E, s, S, R, u1, u2)                                                                    \
@@ -24,15 +29,16 @@ DEFINE_PUT(mk_put_i64, int64_t)
 DEFINE_PUT(mk_put_c64, mk_c64)
 #undef SETTERS
 
-/* One cast kernel per (from, to) pair. */
+/* One cast kernel per (from, to) pair. The value goes to MK_STORE as loaded: its conversion to
+ * an integer is the defined one (types.h), never a C cast of an out-of-range float. */
 #define CAST_TO(E2, s2, S2, R2, s1, S1)                                                                \
     static void cast_##s1##_##s2(const void *src, int64_t ss, void *dst, int64_t ds, int64_t n) {      \
         const S1 *a = src;                                                                             \
         S2 *b = dst;                                                                                   \
         if (ss == 1 && ds == 1)                                                                        \
-            for (int64_t i = 0; i < n; i++) MK_STORE_##s2(&b[i], (R2)MK_LOAD_##s1(&a[i]));             \
+            for (int64_t i = 0; i < n; i++) MK_STORE_##s2(&b[i], MK_LOAD_##s1(&a[i]));                  \
         else                                                                                           \
-            for (int64_t i = 0; i < n; i++) MK_STORE_##s2(&b[i * ds], (R2)MK_LOAD_##s1(&a[i * ss]));   \
+            for (int64_t i = 0; i < n; i++) MK_STORE_##s2(&b[i * ds], MK_LOAD_##s1(&a[i * ss]));        \
     }
 #define CAST_FROM(E1, s1, S1, R1) MK_ALL_TYPES_2(CAST_TO, s1, S1)
 

@@ -81,15 +81,39 @@ typedef float _Complex mk_c64;
 #define MK_LOAD_bf16(p) mk_bf16_to_f32(*(p))
 #define MK_LOAD_c64(p) (*(p))
 
+/* Floating-point to integer conversions as x86-64's truncating conversions give them, which is
+ * what MLX's CPU build (GCC, x86-64) gives: toward zero; a NaN or a value outside the range of
+ * the instruction's width (32 bits for 8-, 16- and 32-bit signed and 8- and 16-bit unsigned
+ * targets, 64 bits for int64 and uint32) gives that width's INT_MIN, which then wraps to the
+ * target; uint64 converts values from 2^63 up as x - 2^63 with the top bit set. C leaves an
+ * out-of-range conversion undefined (and compilers differ: gcc 13 and AVX-512 code give other
+ * values), so it never happens here. A complex value converts its real part. */
+#define MK_F2I_PAIR(F, sfx, L32, H32, L64, H64)                                                       \
+    static inline int32_t mk_f2i32_##sfx(F v) { return v >= L32 && v < H32 ? (int32_t)v : INT32_MIN; } \
+    static inline int64_t mk_f2i64_##sfx(F v) { return v >= L64 && v < H64 ? (int64_t)v : INT64_MIN; } \
+    static inline uint64_t mk_f2u64_##sfx(F v) {                                                      \
+        return !(v >= H64) ? (uint64_t)mk_f2i64_##sfx(v) : (uint64_t)mk_f2i64_##sfx(v - H64) ^ (1ull << 63); \
+    }
+MK_F2I_PAIR(float, f, -2147483648.0f, 2147483648.0f, -9223372036854775808.0f, 9223372036854775808.0f)
+MK_F2I_PAIR(double, d, -2147483648.0, 2147483648.0, -9223372036854775808.0, 9223372036854775808.0)
+#undef MK_F2I_PAIR
+static inline int32_t mk_f2i32_c(mk_c64 v) { return mk_f2i32_f(crealf(v)); }
+static inline int64_t mk_f2i64_c(mk_c64 v) { return mk_f2i64_f(crealf(v)); }
+static inline uint64_t mk_f2u64_c(mk_c64 v) { return mk_f2u64_f(crealf(v)); }
+static inline int32_t mk_f2i32_i(int64_t v) { return (int32_t)v; }
+static inline int64_t mk_f2i64_i(int64_t v) { return v; }
+static inline uint64_t mk_f2u64_i(uint64_t v) { return v; }
+#define MK_F2I(w, v) _Generic((v), float: mk_f2##w##_f, double: mk_f2##w##_d, mk_c64: mk_f2##w##_c, default: mk_f2##w##_i)(v)
+
 #define MK_STORE_b8(p, v) (*(p) = (bool)(v))
-#define MK_STORE_u8(p, v) (*(p) = (uint8_t)(v))
-#define MK_STORE_u16(p, v) (*(p) = (uint16_t)(v))
-#define MK_STORE_u32(p, v) (*(p) = (uint32_t)(v))
-#define MK_STORE_u64(p, v) (*(p) = (uint64_t)(v))
-#define MK_STORE_i8(p, v) (*(p) = (int8_t)(v))
-#define MK_STORE_i16(p, v) (*(p) = (int16_t)(v))
-#define MK_STORE_i32(p, v) (*(p) = (int32_t)(v))
-#define MK_STORE_i64(p, v) (*(p) = (int64_t)(v))
+#define MK_STORE_u8(p, v) (*(p) = (uint8_t)MK_F2I(i32, v))
+#define MK_STORE_u16(p, v) (*(p) = (uint16_t)MK_F2I(i32, v))
+#define MK_STORE_u32(p, v) (*(p) = (uint32_t)MK_F2I(i64, v))
+#define MK_STORE_u64(p, v) (*(p) = MK_F2I(u64, v))
+#define MK_STORE_i8(p, v) (*(p) = (int8_t)MK_F2I(i32, v))
+#define MK_STORE_i16(p, v) (*(p) = (int16_t)MK_F2I(i32, v))
+#define MK_STORE_i32(p, v) (*(p) = MK_F2I(i32, v))
+#define MK_STORE_i64(p, v) (*(p) = MK_F2I(i64, v))
 #define MK_STORE_f16(p, v) (*(p) = mk_f32_to_f16((float)(v)))
 #define MK_STORE_f32(p, v) (*(p) = (float)(v))
 #define MK_STORE_f64(p, v) (*(p) = (double)(v))

@@ -24,6 +24,7 @@
 #include "core/ops.h"
 #include "core/pool.h"
 #include "core/types.h"
+#include "backend/backend.h"
 #include "backend/cpu/cbs.h"
 #include "backend/cpu/check.h"
 #include "backend/cpu/coop.h"
@@ -524,6 +525,100 @@ static int count_barriers(const mkk_kernel *k) {
     return n;
 }
 
+/* ------------------------------------------------------ GPU parity */
+
+/* MKPY_GPU_PARITY (a debugging mode; make test-gpu uses it): every kernel a
+ * GPU back-end runs runs again on the CPU back-end, and the outputs must
+ * agree: integers and MKPY_GPU_PARITY=exact bit for bit, floats within the
+ * dtype's tolerance (Metal's math and CUDA's differ by ulps; simd and
+ * atomic reductions may add in another order). Outputs without init_value
+ * start as the same bytes on both sides (mkk_parity_fill), so elements a
+ * kernel leaves unwritten compare equal. */
+static _Thread_local bool parity_cpu_side; /* the CPU side of a check runs on this thread */
+static _Thread_local bool parity_on;       /* a check is under way on this thread */
+
+static int parity_mode(void) {
+    const char *e = getenv("MKPY_GPU_PARITY");
+    if (!e || !*e || strcmp(e, "0") == 0) return 0;
+    return strcmp(e, "exact") == 0 ? 2 : 1;
+}
+
+bool mkk_parity_fill(void) { return parity_on; }
+
+static double elem_f64(mk_dtype t, const char *p, bool imag) {
+    if (t == MK_COMPLEX64) return ((const float *)p)[imag];
+    return imag ? 0.0 : mk_get_f64(t, p);
+}
+
+static int parity_compare(const mkk_kernel *k, const mkk_call *c, int i, const mk_array *g, const mk_array *h,
+                          int mode) {
+    const mk_dtype t = g->dtype;
+    const size_t isz = mk_dtype_size(t);
+    const char *gp = mk_data(g), *hp = mk_data(h);
+    if (mk_take_device_error()) return -1;
+    const bool fl = t == MK_FLOAT32 || t == MK_FLOAT16 || t == MK_BFLOAT16 || t == MK_COMPLEX64;
+    const double rtol = t == MK_FLOAT16 ? 2e-3 : t == MK_BFLOAT16 ? 1.6e-2 : 1e-5;
+    double scale = 0.0;
+    if (fl && mode == 1)
+        for (int64_t j = 0; j < h->size; j++)
+            for (int part = 0; part < 1 + (t == MK_COMPLEX64); part++) {
+                double v = elem_f64(t, hp + j * isz, part);
+                if (v == v && v - v == 0.0 && (v < 0 ? -v : v) > scale) scale = v < 0 ? -v : v;
+            }
+    int64_t bad = -1, nbad = 0;
+    double gv = 0, hv = 0;
+    for (int64_t j = 0; j < h->size; j++) {
+        if (memcmp(gp + j * isz, hp + j * isz, isz) == 0) continue;
+        bool ok = false;
+        if (fl && mode == 1) {
+            ok = true;
+            for (int part = 0; part < 1 + (t == MK_COMPLEX64) && ok; part++) {
+                double a = elem_f64(t, gp + j * isz, part), b = elem_f64(t, hp + j * isz, part);
+                double d = a > b ? a - b : b - a;
+                ok = (a != a && b != b) || d <= rtol * ((b < 0 ? -b : b) + scale);
+            }
+        }
+        if (!ok) {
+            if (bad < 0) {
+                bad = j;
+                gv = elem_f64(t, gp + j * isz, false);
+                hv = elem_f64(t, hp + j * isz, false);
+            }
+            nbad++;
+        }
+    }
+    if (bad < 0) return 0;
+    mk_error_set(MK_ERR_RUNTIME,
+                 "[metal_kernel] Kernel `%s`: the GPU and the CPU engine disagree (MKPY_GPU_PARITY%s): output `%s` "
+                 "differs at %lld of %lld elements, first at flat index %lld: GPU %.9g, CPU %.9g. Kernel called at %s",
+                 k->name, mode == 2 ? "=exact" : "", k->output_names[i], (long long)nbad, (long long)h->size,
+                 (long long)bad, gv, hv, c->call_site ? c->call_site : "?");
+    return -1;
+}
+
+static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
+
+/* After the GPU ran p into out: the CPU back-end runs it into temporaries,
+ * and the two must agree. */
+static int parity_check(mk_prim *p, mk_array *const *in, mk_array *const *out, int mode) {
+    kernel_params *kp = p->params;
+    mkk_kernel *k = kp->k;
+    mk_array *tmp[64];
+    if (k->noutputs > 64) return 0;
+    int rc = 0, made = 0;
+    for (int i = 0; i < k->noutputs && rc == 0; i++, made++)
+        if (!(tmp[i] = mk_array_empty(out[i]->dtype, out[i]->ndim, out[i]->shape))) rc = -1;
+    if (rc == 0) {
+        parity_cpu_side = true;
+        rc = kernel_eval(p, in, tmp);
+        parity_cpu_side = false;
+    }
+    for (int i = 0; i < k->noutputs && rc == 0; i++) rc = parity_compare(k, kp->c, i, out[i], tmp[i], mode);
+    for (int i = 0; i < made; i++)
+        if (tmp[i]) mk_decref(tmp[i]);
+    return rc;
+}
+
 static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     kernel_params *kp = p->params;
     mkk_kernel *k = kp->k;
@@ -568,6 +663,18 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     }
 
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
+    {
+        /* a GPU back-end, when the node's stream is a GPU's and one is active */
+        const mkb_backend *be = parity_cpu_side ? &mkb_cpu_backend : mkb_for_device(mk_stream_device(p->stream));
+        if (be->kernel_eval) {
+            const int parity = parity_mode();
+            parity_on = parity != 0;
+            rc = be->kernel_eval(k, c, in, out, generated, kname, &plan, plan_total);
+            if (rc == 0 && parity) rc = parity_check(p, in, out, parity);
+            parity_on = false;
+            goto done;
+        }
+    }
     const bool profiling = mkk_profiling();
     mkk_profile_kernel prof = {k->name, NULL, NULL, profiling ? mkk_now_ns() : 0};
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
@@ -602,6 +709,8 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             char *d = b->base;
             mk_put_f64(out[i]->dtype, d, c->init_value);
             for (int64_t j = 1; j < out[i]->size; j++) memcpy(d + j * isz, d, isz);
+        } else if (parity_on) {
+            memset(b->base, MKK_PARITY_BYTE, nbytes); /* as the GPU side's outputs start */
         }
     }
     /* arguments in MLX's buffer order */
@@ -940,8 +1049,9 @@ fail:
     return mk_nomem();
 }
 
+/* own_device: the front end hands the node to its stream's back-end itself */
 static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params, NULL, NULL, NULL, false,
-                                    false, 0, copy_params, NULL};
+                                    false, 0, copy_params, NULL, .own_device = true};
 
 int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
                      const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs) {

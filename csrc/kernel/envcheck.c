@@ -6,7 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/pool.h"
+#include "core/simd.h"
 #include "diag.h"
 #include "kernel.h"
 
@@ -64,6 +66,18 @@ static void cpu_flags(char *out, size_t n, char *model, size_t mn) {
     if (f) fclose(f);
 }
 
+/* The clang and LLVM packages to name in a fix: the lockstep pass's LLVM when it was built. */
+#ifdef MKPY_PASS_LLVM_MAJOR
+#define LLVM_PKG_N MKPY_PASS_LLVM_MAJOR
+#else
+#define LLVM_PKG_N 0
+#endif
+
+static int major_of(const char *version) {
+    const char *v = strstr(version, "version ");
+    return v ? atoi(v + 8) : 0;
+}
+
 char *mkk_env_check(const char *python_line, int python_ok, int *failures) {
     out_t o = {0};
     char d[6000];
@@ -76,12 +90,23 @@ char *mkk_env_check(const char *python_line, int python_ok, int *failures) {
         const char *env = getenv("MKPY_CXX");
         snprintf(d, sizeof d, "no clang++ 15 or newer found%s%s%s", env ? " (MKPY_CXX=" : " on PATH", env ? env : "",
                  env ? ")" : "");
-        item(&o, "FAIL", "kernel compiler", d,
-             "apt-get install clang-15 (or point MKPY_CXX at a clang++ of version 15 or newer)");
+        char fix[200];
+        snprintf(fix, sizeof fix, "apt-get install clang-%d (or point MKPY_CXX at a clang++ of version 15 or newer)",
+                 LLVM_PKG_N ? LLVM_PKG_N : 15);
+        item(&o, "FAIL", "kernel compiler", d, fix);
     } else {
         snprintf(d, sizeof d, "%s (%s)", p.cxx, p.cxx_version[0] ? p.cxx_version : "version unknown");
         item(&o, p.cxx_version[0] ? "PASS" : "FAIL", "kernel compiler", d,
-             p.cxx_version[0] ? NULL : "the compiler does not run: reinstall clang-15 or fix MKPY_CXX");
+             p.cxx_version[0] ? NULL : "the compiler does not run: reinstall clang or fix MKPY_CXX");
+        int cm = major_of(p.cxx_version);
+        if (LLVM_PKG_N && cm > LLVM_PKG_N && p.cbs_pass[0]) {
+            char fix[200];
+            snprintf(d, sizeof d, "clang %d writes bitcode newer than the lockstep pass's LLVM %d reads: kernels "
+                     "with barriers run on fibers and the checker mode cannot instrument kernels", cm, LLVM_PKG_N);
+            snprintf(fix, sizeof fix, "apt-get install clang-%d (or set MKPY_CXX=clang++-%d), or rebuild mkpy with "
+                     "llvm-%d-dev", LLVM_PKG_N, LLVM_PKG_N, cm);
+            item(&o, "WARN", "compiler and LLVM", d, fix);
+        }
     }
 
     if (p.cxx_ok) {
@@ -115,7 +140,16 @@ char *mkk_env_check(const char *python_line, int python_ok, int *failures) {
     else
         item(&o, p.cbs_pass[0] ? "PASS" : "FAIL", "cooperative engine",
              p.cbs_pass[0] ? d : "mkpy-cbs-pass is missing: kernels with barriers run on fibers (slower)",
-             p.cbs_pass[0] ? NULL : "install llvm-15-dev and rebuild (`make build`)");
+             p.cbs_pass[0] ? NULL
+                           : "apt-get install llvm-N-dev with N from 15 to 19, the version of your clang (or set "
+                             "MKPY_LLVM_DIR), and rebuild (`make build` or `pip install .`)");
+
+#ifdef MKPY_NO_KISSFFT
+    item(&o, "WARN", "FFT", "built without KissFFT: mx.fft's transforms raise (fftshift and fftfreq work)",
+         "apt-get install libkissfft-dev and rebuild (`make build` or `pip install .`)");
+#else
+    item(&o, "PASS", "FFT", "KissFFT", NULL);
+#endif
 
     const char *cfg = openblas_get_config();
     int bt = openblas_get_num_threads();
@@ -144,6 +178,14 @@ char *mkk_env_check(const char *python_line, int python_ok, int *failures) {
     snprintf(d, sizeof d, "%s; features:%s%s (kernels are built for this CPU, -march=native)", model[0] ? model : "CPU",
              have[0] ? have : " none of", have[0] ? "" : " avx2/fma/f16c/avx512f/asimd");
     item(&o, cpu_ok ? "PASS" : "WARN", "CPU features", d, cpu_ok ? NULL : cpu_fix);
+#if defined(__x86_64__)
+    static const char *const levels[] = {"", "baseline x86-64", "AVX2, FMA and F16C (x86-64-v3)",
+                                         "AVX-512 (x86-64-v4)"};
+    const char *cap = getenv("MKPY_ISA");
+    snprintf(d, sizeof d, "%s%s%s%s", levels[mk_isa()], cap && *cap ? " (MKPY_ISA=" : "", cap && *cap ? cap : "",
+             cap && *cap ? ")" : "");
+    item(&o, "PASS", "built-in kernels", d, NULL);
+#endif
 
     mkk_disk_info di;
     if (mkk_disk_cache(false, &di) < 0) {
@@ -178,6 +220,16 @@ char *mkk_env_check(const char *python_line, int python_ok, int *failures) {
     snprintf(d, sizeof d, "MKPY_DEBUG=%d, debug builds %s (MKPY_KERNEL_DEBUG)", mkk_debug_level(),
              mkk_debug_build() ? "on" : "off");
     item(&o, "PASS", "debugging", d, NULL);
+
+    /* the GPU back-end is optional: its absence is information, not a failure */
+    char g[1024];
+    const char *gpu_env = getenv("MKPY_GPU");
+    mkb_cuda_backend.describe(g, sizeof g);
+    if (gpu_env && strcmp(gpu_env, "cpu") == 0)
+        snprintf(d, sizeof d, "MKPY_GPU=cpu: GPU streams run on the CPU back-end (%s)", g);
+    else
+        snprintf(d, sizeof d, "%s%s", g, mkb_gpu() ? "; GPU streams run there" : "; GPU streams run on the CPU");
+    item(&o, "PASS", "NVIDIA GPU", d, NULL);
 
     if (failures) *failures = o.failures;
     return o.s;

@@ -103,9 +103,35 @@ typedef struct {
 } mkk_linemap;
 void mkk_line_map(const mkk_kernel *k, const char *generated, mkk_linemap *map);
 
-/* Translation of generated Metal source to C++. The result has the same
+/* Translation of generated Metal source to C++ for a target: the CPU's
+ * clang (mkpy_metal.h) or NVRTC (mkpy_cuda.h). The result has the same
  * line structure (one output line per input line). Returns a malloc'd string. */
-char *mkk_translate(const char *msl);
+typedef enum { MKK_TARGET_CPU, MKK_TARGET_CUDA } mkk_target;
+char *mkk_translate(const char *msl, mkk_target target);
+
+/* The parts of a kernel's program that every back-end shares (program.c).
+ * A growing string; after a failed allocation s is NULL and failed is set. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    bool failed;
+} mkk_sbuf;
+void mkk_sb(mkk_sbuf *b, const char *text);
+void mkk_sbf(mkk_sbuf *b, const char *fmt, ...) MK_PRINTF(2, 3);
+/* Appends the translated source (header, MLX's signature, the user's source)
+ * with #line markers naming header_file, generated_file and source_file, so
+ * that a compiler's line numbers are the user's. Returns 0 or -1 (error set). */
+int mkk_program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, mkk_target target,
+                     const char *header_file, const char *generated_file, const char *source_file);
+/* The call of the kernel function for one thread, whose attributes are in
+ * `t` (an mkpy_thread_attrs), ending in ";\n": `name<targs>(args...)`. Argument
+ * i is written with arg_fmt ("args[%d]" on the CPU, "a%d" for CUDA); one per
+ * entry of the launch's argument array (mkk_nargs of them), in its order.
+ * *readonly_args (if not NULL) gets how many leading ones are inputs.
+ * Returns a malloc'd string or NULL (error set). */
+char *mkk_call_expr(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *kernel_name,
+                    const char *arg_fmt, int *readonly_args);
+int mkk_nargs(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs);
 
 /* A compiled kernel entry point (mkpy_launch.h is shared with the runtime header). */
 #include "../../mkpy/include/mkpy_launch.h"
@@ -195,6 +221,11 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
                      const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs);
 
 void mkk_call_free(mkk_call *c);
+
+/* MKPY_GPU_PARITY's check is under way on this thread (dispatch.c): outputs
+ * without init_value start as MKK_PARITY_BYTE on both back-ends. */
+bool mkk_parity_fill(void);
+#define MKK_PARITY_BYTE 0xA5
 
 
 /* A metal_kernel node's kernel and call (borrowed), for export_function

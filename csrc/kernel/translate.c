@@ -1,4 +1,5 @@
-/* Metal Shading Language -> C++ for mkpy_metal.h.
+/* Metal Shading Language -> C++ for mkpy_metal.h (CPU) or CUDA C++ for
+ * mkpy_cuda.h (NVRTC): one pass, with a target.
  *
  * MSL is C++14 plus address spaces, attributes and a few literals, and the
  * runtime header supplies Metal's types and library. So the translation is a
@@ -15,7 +16,12 @@
  *     `static thread_local` (the threads of one threadgroup run as fibers of
  *     one worker, so they share it, and other workers have their own), and a
  *     call recording its size follows the declaration on the same line;
- *     `threadgroup` as a pointer qualifier is removed;
+ *     for CUDA it becomes `__shared__` (a threadgroup is a block), with no
+ *     call; `threadgroup` as a pointer qualifier is removed (CUDA's generic
+ *     addressing reaches shared memory through a plain pointer);
+ *   - for CUDA, `constant` becomes `const` as for the CPU: NVRTC runs with
+ *     -default-device, so a program-scope `const` scalar stays a constant
+ *     expression and a `const` array or struct is __device__ data;
  *   - half literals `1.5h` become `half(1.5f)`, bfloat literals `1.5bf`
  *     `bfloat(1.5f)`, and unsuffixed floating literals get an `f` (they are
  *     float in Metal, double in C++).
@@ -114,7 +120,7 @@ static int threadgroup_storage(const char *p, char names[][128], int line_only) 
     return n;
 }
 
-char *mkk_translate(const char *src) {
+char *mkk_translate(const char *src, mkk_target target) {
     out_buf o = {0};
     const char *p = src;
     int line_start = 1;
@@ -200,7 +206,9 @@ char *mkk_translate(const char *src) {
                     n = threadgroup_storage(e, tg_names, 1);
                 else if (braces > 0 && parens == 0 && (last == ';' || last == '{' || last == '}'))
                     n = threadgroup_storage(e, tg_names, 0);
-                if (n > 0) {
+                if (n > 0 && target == MKK_TARGET_CUDA) {
+                    if (put(&o, "__shared__", 10) < 0) goto nomem;
+                } else if (n > 0) {
                     tg_count = n;
                     tg_depth = braces;
                     if (put(&o, "static thread_local", 19) < 0) goto nomem;

@@ -2,6 +2,7 @@
  * tables; mkpy.random, mkpy.fast and mkpy.metal are submodule objects that
  * the Python package re-exports. */
 #include "core/pool.h"
+#include "backend/backend.h"
 #include "mkpy.h"
 #include "py_tree.h" /* grad & co., custom_function, compile */
 
@@ -85,6 +86,9 @@ PyMODINIT_FUNC PyInit__core(void) {
     if (mkpy_custom_init(m) < 0) goto error;
     if (mkpy_compile_init(m) < 0 || PyModule_AddFunctions(m, mkpy_compile_functions) < 0) goto error;
     if (mkpy_stream_init(m) < 0) goto error;
+    /* the GPU back-end is chosen before any node is evaluated (backend/backend.c):
+     * loads the CUDA driver where there is one, nothing else elsewhere */
+    mkb_gpu();
     return m;
 error:
     Py_DECREF(m);

@@ -1,6 +1,7 @@
 /* mkpy.distributed (MLX's mlx.core.distributed) and mkpy.cuda: the Group
  * type and the communication ops over the core's distributed layer
  * (core/distributed.h). */
+#include "backend/backend.h"
 #include "core/distributed.h"
 #include "mkpy.h"
 
@@ -162,6 +163,7 @@ static int parse_group(const char *fname, PyObject *o, mk_dist_group **out) {
     return 0;
 }
 
+/* gather: 0 a reduction by op, 1 all_gather, 2 sum_scatter */
 static PyObject *all_reduce(const char *fname, int gather, mk_dist_reduce op, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kw) {
     static const char *const names[] = {"x", "*group", "*stream", NULL};
@@ -170,7 +172,9 @@ static PyObject *all_reduce(const char *fname, int gather, mk_dist_reduce op, Py
     if (mkpy_parse(fname, args, nargs, kw, names, 1, a) < 0 || parse_group(fname, a[1], &g) < 0) return NULL;
     mk_array *x = mkpy_to_array_arg(a[0], -1);
     if (!x) return NULL;
-    mk_array *r = gather ? mk_dist_all_gather(x, g) : mk_dist_all_reduce(x, op, g);
+    mk_array *r = gather == 1   ? mk_dist_all_gather(x, g)
+                  : gather == 2 ? mk_dist_sum_scatter(x, g)
+                                : mk_dist_all_reduce(x, op, g);
     mk_decref(x);
     return mkpy_wrap(r);
 }
@@ -193,6 +197,23 @@ MKPY_STREAM_BINDING(py_all_min)(PyObject *m, PyObject *const *args, Py_ssize_t n
 MKPY_STREAM_BINDING(py_all_gather)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
     (void)m;
     return all_reduce("all_gather", 1, MK_DIST_SUM, args, nargs, kw);
+}
+
+MKPY_STREAM_BINDING(py_sum_scatter)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
+    (void)m;
+    return all_reduce("sum_scatter", 2, MK_DIST_SUM, args, nargs, kw);
+}
+
+/* mkpy.distributed's exit hook: MPI_Finalize unless the program is ending
+ * on an uncaught exception (then the launcher stops the other ranks). */
+static PyObject *py_finalize(PyObject *m, PyObject *failing) {
+    (void)m;
+    int f = PyObject_IsTrue(failing);
+    if (f < 0) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    mk_dist_finalize(f);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }
 
 MKPY_STREAM_BINDING(py_send)(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kw) {
@@ -245,11 +266,13 @@ MKPY_STREAM_BINDING(py_recv_like)(PyObject *m, PyObject *const *args, Py_ssize_t
 static PyMethodDef distributed_functions[] = {
     {"is_available", FN(py_is_available), FASTKW,
      "is_available(backend='any')\n--\n\n"
-     "Whether a communication backend can be instantiated. mkpy has no multi-process backend yet: False."},
+     "Whether a communication backend can be instantiated: 'mpi' and 'any' when Open MPI's libmpi\n"
+     "loads, the others never."},
     {"init", FN(py_init), FASTKW,
      "init(strict=False, backend='any', *, all_gather_factory=None)\n--\n\n"
-     "The global communication group. With no backend available it is a singleton group (rank 0,\n"
-     "size 1), or with strict=True a RuntimeError. backend: 'any', 'mpi', 'ring', 'nccl' or 'jaccl'."},
+     "The global communication group: the MPI world when the program was started by mpirun (or\n"
+     "python -m mkpy.launch). Else a singleton group (rank 0, size 1), or with strict=True a\n"
+     "RuntimeError. backend: 'any', 'mpi', 'ring', 'nccl' or 'jaccl'."},
     {"all_sum", FN(py_all_sum), FASTKW,
      "all_sum(x, *, group=None, stream=None)\n--\n\nSum of x over the processes of the group (x itself in a group of one)."},
     {"all_max", FN(py_all_max), FASTKW,
@@ -259,6 +282,11 @@ static PyMethodDef distributed_functions[] = {
     {"all_gather", FN(py_all_gather), FASTKW,
      "all_gather(x, *, group=None, stream=None)\n--\n\n"
      "The x of every process concatenated along the first axis (x itself in a group of one)."},
+    {"sum_scatter", FN(py_sum_scatter), FASTKW,
+     "sum_scatter(x, *, group=None, stream=None)\n--\n\n"
+     "Sum x over the processes of the group and scatter the result: each process gets its block of\n"
+     "the first axis (x.shape[0] must be divisible by the group size)."},
+    {"_finalize", py_finalize, METH_O, "_finalize(failing)\n--\n\nEnds MPI at exit (mkpy.distributed's atexit hook)."},
     {"send", FN(py_send), FASTKW,
      "send(x, dst, *, group=None, stream=None)\n--\n\n"
      "Send x to the process of rank dst; returns x, sent when evaluated. A singleton group raises ValueError."},
@@ -272,12 +300,21 @@ static PyMethodDef distributed_functions[] = {
 
 static PyObject *py_cuda_is_available(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
-    Py_RETURN_FALSE;
+    return PyBool_FromLong(mkb_gpu() == &mkb_cuda_backend);
+}
+
+static PyObject *py_cuda_transfers(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+    int64_t down, up;
+    mk_device_copies(&down, &up);
+    return Py_BuildValue("LL", (long long)down, (long long)up);
 }
 
 static PyMethodDef cuda_functions[] = {
+    {"_transfers", py_cuda_transfers, METH_NOARGS,
+     "_transfers()\n--\n\n(copies from the GPU to the host, copies to the GPU) made so far by this process."},
     {"is_available", py_cuda_is_available, METH_NOARGS,
-     "is_available()\n--\n\nWhether the CUDA back-end is available: False (mkpy runs on the CPU)."},
+     "is_available()\n--\n\nWhether GPU streams run on an NVIDIA GPU: a GPU and its driver were found (and MKPY_GPU is not \"cpu\")."},
     {NULL},
 };
 
@@ -303,7 +340,7 @@ int mkpy_distributed_init(PyObject *m) {
     int rc = PyModule_AddObjectRef(dist, "Group", (PyObject *)&PyMkGroup_Type);
     Py_DECREF(dist);
     if (rc < 0) return -1;
-    if (add_module(m, "cuda", "mkpy.cuda: the CUDA back-end (absent).", cuda_functions, &cuda) < 0) return -1;
+    if (add_module(m, "cuda", "mkpy.cuda: the CUDA back-end (an NVIDIA GPU, when one is found).", cuda_functions, &cuda) < 0) return -1;
     Py_DECREF(cuda);
     return 0;
 }

@@ -429,7 +429,11 @@ static int cb_vmap(void *ctx, int n, mk_array *const *inputs, const int *axes, i
 /* The node may die on a thread that released the GIL (inside mk_eval): the
  * closure is then dropped later, by a thread that holds it (py_defer.c). */
 static void cb_free(void *ctx) {
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!ctx || Py_IsFinalizing()) return; /* public from 3.13, which removed _Py_IsFinalizing */
+#else
     if (!ctx || _Py_IsFinalizing()) return;
+#endif
     mkpy_defer_decref((PyObject *)ctx);
 }
 

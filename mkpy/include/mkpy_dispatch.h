@@ -5,16 +5,8 @@
 
 #include "mkpy_launch.h"
 
-/* Metal's values of every kernel attribute for one thread. */
-struct mkpy_thread_attrs {
-    uint32_t dispatch_threads_per_threadgroup[3], grid_origin[3], grid_size[3], thread_position_in_grid[3],
-        thread_position_in_threadgroup[3], threadgroup_position_in_grid[3], threadgroups_per_grid[3],
-        threads_per_grid[3], threads_per_threadgroup[3];
-    uint32_t dispatch_quadgroups_per_threadgroup, dispatch_simdgroups_per_threadgroup,
-        quadgroup_index_in_threadgroup, quadgroups_per_threadgroup, simdgroup_index_in_threadgroup,
-        simdgroups_per_threadgroup, thread_execution_width, thread_index_in_quadgroup, thread_index_in_simdgroup,
-        thread_index_in_threadgroup, threads_per_simdgroup;
-};
+/* struct mkpy_thread_attrs: Metal's values of every kernel attribute for one
+ * thread (mkpy_launch.h, shared with the CUDA target). */
 
 namespace mkpy {
 

@@ -14,8 +14,12 @@
 #ifndef MKPY_LAUNCH_H
 #define MKPY_LAUNCH_H
 
+#ifdef __CUDACC_RTC__
+#include "mkpy_cuda_std.h" /* NVRTC: no system headers */
+#else
 #include <stddef.h>
 #include <stdint.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +40,18 @@ static inline uint32_t mkpy_group_extent(uint32_t grid, uint32_t tg, uint64_t b)
     const uint64_t start = b * tg;
     return start + tg <= grid ? tg : (uint32_t)(grid - start);
 }
+
+/* Metal's values of every kernel attribute for one thread (filled by
+ * mkpy_dispatch.h on the CPU, by mkpy_cuda.h on a GPU). */
+struct mkpy_thread_attrs {
+    uint32_t dispatch_threads_per_threadgroup[3], grid_origin[3], grid_size[3], thread_position_in_grid[3],
+        thread_position_in_threadgroup[3], threadgroup_position_in_grid[3], threadgroups_per_grid[3],
+        threads_per_grid[3], threads_per_threadgroup[3];
+    uint32_t dispatch_quadgroups_per_threadgroup, dispatch_simdgroups_per_threadgroup,
+        quadgroup_index_in_threadgroup, quadgroups_per_threadgroup, simdgroup_index_in_threadgroup,
+        simdgroups_per_threadgroup, thread_execution_width, thread_index_in_quadgroup, thread_index_in_simdgroup,
+        thread_index_in_threadgroup, threads_per_simdgroup;
+};
 
 /* The bytes one lane may contribute to a SIMD-group exchange (a long4). */
 #define MKPY_SIMD_SLOT 32

@@ -26,12 +26,16 @@
 #ifndef MKPY_METAL_H
 #define MKPY_METAL_H
 
+#ifdef __CUDACC_RTC__
+#include "mkpy_cuda_std.h" // NVRTC has no system headers (the CUDA target, mkpy_cuda.h)
+#else
 #include <float.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <type_traits>
+#endif
 
 // MSL's built-in unsigned type names (glibc's <sys/types.h> declares the same
 // typedefs for uint/ushort/ulong, which is allowed: they name the same types).

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda.h"
+#include "backend/diskcache.h"
 #include "backend/cpu/check.h"
 #include "backend/cpu/coop.h"
 #include "backend/cpu/ir/cbs_ir.h"
@@ -65,7 +67,6 @@ typedef struct entry {
 
 #define NBUCKETS 256
 #define DEFAULT_MAX_LOADED 256
-#define DEFAULT_CACHE_MAX_BYTES ((int64_t)1 << 30)
 #define TOUCH_EVERY_S 60 /* a memory hit refreshes its disk entry's time at most this often */
 
 static struct {
@@ -111,29 +112,6 @@ static uint64_t hash64(const char *s, size_t n) {
     memcpy(&t, s, n);
     h = (h ^ t) * 0x9e3779b97f4a7c15ULL;
     return h ^ (h >> 32);
-}
-
-/* 64-bit FNV-1a of n bytes, continuing from h (start with FNV_BASIS): the
- * hash of an entry's object file recorded in its key (see load_verified). */
-static _Atomic unsigned long tmp_seq; /* unique temporary names within the process */
-
-#define FNV_BASIS 0xcbf29ce484222325ULL
-static uint64_t fnv1a(uint64_t h, const unsigned char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
-/* 128-bit hash as two independent 64-bit FNV-1a variants, hex encoded. */
-static void hash_hex(const char *a, const char *b, char out[33]) {
-    uint64_t h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
-    const char *parts[2] = {a, b};
-    for (int k = 0; k < 2; k++)
-        for (const unsigned char *p = (const unsigned char *)parts[k]; *p; p++) {
-            h1 = (h1 ^ *p) * 0x100000001b3ULL;
-            h2 = (h2 ^ *p) * 0x100000001b3ULL;
-            h2 ^= h2 >> 29;
-        }
-    snprintf(out, 33, "%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
 }
 
 /* ------------------------------------------------------ running programs */
@@ -239,7 +217,8 @@ static void file_identity(const char *path, char *out, size_t n) {
         snprintf(out, n, "%s", real);
 }
 
-/* MKPY_CXX, else the newest clang++-N (N >= 15) on PATH, else clang++ >= 15. */
+/* MKPY_CXX, else clang++-N of the lockstep pass's LLVM, else the newest clang++-N (N >= 15) on
+ * PATH, else clang++ >= 15. */
 static int find_compiler(void) {
     if (jit.cxx_probed) return jit.cxx[0] ? 0 : -1;
     jit.cxx_probed = 1;
@@ -252,7 +231,19 @@ static int find_compiler(void) {
         file_identity(jit.cxx, jit.cxx_identity, sizeof jit.cxx_identity);
         return 0;
     }
-    for (int v = 25; v >= 15; v--) {
+    /* the clang of the LLVM the lockstep pass was built with comes first: the pass reads
+     * bitcode from its own LLVM or an older one, never a newer one */
+#ifdef MKPY_PASS_LLVM_MAJOR
+    const int first = MKPY_PASS_LLVM_MAJOR;
+#else
+    const int first = 0;
+#endif
+    int order[12], norder = 0;
+    if (first >= 15) order[norder++] = first;
+    for (int v = 25; v >= 15; v--)
+        if (v != first) order[norder++] = v;
+    for (int i = 0; i < norder; i++) {
+        int v = order[i];
         char name[32];
         snprintf(name, sizeof name, "clang++-%d", v);
         if (which(name, jit.cxx, sizeof jit.cxx) == 0) {
@@ -267,244 +258,6 @@ static int find_compiler(void) {
     }
     jit.cxx[0] = 0;
     return -1;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rbe");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-static int write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wbe");
-    if (!f) return -1;
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n;
-    return (fclose(f) == 0 && ok) ? 0 : -1;
-}
-
-/* ------------------------------------------------- the cache folder */
-
-/* Creates path and each missing level with mode 0700 (existing levels are
- * left alone). The package's own folders (the PCH beside the headers) use
- * mkdirs_mode(path, 0755). */
-static int mkdirs_mode(const char *path, mode_t mode) {
-    char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(tmp, mode);
-            *p = '/';
-        }
-    return mkdir(tmp, mode) == 0 || errno == EEXIST ? 0 : -1;
-}
-static int mkdirs(const char *path) { return mkdirs_mode(path, 0755); }
-
-static void (*warner)(const char *text);
-void mkk_set_warner(void (*fn)(const char *text)) { warner = fn; }
-
-static void warn(const char *text) {
-    if (warner)
-        warner(text);
-    else
-        fprintf(stderr, "mkpy: warning: %s\n", text);
-}
-
-/* The folder's state: resolved from the environment (memo_src records the
- * values it was resolved from, so a changed MKPY_CACHE_DIR takes effect),
- * or the process's private temporary folder when the chosen one cannot be
- * trusted or written. */
-static struct {
-    pthread_mutex_t mu;
-    char memo_src[8400];
-    char memo_dir[4400];
-    char private_dir[4400]; /* made once with mkdtemp, removed at exit */
-    bool warned;
-    bool private_failed;
-} cdir = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* The home folder: HOME, else the password database's entry of this user. */
-static int home_dir(char *out, size_t n) {
-    const char *h = getenv("HOME");
-    if (h && *h) {
-        snprintf(out, n, "%s", h);
-        return 0;
-    }
-    struct passwd pw, *res = NULL;
-    long sz = sysconf(_SC_GETPW_R_SIZE_MAX);
-    size_t bufn = sz > 0 ? (size_t)sz : 16384;
-    char *buf = malloc(bufn);
-    int rc = -1;
-    if (buf && getpwuid_r(geteuid(), &pw, buf, bufn, &res) == 0 && res && res->pw_dir && res->pw_dir[0] == '/') {
-        snprintf(out, n, "%s", res->pw_dir);
-        rc = 0;
-    }
-    free(buf);
-    return rc;
-}
-
-/* MKPY_CACHE_DIR, else $XDG_CACHE_HOME/mkpy (an absolute XDG_CACHE_HOME, as
- * the XDG spec asks), else <home>/.cache/mkpy. Returns -1 when there is no
- * home folder either. */
-static int chosen_dir(char *out, size_t n) {
-    const char *env = getenv("MKPY_CACHE_DIR");
-    if (env && *env) {
-        snprintf(out, n, "%s", env);
-        return 0;
-    }
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && xdg[0] == '/') {
-        snprintf(out, n, "%s/mkpy", xdg);
-        return 0;
-    }
-    char home[4096];
-    if (home_dir(home, sizeof home) < 0) return -1;
-    snprintf(out, n, "%s/.cache/mkpy", home);
-    return 0;
-}
-
-/* Makes the folder if needed and checks that it belongs to this user alone:
- * a real folder (lstat: not a symbolic link), owned by the effective user,
- * writable by nobody else, writable by us. Returns 0, or -1 with the reason. */
-static int private_dir_ok(const char *path, char *why, size_t n) {
-    if (mkdirs_mode(path, 0700) < 0 && errno != EEXIST) {
-        snprintf(why, n, "cannot be created (%s)", strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (lstat(path, &st) < 0) {
-        snprintf(why, n, "cannot be created (%s)", strerror(errno));
-        return -1;
-    }
-    if (S_ISLNK(st.st_mode)) {
-        snprintf(why, n, "is a symbolic link");
-        return -1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        snprintf(why, n, "is not a folder");
-        return -1;
-    }
-    if (st.st_uid != geteuid()) {
-        snprintf(why, n, "is owned by another user (uid %ld)", (long)st.st_uid);
-        return -1;
-    }
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-        snprintf(why, n, "can be written by other users (mode %03o)", (unsigned)(st.st_mode & 0777));
-        return -1;
-    }
-    if (access(path, W_OK | X_OK) < 0) {
-        snprintf(why, n, "is not writable (%s)", strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
-static void remove_private_dir(void) {
-    if (!cdir.private_dir[0]) return;
-    DIR *d = opendir(cdir.private_dir);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char p[4700];
-        snprintf(p, sizeof p, "%s/%s", cdir.private_dir, de->d_name);
-        unlink(p);
-    }
-    if (d) closedir(d);
-    rmdir(cdir.private_dir);
-}
-
-/* The private temporary folder (mkdtemp: mode 0700, an unpredictable name).
- * Call with cdir.mu held. */
-static const char *private_dir(void) {
-    if (cdir.private_dir[0]) return cdir.private_dir;
-    if (cdir.private_failed) return NULL;
-    const char *t = getenv("TMPDIR");
-    snprintf(cdir.private_dir, sizeof cdir.private_dir, "%s/mkpy-cache-XXXXXX", t && t[0] == '/' ? t : "/tmp");
-    if (!mkdtemp(cdir.private_dir)) {
-        snprintf(cdir.private_dir, sizeof cdir.private_dir, "/tmp/mkpy-cache-XXXXXX");
-        if (!mkdtemp(cdir.private_dir)) {
-            cdir.private_dir[0] = 0;
-            cdir.private_failed = true;
-            return NULL;
-        }
-    }
-    atexit(remove_private_dir);
-    return cdir.private_dir;
-}
-
-/* Switches to the private folder with one warning (per process). Call with
- * cdir.mu held. Returns the folder or NULL. */
-static const char *fall_back(const char *dir, const char *why) {
-    const char *p = private_dir();
-    if (!cdir.warned) {
-        cdir.warned = true;
-        char msg[9400];
-        snprintf(msg, sizeof msg,
-                 "the kernel cache folder %s %s; compiled kernels go to the private temporary folder %s for this "
-                 "process instead (set MKPY_CACHE_DIR to a folder only you can write)",
-                 dir, why, p ? p : "(none could be made)");
-        /* the warner takes the GIL: never call it holding a lock another
-         * thread may want while holding the GIL */
-        pthread_mutex_unlock(&cdir.mu);
-        warn(msg);
-        pthread_mutex_lock(&cdir.mu);
-    }
-    return p;
-}
-
-/* The cache folder to use now: 0 and out filled, or -1 with an error set. */
-static int cache_dir(char *out, size_t n) {
-    char src[8400], dir[4400], why[256];
-    const char *e1 = getenv("MKPY_CACHE_DIR"), *e2 = getenv("XDG_CACHE_HOME"), *e3 = getenv("HOME");
-    snprintf(src, sizeof src, "%s\n%s\n%s", e1 ? e1 : "-", e2 ? e2 : "-", e3 ? e3 : "-");
-    pthread_mutex_lock(&cdir.mu);
-    if (strcmp(src, cdir.memo_src) != 0 || !cdir.memo_dir[0]) {
-        const char *use = NULL;
-        if (chosen_dir(dir, sizeof dir) < 0) {
-            snprintf(dir, sizeof dir, "(no home folder)");
-            use = fall_back("for this user", "cannot be found: HOME is unset and the password database has no home");
-        } else if (private_dir_ok(dir, why, sizeof why) < 0) {
-            use = fall_back(dir, why);
-        } else {
-            use = dir;
-        }
-        snprintf(cdir.memo_src, sizeof cdir.memo_src, "%s", src);
-        snprintf(cdir.memo_dir, sizeof cdir.memo_dir, "%s", use ? use : "");
-    }
-    snprintf(out, n, "%s", cdir.memo_dir);
-    pthread_mutex_unlock(&cdir.mu);
-    if (!out[0]) {
-        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] No private folder for compiled kernels could be made (see "
-                                     "MKPY_CACHE_DIR)");
-        return -1;
-    }
-    return 0;
-}
-
-/* Writing into dir failed (a read-only file system, a full disk, a folder
- * removed under us): later kernels go to the private folder, with the one
- * warning. Returns 0 and the new folder in out, or -1. */
-static int cache_dir_failed(const char *dir, int err, char *out, size_t n) {
-    char why[300];
-    snprintf(why, sizeof why, "cannot be written (%s)", strerror(err));
-    pthread_mutex_lock(&cdir.mu);
-    const char *p = NULL;
-    if (strcmp(dir, cdir.private_dir) != 0) p = fall_back(dir, why);
-    if (p && strcmp(cdir.memo_dir, dir) == 0) snprintf(cdir.memo_dir, sizeof cdir.memo_dir, "%s", p);
-    snprintf(out, n, "%s", p ? p : "");
-    pthread_mutex_unlock(&cdir.mu);
-    return p ? 0 : -1;
 }
 
 /* ------------------------------------------------------- the C++ program */
@@ -544,29 +297,6 @@ static void sbf(sbuf *b, const char *fmt, ...) {
     sb(b, tmp);
 }
 
-/* Appends lines [first, first + count) (1-based) of text. */
-static void sb_lines(sbuf *b, const char *text, int first, int count) {
-    int line = 1;
-    const char *p = text;
-    while (*p && line < first) line += *p++ == '\n';
-    const char *start = p;
-    while (*p && line < first + count) line += *p++ == '\n';
-    size_t len = (size_t)(p - start);
-    char *tmp = malloc(len + 2);
-    if (!tmp) return;
-    memcpy(tmp, start, len);
-    tmp[len] = 0;
-    if (len && tmp[len - 1] != '\n') strcat(tmp, "\n");
-    sb(b, tmp);
-    free(tmp);
-}
-
-static int total_lines(const char *s) {
-    int n = 1;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* The translated program with #line markers naming the user's header and
  * source, plus the entry point that unpacks buffers and attributes. */
 /* debug_dir: a debug build's folder, whose header.metal, kernel.metal (the
@@ -574,11 +304,6 @@ static int total_lines(const char *s) {
  * the debug information points at files a debugger can show; NULL otherwise. */
 static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                            const char *kernel_name, const char *debug_dir) {
-    char *cpp = mkk_translate(generated);
-    if (!cpp) return NULL;
-    mkk_linemap m;
-    mkk_line_map(k, generated, &m);
-    int n = total_lines(cpp);
     sbuf b = {0};
     const bool prints = k->prints;
     char fh[4800], fg[4800], fs[4800];
@@ -591,70 +316,18 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
         snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
         snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
     }
-    sb(&b, "#include \"mkpy_metal.h\"\n#include \"mkpy_coop.h\"\n#include \"mkpy_dispatch.h\"\n");
-    if (prints) sb(&b, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
-    if (m.header_lines > 0) {
-        sbf(&b, "#line 1 \"%s\"\n", fh);
-        sb_lines(&b, cpp, 1, m.header_lines);
-    }
-    sbf(&b, "#line %d \"%s\"\n", m.header_lines + 1, fg);
-    sb_lines(&b, cpp, m.header_lines + 1, m.source_first - m.header_lines - 1);
-    sbf(&b, "#line 1 \"%s\"\n", fs);
-    sb_lines(&b, cpp, m.source_first, m.source_lines);
-    sbf(&b, "#line %d \"%s\"\n", m.source_first + m.source_lines, fg);
-    sb_lines(&b, cpp, m.source_first + m.source_lines, n - (m.source_first + m.source_lines) + 1);
-    free(cpp);
-
-    /* entry point */
-    char tdef[1024] = "";
-    if (c->ntemplate) {
-        size_t len = 0;
-        len += snprintf(tdef + len, sizeof tdef - len, "<");
-        for (int i = 0; i < c->ntemplate && len < sizeof tdef; i++) {
-            const mkk_targ *t = &c->templ[i];
-            if (t->kind == MKK_TARG_DTYPE)
-                len += snprintf(tdef + len, sizeof tdef - len, "%s%s", i ? ", " : "",
-                                mk_dtypes[t->value].msl_name);
-            else
-                len += snprintf(tdef + len, sizeof tdef - len, "%s%lld", i ? ", " : "", (long long)t->value);
-        }
-        if (len < sizeof tdef) snprintf(tdef + len, sizeof tdef - len, ">");
-    }
-    /* the call of the kernel function for one thread's attributes `t` */
+    mkk_sbuf body = {0};
+    mkk_sb(&body, "#include \"mkpy_metal.h\"\n#include \"mkpy_coop.h\"\n#include \"mkpy_dispatch.h\"\n");
+    if (prints) mkk_sb(&body, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
+    int readonly_args = 0;
     sbuf call = {0};
-    sbf(&call, "%s%s(", kernel_name, tdef);
-    int arg = 0, first = 1;
-#define SEP() (first ? (first = 0, "") : ", ")
-    for (int i = 0; i < k->ninputs; i++) {
-        const char *ts = mk_dtypes[inputs[i]->dtype].msl_name;
-        if (inputs[i]->ndim == 0)
-            sbf(&call, "%s*(const %s *)args[%d]", SEP(), ts, arg++);
-        else
-            sbf(&call, "%s(const %s *)args[%d]", SEP(), ts, arg++);
-        if (inputs[i]->ndim > 0) {
-            if (k->shape_info[i][0]) sbf(&call, "%s(const int *)args[%d]", SEP(), arg++);
-            if (k->shape_info[i][1]) sbf(&call, "%s(const int64_t *)args[%d]", SEP(), arg++);
-            if (k->shape_info[i][2]) sbf(&call, "%s*(const int *)args[%d]", SEP(), arg++);
-        }
+    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs) < 0 ||
+        !(call.s = mkk_call_expr(k, c, inputs, kernel_name, "args[%d]", &readonly_args))) {
+        free(body.s);
+        return NULL;
     }
-    const int readonly_args = arg; /* inputs and their shapes: nothing writes them during a launch */
-    for (int i = 0; i < k->noutputs; i++) {
-        const char *ts = mk_dtypes[c->output_dtypes[i]].msl_name;
-        if (k->atomic_outputs)
-            sbf(&call, "%s(metal::atomic<%s> *)args[%d]", SEP(), ts, arg++);
-        else
-            sbf(&call, "%s(%s *)args[%d]", SEP(), ts, arg++);
-    }
-    for (int a = 0; a < MKK_NATTRS; a++)
-        if (k->attr_used[a])
-            sbf(&call, strcmp(mkk_attrs[a].type, "uint3") == 0 ? "%smkpy::u3(t.%s)" : "%st.%s", SEP(),
-                mkk_attrs[a].name);
-#undef SEP
-    sb(&call, ");\n");
-    if (!call.s) {
-        free(b.s);
-        return mk_nomem();
-    }
+    sb(&b, body.s);
+    free(body.s);
     sb(&b, "#line 1 \"<mkpy entry>\"\n");
     sb(&b, "extern \"C\" void mkpy_kernel_set_api(const mkpy_coop_api *api) { mkpy::api = api; }\n");
     sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
@@ -737,7 +410,13 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
  *    none, and it halves the link); a kernel whose own code needs it is
  *    linked again with it (see mkk_jit). */
 #if defined(__x86_64__)
-#define TARGET_FLAGS "-march=native"
+/* Some CPUs' tunings (Intel's before Ice Lake, Atom) make a 64-bit division of operands that fit
+ * in 32 bits a 32-bit `div` (and a 32-bit one an 8-bit `divb`): the fault handler that completes a
+ * division by zero (fiber.c) would then see the narrower instruction and give its all-ones value,
+ * not the operand type's. Those two tuning features are turned off. */
+#define TARGET_FLAGS                                                                                  \
+    "-march=native -Xclang -target-feature -Xclang -idivq-to-divl -Xclang -target-feature -Xclang " \
+    "-idivl-to-divb"
 #if defined(__GLIBC__)
 #define VECLIB_FLAGS "-fveclib=libmvec"
 #else
@@ -771,7 +450,7 @@ static void host_identity(char *out, size_t n) {
     }
     if (f) fclose(f);
     char hex[33];
-    hash_hex(all.s ? all.s : "unknown", TARGET_FLAGS, hex);
+    mkb_hash_hex(all.s ? all.s : "unknown", TARGET_FLAGS, hex);
     free(all.s);
     snprintf(out, n, "cpu %s", hex);
 }
@@ -785,12 +464,12 @@ static void runtime_identity(char *out, size_t n) {
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", jit.runtime_dir, files[i]);
-        char *text = read_file(path);
+        char *text = mkb_read_file(path);
         sb(&all, text ? text : "(missing)");
         free(text);
     }
     char hex[33], host[64];
-    hash_hex(all.s ? all.s : "", "", hex);
+    mkb_hash_hex(all.s ? all.s : "", "", hex);
     free(all.s);
     host_identity(host, sizeof host);
     snprintf(out, n, "runtime %s; flags %s; %s", hex, FLAGS_ID, host);
@@ -930,7 +609,7 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     }
     char inc[4200];
     snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
-    char *argv[40];
+    char *argv[48];
     size_t n = 0;
     argv[n++] = jit.cxx;
     /* the math mode's flags first (split at spaces): -fno-fast-math would
@@ -979,7 +658,7 @@ static int build_pch(const char *mflags, const char *path) {
     /* the header stays beside the PCH: clang checks it when using the PCH */
     char header[4500], tmp[4500], text[13000];
     snprintf(header, sizeof header, "%.*s.h", (int)(strlen(path) - 4), path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)atomic_fetch_add(&tmp_seq, 1));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)atomic_fetch_add(&mkb_tmp_seq, 1));
     snprintf(text, sizeof text,
              "#define MKPY_METAL_PCH_INSTANTIATE 1\n#include \"%s/mkpy_metal.h\"\n#include \"%s/mkpy_coop.h\"\n"
              "#include \"%s/mkpy_dispatch.h\"\n",
@@ -987,7 +666,7 @@ static int build_pch(const char *mflags, const char *path) {
     char tmp_header[4600];
     snprintf(tmp_header, sizeof tmp_header, "%s.h", tmp);
     char *diag = NULL;
-    int ok = write_file(tmp_header, text) == 0 && rename(tmp_header, header) == 0 &&
+    int ok = mkb_write_file(tmp_header, text) == 0 && rename(tmp_header, header) == 0 &&
              compile(mflags, NULL, BUILD_PCH, tmp, header, &diag) == 0 && rename(tmp, path) == 0;
     free(diag);
     unlink(tmp_header);
@@ -999,7 +678,7 @@ static int build_pch(const char *mflags, const char *path) {
  * the flags, the CPU and the mode's flags. */
 static void pch_name(const char *mflags, const char *identity, char *out, size_t n) {
     char hex[33];
-    hash_hex(identity, mflags, hex);
+    mkb_hash_hex(identity, mflags, hex);
     snprintf(out, n, "pch-%s.pch", hex);
 }
 
@@ -1269,7 +948,7 @@ int mkk_prepare(char *msg, size_t n) {
         snprintf(msg, n, "no clang++ >= 15 found (set MKPY_CXX): kernels cannot be compiled");
         return -1;
     }
-    if (mkdirs(dir) < 0) {
+    if (mkb_mkdirs(dir) < 0) {
         snprintf(msg, n, "cannot create %s: %s", dir, strerror(errno));
         return -1;
     }
@@ -1353,8 +1032,8 @@ static struct {
 } srvpool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t environ_hash(void) {
-    uint64_t h = 1469598103934665603ull;
-    for (char **e = environ; e && *e; e++) h = fnv1a(h, (const unsigned char *)*e, strlen(*e) + 1);
+    uint64_t h = 0;
+    for (char **e = environ; e && *e; e++) h = (h * 0x100000001b3ULL) ^ hash64(*e, strlen(*e) + 1);
     return h;
 }
 
@@ -1678,238 +1357,14 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
 
 /* ------------------------------------------------------ the disk cache */
 
-/* Files of an entry <hex>: <hex>.so (the object), <hex>.key (the key and
- * the object's hash), <hex>.cpp (the translated C++, for users to read),
- * <hex>.lock (flock'ed by the process compiling it). Beside them: `stats`
- * (bytes, hits, misses, under flock) and a precompiled header pch-*.pch
- * when none could be used beside the runtime headers. */
-#define KEY_MAGIC "mkpy kernel cache entry 2\n"
-#define STALE_TMP_S 3600 /* temporary files older than this are left over from a dead process */
-
-static const char *const entry_exts[] = {".so", ".key", ".cpp", ".lock", ".metal"};
-#define NENTRY_EXTS 5
-
-static int64_t env_int(const char *name, int64_t dflt) {
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || v <= 0) return dflt;
-    return v;
-}
-
-/* Is name "<32 hex digits>" followed by ext (one of entry_exts)? */
-static int entry_file(const char *name, char hex[33]) {
-    for (int i = 0; i < 32; i++)
-        if (!isxdigit((unsigned char)name[i])) return 0;
-    for (int e = 0; e < NENTRY_EXTS; e++)
-        if (strcmp(name + 32, entry_exts[e]) == 0) {
-            memcpy(hex, name, 32);
-            hex[32] = 0;
-            return 1;
-        }
-    return 0;
-}
-
-typedef struct {
-    char hex[33];
-    int64_t bytes;
-    int64_t mtime; /* ns: entries made within one second still go in order */
-    bool has_object;
-} disk_entry;
-
-static int by_mtime(const void *a, const void *b) {
-    const disk_entry *x = a, *y = b;
-    return x->mtime < y->mtime ? -1 : x->mtime > y->mtime ? 1 : strcmp(x->hex, y->hex);
-}
-
-static int by_hex(const void *a, const void *b) { return strcmp(((const disk_entry *)a)->hex, ((const disk_entry *)b)->hex); }
-
-static void remove_entry_files(const char *dir, const char *hex) {
-    for (int e = 0; e < NENTRY_EXTS; e++) {
-        char p[4500];
-        snprintf(p, sizeof p, "%s/%s%s", dir, hex, entry_exts[e]);
-        unlink(p);
-    }
-}
-
-/* Scans the folder: its entries (bytes, and the time of last use: the
- * newest mtime of their files, which hits refresh), and stale temporary
- * files (removed). With cap >= 0, removes the least recently used entries
- * until at most 90% of cap remain, when more than cap is there. Returns the
- * bytes kept (*count: entries kept), or -1 if the folder cannot be read. */
-static int64_t scan_dir(const char *dir, int64_t cap, int64_t *count) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    disk_entry *v = NULL;
-    size_t n = 0, capn = 0;
-    time_t now = time(NULL);
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        char hex[33], p[4500];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        if (!entry_file(de->d_name, hex)) {
-            if (strstr(de->d_name, ".tmp.") && lstat(p, &st) == 0 && S_ISREG(st.st_mode) &&
-                now - st.st_mtime > STALE_TMP_S)
-                unlink(p);
-            continue;
-        }
-        if (lstat(p, &st) < 0 || !S_ISREG(st.st_mode)) continue;
-        /* one record per file here; the files of an entry are merged below */
-        if (n == capn) {
-            disk_entry *w = realloc(v, (capn = capn ? capn * 2 : 256) * sizeof *v);
-            if (!w) break;
-            v = w;
-        }
-        memcpy(v[n].hex, hex, 33);
-        v[n].bytes = (int64_t)st.st_size;
-        v[n].mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        v[n].has_object = strcmp(de->d_name + 32, ".so") == 0;
-        n++;
-    }
-    closedir(d);
-    if (n) qsort(v, n, sizeof *v, by_hex);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (m && strcmp(v[m - 1].hex, v[i].hex) == 0) {
-            v[m - 1].bytes += v[i].bytes;
-            if (v[i].mtime > v[m - 1].mtime) v[m - 1].mtime = v[i].mtime;
-            v[m - 1].has_object |= v[i].has_object;
-        } else {
-            v[m++] = v[i];
-        }
-    }
-    n = m;
-    int64_t total = 0;
-    size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!v[i].has_object && (int64_t)now - v[i].mtime / 1000000000 > STALE_TMP_S) {
-            remove_entry_files(dir, v[i].hex); /* a lock or key left by a dead process */
-            v[i].bytes = 0;
-            continue;
-        }
-        total += v[i].bytes;
-        kept += v[i].has_object;
-    }
-    if (cap >= 0 && total > cap) {
-        qsort(v, n, sizeof *v, by_mtime);
-        for (size_t i = 0; i < n && total > cap - cap / 10; i++) {
-            remove_entry_files(dir, v[i].hex);
-            total -= v[i].bytes;
-            kept -= v[i].has_object;
-        }
-    }
-    free(v);
-    if (count) *count = (int64_t)kept;
-    return total;
-}
-
-/* The folder's shared counters, in <dir>/stats under flock: the bytes of
- * its entries (as their writers added them), and disk hits and misses of
- * every process since the last clear. add_bytes/hits/misses are added;
- * when the bytes go over MKPY_CACHE_MAX_BYTES (or were never counted), the
- * folder is scanned and its least recently used entries evicted, under the
- * same lock, so that one process evicts at a time. Best effort: a folder
- * where the file cannot be written keeps no counters. */
-typedef struct {
-    int64_t bytes, hits, misses;
-} disk_stats;
-
-static int stats_update(const char *dir, int64_t add_bytes, int64_t hits, int64_t misses, bool rescan,
-                        disk_stats *out) {
-    char p[4500];
-    snprintf(p, sizeof p, "%s/stats", dir);
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) return -1;
-    while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
-    }
-    char buf[256];
-    ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
-    buf[r > 0 ? r : 0] = 0;
-    long long b = -1, h = 0, m = 0;
-    if (sscanf(buf, "bytes %lld hits %lld misses %lld", &b, &h, &m) != 3) b = -1, h = m = 0;
-    h += hits;
-    m += misses;
-    if (b >= 0) b += add_bytes;
-    int64_t cap = env_int("MKPY_CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES);
-    if (rescan || b < 0 || b > cap) {
-        int64_t s = scan_dir(dir, add_bytes > 0 ? cap : -1, NULL);
-        if (s >= 0) b = s;
-    }
-    int len = snprintf(buf, sizeof buf, "bytes %lld hits %lld misses %lld\n", b < 0 ? 0 : b, h, m);
-    if (pwrite(fd, buf, (size_t)len, 0) == len) {
-        if (ftruncate(fd, len) < 0) { /* the counters are advisory */
-        }
-    }
-    close(fd);
-    if (out) {
-        out->bytes = b < 0 ? 0 : b;
-        out->hits = h;
-        out->misses = m;
-    }
-    return 0;
-}
-
-/* Marks an entry used now (eviction is least recently used first). */
-static void touch(const char *path) { utimensat(AT_FDCWD, path, NULL, 0); }
-
-static int write_all(int fd, const char *s, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, s, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        s += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Hashes a file (its size and FNV-1a-64 of its bytes) from an open fd. */
-static int hash_fd(int fd, int64_t *size, uint64_t *h) {
-    unsigned char buf[65536];
-    uint64_t x = FNV_BASIS;
-    int64_t n = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf, sizeof buf);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return -1;
-        if (r == 0) break;
-        x = fnv1a(x, buf, (size_t)r);
-        n += r;
-    }
-    *size = n;
-    *h = x;
-    return 0;
-}
-
-/* Loads the object at so_path only if the key file says it is this key's
- * entry and the object's size and hash match those recorded in the key (a
- * truncated, swapped or planted object is never loaded), and the file
- * dlopen mapped is the one that was hashed. Returns the handle or NULL. */
+/* Loads the object at so_path only if its entry checks (mkb_check_entry)
+ * and the file dlopen mapped is the one that was hashed. Returns the handle
+ * or NULL. */
 static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t errn);
 static void *load_verified(const char *so_path, const char *key_path, const char *full_key, mkk_compiled *fn) {
-    char *stored = read_file(key_path);
-    if (!stored) return NULL;
-    long long want_size;
-    unsigned long long want_hash;
-    int off = 0;
-    void *h = NULL;
-    if (strncmp(stored, KEY_MAGIC, strlen(KEY_MAGIC)) != 0 ||
-        sscanf(stored + strlen(KEY_MAGIC), "object %lld %llx\n%n", &want_size, &want_hash, &off) != 2 || !off ||
-        strcmp(stored + strlen(KEY_MAGIC) + off, full_key) != 0) {
-        free(stored);
-        return NULL;
-    }
-    free(stored);
-    int fd = open(so_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return NULL;
     struct stat before, after;
-    int64_t size;
-    uint64_t hash;
-    if (fstat(fd, &before) == 0 && S_ISREG(before.st_mode) && hash_fd(fd, &size, &hash) == 0 &&
-        size == want_size && hash == (uint64_t)want_hash) {
+    void *h = NULL;
+    if (mkb_check_entry(so_path, key_path, full_key, &before) == 0) {
         char err[1024];
         h = load_entry(so_path, fn, err, sizeof err);
         if (h && (stat(so_path, &after) < 0 || after.st_ino != before.st_ino || after.st_dev != before.st_dev)) {
@@ -1918,38 +1373,8 @@ static void *load_verified(const char *so_path, const char *key_path, const char
             h = NULL;
         }
     }
-    close(fd);
     if (!h) memset(fn, 0, sizeof *fn);
     return h;
-}
-
-/* Writes the key file of an entry whose object is tmp_so, atomically: a
- * temporary file renamed to key_path. */
-static int write_key(const char *tmp_so, const char *tmp_key, const char *key_path, const char *full_key) {
-    int fd = open(tmp_so, O_RDONLY | O_CLOEXEC);
-    int64_t size;
-    uint64_t hash;
-    if (fd < 0) return -1;
-    int ok = hash_fd(fd, &size, &hash) == 0;
-    close(fd);
-    if (!ok) return -1;
-    fd = open(tmp_key, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) return -1;
-    char head[128];
-    int hl = snprintf(head, sizeof head, KEY_MAGIC "object %lld %016llx\n", (long long)size,
-                      (unsigned long long)hash);
-    ok = write_all(fd, head, (size_t)hl) == 0 && write_all(fd, full_key, strlen(full_key)) == 0;
-    if (close(fd) < 0) ok = 0;
-    if (!ok || rename(tmp_key, key_path) < 0) {
-        unlink(tmp_key);
-        return -1;
-    }
-    return 0;
-}
-
-static int64_t file_size(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
 }
 
 /* ----------------------------------------------------------- the JIT */
@@ -1985,12 +1410,12 @@ static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *
                                      "with clang 15 or newer (apt-get install clang-15, or set MKPY_CXX).", k->name);
         return -1;
     }
-    if (cache_dir(dir, sizeof dir) < 0) return -1;
+    if (mkb_cache_dir(dir, sizeof dir) < 0) return -1;
     /* the folder's name: the kernel, and a hash of its normal program and
      * flags (one folder per instantiation, the same in every process) */
     if (!(plain = build_program(k, c, inputs, generated, kernel_name, NULL))) return -1;
     char hex[33];
-    hash_hex(plain, mflags, hex);
+    mkb_hash_hex(plain, mflags, hex);
     free(plain);
     int dn = snprintf(ddir, sizeof ddir, "%s/debug/%s-%.12s", dir, kernel_name, hex);
     if (dn < 0 || (size_t)dn >= sizeof ddir) {
@@ -1998,20 +1423,20 @@ static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *
                      kernel_name);
         return -1;
     }
-    if (mkdirs_mode(ddir, 0700) < 0) {
+    if (mkb_mkdirs_mode(ddir, 0700) < 0) {
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot make the debug build's folder %s: %s", ddir,
                      strerror(errno));
         return -1;
     }
     snprintf(path, sizeof path, "%s/source.metal", ddir);
-    int wr = write_file(path, k->source);
+    int wr = mkb_write_file(path, k->source);
     snprintf(path, sizeof path, "%s/header.metal", ddir);
-    if (wr == 0) wr = write_file(path, k->header ? k->header : "");
+    if (wr == 0) wr = mkb_write_file(path, k->header ? k->header : "");
     snprintf(metal, sizeof metal, "%s/kernel.metal", ddir);
-    if (wr == 0) wr = write_file(metal, generated);
+    if (wr == 0) wr = mkb_write_file(metal, generated);
     if (!(program = build_program(k, c, inputs, generated, kernel_name, ddir))) goto done;
     snprintf(cpp, sizeof cpp, "%s/kernel.cpp", ddir);
-    if (wr < 0 || write_file(cpp, program) < 0) {
+    if (wr < 0 || mkb_write_file(cpp, program) < 0) {
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write the debug build's files in %s: %s", ddir,
                      strerror(errno));
         goto done;
@@ -2020,7 +1445,7 @@ static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     mkk_debug_text(3, "translated C++", program);
     snprintf(so, sizeof so, "%s/kernel.so", ddir);
     snprintf(tmp_so, sizeof tmp_so, "%s/kernel.so.tmp.%ld.%lu", ddir, (long)getpid(),
-             (unsigned long)atomic_fetch_add(&tmp_seq, 1));
+             (unsigned long)atomic_fetch_add(&mkb_tmp_seq, 1));
     uint64_t t0 = mkk_now_ns();
     compile_debug = 1;
     int rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp, &diag);
@@ -2082,8 +1507,8 @@ static bool disk_hit(const mkk_kernel *k, const char *kernel_name, const char *g
                      const char *dir, const char *hex, const char *so_path, const char *key_path, const char *full_key,
                      built *out) {
     if (!(out->handle = load_verified(so_path, key_path, full_key, &out->fn))) return false;
-    touch(so_path);
-    stats_update(dir, 0, 1, 0, false, NULL);
+    mkb_touch(so_path);
+    mkb_stats_update(dir, 0, 1, 0, false, NULL);
     pthread_mutex_lock(&jit.mu);
     jit.stats.disk_hits++;
     pthread_mutex_unlock(&jit.mu);
@@ -2181,11 +1606,11 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     snprintf(pkey, klen, "%s%s%s\n%s", mflags, check ? " checker " : cooperative ? " " CBS_ENGINE_ID " " : "",
              pass_id, program);
     char hex[33];
-    hash_hex(pkey, identity, hex);
+    mkb_hash_hex(pkey, identity, hex);
     snprintf(full_key, klen, "%s\n%s", identity, pkey);
     free(pkey);
 
-    if (cache_dir(dir, sizeof dir) < 0) goto done;
+    if (mkb_cache_dir(dir, sizeof dir) < 0) goto done;
     for (int attempt = 0;; attempt++) {
         snprintf(so_path, sizeof so_path, "%s/%s.so", dir, hex);
         snprintf(key_path, sizeof key_path, "%s/%s.key", dir, hex);
@@ -2201,8 +1626,8 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         if (lock_fd >= 0 || attempt > 0) break;
         int err = errno;
         char why[256];
-        if (err == ENOENT && private_dir_ok(dir, why, sizeof why) == 0) continue; /* removed under us: made again */
-        if (cache_dir_failed(dir, err, dir, sizeof dir) < 0) break; /* cannot write it: the private folder */
+        if (err == ENOENT && mkb_private_dir_ok(dir, why, sizeof why) == 0) continue; /* removed under us: made again */
+        if (mkb_cache_dir_failed(dir, err, dir, sizeof dir) < 0) break; /* cannot write it: the private folder */
     }
     if (lock_fd >= 0) {
         while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR) {
@@ -2215,11 +1640,11 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
 
     char tmp_base[4500], cpp_path[4600], tmp_so[4600], tmp_key[4600];
     snprintf(tmp_base, sizeof tmp_base, "%s/%s.tmp.%ld.%lu", dir, hex, (long)getpid(),
-             (unsigned long)atomic_fetch_add(&tmp_seq, 1));
+             (unsigned long)atomic_fetch_add(&mkb_tmp_seq, 1));
     snprintf(cpp_path, sizeof cpp_path, "%s.cpp", tmp_base);
     snprintf(tmp_so, sizeof tmp_so, "%s.so", tmp_base);
     snprintf(tmp_key, sizeof tmp_key, "%s.key", tmp_base);
-    if (write_file(cpp_path, program) < 0) {
+    if (mkb_write_file(cpp_path, program) < 0) {
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
         unlink(cpp_path);
         goto done;
@@ -2228,7 +1653,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     char metal_path[4600], kept_metal[4500];
     snprintf(metal_path, sizeof metal_path, "%s.metal", tmp_base);
     snprintf(kept_metal, sizeof kept_metal, "%s/%s.metal", dir, hex);
-    if (write_file(metal_path, generated) < 0) unlink(metal_path);
+    if (mkb_write_file(metal_path, generated) < 0) unlink(metal_path);
     mkk_debug_text(3, "generated Metal source", generated);
     mkk_debug_text(3, "translated C++", program);
     const uint64_t t_compile = mkk_now_ns();
@@ -2333,10 +1758,10 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
      * loaded object stays mapped whatever its name becomes */
     char kept_cpp[4500];
     snprintf(kept_cpp, sizeof kept_cpp, "%s/%s.cpp", dir, hex);
-    if (write_key(tmp_so, tmp_key, key_path, full_key) == 0 && rename(tmp_so, so_path) == 0) {
+    if (mkb_write_key(tmp_so, tmp_key, key_path, full_key) == 0 && rename(tmp_so, so_path) == 0) {
         if (rename(cpp_path, kept_cpp) != 0) unlink(cpp_path);
         if (rename(metal_path, kept_metal) != 0) unlink(metal_path);
-        stats_update(dir, file_size(so_path) + file_size(key_path) + file_size(kept_cpp) + file_size(kept_metal), 0,
+        mkb_stats_update(dir, mkb_file_size(so_path) + mkb_file_size(key_path) + mkb_file_size(kept_cpp) + mkb_file_size(kept_metal), 0,
                      1, false, NULL);
         out->so_path = strdup(so_path);
     } else {
@@ -2396,7 +1821,7 @@ static void lru_push_front(entry *e) {
 #define MAX_VICTIMS 16
 static int64_t max_loaded(void) {
     static int64_t max; /* read once: the launch path must stay cheap */
-    if (!max) max = env_int("MKPY_MAX_LOADED_KERNELS", DEFAULT_MAX_LOADED);
+    if (!max) max = mkb_env_int("MKPY_MAX_LOADED_KERNELS", DEFAULT_MAX_LOADED);
     return max;
 }
 
@@ -2435,8 +1860,8 @@ static entry **find_slot(const char *key, unsigned bucket) {
     return p;
 }
 
-mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                     const char *kernel_name) {
+static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                            const char *kernel_name) {
     mkk_compiled fn = {0};
     const char *mflags = math_flags(k->math_mode);
     /* In memory the generated Metal source is the key: it fixes the program
@@ -2490,7 +1915,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         }
         pthread_mutex_unlock(&jit.mu);
         free(key);
-        if (touch_path[0]) touch(touch_path);
+        if (touch_path[0]) mkb_touch(touch_path);
         mkk_debug(1, "kernel `%s` (%s): in-memory cache hit", k->name, kernel_name);
         return fn;
     }
@@ -2546,6 +1971,17 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
     pthread_cond_broadcast(&jit.cv);
     pthread_mutex_unlock(&jit.mu);
     close_victims(victims, nvictims);
+    return fn;
+}
+
+mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                     const char *kernel_name) {
+    mkk_compiled fn = jit_cpu(k, c, inputs, generated, kernel_name);
+    /* MKPY_CUDA_COMPILE_CHECK / mx.cuda.compile_check: NVRTC compiles it too */
+    if (fn.entry && mkb_cuda_compile_check(k, c, inputs, generated, kernel_name) < 0) {
+        mkk_jit_release(&fn);
+        memset(&fn, 0, sizeof fn);
+    }
     return fn;
 }
 
@@ -2620,13 +2056,13 @@ void mkk_cache_clear_memory(void) {
 
 int mkk_disk_cache(bool clear, mkk_disk_info *info) {
     memset(info, 0, sizeof *info);
-    if (cache_dir(info->dir, sizeof info->dir) < 0) return -1;
+    if (mkb_cache_dir(info->dir, sizeof info->dir) < 0) return -1;
     if (clear) {
         DIR *d = opendir(info->dir);
         struct dirent *de;
         while (d && (de = readdir(d))) {
             char hex[33], p[4700];
-            if (!entry_file(de->d_name, hex) && strcmp(de->d_name, "stats") != 0 &&
+            if (!mkb_entry_file(de->d_name, hex) && strcmp(de->d_name, "stats") != 0 &&
                 strncmp(de->d_name, "pch-", 4) != 0)
                 continue; /* only mkpy's own files; temporary ones of compiles under way stay (scans remove
                              them when stale) */
@@ -2637,18 +2073,18 @@ int mkk_disk_cache(bool clear, mkk_disk_info *info) {
         if (d) closedir(d);
     }
     int64_t count = 0;
-    int64_t bytes = scan_dir(info->dir, -1, &count);
+    int64_t bytes = mkb_scan_dir(info->dir, -1, &count);
     if (bytes < 0) {
         mk_error_set(MK_ERR_RUNTIME, "Cannot read the kernel cache folder %s: %s", info->dir, strerror(errno));
         return -1;
     }
-    disk_stats ds = {0, 0, 0};
-    stats_update(info->dir, 0, 0, 0, true, &ds);
+    mkb_disk_stats ds = {0, 0, 0};
+    mkb_stats_update(info->dir, 0, 0, 0, true, &ds);
     info->bytes = bytes;
     info->entries = count;
     info->hits = ds.hits;
     info->misses = ds.misses;
-    info->max_bytes = env_int("MKPY_CACHE_MAX_BYTES", DEFAULT_CACHE_MAX_BYTES);
+    info->max_bytes = mkb_env_int("MKPY_CACHE_MAX_BYTES", MKB_CACHE_MAX_BYTES_DEFAULT);
     return 0;
 }
 

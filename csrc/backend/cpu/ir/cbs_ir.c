@@ -543,20 +543,36 @@ static LLVMValueRef const_i32(pass *p, long v);
 static LLVMValueRef const_i64(pass *p, long long v);
 static LLVMValueRef gep_bytes(pass *p, LLVMValueRef base, LLVMValueRef off);
 
-static int add_loop_steps(pass *p) {
+/* The natural loops of the CFG: per back edge u -> h, hdr[l] = h,
+ * latch[l] = u and blocks[l * n + x] = 1 for the blocks of its loop (those
+ * that reach u without passing h). */
+typedef struct {
+    int n, *hdr, *latch;
+    char *blocks;
+} loops;
+
+static void loops_free(loops *L) {
+    free(L->hdr);
+    free(L->latch);
+    free(L->blocks);
+}
+
+/* Builds the CFG and fills L; returns how many loops, or -1. */
+static int natural_loops(pass *p, loops *L) {
+    memset(L, 0, sizeof *L);
     if (cfg_build(p) < 0) return -1;
-    int n = p->nblocks, rc = 0, nloops = 0;
-    int *stack = malloc(sizeof(int) * (size_t)n), *pos = calloc((size_t)n, sizeof(int));
+    int n = p->nblocks, nloops = 0, sp = 0;
+    int *hdr = L->hdr = malloc(sizeof(int) * (size_t)n * 2), *latch = L->latch = malloc(sizeof(int) * (size_t)n * 2);
+    char *blocks = L->blocks = calloc((size_t)n * (size_t)n * 2, 1);
+    L->n = n;
+    int *stack = malloc(sizeof(int) * (size_t)n), *pos = calloc((size_t)n, sizeof(int)),
+        *ws = malloc(sizeof(int) * (size_t)n);
     char *state = calloc((size_t)n, 1);
-    int *hdr = malloc(sizeof(int) * (size_t)n * 2); /* per back edge: its header */
-    char *blocks = calloc((size_t)n * (size_t)n * 2, 1); /* per back edge: its loop's blocks */
-    if (!stack || !pos || !state || !hdr || !blocks) {
-        rc = mkk_ir_fail(p, "out of memory");
+    if (!stack || !pos || !state || !ws || !hdr || !latch || !blocks) {
+        nloops = mkk_ir_fail(p, "out of memory");
         goto out;
     }
-    /* back edges u -> h (h on the DFS stack), each with its natural loop:
-     * the blocks that reach u without passing h */
-    int sp = 0;
+    /* back edges u -> h (h on the DFS stack) */
     stack[sp++] = 0;
     state[0] = 1;
     while (sp) {
@@ -574,13 +590,10 @@ static int add_loop_steps(pass *p) {
         }
         if (state[h] != 1 || nloops >= 2 * n) continue;
         char *in = blocks + (size_t)nloops * n;
+        latch[nloops] = u;
         hdr[nloops++] = h;
         in[h] = 1;
-        int *ws = malloc(sizeof(int) * (size_t)n), top = 0;
-        if (!ws) {
-            rc = mkk_ir_fail(p, "out of memory");
-            goto out;
-        }
+        int top = 0;
         if (!in[u]) {
             in[u] = 1;
             ws[top++] = u;
@@ -594,7 +607,67 @@ static int add_loop_steps(pass *p) {
                         ws[top++] = y;
                     }
         }
-        free(ws);
+    }
+out:
+    free(stack);
+    free(pos);
+    free(state);
+    free(ws);
+    return nloops;
+}
+
+/* A step at the latch of every loop holding a SIMD-group function, a
+ * simdgroup_barrier or a step (issue #25). The release order runs the site
+ * of lowest rank first, and a loop's header ranks below its body: without
+ * this step, lanes that took the back edge ran the next iteration's first
+ * site while lanes of the same SIMD-group still waited at a later site of
+ * the current one (a lane-0 branch, say), so that site saw a partial
+ * SIMD-group and memory effects of two iterations interleaved. The latch
+ * ranks above every block of its loop, so lanes wait there until the whole
+ * iteration is done: the loop's lanes start each iteration together, as a
+ * GPU's do. (Loops whose only sites are threadgroup barriers need none:
+ * every thread waits at each of those anyway.) */
+static int add_latch_steps(pass *p) {
+    loops L;
+    int nloops = natural_loops(p, &L), n = L.n, rc = 0, nat = 0, *latch = L.latch;
+    char *blocks = L.blocks;
+    LLVMBasicBlockRef *at = malloc(sizeof *at * (size_t)n * 2 + 1);
+    if (nloops < 0 || !at) {
+        rc = nloops < 0 ? -1 : mkk_ir_fail(p, "out of memory");
+        goto out;
+    }
+    for (int l = 0; l < nloops; l++) {
+        const char *in = blocks + (size_t)l * n;
+        int need = 0;
+        for (int x = 0; x < n && !need; x++) {
+            if (!in[x] || !ends_in_sync(p, p->blocks[x])) continue;
+            LLVMValueRef call = LLVMGetPreviousInstruction(LLVMGetBasicBlockTerminator(p->blocks[x]));
+            need = sync_kind(p, call) != MKPY_CBS_BARRIER;
+        }
+        if (need && !ends_in_sync(p, p->blocks[latch[l]])) at[nat++] = p->blocks[latch[l]];
+    }
+    /* after the analysis: each split changes the CFG */
+    for (int i = 0; i < nat; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= at[j] == at[i];
+        if (dup) continue;
+        LLVMPositionBuilderBefore(p->b, LLVMGetBasicBlockTerminator(at[i]));
+        LLVMValueRef call = LLVMBuildCall2(p->b, LLVMGlobalGetValueType(p->fn_step), p->fn_step, NULL, 0, "");
+        split_after(p, call);
+    }
+out:
+    loops_free(&L);
+    free(at);
+    return rc;
+}
+
+static int add_loop_steps(pass *p) {
+    loops L;
+    int nloops = natural_loops(p, &L), n = L.n, rc = 0, *hdr = L.hdr;
+    char *blocks = L.blocks;
+    if (nloops < 0) {
+        rc = -1;
+        goto out;
     }
     for (int l = 0; l < nloops; l++) {
         const char *in = blocks + (size_t)l * n;
@@ -625,11 +698,7 @@ static int add_loop_steps(pass *p) {
         split_after(p, call);
     }
 out:
-    free(stack);
-    free(pos);
-    free(state);
-    free(hdr);
-    free(blocks);
+    loops_free(&L);
     return rc;
 }
 
@@ -1591,6 +1660,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         if (r < 0) goto done;
         if (!r) break;
     }
+    if (add_latch_steps(p) < 0) goto done;
     /* then the loop steps, which may be skipped at run time: the regions
      * above are conflict-free without them */
     /* (jit.c asks for them for threadgroups of 64 threads or more: a step

@@ -289,7 +289,11 @@ static void guard_div(chk *c, LLVMValueRef in, int is_signed) {
     if (is_signed) {
         LLVMTypeRef et = LLVMGetTypeKind(t) == LLVMVectorTypeKind ? LLVMGetElementType(t) : t;
         unsigned w = LLVMGetIntTypeWidth(et);
-        LLVMValueRef minv = LLVMConstShl(LLVMConstInt(et, 1, 0), LLVMConstInt(et, w - 1, 0));
+        /* INT_MIN of the type, its top bit alone (LLVM 19 has no LLVMConstShl) */
+        uint64_t words[4] = {0};
+        unsigned nw = w <= 256 ? (w + 63) / 64 : 1;
+        if (w <= 256) words[(w - 1) / 64] = 1ull << ((w - 1) % 64);
+        LLVMValueRef minv = LLVMConstIntOfArbitraryPrecision(et, nw, words);
         LLVMValueRef ones = LLVMConstAllOnes(et);
         if (LLVMGetTypeKind(t) == LLVMVectorTypeKind) {
             unsigned n = LLVMGetVectorSize(t);

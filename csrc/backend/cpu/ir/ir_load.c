@@ -14,6 +14,29 @@
 
 #include "ir_load.h"
 
+/* clang 16 and later reach a thread_local global (a threadgroup variable) through a call of
+ * llvm.threadlocal.address; clang 15 names the global itself. Each call is replaced by its
+ * operand, so that both passes see one form (and the same variables, names and counts in the
+ * checker's reports) whichever clang made the bitcode. */
+static void strip_threadlocal_address(LLVMModuleRef m) {
+    for (LLVMValueRef f = LLVMGetFirstFunction(m); f;) {
+        LLVMValueRef next = LLVMGetNextFunction(f);
+        size_t len = 0;
+        const char *name = LLVMGetValueName2(f, &len);
+        if (len >= 24 && strncmp(name, "llvm.threadlocal.address", 24) == 0) {
+            LLVMUseRef u;
+            while ((u = LLVMGetFirstUse(f))) {
+                LLVMValueRef call = LLVMGetUser(u);
+                if (!LLVMIsACallInst(call)) break;
+                LLVMReplaceAllUsesWith(call, LLVMGetOperand(call, 0));
+                LLVMInstructionEraseFromParent(call);
+            }
+            if (!LLVMGetFirstUse(f)) LLVMDeleteFunction(f);
+        }
+        f = next;
+    }
+}
+
 int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char *why, size_t whyn) {
     char *err = NULL;
     LLVMInitializeNativeTarget();
@@ -29,6 +52,7 @@ int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char
         goto fail;
     }
     LLVMDisposeMemoryBuffer(mb);
+    strip_threadlocal_address(out->m);
     out->triple = strdup(LLVMGetTarget(out->m));
     LLVMTargetRef target;
     if (!out->triple || LLVMGetTargetFromTriple(out->triple, &target, &err)) {
@@ -37,6 +61,20 @@ int mkk_ir_load(LLVMContextRef cx, const char *bc_path, mkk_ir_module *out, char
     }
     out->cpu = LLVMGetHostCPUName();
     out->features = LLVMGetHostCPUFeatures();
+    if (strncmp(out->triple, "x86_64", 6) == 0) {
+        /* as the JIT's clang flags (jit.c TARGET_FLAGS): a division keeps its C type's width, so
+         * that the fault handler completes a division by zero with that type's values; the
+         * pass's own functions take the target machine's features */
+        static const char no_narrow_div[] = ",-idivq-to-divl,-idivl-to-divb";
+        size_t n = strlen(out->features) + sizeof no_narrow_div;
+        char *f = malloc(n);
+        if (f) {
+            snprintf(f, n, "%s%s", out->features, no_narrow_div);
+            LLVMDisposeMessage(out->features);
+            out->features = LLVMCreateMessage(f);
+            free(f);
+        }
+    }
     out->tm = LLVMCreateTargetMachine(target, out->triple, out->cpu, out->features, LLVMCodeGenLevelDefault,
                                       LLVMRelocPIC, LLVMCodeModelDefault);
     if (!out->tm) {

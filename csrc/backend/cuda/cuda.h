@@ -1,0 +1,69 @@
+/* mkpy's CUDA back-end: what the compile side (program.c, nvrtc.c) gives the
+ * host side (driver.c). No CUDA header is needed to build any of it. */
+#ifndef MKB_CUDA_H
+#define MKB_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernel/kernel.h"
+
+/* The CUDA C++ program of one call (mkpy_cuda.h, the translated kernel with
+ * #line markers at the user's lines, the entry point mkpy_cuda_entry of
+ * mkpy_cuda_launch.h). Returns a malloc'd string, or NULL with an error set
+ * (a RuntimeError for kernels CUDA cannot run yet: os_log/printf). */
+char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                       const char *kernel_name);
+
+/* A compiled kernel: the CUBIN for one architecture. */
+typedef struct {
+    unsigned char *cubin; /* malloc'd; free with mkb_cuda_image_free */
+    size_t size;
+    int sm;  /* e.g. 90 for sm_90 */
+    int how; /* MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK or MKK_COMPILED */
+} mkb_cuda_image;
+
+/* Compiles the call's program for sm_<sm> with NVRTC, or finds it in the
+ * in-memory or disk caches (keyed by the program, the architecture, the math
+ * mode and NVRTC's version). Returns 0 and fills *out, or -1 with an error
+ * set: a RuntimeError naming the kernel with NVRTC's diagnostics at the
+ * user's lines (as the CPU's compile errors), or saying why NVRTC is missing.
+ * Thread-safe; no lock is held while NVRTC runs. */
+int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                   const char *kernel_name, int sm, mkb_cuda_image *out);
+void mkb_cuda_image_free(mkb_cuda_image *img);
+
+/* NVRTC, loaded once with dlopen: MKPY_NVRTC (a library file or a folder
+ * holding one), the wheel `make deps` unpacks into mkpy/_nvrtc/, then the
+ * system's libnvrtc.so.13, .12, libnvrtc.so. True when loaded; otherwise why
+ * says what was tried. */
+bool mkb_nvrtc_available(char *why, size_t n);
+/* The loaded library's path and version ("" and 0 when not loaded). */
+const char *mkb_nvrtc_path(void);
+void mkb_nvrtc_version(int *major, int *minor);
+
+/* The compile-check mode: MKPY_CUDA_COMPILE_CHECK=sm_80,sm_90 (or
+ * mx.cuda.compile_check's scope, mkb_cuda_set_compile_check) makes every
+ * metal_kernel the CPU back-end compiles also compile for those
+ * architectures with NVRTC; a failure fails the eval with NVRTC's
+ * diagnostics. Returns 0 (nothing to check, or every architecture
+ * compiled) or -1 with the error set. */
+int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                           const char *kernel_name);
+/* Sets this thread's architectures for the mode ("sm_80,sm_90"; NULL or ""
+ * for none: the environment variable then applies). Returns the previous
+ * value (a malloc'd string or NULL) for the scope to restore, or sets a
+ * ValueError and returns (char *)-1 for a malformed list. */
+char *mkb_cuda_set_compile_check(const char *archs);
+
+/* The back-end's kernel_eval (launch.c): one metal_kernel call on the GPU. */
+int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out, const char *generated,
+                         const char *kernel_name, const mkk_launch *plan, uint64_t groups);
+
+/* Counters, for tests: compiles, memory hits and disk hits of mkb_cuda_build. */
+typedef struct {
+    long long compiles, memory_hits, disk_hits;
+} mkb_cuda_stats;
+void mkb_cuda_cache_info(mkb_cuda_stats *s);
+
+#endif

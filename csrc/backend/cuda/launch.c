@@ -1,0 +1,268 @@
+/* metal_kernel nodes on the GPU (the CUDA back-end's kernel_eval): the
+ * program from NVRTC (program.c, nvrtc.c, with their caches), its module
+ * loaded once per context, device buffers for the inputs and outputs (copied
+ * up once where they live on the host), and the launch of the ABI in
+ * mkpy/include/mkpy_cuda_launch.h. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../mkpy/include/mkpy_cuda_launch.h"
+#include "core/ops.h"
+#include "core/types.h"
+#include "cuda.h"
+#include "driver.h"
+#include "kernel/diag.h"
+
+/* Loaded functions, by what fixes the CUDA program: the generated Metal
+ * source (it holds the kernel's name, template arguments and argument
+ * types), the math mode and the launch bound (program.c rounds the
+ * threadgroup up to a power of two), for the context generation they were
+ * loaded in (a reset unloads them all). A hit costs a hash of the generated
+ * source and one compare: the program text is not rebuilt. */
+typedef struct module_entry {
+    uint64_t hash;
+    char *generated;
+    int math, bound;
+    unsigned gen;
+    CUmodule mod;
+    CUfunction fn;
+    int max_threads; /* threads per block the compiled code allows (registers) */
+    struct module_entry *next;
+} module_entry;
+#define NBUCKETS 256
+static module_entry *buckets[NBUCKETS];
+static pthread_mutex_t modules_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t fnv(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int launch_bound(const mkk_call *c) {
+    int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
+    while (threads < requested && threads < 1024) threads *= 2;
+    return (int)threads;
+}
+
+static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, const char *generated,
+                         const char *kernel_name, CUfunction *fn, int *max_threads) {
+    const unsigned gen = mkb_cuda_generation();
+    const uint64_t h = fnv(generated);
+    const int bound = launch_bound(c), math = (int)k->math_mode;
+    pthread_mutex_lock(&modules_mu);
+    for (module_entry *e = buckets[h % NBUCKETS]; e; e = e->next)
+        if (e->hash == h && e->gen == gen && e->bound == bound && e->math == math &&
+            strcmp(e->generated, generated) == 0) {
+            *fn = e->fn;
+            *max_threads = e->max_threads;
+            pthread_mutex_unlock(&modules_mu);
+            return 0;
+        }
+    pthread_mutex_unlock(&modules_mu);
+    mkb_cuda_image img;
+    if (mkb_cuda_build(k, c, in, generated, kernel_name, mkb_cuda_sm(), &img) < 0) return -1;
+    module_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->generated = strdup(generated))) {
+        free(e);
+        mkb_cuda_image_free(&img);
+        mk_nomem();
+        return -1;
+    }
+    char what[300];
+    snprintf(what, sizeof what, "loading the compiled kernel `%s`", k->name);
+    int rc = mkb_cuda_check(mkb_cu.cuModuleLoadData(&e->mod, img.cubin), what);
+    mkb_cuda_image_free(&img);
+    if (rc < 0 || mkb_cuda_check(mkb_cu.cuModuleGetFunction(&e->fn, e->mod, MKPY_CUDA_ENTRY_SYMBOL), what) < 0 ||
+        mkb_cuda_check(mkb_cu.cuFuncGetAttribute(&e->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, e->fn),
+                       what) < 0) {
+        free(e->generated);
+        free(e);
+        return -1;
+    }
+    e->hash = h;
+    e->gen = gen;
+    e->bound = bound;
+    e->math = math;
+    pthread_mutex_lock(&modules_mu);
+    e->next = buckets[h % NBUCKETS];
+    buckets[h % NBUCKETS] = e;
+    pthread_mutex_unlock(&modules_mu);
+    *fn = e->fn;
+    *max_threads = e->max_threads;
+    return 0;
+}
+
+/* init_value: every element of a device buffer set to v (as the dtype) */
+static int fill(CUdeviceptr p, mk_dtype t, double v, int64_t n) {
+    unsigned char one[16];
+    size_t isz = mk_dtype_size(t);
+    mk_put_f64(t, one, v);
+    if (isz == 1) return mkb_cuda_check(mkb_cu.cuMemsetD8_v2(p, one[0], (size_t)n), "init_value");
+    if (isz == 2) {
+        unsigned short u;
+        memcpy(&u, one, 2);
+        return mkb_cuda_check(mkb_cu.cuMemsetD16_v2(p, u, (size_t)n), "init_value");
+    }
+    if (isz == 4) {
+        unsigned u;
+        memcpy(&u, one, 4);
+        return mkb_cuda_check(mkb_cu.cuMemsetD32_v2(p, u, (size_t)n), "init_value");
+    }
+    /* 8 bytes (complex64, int64): a host pattern copied up */
+    unsigned char *h = malloc((size_t)n * isz);
+    if (!h) {
+        mk_nomem();
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++) memcpy(h + i * isz, one, isz);
+    int rc = mkb_cuda_check(mkb_cu.cuMemcpyHtoD_v2(p, h, (size_t)n * isz), "init_value");
+    free(h);
+    return rc;
+}
+
+int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out,
+                         const char *generated, const char *kernel_name, const mkk_launch *plan, uint64_t groups) {
+    const char *site = c->call_site ? c->call_site : "?";
+    int rc = -1;
+    mk_buffer **copies = NULL;
+    void **params = NULL;
+    CUdeviceptr *ptrs = NULL, scratch = 0;
+    unsigned char *meta = NULL;
+    size_t meta_bytes = 0;
+    if (mkb_cuda_enter() < 0) return -1;
+    CUfunction fn;
+    int max_threads;
+    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads) < 0) return -1;
+    const unsigned threads = plan->tg[0] * plan->tg[1] * plan->tg[2];
+    if ((int)threads > max_threads) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[metal_kernel] Kernel `%s`: a threadgroup of %u threads is more than the compiled kernel allows "
+                     "on this GPU (%d: its registers), as Metal's maxTotalThreadsPerThreadgroup. Kernel called at %s",
+                     k->name, threads, max_threads, site);
+        goto done;
+    }
+
+    /* the argument list of the ABI: inputs and their shape info, outputs */
+    int nargs = k->noutputs;
+    for (int i = 0; i < k->ninputs; i++)
+        nargs += 1 + (in[i]->ndim > 0) * (k->shape_info[i][0] + k->shape_info[i][1] + k->shape_info[i][2]);
+    ptrs = calloc((size_t)nargs + 1, sizeof *ptrs);
+    params = calloc((size_t)nargs + 2, sizeof *params);
+    copies = calloc((size_t)k->ninputs + 1, sizeof *copies);
+    if (!ptrs || !params || !copies) {
+        mk_nomem();
+        goto done;
+    }
+    /* shapes (int32), strides (int64) and ndims (int32), 8-byte aligned, in one scratch block */
+    for (int i = 0; i < k->ninputs; i++)
+        if (in[i]->ndim > 0)
+            meta_bytes += k->shape_info[i][0] * (size_t)(in[i]->ndim * 4 + 7) / 8 * 8 +
+                          k->shape_info[i][1] * (size_t)in[i]->ndim * 8 + k->shape_info[i][2] * 8;
+    if (meta_bytes) {
+        if (!(meta = calloc(1, meta_bytes))) {
+            mk_nomem();
+            goto done;
+        }
+        if (mkb_cuda_scratch(meta_bytes, &scratch) < 0) goto done;
+    }
+    size_t mo = 0;
+    int a = 0;
+    for (int i = 0; i < k->ninputs; i++) {
+        const mk_array *x = in[i];
+        mk_buffer *xb = x->buf;
+        int64_t offset = x->offset;
+        int64_t st[MK_MAX_NDIM];
+        if (k->ensure_row_contiguous && !(x->flags & MK_ROW_CONTIG)) {
+            /* a dense copy, made on the host (the input is copied down if it lives on the GPU) */
+            if (!(copies[i] = mk_buffer_alloc((size_t)x->size * mk_dtype_size(x->dtype)))) goto done;
+            mk_row_strides(x->ndim, x->shape, st);
+            mk_copy_into(x, copies[i]->data, st);
+            if (mk_take_device_error()) goto done;
+            xb = copies[i];
+            offset = 0;
+        } else {
+            for (int d = 0; d < x->ndim; d++) st[d] = x->strides[d];
+        }
+        CUdeviceptr base;
+        if (mkb_cuda_buffer_ptr(xb, &base) < 0) goto done;
+        ptrs[a++] = base + (CUdeviceptr)(offset * (int64_t)mk_dtype_size(x->dtype));
+        if (x->ndim > 0) {
+            if (k->shape_info[i][0]) {
+                int32_t *sh = (int32_t *)(meta + mo);
+                for (int d = 0; d < x->ndim; d++) sh[d] = (int32_t)x->shape[d];
+                ptrs[a++] = scratch + mo;
+                mo += (size_t)(x->ndim * 4 + 7) / 8 * 8;
+            }
+            if (k->shape_info[i][1]) {
+                memcpy(meta + mo, st, (size_t)x->ndim * 8);
+                ptrs[a++] = scratch + mo;
+                mo += (size_t)x->ndim * 8;
+            }
+            if (k->shape_info[i][2]) {
+                int32_t nd = x->ndim;
+                memcpy(meta + mo, &nd, 4);
+                ptrs[a++] = scratch + mo;
+                mo += 8;
+            }
+        }
+    }
+    if (meta_bytes && mkb_cuda_check(mkb_cu.cuMemcpyHtoD_v2(scratch, meta, meta_bytes), "copying shapes to the GPU") < 0)
+        goto done;
+    for (int i = 0; i < k->noutputs; i++) {
+        size_t nbytes = (size_t)out[i]->size * mk_dtype_size(out[i]->dtype);
+        mk_buffer *b = mk_buffer_device(nbytes, &mkb_cuda_mem);
+        if (!b) goto done;
+        if (out[i]->buf) mk_buffer_decref(out[i]->buf);
+        out[i]->buf = b;
+        mk_set_row_contiguous(out[i]);
+        CUdeviceptr p;
+        if (mkb_cuda_buffer_ptr(b, &p) < 0) goto done;
+        if (c->has_init && out[i]->size && fill(p, out[i]->dtype, c->init_value, out[i]->size) < 0) goto done;
+        if (!c->has_init && nbytes && mkk_parity_fill() &&
+            mkb_cuda_check(mkb_cu.cuMemsetD8_v2(p, MKK_PARITY_BYTE, nbytes), "MKPY_GPU_PARITY's fill") < 0)
+            goto done;
+        ptrs[a++] = p;
+    }
+
+    struct mkpy_cuda_launch L;
+    memset(&L, 0, sizeof L);
+    for (int d = 0; d < 3; d++) {
+        L.grid[d] = plan->grid[d];
+        L.tg[d] = plan->tg[d];
+        L.ngroups[d] = plan->ngroups[d];
+    }
+    params[0] = &L;
+    for (int i = 0; i < nargs; i++) params[i + 1] = &ptrs[i];
+    if (mkk_debug_level() >= 2)
+        mkk_debug(2, "launch `%s` on the GPU: grid (%u, %u, %u), threadgroup (%u, %u, %u), %llu blocks of %u threads, "
+                     "called at %s",
+                  k->name, L.grid[0], L.grid[1], L.grid[2], L.tg[0], L.tg[1], L.tg[2], (unsigned long long)groups,
+                  threads, site);
+    char what[400];
+    snprintf(what, sizeof what, "Kernel `%s`", k->name);
+    for (uint64_t begin = 0; begin < groups;) {
+        uint64_t n = groups - begin < 0x7fffffffu ? groups - begin : 0x7fffffffu;
+        L.group_begin = begin;
+        char w[480];
+        snprintf(w, sizeof w, "[metal_kernel] launching kernel `%s` (called at %s)", k->name, site);
+        if (mkb_cuda_check(mkb_cu.cuLaunchKernel(fn, (unsigned)n, 1, 1, threads, 1, 1, 0, NULL, params, NULL), w) < 0)
+            goto done;
+        begin += n;
+    }
+    if (mkb_cuda_wait(what, site) < 0) goto done;
+    if (c->verbose) mkk_report("mkpy: kernel `%s` runs on the GPU (CUDA, sm_%d)\n", k->name, mkb_cuda_sm());
+    rc = 0;
+done:
+    if (scratch) mkb_cuda_scratch_free(scratch, meta_bytes);
+    free(meta);
+    if (copies)
+        for (int i = 0; i < k->ninputs; i++)
+            if (copies[i]) mk_buffer_decref(copies[i]);
+    free(copies);
+    free(ptrs);
+    free(params);
+    return rc;
+}

@@ -1,0 +1,515 @@
+/* NVRTC at run time: loaded with dlopen (the build has no CUDA dependency),
+ * a program compiled to a CUBIN for one architecture, cached in memory and on
+ * disk (backend/diskcache.c, the CPU's folder and rules). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "backend/cuda/cuda.h"
+#include "backend/diskcache.h"
+#include "kernel/diag.h"
+
+/* ------------------------------------------------------------ the library */
+
+/* NVRTC's C API, as documented by NVIDIA (nvrtc.h); declared here so that
+ * no CUDA header is needed to build mkpy. */
+typedef int nvrtcResult; /* NVRTC_SUCCESS = 0 */
+typedef struct _nvrtcProgram *nvrtcProgram;
+
+static struct {
+    pthread_once_t once;
+    void *lib;
+    char path[4200];
+    char why[2048];
+    int major, minor;
+    nvrtcResult (*version)(int *, int *);
+    nvrtcResult (*create)(nvrtcProgram *, const char *, const char *, int, const char *const *, const char *const *);
+    nvrtcResult (*compile)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*log_size)(nvrtcProgram, size_t *);
+    nvrtcResult (*log)(nvrtcProgram, char *);
+    nvrtcResult (*cubin_size)(nvrtcProgram, size_t *);
+    nvrtcResult (*cubin)(nvrtcProgram, char *);
+    nvrtcResult (*destroy)(nvrtcProgram *);
+    const char *(*error_string)(nvrtcResult);
+} nv = {.once = PTHREAD_ONCE_INIT};
+
+static bool try_load(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    size_t used = strlen(nv.why);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(nv.why + used, sizeof nv.why - used, "%s%s", used ? "; " : "", e ? e : path);
+        return false;
+    }
+#define SYM(field, name) *(void **)&nv.field = dlsym(h, name)
+    SYM(version, "nvrtcVersion");
+    SYM(create, "nvrtcCreateProgram");
+    SYM(compile, "nvrtcCompileProgram");
+    SYM(log_size, "nvrtcGetProgramLogSize");
+    SYM(log, "nvrtcGetProgramLog");
+    SYM(cubin_size, "nvrtcGetCUBINSize");
+    SYM(cubin, "nvrtcGetCUBIN");
+    SYM(destroy, "nvrtcDestroyProgram");
+    SYM(error_string, "nvrtcGetErrorString");
+#undef SYM
+    if (!nv.version || !nv.create || !nv.compile || !nv.log_size || !nv.log || !nv.cubin_size || !nv.cubin ||
+        !nv.destroy || !nv.error_string || nv.version(&nv.major, &nv.minor) != 0) {
+        snprintf(nv.why + used, sizeof nv.why - used, "%s%s lacks NVRTC's entry points (nvrtcGetCUBIN needs 11.1+)",
+                 used ? "; " : "", path);
+        dlclose(h);
+        return false;
+    }
+    nv.lib = h;
+    snprintf(nv.path, sizeof nv.path, "%s", path);
+    return true;
+}
+
+/* path, or the libnvrtc.so.* inside it when it is a folder */
+static bool try_path(const char *path) {
+    static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    if (access(path, F_OK) != 0) return false;
+    char p[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", path, names[i]);
+        if (access(p, F_OK) == 0 && try_load(p)) return true;
+        snprintf(p, sizeof p, "%s/lib/%s", path, names[i]);
+        if (access(p, F_OK) == 0 && try_load(p)) return true;
+    }
+    return try_load(path);
+}
+
+static void load(void) {
+    const char *env = getenv("MKPY_NVRTC");
+    if (env && *env) {
+        if (!try_path(env)) {
+            size_t used = strlen(nv.why);
+            snprintf(nv.why + used, sizeof nv.why - used, "%sMKPY_NVRTC=%s does not name a usable libnvrtc",
+                     used ? "; " : "", env);
+        }
+        return; /* an explicit choice: nothing else */
+    }
+    /* the wheel make deps unpacks beside the runtime headers' package */
+    const char *rt = mkk_runtime_dir();
+    if (rt && *rt) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/../_nvrtc/nvidia/cu13/lib", rt);
+        if (access(p, F_OK) == 0 && try_path(p)) return;
+    }
+    static const char *const sys[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+    for (int i = 0; i < 3; i++)
+        if (try_load(sys[i])) return;
+}
+
+bool mkb_nvrtc_available(char *why, size_t n) {
+    pthread_once(&nv.once, load);
+    if (!nv.lib && why) snprintf(why, n, "NVRTC could not be loaded (%s)", nv.why);
+    return nv.lib != NULL;
+}
+
+const char *mkb_nvrtc_path(void) {
+    pthread_once(&nv.once, load);
+    return nv.path;
+}
+
+void mkb_nvrtc_version(int *major, int *minor) {
+    pthread_once(&nv.once, load);
+    *major = nv.major;
+    *minor = nv.minor;
+}
+
+/* ------------------------------------------------------------ compiling */
+
+/* Metal's math modes on NVRTC. safe: IEEE division and square root, no
+ * flush to zero; a*b+c may be contracted into an FMA (NVRTC's -fmad=true; the
+ * CPU's clang contracts within an expression too). relaxed: the same (NVRTC
+ * has no reassociation switch). fast: -use_fast_math (flush to zero,
+ * approximate division, square root and transcendentals), as Metal's fast
+ * mode approximates them. */
+static const char *const *math_options(mkk_math_mode m, int *n) {
+    static const char *const safe[] = {"-fmad=true", "-prec-div=true", "-prec-sqrt=true", "-ftz=false"};
+    static const char *const fast[] = {"-use_fast_math"};
+    if (m == MKK_MATH_FAST) {
+        *n = 1;
+        return fast;
+    }
+    *n = 4;
+    return safe;
+}
+
+/* NVRTC's diagnostics at the user's lines: "<kernel k source>(3): error: ..."
+ * becomes "<kernel k source>:3: error: ...", the form of the CPU's clang. */
+static char *map_log(const char *log) {
+    mkk_sbuf b = {0};
+    const char *p = log ? log : "";
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *paren = memchr(p, '(', len);
+        const char *close = paren ? memchr(paren, ')', len - (size_t)(paren - p)) : NULL;
+        char line[1200];
+        if (paren && close && close[1] == ':' && close > paren + 1 && strspn(paren + 1, "0123456789") ==
+                                                                         (size_t)(close - paren - 1)) {
+            snprintf(line, sizeof line, "%.*s:%.*s%.*s", (int)(paren - p), p, (int)(close - paren - 1), paren + 1,
+                     (int)(len - (size_t)(close + 1 - p)), close + 1);
+        } else {
+            snprintf(line, sizeof line, "%.*s", (int)(len < 1100 ? len : 1100), p);
+        }
+        mkk_sb(&b, line);
+        mkk_sb(&b, "\n");
+        p = e ? e + 1 : p + len;
+    }
+    return b.s;
+}
+
+/* The error of a failed compile, in the CPU back-end's words (jit.c's
+ * format_failure): the kernel, the call site, the diagnostics. */
+static void compile_failure(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, int sm, const char *log) {
+    char *mapped = map_log(log);
+    mkk_sbuf b = {0};
+    mkk_sbf(&b, "[metal_kernel] Failed to compile kernel `%s` (%s) for CUDA sm_%d with NVRTC %d.%d.\n", k->name,
+            kernel_name, sm, nv.major, nv.minor);
+    if (c->call_site && *c->call_site) mkk_sbf(&b, "Kernel called at %s\n", c->call_site);
+    mkk_sb(&b, "Compiler diagnostics (line numbers are those of your `source` and `header`):\n");
+    int lines = 0;
+    const char *p = mapped ? mapped : "";
+    while (*p && lines < 60) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len && !memmem(p, len, "detected in the compilation of", 30)) {
+            char line[1200];
+            snprintf(line, sizeof line, "  %.*s\n", (int)(len < 1100 ? len : 1100), p);
+            mkk_sb(&b, line);
+            lines++;
+        }
+        p = e ? e + 1 : p + len;
+    }
+    free(mapped);
+    if (b.s && b.n && b.s[b.n - 1] == '\n') b.s[--b.n] = 0;
+    mk_error_set(MK_ERR_RUNTIME, "%s", b.s ? b.s : "[metal_kernel] Failed to compile kernel for CUDA.");
+    free(b.s);
+}
+
+/* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set. */
+static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, const char *program, int sm,
+                         unsigned char **cubin, size_t *size) {
+    char arch[32], inc[4200];
+    snprintf(arch, sizeof arch, "-arch=sm_%d", sm);
+    snprintf(inc, sizeof inc, "-I%s", mkk_runtime_dir());
+    const char *opts[16] = {arch, "-std=c++17", "-default-device", inc, "-lineinfo", "-diag-suppress=161"};
+    int n = 6, nm = 0;
+    const char *const *m = math_options(k->math_mode, &nm);
+    for (int i = 0; i < nm; i++) opts[n++] = m[i];
+    nvrtcProgram prog = NULL;
+    char name[600];
+    snprintf(name, sizeof name, "<kernel %s>", k->name);
+    nvrtcResult r = nv.create(&prog, program, name, 0, NULL, NULL);
+    if (r != 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] NVRTC could not create a program for `%s`: %s", k->name,
+                     nv.error_string(r));
+        return -1;
+    }
+    r = nv.compile(prog, n, opts);
+    int ret = -1;
+    if (r != 0) {
+        size_t ls = 0;
+        char *log = NULL;
+        if (nv.log_size(prog, &ls) == 0 && (log = malloc(ls + 1))) {
+            log[0] = 0;
+            if (nv.log(prog, log) != 0) log[0] = 0;
+            log[ls] = 0;
+        }
+        if (log && *log)
+            compile_failure(k, c, kernel_name, sm, log);
+        else
+            mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] NVRTC failed to compile `%s` for sm_%d: %s", k->name, sm,
+                         nv.error_string(r));
+        free(log);
+    } else if (nv.cubin_size(prog, size) == 0 && (*cubin = malloc(*size ? *size : 1)) &&
+               nv.cubin(prog, (char *)*cubin) == 0) {
+        ret = 0;
+    } else {
+        free(*cubin);
+        *cubin = NULL;
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] NVRTC gave no CUBIN for `%s` (sm_%d)", k->name, sm);
+    }
+    nv.destroy(&prog);
+    return ret;
+}
+
+/* ------------------------------------------------------- in-memory cache */
+
+#define MEM_MAX 512
+typedef struct mem_entry {
+    char *key;
+    unsigned char *cubin;
+    size_t size;
+    struct mem_entry *next;
+} mem_entry;
+
+static struct {
+    pthread_mutex_t mu;
+    mem_entry *head; /* most recent first */
+    int count;
+    mkb_cuda_stats stats;
+} mem = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool mem_find(const char *key, mkb_cuda_image *out) {
+    bool found = false;
+    pthread_mutex_lock(&mem.mu);
+    for (mem_entry **pp = &mem.head; *pp; pp = &(*pp)->next) {
+        mem_entry *e = *pp;
+        if (strcmp(e->key, key) != 0) continue;
+        if ((out->cubin = malloc(e->size))) {
+            memcpy(out->cubin, e->cubin, e->size);
+            out->size = e->size;
+            found = true;
+            mem.stats.memory_hits++;
+            *pp = e->next; /* to the front */
+            e->next = mem.head;
+            mem.head = e;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&mem.mu);
+    return found;
+}
+
+static void mem_put(const char *key, const unsigned char *cubin, size_t size) {
+    mem_entry *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key)) || !(e->cubin = malloc(size))) {
+        if (e) free(e->key);
+        free(e);
+        return;
+    }
+    memcpy(e->cubin, cubin, size);
+    e->size = size;
+    pthread_mutex_lock(&mem.mu);
+    e->next = mem.head;
+    mem.head = e;
+    mem_entry *victim = NULL;
+    if (++mem.count > MEM_MAX) { /* drop the least recently used */
+        mem_entry **pp = &mem.head;
+        while ((*pp)->next) pp = &(*pp)->next;
+        victim = *pp;
+        *pp = NULL;
+        mem.count--;
+    }
+    pthread_mutex_unlock(&mem.mu);
+    if (victim) {
+        free(victim->key);
+        free(victim->cubin);
+        free(victim);
+    }
+}
+
+void mkb_cuda_cache_info(mkb_cuda_stats *s) {
+    pthread_mutex_lock(&mem.mu);
+    *s = mem.stats;
+    pthread_mutex_unlock(&mem.mu);
+}
+
+void mkb_cuda_image_free(mkb_cuda_image *img) {
+    free(img->cubin);
+    img->cubin = NULL;
+    img->size = 0;
+}
+
+/* ------------------------------------------------------------ building */
+
+#define CUDA_KEY_MAGIC "mkpy cuda program 1"
+
+/* The runtime headers the program includes are part of its identity. */
+static void headers_identity(char *out, size_t n) {
+    static const char *const names[] = {"mkpy_cuda.h", "mkpy_cuda_std.h", "mkpy_metal.h", "mkpy_launch.h",
+                                        "mkpy_cuda_launch.h"};
+    mkk_sbuf all = {0};
+    for (int i = 0; i < 5; i++) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", mkk_runtime_dir(), names[i]);
+        char *t = mkb_read_file(p);
+        mkk_sb(&all, t ? t : "(missing)");
+        free(t);
+    }
+    char hex[33];
+    mkb_hash_hex(all.s ? all.s : "", "", hex);
+    free(all.s);
+    snprintf(out, n, "%s", hex);
+}
+
+int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                   const char *kernel_name, int sm, mkb_cuda_image *out) {
+    memset(out, 0, sizeof *out);
+    out->sm = sm;
+    char why[2300];
+    if (!mkb_nvrtc_available(why, sizeof why)) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` cannot be compiled for CUDA: %s. Install NVRTC "
+                     "(pip install nvidia-cuda-nvrtc, or `make deps`) or set MKPY_NVRTC to its libnvrtc.so.",
+                     k->name, why);
+        return -1;
+    }
+    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name);
+    if (!program) return -1;
+    int nm = 0;
+    const char *const *m = math_options(k->math_mode, &nm);
+    char ident[400], hid[40];
+    headers_identity(hid, sizeof hid);
+    snprintf(ident, sizeof ident, CUDA_KEY_MAGIC " sm_%d nvrtc %d.%d headers %s math", sm, nv.major, nv.minor, hid);
+    for (int i = 0; i < nm; i++) {
+        size_t l = strlen(ident);
+        snprintf(ident + l, sizeof ident - l, " %s", m[i]);
+    }
+    size_t klen = strlen(ident) + strlen(program) + 2;
+    char *key = malloc(klen);
+    int ret = -1, lock_fd = -1;
+    char dir[4400] = "", hex[33], obj[4500], keyp[4500], lockp[4500];
+    if (!key) {
+        free(program);
+        mk_nomem();
+        return -1;
+    }
+    snprintf(key, klen, "%s\n%s", ident, program);
+    if (mem_find(key, out)) {
+        out->how = MKK_FOUND_IN_MEMORY;
+        ret = 0;
+        goto done;
+    }
+    mkb_hash_hex(program, ident, hex);
+    bool disk = mkb_cache_dir(dir, sizeof dir) == 0;
+    if (!disk) mk_error_clear();
+    if (disk) {
+        snprintf(obj, sizeof obj, "%s/%s.cubin", dir, hex);
+        snprintf(keyp, sizeof keyp, "%s/%s.key", dir, hex);
+        snprintf(lockp, sizeof lockp, "%s/%s.lock", dir, hex);
+        for (int attempt = 0;; attempt++) {
+            if ((out->cubin = mkb_read_verified(obj, keyp, key, &out->size))) break;
+            lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+            if (lock_fd >= 0) {
+                while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR) {
+                }
+                out->cubin = mkb_read_verified(obj, keyp, key, &out->size); /* compiled meanwhile? */
+                break;
+            }
+            if (attempt > 0 || mkb_cache_dir_failed(dir, errno, dir, sizeof dir) < 0) {
+                disk = false;
+                break;
+            }
+            snprintf(obj, sizeof obj, "%s/%s.cubin", dir, hex);
+            snprintf(keyp, sizeof keyp, "%s/%s.key", dir, hex);
+            snprintf(lockp, sizeof lockp, "%s/%s.lock", dir, hex);
+        }
+        if (out->cubin) {
+            mkb_touch(obj);
+            mkb_stats_update(dir, 0, 1, 0, false, NULL);
+            pthread_mutex_lock(&mem.mu);
+            mem.stats.disk_hits++;
+            pthread_mutex_unlock(&mem.mu);
+            mem_put(key, out->cubin, out->size);
+            out->how = MKK_FOUND_ON_DISK;
+            mkk_debug(1, "kernel `%s` (%s): CUDA sm_%d disk cache hit, %s", k->name, kernel_name, sm, obj);
+            ret = 0;
+            goto done;
+        }
+    }
+    const uint64_t t0 = mkk_now_ns();
+    if (nvrtc_compile(k, c, kernel_name, program, sm, &out->cubin, &out->size) < 0) goto done;
+    pthread_mutex_lock(&mem.mu);
+    mem.stats.compiles++;
+    pthread_mutex_unlock(&mem.mu);
+    mkk_debug(1, "kernel `%s` (%s): compiled for CUDA sm_%d by NVRTC %d.%d in %.3f s", k->name, kernel_name, sm,
+              nv.major, nv.minor, (double)(mkk_now_ns() - t0) / 1e9);
+    mem_put(key, out->cubin, out->size);
+    out->how = MKK_COMPILED;
+    ret = 0;
+    if (disk && lock_fd >= 0) { /* publish: object, key (with the object's hash), sources */
+        char tmp[4600], tmp_key[4700], src[4600], metal[4600];
+        snprintf(tmp, sizeof tmp, "%s/%s.tmp.%ld.%lu", dir, hex, (long)getpid(),
+                 (unsigned long)atomic_fetch_add(&mkb_tmp_seq, 1));
+        snprintf(tmp_key, sizeof tmp_key, "%s.key", tmp);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        bool ok = fd >= 0 && write(fd, out->cubin, out->size) == (ssize_t)out->size;
+        if (fd >= 0 && close(fd) < 0) ok = false;
+        if (ok && mkb_write_key(tmp, tmp_key, keyp, key) == 0 && rename(tmp, obj) == 0) {
+            snprintf(src, sizeof src, "%s/%s.cu", dir, hex);
+            snprintf(metal, sizeof metal, "%s/%s.metal", dir, hex);
+            mkb_write_file(src, program);
+            mkb_write_file(metal, generated);
+            mkb_stats_update(dir, mkb_file_size(obj) + mkb_file_size(keyp) + mkb_file_size(src) + mkb_file_size(metal),
+                             0, 1, false, NULL);
+        } else {
+            unlink(tmp);
+            unlink(keyp);
+        }
+    }
+done:
+    if (lock_fd >= 0) {
+        unlink(lockp);
+        close(lock_fd);
+    }
+    free(key);
+    free(program);
+    return ret;
+}
+
+/* ------------------------------------------------------ compile-check mode */
+
+static _Thread_local char *check_archs; /* this thread's scope (mx.cuda.compile_check) */
+
+/* Parses "sm_80,sm_90" (or "80,90") into archs; returns the count or -1. */
+static int parse_archs(const char *s, int *archs, int max) {
+    int n = 0;
+    while (s && *s) {
+        while (*s == ' ' || *s == ',') s++;
+        if (!*s) break;
+        if (strncmp(s, "sm_", 3) == 0) s += 3;
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 30 || v > 1000 || n == max) return -1;
+        archs[n++] = (int)v;
+        s = end;
+        while (*s == ' ') s++;
+        if (*s && *s != ',') return -1;
+    }
+    return n;
+}
+
+char *mkb_cuda_set_compile_check(const char *archs) {
+    int tmp[16];
+    if (archs && *archs && parse_archs(archs, tmp, 16) <= 0) {
+        mk_error_set(MK_ERR_VALUE, "[cuda.compile_check] Expected architectures like \"sm_80,sm_90\", got \"%s\".",
+                     archs);
+        return (char *)-1;
+    }
+    char *prev = check_archs;
+    check_archs = archs && *archs ? strdup(archs) : NULL;
+    return prev;
+}
+
+int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                           const char *kernel_name) {
+    const char *s = check_archs ? check_archs : getenv("MKPY_CUDA_COMPILE_CHECK");
+    if (!s || !*s) return 0;
+    if (k->prints) { /* refused on CUDA for now (mkb_cuda_program): nothing to check */
+        mkk_debug(1, "kernel `%s`: not compiled for CUDA (it prints)", k->name);
+        return 0;
+    }
+    int archs[16];
+    int n = parse_archs(s, archs, 16);
+    if (n < 0) {
+        mk_error_set(MK_ERR_VALUE, "MKPY_CUDA_COMPILE_CHECK: expected architectures like \"sm_80,sm_90\", got \"%s\"",
+                     s);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        mkb_cuda_image img;
+        if (mkb_cuda_build(k, c, inputs, generated, kernel_name, archs[i], &img) < 0) return -1;
+        mkb_cuda_image_free(&img);
+    }
+    return 0;
+}

@@ -1,0 +1,576 @@
+// mkpy_cuda.h: the runtime header of a Metal kernel compiled for an NVIDIA GPU
+// by NVRTC (csrc/backend/cuda/). It holds what mkpy_metal.h + mkpy_coop.h +
+// mkpy_dispatch.h hold for the CPU:
+//   - Metal's types and library: mkpy_metal.h itself, shared with the CPU
+//     (NVRTC runs with -default-device, so its unannotated functions are
+//     device functions; mkpy_cuda_std.h stands in for the system headers
+//     NVRTC lacks and renames the Metal names CUDA also declares globally);
+//   - the thread attributes, from the launch ABI (mkpy_cuda_launch.h);
+//   - barriers, SIMD-group and quad-group functions on warp intrinsics,
+//     atomics, simdgroup matrices (this file).
+// A threadgroup is a block and a SIMD-group a warp (32 lanes on both): Metal's
+// thread_index_in_simdgroup is the CUDA lane, because a block is one-dimensional
+// and threads take their Metal position from their linear index.
+//
+// SIMD-group functions work on the lanes active at the call (__activemask()),
+// as the CPU engines do on the lanes at the same call site; reductions and
+// prefix sums combine the lanes' values in lane order, exactly as the CPU
+// engines do, so float results equal theirs bit for bit.
+#ifndef MKPY_CUDA_H
+#define MKPY_CUDA_H
+
+#ifndef __CUDACC_RTC__
+#error "mkpy_cuda.h is compiled by NVRTC (mkpy's CUDA back-end)"
+#endif
+
+#include "mkpy_metal.h"
+#include "mkpy_launch.h"
+#include "mkpy_cuda_launch.h"
+
+namespace mkpy {
+
+inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
+
+inline unsigned lane_id() { return threadIdx.x & (MKPY_SIMD_WIDTH - 1); }
+
+// Fills Metal's attributes of this CUDA thread from the launch (the ABI of
+// mkpy_cuda_launch.h); false for a thread past its threadgroup's extent,
+// which must return before the kernel runs.
+inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
+    const uint64_t g = L.group_begin + blockIdx.x;
+    const unsigned nx = L.ngroups[0], ny = L.ngroups[1];
+    const uint32_t b[3] = {(uint32_t)(g % nx), (uint32_t)((g / nx) % ny), (uint32_t)(g / ((uint64_t)nx * ny))};
+    unsigned count = 1;
+    for (int d = 0; d < 3; d++) {
+        const unsigned a = mkpy_group_extent(L.grid[d], L.tg[d], b[d]);
+        t.dispatch_threads_per_threadgroup[d] = L.tg[d];
+        t.grid_origin[d] = 0;
+        t.grid_size[d] = L.grid[d];
+        t.threads_per_grid[d] = L.grid[d];
+        t.threadgroups_per_grid[d] = L.ngroups[d];
+        t.threadgroup_position_in_grid[d] = b[d];
+        t.threads_per_threadgroup[d] = a;
+        count *= a;
+    }
+    const unsigned index = threadIdx.x;
+    if (index >= count) return false;
+    const unsigned requested = L.tg[0] * L.tg[1] * L.tg[2];
+    const unsigned ax = t.threads_per_threadgroup[0], ay = t.threads_per_threadgroup[1];
+    const unsigned l[3] = {index % ax, (index / ax) % ay, index / (ax * ay)};
+    for (int d = 0; d < 3; d++) {
+        t.thread_position_in_threadgroup[d] = l[d];
+        t.thread_position_in_grid[d] = b[d] * L.tg[d] + l[d];
+    }
+    t.thread_execution_width = MKPY_SIMD_WIDTH;
+    t.threads_per_simdgroup = MKPY_SIMD_WIDTH;
+    t.dispatch_simdgroups_per_threadgroup = (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
+    t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
+    t.simdgroups_per_threadgroup = (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
+    t.quadgroups_per_threadgroup = (count + 3) / 4;
+    t.thread_index_in_threadgroup = index;
+    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
+    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
+    t.quadgroup_index_in_threadgroup = index / 4;
+    t.thread_index_in_quadgroup = index % 4;
+    return true;
+}
+
+// ---- moving values of any plain type between lanes, 32 bits at a time
+template <class T>
+inline T shfl(unsigned mask, const T &v, int src) {
+    static_assert(sizeof(T) <= 32, "SIMD-group values are at most 32 bytes");
+    constexpr int W = (int)((sizeof(T) + 3) / 4);
+    uint32_t w[W] = {};
+    memcpy(w, &v, sizeof(T));
+    for (int i = 0; i < W; i++) w[i] = __shfl_sync(mask, w[i], src);
+    T r = v;
+    memcpy(&r, w, sizeof(T));
+    return r;
+}
+
+// Reduction over the active lanes of this lane's segment of `width` lanes,
+// in lane order (as the CPU engines: bit for bit the same for floats).
+template <class T, class Op>
+inline T reduce(const T &v, unsigned width, Op op) {
+    const unsigned mask = __activemask(), lane = lane_id(), lo = lane / width * width;
+    T acc = v;
+    bool first = true;
+    for (unsigned j = 0; j < width; j++) {
+        const unsigned src = lo + j;
+        T x = shfl(mask, v, (int)src);
+        if (mask >> src & 1u) {
+            acc = first ? x : op(acc, x);
+            first = false;
+        }
+    }
+    return acc;
+}
+
+// Prefix over the active lanes below (exclusive) or up to (inclusive) this one.
+template <class T, class Op>
+inline T prefix(const T &v, unsigned width, bool inclusive, T identity, Op op) {
+    const unsigned mask = __activemask(), lane = lane_id(), lo = lane / width * width;
+    T acc = identity;
+    for (unsigned j = 0; j < width; j++) {
+        const unsigned src = lo + j;
+        T x = shfl(mask, v, (int)src);
+        if ((mask >> src & 1u) && (src < lane || (inclusive && src == lane))) acc = op(acc, x);
+    }
+    return acc;
+}
+
+inline int pick_abs(int, int arg, int) { return arg; }
+inline int pick_up(int l, int d, int) { return l - d; }
+inline int pick_down(int l, int d, int) { return l + d; }
+inline int pick_xor(int l, int m, int) { return l ^ m; }
+inline int pick_rot_up(int l, int d, int w) { return ((l - d) % w + w) % w; }
+inline int pick_rot_down(int l, int d, int w) { return (l + d) % w; }
+
+// The value of the lane pick() names within this lane's segment; a source
+// outside the segment or inactive gives the lane's own value (as the CPU).
+template <class T>
+inline T take(const T &v, unsigned width, int (*pick)(int, int, int), int arg) {
+    const unsigned mask = __activemask(), lane = lane_id();
+    const int lo = (int)(lane / width * width);
+    int src = pick((int)lane - lo, arg, (int)width);
+    const bool ok = src >= 0 && src < (int)width && (mask >> (src + lo) & 1u);
+    T x = shfl(mask, v, ok ? src + lo : (int)lane);
+    return ok ? x : v;
+}
+
+template <class T>
+inline T fill(const T &data, const T &filling, int delta, int modulo, bool up) {
+    const unsigned mask = __activemask(), lane = lane_id();
+    int src = (int)lane;
+    bool from_fill = false;
+    if (modulo > 0) {
+        const int lo = (int)lane / modulo * modulo, l = (int)lane - lo;
+        if (up) {
+            from_fill = l < delta;
+            src = lo + (from_fill ? l + modulo - delta : l - delta);
+        } else {
+            from_fill = l + delta >= modulo;
+            src = lo + (from_fill ? l + delta - modulo : l + delta);
+        }
+    }
+    const bool ok = modulo > 0 && src >= 0 && src < MKPY_SIMD_WIDTH && (mask >> src & 1u);
+    const int s = ok ? src : (int)lane;
+    T d = shfl(mask, data, s), f = shfl(mask, filling, s);
+    if (!ok) return data;
+    return from_fill ? f : d;
+}
+
+inline uint32_t seg_bits(unsigned width) { return (uint32_t)((1ull << width) - 1); }
+
+} // namespace mkpy
+
+namespace metal {
+
+// ------------------------------------------------------------ barriers
+enum class mem_flags : unsigned { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4,
+                                  mem_threadgroup_imageblock = 8, mem_object_data = 16 };
+inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags((unsigned)a | (unsigned)b); }
+inline constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags((unsigned)a & (unsigned)b); }
+
+// __syncthreads orders the block's shared and global memory accesses, which
+// covers every mem_flags; device memory seen by other blocks needs a fence.
+inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none) {
+    if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
+    __syncthreads();
+}
+inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none) {
+    if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
+    __syncwarp(__activemask());
+}
+
+// ------------------------------------------------------------ votes
+struct simd_vote {
+    typedef uint64_t vote_t;
+    explicit constexpr simd_vote(vote_t v = 0) : v_(v) {}
+    explicit constexpr operator vote_t() const { return v_; }
+    constexpr bool all() const { return (v_ & 0xffffffffull) == 0xffffffffull; }
+    constexpr bool any() const { return (v_ & 0xffffffffull) != 0; }
+
+  private:
+    vote_t v_;
+};
+struct quad_vote {
+    typedef unsigned short vote_t;
+    explicit constexpr quad_vote(vote_t v = 0) : v_(v) {}
+    explicit constexpr operator vote_t() const { return v_; }
+    constexpr bool all() const { return (v_ & 0xfu) == 0xfu; }
+    constexpr bool any() const { return (v_ & 0xfu) != 0; }
+
+  private:
+    vote_t v_;
+};
+
+// ---------------------------------------------------- SIMD-group functions
+// MSL 6.9.2 / 6.9.3, on the active lanes of the warp.
+#define MKPY_REDUCE(name, width, expr) \
+    template <class T> inline T name(T v) { return ::mkpy::reduce(v, width, [](T a, T b) { return T(expr); }); }
+#define MKPY_PREFIX(name, width, incl, ident, expr)                                                 \
+    template <class T> inline T name(T v) {                                                         \
+        return ::mkpy::prefix(v, width, incl, T(ident), [](T a, T b) { return T(expr); });         \
+    }
+#define MKPY_TAKE(name, width, pick) \
+    template <class T> inline T name(T v, ushort arg) { return ::mkpy::take(v, width, ::mkpy::pick, arg); }
+#define MKPY_GROUP_FUNCTIONS(P, width)                                                              \
+    MKPY_REDUCE(P##_sum, width, a + b)                                                              \
+    MKPY_REDUCE(P##_product, width, a * b)                                                          \
+    MKPY_REDUCE(P##_min, width, min(a, b))                                                          \
+    MKPY_REDUCE(P##_max, width, max(a, b))                                                          \
+    MKPY_REDUCE(P##_and, width, a & b)                                                              \
+    MKPY_REDUCE(P##_or, width, a | b)                                                               \
+    MKPY_REDUCE(P##_xor, width, a ^ b)                                                              \
+    MKPY_PREFIX(P##_prefix_inclusive_sum, width, true, 0, a + b)                                    \
+    MKPY_PREFIX(P##_prefix_exclusive_sum, width, false, 0, a + b)                                   \
+    MKPY_PREFIX(P##_prefix_inclusive_product, width, true, 1, a * b)                                \
+    MKPY_PREFIX(P##_prefix_exclusive_product, width, false, 1, a * b)                               \
+    MKPY_TAKE(P##_shuffle, width, pick_abs)                                                         \
+    MKPY_TAKE(P##_broadcast, width, pick_abs)                                                       \
+    MKPY_TAKE(P##_shuffle_up, width, pick_up)                                                       \
+    MKPY_TAKE(P##_shuffle_down, width, pick_down)                                                   \
+    MKPY_TAKE(P##_shuffle_xor, width, pick_xor)                                                     \
+    MKPY_TAKE(P##_shuffle_rotate_up, width, pick_rot_up)                                            \
+    MKPY_TAKE(P##_shuffle_rotate_down, width, pick_rot_down)                                        \
+    template <class T> inline T P##_shuffle_and_fill_up(T data, T filling, ushort delta, ushort modulo) { \
+        return ::mkpy::fill(data, filling, delta, modulo, true);                                    \
+    }                                                                                               \
+    template <class T> inline T P##_shuffle_and_fill_up(T data, T filling, ushort delta) {          \
+        return ::mkpy::fill(data, filling, delta, width, true);                                     \
+    }                                                                                               \
+    template <class T> inline T P##_shuffle_and_fill_down(T data, T filling, ushort delta, ushort modulo) { \
+        return ::mkpy::fill(data, filling, delta, modulo, false);                                   \
+    }                                                                                               \
+    template <class T> inline T P##_shuffle_and_fill_down(T data, T filling, ushort delta) {        \
+        return ::mkpy::fill(data, filling, delta, width, false);                                    \
+    }                                                                                               \
+    template <class T> inline T P##_broadcast_first(T v) {                                          \
+        const unsigned mask = __activemask(), lane = ::mkpy::lane_id(), lo = lane / width * width;  \
+        const uint32_t seg = (mask >> lo) & ::mkpy::seg_bits(width);                                \
+        return ::mkpy::shfl(mask, v, (int)(lo + (unsigned)(__ffs(seg) - 1)));                       \
+    }                                                                                               \
+    inline bool P##_is_first() {                                                                    \
+        const unsigned mask = __activemask(), lane = ::mkpy::lane_id(), lo = lane / width * width;  \
+        return lane == lo + (unsigned)(__ffs((mask >> lo) & ::mkpy::seg_bits(width)) - 1);           \
+    }                                                                                               \
+    inline bool P##_all(bool b) {                                                                   \
+        const unsigned mask = __activemask(), v = __ballot_sync(mask, b), lo = ::mkpy::lane_id() / width * width; \
+        const uint32_t seg = ::mkpy::seg_bits(width) << lo;                                         \
+        return (v & seg) == (mask & seg);                                                           \
+    }                                                                                               \
+    inline bool P##_any(bool b) {                                                                   \
+        const unsigned mask = __activemask(), v = __ballot_sync(mask, b), lo = ::mkpy::lane_id() / width * width; \
+        return (v >> lo & ::mkpy::seg_bits(width)) != 0;                                            \
+    }                                                                                               \
+    inline bool P##_is_helper_thread() { return false; }
+
+MKPY_GROUP_FUNCTIONS(simd, MKPY_SIMD_WIDTH)
+MKPY_GROUP_FUNCTIONS(quad, 4)
+
+inline simd_vote simd_ballot(bool b) { return simd_vote(__ballot_sync(__activemask(), b)); }
+inline simd_vote simd_active_threads_mask() { return simd_vote(__activemask()); }
+inline quad_vote quad_ballot(bool b) {
+    const unsigned v = __ballot_sync(__activemask(), b);
+    return quad_vote((unsigned short)(v >> (::mkpy::lane_id() / 4 * 4) & 0xfu));
+}
+inline quad_vote quad_active_threads_mask() {
+    return quad_vote((unsigned short)(__activemask() >> (::mkpy::lane_id() / 4 * 4) & 0xfu));
+}
+#undef MKPY_GROUP_FUNCTIONS
+#undef MKPY_REDUCE
+#undef MKPY_PREFIX
+#undef MKPY_TAKE
+
+// ------------------------------------------------------------- atomics
+// MSL 6.15: atomic<T> in device or threadgroup memory (CUDA's generic
+// addresses reach both), relaxed order as Metal has; the fence's scope picks
+// __threadfence_block (threadgroup, SIMD-group) or __threadfence (device).
+enum memory_order { memory_order_relaxed, memory_order_seq_cst };
+enum thread_scope { thread_scope_thread, thread_scope_simdgroup, thread_scope_threadgroup, thread_scope_device };
+
+template <class T>
+struct atomic {
+    T value;
+};
+using atomic_int = atomic<int>;
+using atomic_uint = atomic<unsigned int>;
+using atomic_float = atomic<float>;
+using atomic_bool = atomic<bool>;
+using atomic_ulong = atomic<unsigned long>;
+using atomic_long = atomic<long>;
+
+template <class T>
+struct mkpy_nd {
+    using type = T;
+};
+template <class T>
+using mkpy_nd_t = typename mkpy_nd<T>::type;
+
+inline void atomic_thread_fence(mem_flags, memory_order, thread_scope s = thread_scope_device) {
+    if (s == thread_scope_device)
+        __threadfence();
+    else
+        __threadfence_block();
+}
+
+} // namespace metal
+
+namespace mkpy {
+template <class U, class T>
+inline U bits_of(const T &v) {
+    U u = 0;
+    memcpy(&u, &v, sizeof(T));
+    return u;
+}
+template <class T, class U>
+inline T from_bits_of(U u) {
+    T v;
+    memcpy(&v, &u, sizeof(T));
+    return v;
+}
+// Compare-and-swap of a value of 1, 2, 4 or 8 bytes; on failure `expected`
+// gets the value found.
+template <class T>
+inline bool cas(T *p, T &expected, T desired) {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "atomic of this size");
+    if constexpr (sizeof(T) == 4) {
+        const unsigned e = bits_of<unsigned>(expected);
+        const unsigned old = atomicCAS((unsigned *)p, e, bits_of<unsigned>(desired));
+        if (old == e) return true;
+        expected = from_bits_of<T>(old);
+        return false;
+    } else if constexpr (sizeof(T) == 8) {
+        const unsigned long long e = bits_of<unsigned long long>(expected);
+        const unsigned long long old = atomicCAS((unsigned long long *)p, e, bits_of<unsigned long long>(desired));
+        if (old == e) return true;
+        expected = from_bits_of<T>(old);
+        return false;
+    } else { // within the aligned 32-bit word holding it
+        unsigned *word = (unsigned *)((uintptr_t)p & ~(uintptr_t)3);
+        const unsigned shift = (unsigned)((uintptr_t)p & 3) * 8, m = (sizeof(T) == 1 ? 0xffu : 0xffffu) << shift;
+        const unsigned e = bits_of<unsigned>(expected) << shift, d = bits_of<unsigned>(desired) << shift;
+        unsigned old = *(volatile unsigned *)word;
+        for (;;) {
+            if ((old & m) != e) {
+                expected = from_bits_of<T>((old & m) >> shift);
+                return false;
+            }
+            const unsigned seen = atomicCAS(word, old, (old & ~m) | d);
+            if (seen == old) return true;
+            old = seen;
+        }
+    }
+}
+template <class T, class Op>
+inline T rmw(T *p, T v, Op op) {
+    T old = *(volatile T *)p;
+    while (!cas(p, old, T(op(old, v)))) {
+    }
+    return old;
+}
+template <class T> struct is_i32 : std::bool_constant<std::is_integral<T>::value && sizeof(T) == 4> {};
+template <class T> struct is_i64 : std::bool_constant<std::is_integral<T>::value && sizeof(T) == 8> {};
+} // namespace mkpy
+
+namespace metal {
+
+template <class T> inline T atomic_load_explicit(const volatile atomic<T> *o, memory_order) {
+    return *(const volatile T *)&o->value;
+}
+template <class T> inline void atomic_store_explicit(volatile atomic<T> *o, mkpy_nd_t<T> v, memory_order) {
+    *(volatile T *)&o->value = v;
+}
+template <class T> inline T atomic_exchange_explicit(volatile atomic<T> *o, mkpy_nd_t<T> v, memory_order) {
+    T *p = (T *)&o->value;
+    if constexpr (sizeof(T) == 4)
+        return ::mkpy::from_bits_of<T>(atomicExch((unsigned *)p, ::mkpy::bits_of<unsigned>(v)));
+    else if constexpr (sizeof(T) == 8)
+        return ::mkpy::from_bits_of<T>(atomicExch((unsigned long long *)p, ::mkpy::bits_of<unsigned long long>(v)));
+    else
+        return ::mkpy::rmw(p, T(v), [](T, T b) { return b; });
+}
+template <class T>
+inline bool atomic_compare_exchange_weak_explicit(volatile atomic<T> *o, mkpy_nd_t<T> *expected, mkpy_nd_t<T> desired,
+                                                  memory_order, memory_order) {
+    return ::mkpy::cas((T *)&o->value, *expected, desired);
+}
+template <class T>
+inline bool atomic_compare_exchange_strong_explicit(volatile atomic<T> *o, mkpy_nd_t<T> *expected,
+                                                    mkpy_nd_t<T> desired, memory_order, memory_order) {
+    return ::mkpy::cas((T *)&o->value, *expected, desired);
+}
+
+template <class T, class U> inline T atomic_fetch_add_explicit(volatile atomic<T> *o, U u, memory_order) {
+    T v = T(u), *p = (T *)&o->value;
+    if constexpr (std::is_same<T, float>::value)
+        return atomicAdd(p, v);
+    else if constexpr (::mkpy::is_i32<T>::value)
+        return (T)atomicAdd((unsigned *)p, (unsigned)v);
+    else if constexpr (::mkpy::is_i64<T>::value)
+        return (T)atomicAdd((unsigned long long *)p, (unsigned long long)v);
+    else
+        return ::mkpy::rmw(p, v, [](T a, T b) { return a + b; });
+}
+template <class T, class U> inline T atomic_fetch_sub_explicit(volatile atomic<T> *o, U u, memory_order) {
+    T v = T(u), *p = (T *)&o->value;
+    if constexpr (::mkpy::is_i32<T>::value)
+        return (T)atomicSub((unsigned *)p, (unsigned)v);
+    else if constexpr (::mkpy::is_i64<T>::value)
+        return (T)atomicAdd((unsigned long long *)p, (unsigned long long)0 - (unsigned long long)v);
+    else
+        return ::mkpy::rmw(p, v, [](T a, T b) { return a - b; });
+}
+#define MKPY_BITOP(name, fn, expr)                                                                         \
+    template <class T, class U> inline T atomic_fetch_##name##_explicit(volatile atomic<T> *o, U u, memory_order) { \
+        T v = T(u), *p = (T *)&o->value;                                                                    \
+        if constexpr (::mkpy::is_i32<T>::value)                                                             \
+            return (T)fn((unsigned *)p, (unsigned)v);                                                       \
+        else if constexpr (::mkpy::is_i64<T>::value)                                                        \
+            return (T)fn((unsigned long long *)p, (unsigned long long)v);                                   \
+        else                                                                                                \
+            return ::mkpy::rmw(p, v, [](T a, T b) { return T(expr); });                                     \
+    }
+MKPY_BITOP(and, atomicAnd, a & b)
+MKPY_BITOP(or, atomicOr, a | b)
+MKPY_BITOP(xor, atomicXor, a ^ b)
+#undef MKPY_BITOP
+#define MKPY_MINMAX(name, fn, expr)                                                                        \
+    template <class T, class U> inline T atomic_fetch_##name##_explicit(volatile atomic<T> *o, U u, memory_order) { \
+        T v = T(u), *p = (T *)&o->value;                                                                    \
+        if constexpr (::mkpy::is_i32<T>::value && std::is_signed<T>::value)                                 \
+            return (T)fn((int *)p, (int)v);                                                                 \
+        else if constexpr (::mkpy::is_i32<T>::value)                                                        \
+            return (T)fn((unsigned *)p, (unsigned)v);                                                       \
+        else if constexpr (::mkpy::is_i64<T>::value && std::is_signed<T>::value)                            \
+            return (T)fn((long long *)p, (long long)v);                                                     \
+        else if constexpr (::mkpy::is_i64<T>::value)                                                        \
+            return (T)fn((unsigned long long *)p, (unsigned long long)v);                                   \
+        else                                                                                                \
+            return ::mkpy::rmw(p, v, [](T a, T b) { return expr; });                                        \
+    }
+MKPY_MINMAX(min, atomicMin, b < a ? b : a)
+MKPY_MINMAX(max, atomicMax, b > a ? b : a)
+#undef MKPY_MINMAX
+template <class T, class U> inline void atomic_min_explicit(volatile atomic<T> *o, U u, memory_order m) {
+    atomic_fetch_min_explicit(o, u, m);
+}
+template <class T, class U> inline void atomic_max_explicit(volatile atomic<T> *o, U u, memory_order m) {
+    atomic_fetch_max_explicit(o, u, m);
+}
+
+// ---------------------------------------------------- simdgroup matrices
+// MSL 6.7: an 8x8 matrix spread over the 32 lanes of a warp, two elements
+// per lane, in the layout of Apple GPUs (and of mkpy_coop.h). Multiplies
+// gather operands with shuffles and accumulate with fmaf in k order, as the
+// CPU engines do: float results equal theirs bit for bit. (Tensor cores
+// would not: mma.sync's order and rounding inside a k-step are not
+// sequential fused multiply-adds.)
+template <class T, int Cols, int Rows>
+struct simdgroup_matrix;
+
+} // namespace metal
+
+namespace mkpy {
+inline void simdgroup_coord(unsigned l, unsigned &row, unsigned &col) {
+    unsigned q = l / 4;
+    row = (q & 4) + (l / 2) % 4;
+    col = (q & 2) * 2 + (l % 2) * 2;
+}
+inline unsigned simdgroup_owner(unsigned row, unsigned col) {
+    return (row >> 2 & 1) << 4 | (col >> 2 & 1) << 3 | (row >> 1 & 1) << 2 | (row & 1) << 1 | (col >> 1 & 1);
+}
+} // namespace mkpy
+
+namespace metal {
+
+template <class T, int Cols, int Rows>
+struct simdgroup_matrix {
+    static_assert(Cols == 8 && Rows == 8, "mkpy supports the 8x8 simdgroup matrices that Apple GPUs have");
+    vec<T, 2> e;
+    simdgroup_matrix() = default;
+    explicit simdgroup_matrix(T d) {
+        unsigned row, col;
+        ::mkpy::simdgroup_coord(::mkpy::lane_id(), row, col);
+        e[0] = row == col ? d : T(0);
+        e[1] = row == col + 1 ? d : T(0);
+    }
+    vec<T, 2> &thread_elements() { return e; }
+    const vec<T, 2> &thread_elements() const { return e; }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+template <class T, int Cols, int Rows>
+inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(const T value) {
+    simdgroup_matrix<T, Cols, Rows> m;
+    m.e[0] = value;
+    m.e[1] = value;
+    return m;
+}
+
+template <class T, class P, int Cols, int Rows>
+inline void simdgroup_load(simdgroup_matrix<T, Cols, Rows> &d, const P *src, ulong elements_per_row = Cols,
+                           ulong2 origin = ulong2(0), bool transpose = false) {
+    unsigned row, col;
+    ::mkpy::simdgroup_coord(::mkpy::lane_id(), row, col);
+    for (unsigned j = 0; j < 2; j++) {
+        ulong r = transpose ? col + j : row, c = transpose ? row : col + j;
+        d.e[j] = T(src[(origin.y + r) * elements_per_row + origin.x + c]);
+    }
+}
+template <class T, class P, int Cols, int Rows>
+inline void simdgroup_store(const simdgroup_matrix<T, Cols, Rows> &a, P *dst, ulong elements_per_row = Cols,
+                            ulong2 origin = ulong2(0), bool transpose = false) {
+    unsigned row, col;
+    ::mkpy::simdgroup_coord(::mkpy::lane_id(), row, col);
+    for (unsigned j = 0; j < 2; j++) {
+        ulong r = transpose ? col + j : row, c = transpose ? row : col + j;
+        dst[(origin.y + r) * elements_per_row + origin.x + c] = P(a.e[j]);
+    }
+}
+
+} // namespace metal
+
+namespace mkpy {
+// d = a * b (+ c): each lane takes its row of a and its two columns of b
+// from the lanes holding them, and sums the eight products in float.
+template <class TD, class TA, class TB, class TC>
+inline void simdgroup_mma(::metal::simdgroup_matrix<TD, 8, 8> &d, const ::metal::simdgroup_matrix<TA, 8, 8> &a,
+                          const ::metal::simdgroup_matrix<TB, 8, 8> &b, const ::metal::simdgroup_matrix<TC, 8, 8> *c) {
+    const unsigned mask = __activemask();
+    unsigned row, c0;
+    simdgroup_coord(lane_id(), row, c0);
+    float acc[2] = {c ? float(c->e[0]) : 0.0f, c ? float(c->e[1]) : 0.0f};
+    const TA a0 = a.e[0], a1 = a.e[1];
+    const TB b0 = b.e[0], b1 = b.e[1];
+#pragma unroll
+    for (unsigned k = 0; k < 8; k++) {
+        const int ka = (int)simdgroup_owner(row, k), kb = (int)simdgroup_owner(k, c0);
+        const float x = float(shfl(mask, (k & 1) ? a1 : a0, ka));
+        const float y0 = float(shfl(mask, b0, kb)), y1 = float(shfl(mask, b1, kb));
+        acc[0] = fmaf(x, y0, acc[0]);
+        acc[1] = fmaf(x, y1, acc[1]);
+    }
+    d.e[0] = TD(acc[0]);
+    d.e[1] = TD(acc[1]);
+}
+} // namespace mkpy
+
+namespace metal {
+template <class TD, class TA, class TB, int Cols, int Rows, int K>
+inline void simdgroup_multiply(simdgroup_matrix<TD, Cols, Rows> &d, const simdgroup_matrix<TA, K, Rows> &a,
+                               const simdgroup_matrix<TB, Cols, K> &b) {
+    ::mkpy::simdgroup_mma(d, a, b, (const simdgroup_matrix<TD, 8, 8> *)nullptr);
+}
+template <class TD, class TA, class TB, class TC, int Cols, int Rows, int K>
+inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, Cols, Rows> &d, const simdgroup_matrix<TA, K, Rows> &a,
+                                          const simdgroup_matrix<TB, Cols, K> &b,
+                                          const simdgroup_matrix<TC, Cols, Rows> &c) {
+    ::mkpy::simdgroup_mma(d, a, b, &c);
+}
+} // namespace metal
+
+#endif

@@ -1,0 +1,104 @@
+"""The CUDA target compiled without a GPU (issue #24): Metal kernels translated to CUDA C++ and
+compiled by NVRTC (MKPY_CUDA_COMPILE_CHECK). conftest.py turns the mode on for the kernel corpus,
+the guides' examples and the simdgroup_matrix tests; these check the mode itself."""
+import glob
+import os
+
+import pytest
+
+import mkpy as mx
+from conftest import nvrtc_missing
+
+
+@pytest.fixture(autouse=True)
+def nvrtc(monkeypatch):
+    why = nvrtc_missing()
+    if why:
+        pytest.skip(why)
+    monkeypatch.setenv("MKPY_CUDA_COMPILE_CHECK", "sm_80,sm_90")
+
+
+def run(kernel, x, **kw):
+    return kernel(inputs=[x], grid=(x.size, 1, 1), threadgroup=(min(x.size, 256), 1, 1), output_shapes=[x.shape],
+                  output_dtypes=[x.dtype], **kw)[0]
+
+
+def cuda_sources(name):
+    """The CUDA programs of kernel `name` in the disk cache (<hex>.cu beside its .cubin)."""
+    out = []
+    for p in glob.glob(os.path.join(os.environ["MKPY_CACHE_DIR"], "*.cu")):
+        text = open(p).read()
+        if f"<kernel {name} source>" in text:
+            assert os.path.exists(p[:-3] + ".cubin") and os.path.exists(p[:-3] + ".key")
+            out.append(text)
+    return out
+
+
+def test_error_at_the_users_line():
+    # clang (the CPU) knows this builtin, NVRTC does not: only the CUDA compile fails
+    k = mx.fast.metal_kernel(name="cuda_bad_line", input_names=["inp"], output_names=["out"],
+                             source="uint i = thread_position_in_grid.x;\nfloat y = inp[i];\n"
+                                    "out[i] = y + float(__builtin_readcyclecounter() & 0);\n")
+    with pytest.raises(RuntimeError) as e:
+        mx.eval(run(k, mx.zeros((8,))))
+    msg = str(e.value)
+    assert "Failed to compile kernel `cuda_bad_line`" in msg and "for CUDA sm_80" in msg
+    assert "<kernel cuda_bad_line source>:3: error:" in msg and "__builtin_readcyclecounter" in msg
+    assert "test_cuda_compile.py" in msg  # the call site
+
+
+def test_program_shape_and_threadgroup_memory():
+    src = """
+        uint i = thread_position_in_grid.x;
+        threadgroup float buf[64];
+        buf[thread_index_in_threadgroup] = inp[i];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[i] = simd_sum(buf[thread_index_in_threadgroup]) + buf[63 - thread_index_in_threadgroup];
+    """
+    k = mx.fast.metal_kernel(name="cuda_shape", input_names=["inp"], output_names=["out"], source=src)
+    x = mx.arange(64, dtype=mx.float32)
+    mx.eval(run(k, x))
+    progs = cuda_sources("cuda_shape")
+    assert len(progs) == 2  # one per architecture (the program is the same; the key differs)
+    p = progs[0]
+    assert '#include "mkpy_cuda.h"' in p
+    assert "__shared__ float buf[64];" in p and "threadgroup_alloc" not in p
+    assert 'extern "C" __global__ void __launch_bounds__(64) mkpy_cuda_entry(const mkpy_cuda_launch L, ' \
+           "void *a0, void *a1)" in p
+    assert "if (!mkpy::cuda_thread_attrs(L, t)) return;" in p
+
+
+def test_template_and_header_and_atomics():
+    header = "template <typename T> T twice(T v) { return v + v; }\nconstant float kScale = 0.5f;\n" \
+             "constant float kTable[4] = {1, 2, 3, 4};\n"
+    src = """
+        uint i = thread_position_in_grid.x;
+        T v = twice(inp[i]) * T(kScale) + T(kTable[i % 4]);
+        atomic_fetch_add_explicit(&out[0], float(v), memory_order_relaxed);
+        atomic_fetch_max_explicit((device atomic<int>*)&out[1], int(i), memory_order_relaxed);
+    """
+    k = mx.fast.metal_kernel(name="cuda_tmpl", input_names=["inp"], output_names=["out"], source=src, header=header,
+                             atomic_outputs=True)
+    for dt in (mx.float32, mx.float16, mx.bfloat16):
+        x = mx.ones((32,), dtype=dt)
+        o = k(inputs=[x], template=[("T", dt)], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(4,)],
+              output_dtypes=[mx.float32], init_value=0)[0]
+        mx.eval(o)
+    assert len(cuda_sources("cuda_tmpl")) == 6
+
+
+def test_bad_architecture_list(monkeypatch):
+    monkeypatch.setenv("MKPY_CUDA_COMPILE_CHECK", "sm_eighty")
+    k = mx.fast.metal_kernel(name="cuda_bad_arch", input_names=["inp"], output_names=["out"],
+                             source="out[0] = inp[0];")
+    with pytest.raises(ValueError, match="sm_80,sm_90"):
+        mx.eval(run(k, mx.zeros((1,))))
+
+
+def test_compiled_once_per_architecture():
+    k = mx.fast.metal_kernel(name="cuda_once", input_names=["inp"], output_names=["out"],
+                             source="uint i = thread_position_in_grid.x;\nout[i] = inp[i] * 3;\n")
+    x = mx.arange(16, dtype=mx.float32)
+    for _ in range(3):
+        assert run(k, x).tolist() == (x * 3).tolist()
+    assert len(cuda_sources("cuda_once")) == 2

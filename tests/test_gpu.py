@@ -1,0 +1,210 @@
+"""The CUDA back-end on an NVIDIA GPU (`make test-gpu` runs this with the kernel test files).
+
+Everything here needs a GPU and its driver: without one (CI) the module is skipped with the
+reason printed, unless MKPY_REQUIRE_GPU=1 (make test-gpu), where a missing GPU fails.
+"""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import mkpy as mx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+if not mx.cuda.is_available():
+    if os.environ.get("MKPY_REQUIRE_GPU") == "1":
+        raise RuntimeError("MKPY_REQUIRE_GPU=1 but mx.cuda.is_available() is False")
+    pytest.skip("no NVIDIA GPU here (mx.cuda.is_available() is False)", allow_module_level=True)
+
+
+def run_py(code, env=None, timeout=300):
+    e = dict(os.environ, PYTHONPATH=ROOT)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+DOUBLE = mx.fast.metal_kernel(name="gpu_double", input_names=["x"], output_names=["o"],
+                              source="uint i = thread_position_in_grid.x; o[i] = x[i] * 2.0f + 1.0f;")
+
+
+def double(x):
+    o, = DOUBLE(inputs=[x], grid=(x.size, 1, 1), threadgroup=(256, 1, 1), output_shapes=[x.shape],
+                output_dtypes=[x.dtype])
+    return o
+
+
+def test_environment_check_names_the_gpu():
+    r = run_py("import mkpy.__main__ as m; m.main([])")
+    line = [ln for ln in r.stdout.splitlines() if "NVIDIA GPU" in ln]
+    assert line and "sm_" in line[0] and "GPU streams run there" in line[0], r.stdout
+
+
+def test_kernel_runs_on_the_gpu_and_says_so(capsys):
+    x = mx.arange(1000, dtype=mx.float32)
+    o, = DOUBLE(inputs=[x], grid=(1000, 1, 1), threadgroup=(256, 1, 1), output_shapes=[(1000,)],
+                output_dtypes=[mx.float32], verbose=True)
+    mx.eval(o)
+    assert "runs on the GPU" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.array(o), np.arange(1000, dtype=np.float32) * 2 + 1)
+
+
+def test_a_chain_of_kernels_copies_nothing_in_between():
+    x = mx.arange(1 << 16, dtype=mx.float32)
+    mx.eval(x)
+    down0, up0 = mx.cuda._transfers()
+    y = double(double(double(x)))
+    mx.eval(y)
+    down1, up1 = mx.cuda._transfers()
+    assert (down1 - down0, up1 - up0) == (0, 1)  # x goes up once; nothing comes down
+    want = ((np.arange(1 << 16, dtype=np.float32) * 2 + 1) * 2 + 1) * 2 + 1
+    np.testing.assert_array_equal(np.array(y), want)
+    down2, _ = mx.cuda._transfers()
+    assert down2 - down1 == 1  # the host read copies once
+    np.array(y)
+    assert mx.cuda._transfers()[0] == down2  # and only once
+
+
+def test_matmul_runs_through_cublas_and_stays_on_the_gpu():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 64, 48), dtype=np.float32), rng.standard_normal((48, 80), dtype=np.float32)
+    A, B = mx.array(a), mx.array(b)
+    c = A @ B
+    d = double(c.reshape(-1)).reshape(c.shape)
+    down0, _ = mx.cuda._transfers()
+    mx.eval(d)
+    assert mx.cuda._transfers()[0] == down0
+    np.testing.assert_allclose(np.array(d), (a @ b) * 2 + 1, rtol=1e-4, atol=1e-4)
+    # a transposed operand goes to cuBLAS as it lies
+    np.testing.assert_allclose(np.array(A[0].T @ A[1]), a[0].T @ a[1], rtol=1e-4, atol=1e-4)
+
+
+def test_ops_without_a_gpu_evaluator_run_on_the_cpu_and_are_named_once():
+    r = run_py("""
+        import mkpy as mx
+        x = mx.array([3.0, 1.0, 2.0])
+        for _ in range(3):
+            y = mx.sort(x)
+            mx.eval(y)
+        print(y.tolist())
+    """, env={"MKPY_DEBUG": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "[1.0, 2.0, 3.0]" in r.stdout
+    named = [ln for ln in r.stderr.splitlines() if "`sort` has no cuda implementation" in ln]
+    assert len(named) == 1, r.stderr
+
+
+PARITY = """
+import sys
+import numpy as np
+import mkpy as mx
+rng = np.random.default_rng(7)
+out = {}
+k = mx.fast.metal_kernel(name="par_int", input_names=["a", "b"], output_names=["o"], source='''
+    uint i = thread_position_in_grid.x;
+    int v = a[i] * 31 + (b[i] >> 3) - (a[i] ^ b[i]);
+    o[i] = v / (int(i % 7) + 1) + simd_shuffle_xor(v, 5);
+''')
+a = mx.array(rng.integers(-1000, 1000, 4099).astype(np.int32))
+b = mx.array(rng.integers(0, 1 << 20, 4099).astype(np.int32))
+out["int"], = k(inputs=[a, b], grid=(4099, 1, 1), threadgroup=(128, 1, 1), output_shapes=[(4099,)],
+                output_dtypes=[mx.int32])
+k2 = mx.fast.metal_kernel(name="par_float", input_names=["x"], output_names=["o"], source='''
+    uint i = thread_position_in_grid.x;
+    float v = x[i];
+    o[i] = (v * 1.5f + 0.25f) * v - v / 3.0f;
+''')
+x = mx.array(rng.standard_normal(5000).astype(np.float32))
+out["float"], = k2(inputs=[x], grid=(5000, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(5000,)],
+                   output_dtypes=[mx.float32])
+k3 = mx.fast.metal_kernel(name="par_tiles", input_names=["x"], output_names=["o"], source='''
+    threadgroup float t[256];
+    uint l = thread_position_in_threadgroup.x;
+    t[l] = x[thread_position_in_grid.x];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    o[thread_position_in_grid.x] = t[255 - l] * 2.0f + t[(l + 1) % 256];
+''')
+out["tiles"], = k3(inputs=[x[:4096]], grid=(4096, 1, 1), threadgroup=(256, 1, 1), output_shapes=[(4096,)],
+                   output_dtypes=[mx.float32])
+np.savez(sys.argv[1], **{k: np.array(v) for k, v in out.items()})
+"""
+
+
+def test_results_equal_the_cpu_engine_bit_for_bit(tmp_path):
+    script = tmp_path / "parity.py"
+    script.write_text(PARITY)
+    files = {}
+    for name, env in (("gpu", {}), ("cpu", {"MKPY_GPU": "cpu"})):
+        f = tmp_path / (name + ".npz")
+        e = dict(os.environ, PYTHONPATH=ROOT, **env)
+        r = subprocess.run([sys.executable, str(script), str(f)], env=e, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        files[name] = np.load(f)
+    for key in files["cpu"].files:
+        assert files["gpu"][key].tobytes() == files["cpu"][key].tobytes(), key
+
+
+def test_a_fault_raises_at_eval_and_the_process_goes_on():
+    bad = mx.fast.metal_kernel(name="gpu_wild_store", input_names=["x"], output_names=["o"],
+                               source="o[ulong(1) << 40 | thread_position_in_grid.x] = x[0];")
+    x = mx.ones((4,))
+    o, = bad(inputs=[x], grid=(4, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(4,)], output_dtypes=[mx.float32])
+    with pytest.raises(RuntimeError, match="gpu_wild_store"):
+        mx.eval(o)
+    # the context was reset: new work runs
+    np.testing.assert_array_equal(np.array(double(mx.arange(8, dtype=mx.float32))),
+                                  np.arange(8, dtype=np.float32) * 2 + 1)
+
+
+SPIN = mx.fast.metal_kernel(name="gpu_spin", input_names=["n"], output_names=["o"], source="""
+    // spins for as long as n says (the caller passes a huge n)
+    uint s = 0;
+    for (uint i = 0; i < uint(n); ++i) s = s * 1664525u + 1013904223u;
+    o[thread_position_in_grid.x] = float(s & 1u);
+""")
+
+
+def spin():
+    o, = SPIN(inputs=[mx.array(2 ** 31 - 1, dtype=mx.int32)], grid=(1 << 16, 1, 1), threadgroup=(256, 1, 1),
+              output_shapes=[(1 << 16,)], output_dtypes=[mx.float32])
+    return o
+
+
+def test_ctrl_c_stops_a_long_kernel():
+    t = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mx.eval(spin())
+    finally:
+        t.cancel()
+    np.testing.assert_array_equal(np.array(double(mx.arange(4, dtype=mx.float32))), [1, 3, 5, 7])
+
+
+def test_the_kernel_timeout_stops_a_long_kernel():
+    r = run_py("""
+        import mkpy as mx
+        k = mx.fast.metal_kernel(name="gpu_spin", input_names=["n"], output_names=["o"], source='''
+            uint s = 0;
+            for (uint i = 0; i < uint(n); ++i) s = s * 1664525u + 1013904223u;
+            o[thread_position_in_grid.x] = float(s & 1u);
+        ''')
+        o, = k(inputs=[mx.array(2 ** 31 - 1, dtype=mx.int32)], grid=(1 << 16, 1, 1), threadgroup=(256, 1, 1),
+               output_shapes=[(1 << 16,)], output_dtypes=[mx.float32])
+        try:
+            mx.eval(o)
+        except RuntimeError as e:
+            print("raised:", e)
+    """, env={"MKPY_KERNEL_TIMEOUT": "0.5"})
+    assert "raised:" in r.stdout and "MKPY_KERNEL_TIMEOUT" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_mkpy_gpu_cpu_keeps_the_cpu_back_end():
+    r = run_py("import mkpy as mx; print(mx.cuda.is_available())", env={"MKPY_GPU": "cpu"})
+    assert r.stdout.strip() == "False", r.stderr
