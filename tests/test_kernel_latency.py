@@ -12,6 +12,10 @@ import pytest
 import mkpy as mx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_PASS = os.path.exists(os.path.join(ROOT, "mkpy", "mkpy-cbs-pass"))
+HAVE_ZYGOTE = os.path.exists(os.path.join(ROOT, "mkpy", "libmkpy-cc-zygote.so"))
+needs_pass = pytest.mark.skipif(not HAVE_PASS, reason="mkpy was built without LLVM: no lockstep pass "
+                                                      "(mkpy/mkpy-cbs-pass), cooperative kernels run on fibers")
 
 COOP = """
     uint i = thread_position_in_grid.x;
@@ -30,6 +34,7 @@ def _child(code, env_extra, cache_dir):
     return p
 
 
+@needs_pass
 def test_debug_names_the_compile_stages(tmp_path):
     code = """
 import mkpy as mx
@@ -127,6 +132,8 @@ print(mx.metal.kernel_cache_info()["compiles"])
 """
 
 
+@needs_pass
+@pytest.mark.skipif(not HAVE_ZYGOTE, reason="no mkpy/libmkpy-cc-zygote.so (built on Linux only)")
 def test_servers_are_reused_and_a_dead_one_is_replaced(tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
     p = _child(SERVERS_SCRIPT.replace("HERE", repr(here)), {}, tmp_path)
