@@ -5,6 +5,7 @@ import concurrent.futures
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -76,6 +77,14 @@ sys.stdout.write(np.array(o).tobytes().hex())
     assert a and a == b
 
 
+def _running(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _servers(pid, kind="pass"):
     """The servers that are children of process pid: kind "pass" (mkpy-cbs-pass --serve) or
     "cc" (clang kept started with libmkpy-cc-zygote.so preloaded)."""
@@ -128,6 +137,7 @@ assert all(len(v) == 1 for v in now.values()) and now != first, now
 os.environ["MKPY_TEST_SERVER_ENV"] = "1"  # a server keeps the environment it started with
 run(4)
 assert _servers(me, "cc") != now["cc"] and len(_servers(me, "cc")) == 1
+print("servers", *(_servers(me) + _servers(me, "cc")))
 print(mx.metal.kernel_cache_info()["compiles"])
 """
 
@@ -140,8 +150,13 @@ def test_servers_are_reused_and_a_dead_one_is_replaced(tmp_path):
     assert p.stdout.split()[-1] == "4"
     engines = [line for line in p.stdout.splitlines() if "runs on" in line]
     assert len(engines) == 4 and all("lockstep" in line for line in engines), p.stdout
-    # the process is gone: so are its servers (their input ended)
-    assert not _servers(os.getpid()) and not _servers(os.getpid(), "cc")
+    # the process is gone: so are its servers (their input ended; a zombie waits for init)
+    pids = [int(v) for line in p.stdout.splitlines() if line.startswith("servers") for v in line.split()[1:]]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in pids)
 
 
 BITS_SCRIPT = """
