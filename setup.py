@@ -3,6 +3,7 @@ import glob
 import os
 import shlex
 import shutil
+import sys
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
@@ -107,6 +108,8 @@ LLVM = find_llvm()
 HAVE_LLVM = LLVM is not None
 PASS_SOURCES = ["csrc/backend/cpu/ir/cbs_ir.c", "csrc/backend/cpu/ir/cbs_main.c", "csrc/backend/cpu/ir/check_ir.c",
                 "csrc/backend/cpu/ir/ir_load.c"]
+
+ZYGOTE_SOURCE = "csrc/backend/cpu/zygote/cc_zygote.c"
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
@@ -214,6 +217,17 @@ class BuildExt(build_ext):
             print(f"mkpy: no LLVM {LLVM_MIN}-{LLVM_MAX} development files (Debian/Ubuntu: apt-get install "
                   f"llvm-{LLVM_MIN}-dev, or set MKPY_LLVM_DIR): kernels with barriers will run on fibers",
                   flush=True)
+        if sys.platform.startswith("linux"):
+            self.build_zygote()
+
+    def build_zygote(self):
+        """mkpy/libmkpy-cc-zygote.so: preloaded into the kernel compiler, it keeps clang started
+        (csrc/backend/cpu/zygote/cc_zygote.c)."""
+        out = os.path.join(os.path.dirname(self.get_ext_fullpath("mkpy._core")), "libmkpy-cc-zygote.so")
+        if os.path.exists(out) and os.path.getmtime(out) > os.path.getmtime(ZYGOTE_SOURCE):
+            return
+        objects = self.compiler.compile([ZYGOTE_SOURCE], output_dir=self.build_temp, extra_postargs=cflags)
+        self.compiler.link_shared_object(objects, out, libraries=["dl"])
 
     def build_pass(self):
         out = os.path.join(os.path.dirname(self.get_ext_fullpath("mkpy._core")), "mkpy-cbs-pass")

@@ -2,8 +2,12 @@
 
   child.py kernel-first-eval NAME   time around the first eval of a small kernel
                                     (MKPY_CACHE_DIR is set by the parent)
-  child.py pocl-first-run           PoCL: build a small program + first launch
-                                    (POCL_CACHE_DIR is set by the parent)
+  child.py kernel-first-eval-coop NAME  the same for a kernel with a barrier and simd_sum
+  child.py sweep NAME N             N template values of that cooperative kernel, compiled
+                                    on every core (a thread pool), to the last first result
+  child.py pocl-first-run [coop]    PoCL: build a small program + first launch
+                                    (POCL_CACHE_DIR is set by the parent); coop: a work-group
+                                    reduction with a barrier and local memory
   child.py chain-mkpy|chain-numpy|chain-mlx [V]  peak resident memory of a 100-op
                                     chain; V varies the warm-up, which shifts the heap
                                     layout; MKPY_BENCH_CHAIN_N sets the elements (4M);
@@ -30,24 +34,94 @@ __kernel void small(__global const float* restrict in, __global float* restrict 
 }
 """
 
+# one barrier and a simd_sum: the lockstep engine's kind of kernel (SCALE: a template value)
+COOP_KERNEL = """
+    uint i = thread_position_in_grid.x;
+    threadgroup float part[2];
+    float v = simd_sum(inp[i]) * SCALE;
+    if (thread_index_in_simdgroup == 0) part[simdgroup_index_in_threadgroup] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = part[0] + part[1];
+"""
+COOP_CL = """
+__kernel void small(__global const float* restrict in, __global float* restrict out) {
+    __local float part[64];
+    uint l = get_local_id(0);
+    part[l] = in[get_global_id(0)];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = 32; s > 0; s >>= 1) {
+        if (l < s) part[l] += part[l + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    out[get_global_id(0)] = part[0];
+}
+"""
 
-def kernel_first_eval(name):
+
+def _cpu_s():
+    """CPU seconds of this process, its finished children and its live ones with theirs (the
+    compiler servers stay up: their time is not in children_* until they end)."""
+    t = os.times()
+    live = 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                live += sum(int(v) for v in fields[11:15]) / tick  # its own and its reaped children's
+    return t.user + t.system + t.children_user + t.children_system + live
+
+
+def kernel_first_eval(name, coop=False):
     import mkpy as mx
     x = mx.arange(256, dtype=mx.float32)
     mx.eval(x)
-    k = mx.fast.metal_kernel(name=name, input_names=["inp"], output_names=["out"], source=SMALL_KERNEL)
+    k = mx.fast.metal_kernel(name=name, input_names=["inp"], output_names=["out"],
+                             source=COOP_KERNEL if coop else SMALL_KERNEL)
     before = mx.metal.kernel_cache_info()
     out, = k(inputs=[x], grid=(256, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(256,)],
-             output_dtypes=[mx.float32])
+             output_dtypes=[mx.float32], **({"template": [("SCALE", 1)]} if coop else {}))
+    c0 = _cpu_s()
     t0 = time.perf_counter()
     mx.eval(out)
     t = time.perf_counter() - t0
     after = mx.metal.kernel_cache_info()
-    return {"seconds": t, "compiles": after["compiles"] - before["compiles"],
+    return {"seconds": t, "cpu_seconds": _cpu_s() - c0, "compiles": after["compiles"] - before["compiles"],
             "disk_hits": after["disk_hits"] - before["disk_hits"]}
 
 
-def pocl_first_run():
+def sweep(name, n):
+    """n variants of the cooperative kernel, each one's first call on a pool of one thread per
+    core: the time until the last result is in (the pattern of examples/guide005_autotune_sweep.py)."""
+    import concurrent.futures
+    import mkpy as mx
+    x = mx.arange(256, dtype=mx.float32)
+    mx.eval(x)
+    k = mx.fast.metal_kernel(name=name, input_names=["inp"], output_names=["out"], source=COOP_KERNEL)
+    want = [float(sum(range(64 * g, 64 * g + 64))) for g in range(4)]
+
+    def first(scale):
+        out, = k(inputs=[x], template=[("SCALE", scale)], grid=(256, 1, 1), threadgroup=(64, 1, 1),
+                 output_shapes=[(256,)], output_dtypes=[mx.float32])
+        mx.eval(out)
+        got = out.tolist()
+        return all(got[64 * g] == want[g] * scale for g in range(4))
+    before = mx.metal.kernel_cache_info()
+    c0 = _cpu_s()
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        ok = all(pool.map(first, range(1, n + 1)))
+    t = time.perf_counter() - t0
+    after = mx.metal.kernel_cache_info()
+    return {"seconds": t, "cpu_seconds": _cpu_s() - c0, "ok": ok,
+            "compiles": after["compiles"] - before["compiles"]}
+
+
+def pocl_first_run(coop=False):
     import numpy as np
     import pyopencl as cl
     dev = None
@@ -61,14 +135,16 @@ def pocl_first_run():
     bi = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
     bo = cl.Buffer(ctx, mf.WRITE_ONLY, size=x.nbytes)
     # a cold run names a fresh program (MKPY_BENCH_NONCE), so no cache can answer
-    src = SMALL_CL + ("// %s\n" % os.environ["MKPY_BENCH_NONCE"] if os.environ.get("MKPY_BENCH_NONCE") else "")
+    src = (COOP_CL if coop else SMALL_CL) + (
+        "// %s\n" % os.environ["MKPY_BENCH_NONCE"] if os.environ.get("MKPY_BENCH_NONCE") else "")
+    c0 = _cpu_s()
     t0 = time.perf_counter()
     prg = cl.Program(ctx, src).build()
     knl = cl.Kernel(prg, "small")
     knl.set_args(bi, bo)
     cl.enqueue_nd_range_kernel(q, knl, (256,), (64,))
     q.finish()
-    return {"seconds": time.perf_counter() - t0}
+    return {"seconds": time.perf_counter() - t0, "cpu_seconds": _cpu_s() - c0}
 
 
 def _rss_kib():
@@ -166,8 +242,12 @@ def main():
     mode = sys.argv[1]
     if mode == "kernel-first-eval":
         res = kernel_first_eval(sys.argv[2])
+    elif mode == "kernel-first-eval-coop":
+        res = kernel_first_eval(sys.argv[2], coop=True)
+    elif mode == "sweep":
+        res = sweep(sys.argv[2], int(sys.argv[3]))
     elif mode == "pocl-first-run":
-        res = pocl_first_run()
+        res = pocl_first_run(coop=sys.argv[2:] == ["coop"])
     elif mode in ("chain-mkpy", "chain-numpy", "chain-mlx"):
         if not os.environ.get("MKPY_BENCH_CLEAN_RSS"):
             # A process made by fork + exec inherits its parent's RSS high-water mark

@@ -46,7 +46,7 @@ void mkb_hash_hex(const char *a, const char *b, char out[33]) {
 
 
 char *mkb_read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
@@ -62,7 +62,7 @@ char *mkb_read_file(const char *path) {
 }
 
 int mkb_write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbe");
     if (!f) return -1;
     size_t n = strlen(text);
     int ok = fwrite(text, 1, n, f) == n;

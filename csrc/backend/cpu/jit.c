@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -96,20 +97,58 @@ void mkk_set_runtime_dir(const char *dir) {
 }
 const char *mkk_runtime_dir(void) { return jit.runtime_dir; }
 
-/* 64-bit FNV-1a, for the in-memory buckets. */
-static uint64_t hash64(const char *s) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
+/* The in-memory buckets' hash of n bytes, 8 at a time: every cached call
+ * hashes its whole generated source, and FNV-1a's byte loop (a multiply's
+ * latency per byte) took ~10% of a small kernel's cached call. */
+static uint64_t hash64(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ n;
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 29;
+    }
+    uint64_t t = 0;
+    memcpy(&t, s, n);
+    h = (h ^ t) * 0x9e3779b97f4a7c15ULL;
     return h ^ (h >> 32);
 }
 
 /* ------------------------------------------------------ running programs */
 
+/* Everything fd gives until every writer closed it (NUL-terminated, NULL
+ * when out of memory: then read and dropped), and closes fd. */
+static char *read_to_end(int fd) {
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (buf && n + 1024 > cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = b;
+            }
+        }
+        char tmp[1024];
+        ssize_t r = read(fd, buf ? buf + n : tmp, 1023);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (buf) n += (size_t)r;
+    }
+    close(fd);
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
 /* Runs argv, returns its exit status (or -1) and its combined output. */
 static int run_capture(char *const argv[], char **output) {
     int fds[2];
     *output = NULL;
-    if (pipe(fds) < 0) return -1;
+    /* close-on-exec: a program another thread starts meanwhile (a server that
+     * stays up) must not keep this pipe open; the dup2s below clear it */
+    if (pipe2(fds, O_CLOEXEC) < 0) return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
@@ -124,27 +163,7 @@ static int run_capture(char *const argv[], char **output) {
         errno = rc;
         return -1;
     }
-    size_t n = 0, cap = 4096;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (buf && n + 1024 > cap) {
-            char *b = realloc(buf, cap *= 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf = b;
-            }
-        }
-        char tmp[1024];
-        ssize_t r = read(fds[0], buf ? buf + n : tmp, 1023);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        if (buf) n += (size_t)r;
-    }
-    close(fds[0]);
-    if (buf) buf[n] = 0;
-    *output = buf;
+    *output = read_to_end(fds[0]);
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return -1;
@@ -423,7 +442,7 @@ static void host_identity(char *out, size_t n) {
     static const char *const keys[] = {"model name", "flags", "CPU implementer", "CPU part", "Features"};
     char line[8192];
     sbuf all = {0};
-    FILE *f = fopen("/proc/cpuinfo", "r");
+    FILE *f = fopen("/proc/cpuinfo", "re");
     while (f && fgets(line, sizeof line, f)) {
         if (line[0] == '\n') break; /* end of the first processor */
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
@@ -464,15 +483,130 @@ static void full_identity(char *out, size_t n) {
     snprintf(out, n, "%s; %s", jit.cxx_identity, jit.runtime_id);
 }
 
-typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH, BUILD_BITCODE, BUILD_LINK,
+typedef enum { BUILD_KERNEL, BUILD_KERNEL_WITH_LIBSTDCXX, BUILD_PCH, BUILD_BITCODE, BUILD_OBJECT, BUILD_LINK,
                BUILD_LINK_WITH_LIBSTDCXX } build_kind;
 
 /* Set while build_debug compiles: -O0 -g instead of -O2. */
 static _Thread_local int compile_debug;
 
+/* ------------------------------------------------ linking without the driver */
+
+/* The linker's command line for a kernel, as the compiler driver would run
+ * it (`clang++ -### -shared -nostdlib++`), probed once: a kernel's link then
+ * starts ld alone. Starting clang costs ~25 ms of CPU time before it does
+ * anything (relocating libLLVM and libclang-cpp), ld ~3 ms. The probe runs
+ * on a thread of its own while the first kernel compiles; `n` is 0 when it
+ * found no single linker command (the driver links, as before). The
+ * placeholders go in as -Wl, arguments, which the driver passes on as they
+ * are, in an input's place, without looking for the files. */
+#define LD_OUT "mkpy-kernel-out.so"
+#define LD_IN "mkpy-kernel-in.o"
+static struct {
+    char *argv[96];
+    int n, out_i, in_i;
+    int state; /* 0: not probed, 1: probing, 2: done */
+} ldcmd;
+
+/* Splits one line of `-###` output (each argument in double quotes, with
+ * backslash escapes) into ldcmd. Returns 0 when it took the line. */
+static int ldcmd_parse(char *line) {
+    int n = 0;
+    ldcmd.out_i = ldcmd.in_i = -1;
+    for (char *p = line; *p;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        if (*p != '"' || n >= (int)(sizeof ldcmd.argv / sizeof *ldcmd.argv) - 1) return -1;
+        char *w = ++p, *arg = w;
+        while (*p && *p != '"') {
+            if (*p == '\\' && p[1]) p++;
+            *w++ = *p++;
+        }
+        if (*p != '"') return -1;
+        p++;
+        *w = 0;
+        if (!strcmp(arg, LD_OUT)) ldcmd.out_i = n;
+        if (!strcmp(arg, LD_IN)) ldcmd.in_i = n;
+        ldcmd.argv[n++] = arg;
+    }
+    ldcmd.argv[n] = NULL;
+    if (n < 2 || ldcmd.out_i < 0 || ldcmd.in_i < 0) return -1;
+    ldcmd.n = n;
+    return 0;
+}
+
+static void *ldcmd_probe(void *arg) {
+    (void)arg;
+    char *argv[] = {jit.cxx, "-###", "-fPIC", "-shared", "-nostdlib++", "-o", LD_OUT, "-Wl," LD_IN, NULL};
+    char *out = NULL;
+    int ok = run_capture(argv, &out) == 0 && out;
+    /* the commands are the lines that start with ` "`: exactly one, the linker */
+    char *cmd = NULL;
+    int ncmd = 0;
+    for (char *line = ok ? strtok(out, "\n") : NULL; line; line = strtok(NULL, "\n"))
+        if (line[0] == ' ' && line[1] == '"') {
+            cmd = line;
+            ncmd++;
+        }
+    pthread_mutex_lock(&jit.probe_mu);
+    if (ncmd != 1 || ldcmd_parse(cmd) < 0) {
+        ldcmd.n = 0;
+        free(out);
+    } /* else kept for the process's life: ldcmd.argv points into it */
+    ldcmd.state = 2;
+    pthread_cond_broadcast(&jit.probe_cv);
+    pthread_mutex_unlock(&jit.probe_mu);
+    return NULL;
+}
+
+/* Starts the probe, once (with jit.probe_mu held, after find_compiler). */
+static void ldcmd_start(void) {
+    if (ldcmd.state) return;
+    ldcmd.state = 1;
+    if (getenv("MKPY_LINK_WITH_DRIVER")) {
+        ldcmd.state = 2;
+        return;
+    }
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, ldcmd_probe, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        pthread_mutex_unlock(&jit.probe_mu);
+        ldcmd_probe(NULL); /* no thread: here */
+        pthread_mutex_lock(&jit.probe_mu);
+    }
+}
+
+/* Links an object into a shared object with the probed linker command;
+ * -1 when there is none (the driver links). */
+static int link_direct(const char *out, const char *in, char **diag) {
+    *diag = NULL;
+    pthread_mutex_lock(&jit.probe_mu);
+    ldcmd_start();
+    while (ldcmd.state != 2) pthread_cond_wait(&jit.probe_cv, &jit.probe_mu);
+    int n = ldcmd.n;
+    pthread_mutex_unlock(&jit.probe_mu);
+    if (!n) return -1;
+    char *argv[96];
+    memcpy(argv, ldcmd.argv, (size_t)(n + 1) * sizeof *argv);
+    argv[ldcmd.out_i] = (char *)out;
+    argv[ldcmd.in_i] = (char *)in;
+    return run_capture(argv, diag);
+}
+
+static int cc_run(char *const argv[], char **output);
+
 /* Runs the compiler with the fixed flags; pch, if not NULL, is included. */
 static int compile(const char *mflags, const char *pch, build_kind kind, const char *out, const char *in,
                    char **diag) {
+    if (kind == BUILD_LINK) {
+        int rc = link_direct(out, in, diag);
+        if (rc >= 0) return rc;
+        free(*diag); /* no probed command, or ld did not start: the driver links */
+        *diag = NULL;
+    }
     char inc[4200];
     snprintf(inc, sizeof inc, "-I%s", jit.runtime_dir);
     char *argv[48];
@@ -506,6 +640,8 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
         argv[n++] = "-Xclang";
         argv[n++] = "-disable-llvm-passes";
         argv[n++] = "-gline-tables-only"; /* the pass orders blocks by the user's lines */
+    } else if (kind == BUILD_OBJECT) {
+        argv[n++] = "-c";
     } else {
         argv[n++] = "-shared";
         if (kind == BUILD_KERNEL || kind == BUILD_LINK) argv[n++] = "-nostdlib++";
@@ -514,7 +650,7 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     argv[n++] = (char *)out;
     argv[n++] = (char *)in;
     argv[n] = NULL;
-    return run_capture(argv, diag);
+    return cc_run(argv, diag);
 }
 
 /* Builds the precompiled runtime headers for a math mode at `path`. */
@@ -650,7 +786,7 @@ static void format_failure(const mkk_kernel *k, const mkk_call *c, const char *k
  * `.init_array` entries itself, after dlopen, inside mk_fault_guarded_call.
  * Returns 0, or -1 if the file is not an ELF object it understands. */
 static int defer_init(const char *path) {
-    int fd = open(path, O_RDWR);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return -1;
     int rc = -1;
     ElfW(Ehdr) eh;
@@ -681,7 +817,7 @@ out:
 static void init_array_of(const char *path, uintptr_t *addr, size_t *size) {
     *addr = 0;
     *size = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     ElfW(Ehdr) eh;
     ElfW(Shdr) strtab;
@@ -857,6 +993,319 @@ static const char *cbs_pass(void) {
     return cbs_pass_path[0] ? cbs_pass_path : NULL;
 }
 
+/* The two halves of cbs_object, timed for build's stage list (MKPY_DEBUG). */
+static _Thread_local uint64_t cbs_front_ns, cbs_pass_ns;
+
+/* ------------------------------------------------ programs kept up */
+
+/* Two programs stay up between kernels, each in a pool of its own:
+ *  - the region-splitting pass, `mkpy-cbs-pass --serve` (it would cost ~17 ms
+ *    of CPU time to start per kernel: the dynamic loader relocating libLLVM);
+ *    it takes kernels over a socket (the protocol: ir/cbs_main.c);
+ *  - the compiler, clang, started once with libmkpy-cc-zygote.so preloaded
+ *    (~25 ms a start): it forks a child that runs clang's main per request
+ *    (zygote/cc_zygote.c).
+ * Each request still runs in a process of its own kind, outside the user's:
+ * a crash ends the server or the child, never this process, and a server
+ * that fails is ended (the compile then runs as before: a program per
+ * kernel). Idle servers wait in their pool, one per thread that compiled at
+ * the same time, at most SRV_IDLE_MAX; a server is retired after
+ * SRV_JOBS_MAX requests (LLVM keeps some memory per run), or when the
+ * environment changed since it started (it has the old one). A server reads
+ * its input until it ends: closing our end stops it, and the process's exit
+ * closes it too. After a fork the child drops its parent's servers. */
+#define SRV_IDLE_MAX 4
+#define SRV_JOBS_MAX 200
+enum { SRV_PASS, SRV_CC, SRV_KINDS };
+typedef struct srvproc {
+    pid_t pid;
+    int fd; /* our end of the socket: its standard input and output */
+    int jobs;
+    uint64_t env; /* environ_hash() when it started */
+    struct srvproc *next;
+} srvproc;
+static struct {
+    pthread_mutex_t mu;
+    srvproc *idle[SRV_KINDS];
+    int nidle[SRV_KINDS];
+    pid_t owner;
+} srvpool = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t environ_hash(void) {
+    uint64_t h = 0;
+    for (char **e = environ; e && *e; e++) h = (h * 0x100000001b3ULL) ^ hash64(*e, strlen(*e) + 1);
+    return h;
+}
+
+static void srv_end(srvproc *s) {
+    close(s->fd);
+    while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    free(s);
+}
+
+/* Starts argv[0] with the socket as its standard input and output, and
+ * `extra` (NULL-terminated "NAME=value" strings) added to its environment. */
+static srvproc *srv_start(char *const argv[], const char *const *extra) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return NULL;
+    srvproc *s = calloc(1, sizeof *s);
+    size_t ne = 0, nx = 0;
+    while (environ && environ[ne]) ne++;
+    while (extra && extra[nx]) nx++;
+    char **env = s ? malloc((ne + nx + 1) * sizeof *env) : NULL;
+    int rc = ENOMEM;
+    if (env) {
+        if (ne) memcpy(env, environ, ne * sizeof *env);
+        for (size_t i = 0; i < nx; i++) env[ne + i] = (char *)extra[i];
+        env[ne + nx] = NULL;
+        s->env = environ_hash();
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+        posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+        rc = posix_spawn(&s->pid, argv[0], &fa, NULL, argv, env);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    free(env);
+    close(sv[1]);
+    if (rc != 0) {
+        close(sv[0]);
+        free(s);
+        return NULL;
+    }
+    s->fd = sv[0];
+    return s;
+}
+
+/* An idle server of `kind`, or NULL (none: start one). */
+static srvproc *srv_take(int kind) {
+    pthread_mutex_lock(&srvpool.mu);
+    if (srvpool.owner != getpid()) { /* a forked child: the servers are its parent's */
+        for (int k = 0; k < SRV_KINDS; k++) {
+            for (srvproc *s = srvpool.idle[k], *nx; s; s = nx) {
+                nx = s->next;
+                close(s->fd);
+                free(s);
+            }
+            srvpool.idle[k] = NULL;
+            srvpool.nidle[k] = 0;
+        }
+        srvpool.owner = getpid();
+    }
+    srvproc *s = srvpool.idle[kind];
+    if (s) {
+        srvpool.idle[kind] = s->next;
+        srvpool.nidle[kind]--;
+    }
+    pthread_mutex_unlock(&srvpool.mu);
+    if (s && s->env != environ_hash()) { /* started with another environment */
+        srv_end(s);
+        s = NULL;
+    }
+    return s;
+}
+
+/* Back to the pool after a request (ok: it answered), or ended. */
+static void srv_give(int kind, srvproc *s, bool ok) {
+    if (ok && s->jobs < SRV_JOBS_MAX) {
+        pthread_mutex_lock(&srvpool.mu);
+        if (srvpool.owner == getpid() && srvpool.nidle[kind] < SRV_IDLE_MAX) {
+            s->next = srvpool.idle[kind];
+            srvpool.idle[kind] = s;
+            srvpool.nidle[kind]++;
+            s = NULL;
+        }
+        pthread_mutex_unlock(&srvpool.mu);
+    }
+    if (s) srv_end(s);
+}
+
+static int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, char *p, size_t n) {
+    while (n) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* One request to a pass server: the pass's status (0 or 1) with *why set,
+ * or -1 when the server died or misbehaved. */
+static int pass_ask(srvproc *s, int check, const char *bc, const char *obj, char **why) {
+    char head[96];
+    int hn = snprintf(head, sizeof head, "%c %zu %zu\n", check ? 'K' : 'C', strlen(bc), strlen(obj));
+    if (send_all(s->fd, head, (size_t)hn) < 0 || send_all(s->fd, bc, strlen(bc)) < 0 ||
+        send_all(s->fd, obj, strlen(obj)) < 0)
+        return -1;
+    /* the answer's line, a byte at a time (it is short), then the reason */
+    char line[64];
+    size_t n = 0;
+    for (;;) {
+        if (n + 1 >= sizeof line || recv_all(s->fd, line + n, 1) < 0) return -1;
+        if (line[n++] == '\n') break;
+    }
+    line[n] = 0;
+    int status;
+    size_t wn;
+    if (sscanf(line, "%d %zu", &status, &wn) != 2 || (status != 0 && status != 1) || wn > 65536) return -1;
+    char *w = malloc(wn + 1);
+    if (!w || recv_all(s->fd, w, wn) < 0) {
+        free(w);
+        return -1;
+    }
+    w[wn] = 0;
+    *why = w;
+    s->jobs++;
+    return status;
+}
+
+/* Runs the pass on bc_path into obj_path: through a server when it can,
+ * else as a program of its own (when a debugging variable that the pass
+ * reads is set: a server would not see a later change). Returns as
+ * run_capture. */
+static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why) {
+    *why = NULL;
+    if (!getenv("MKPY_CBS_DUMP") && !getenv("MKPY_CBS_TRACE") && !getenv("MKPY_NO_PASS_SERVER")) {
+        srvproc *s = srv_take(SRV_PASS);
+        int rc = -1;
+        if (s && (rc = pass_ask(s, check, bc_path, obj_path, why)) < 0) {
+            srv_end(s); /* an idle server that went away: a fresh one */
+            s = NULL;
+        }
+        char *argv[] = {(char *)program, "--serve", NULL};
+        if (!s && (s = srv_start(argv, NULL))) rc = pass_ask(s, check, bc_path, obj_path, why);
+        if (s) {
+            srv_give(SRV_PASS, s, rc >= 0);
+            return rc; /* -1: the server died on this kernel, the pass failed */
+        }
+    }
+    char *argv[] = {(char *)program, check ? "--check" : (char *)bc_path, check ? (char *)bc_path : (char *)obj_path,
+                    check ? (char *)obj_path : NULL, NULL};
+    return run_capture(argv, why);
+}
+
+/* The zygote library beside the package (mkpy/libmkpy-cc-zygote.so), when
+ * the compiler is an ELF program (a wrapper script, say, is run as before:
+ * preloading into its shell would keep the shell started, not clang). Found
+ * once, after find_compiler. */
+static char zygote_path[4096];
+static pthread_once_t zygote_once = PTHREAD_ONCE_INIT;
+
+static void zygote_find(void) {
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(jit.cxx, "rbe");
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f) fclose(f);
+    if (got != 4 || memcmp(magic, "\x7f" "ELF", 4) != 0) return;
+    char path[4400], real[4096];
+    snprintf(path, sizeof path, "%s/../libmkpy-cc-zygote.so", jit.runtime_dir);
+    if (access(path, R_OK) == 0 && realpath(path, real)) memcpy(zygote_path, real, sizeof real);
+}
+
+/* One compiler run through zygote s: its exit status and output as
+ * run_capture's (-1: it was killed), or -2 when the zygote failed (the
+ * compiler may not have run). */
+static int cc_ask(srvproc *s, char *const argv[], char **output) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return -2;
+    size_t n = strlen(cwd) + 1;
+    for (int i = 0; argv[i]; i++) n += strlen(argv[i]) + 1;
+    char *body = malloc(n);
+    int fds[2] = {-1, -1};
+    if (!body || pipe2(fds, O_CLOEXEC) < 0) {
+        free(body);
+        return -2;
+    }
+    size_t at = strlen(cwd) + 1;
+    memcpy(body, cwd, at);
+    for (int i = 0; argv[i]; i++) {
+        size_t l = strlen(argv[i]) + 1;
+        memcpy(body + at, argv[i], l);
+        at += l;
+    }
+    /* the head, with the pipe's write end: the compiler's output goes there */
+    uint64_t len = n;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {&len, sizeof len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fds[1], sizeof(int));
+    ssize_t w;
+    do w = sendmsg(s->fd, &msg, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    int ok = w == (ssize_t)sizeof len && send_all(s->fd, body, n) == 0;
+    close(fds[1]);
+    free(body);
+    if (!ok) {
+        close(fds[0]);
+        return -2;
+    }
+    /* the output until every writer closed it, then the status */
+    char *buf = read_to_end(fds[0]);
+    int32_t status;
+    if (recv_all(s->fd, (char *)&status, sizeof status) < 0 || status == 127) { /* 127: it did not start */
+        free(buf);
+        return -2;
+    }
+    *output = buf;
+    s->jobs++;
+    return status > 127 ? -1 : status; /* > 127: killed by a signal */
+}
+
+/* Runs the compiler as run_capture does, through a zygote when there is
+ * one. A zygote that fails is ended and the compiler runs as a program. */
+static int cc_run(char *const argv[], char **output) {
+    *output = NULL;
+    pthread_once(&zygote_once, zygote_find);
+    if (zygote_path[0] && !getenv("MKPY_NO_CC_SERVER")) {
+        srvproc *s = srv_take(SRV_CC);
+        int rc = -2;
+        for (int attempt = 0; attempt < 2 && rc == -2; attempt++) {
+            if (!s) {
+                char preload[4200];
+                snprintf(preload, sizeof preload, "LD_PRELOAD=%s", zygote_path);
+                const char *extra[] = {preload, "MKPY_CC_ZYGOTE=1", NULL};
+                char *zargv[] = {argv[0], NULL};
+                if (!(s = srv_start(zargv, extra))) break;
+            }
+            rc = cc_ask(s, argv, output);
+            if (rc == -2) {
+                free(*output);
+                *output = NULL;
+                srv_end(s);
+                s = NULL;
+            }
+        }
+        if (s) {
+            srv_give(SRV_CC, s, true);
+            return rc;
+        }
+    }
+    return run_capture(argv, output);
+}
+
 /* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
  * -> mkpy-cbs-pass -> object at obj_path. Returns 0; the compiler's failure (diag
  * set: the kernel is wrong); or CBS_DECLINED when the pass cannot take the
@@ -866,6 +1315,8 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
                       char *obj_path, size_t n, char **diag, char *declined, size_t declined_n, int check) {
     char bc_path[4600];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
+    uint64_t t0 = mkk_now_ns();
+    cbs_front_ns = cbs_pass_ns = 0;
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
     if (rc != 0 && *pch && *diag && strstr(*diag, "precompiled header")) {
         free(*diag);
@@ -880,15 +1331,16 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     free(*diag);
     *diag = NULL;
     snprintf(obj_path, n, "%s.o", tmp_base);
-    char *argv[] = {(char *)cbs_pass(), bc_path, obj_path, NULL, NULL}, *why = NULL;
+    const char *program = cbs_pass();
+    char *why = NULL;
     if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
         pthread_once(&cbs_pass_once, cbs_pass_find);
-        argv[0] = cbs_pass_path;
-        argv[1] = "--check";
-        argv[2] = bc_path;
-        argv[3] = obj_path;
+        program = cbs_pass_path;
     }
-    rc = run_capture(argv, &why);
+    uint64_t t1 = mkk_now_ns();
+    cbs_front_ns = t1 - t0;
+    rc = pass_run(program, check, bc_path, obj_path, &why);
+    cbs_pass_ns = mkk_now_ns() - t1;
     unlink(bc_path);
     if (rc != 0) {
         /* the pass declined (or failed): fibers run the kernel */
@@ -1068,6 +1520,26 @@ static bool disk_hit(const mkk_kernel *k, const char *kernel_name, const char *g
     return true;
 }
 
+/* Where a compile's time goes, stage by stage (MKPY_DEBUG=1 prints it). */
+typedef struct {
+    uint64_t last;
+    char text[600];
+    size_t n;
+} stages;
+
+static void stage_add(stages *st, const char *name, uint64_t ns) {
+    if (st->n < sizeof st->text)
+        st->n += (size_t)snprintf(st->text + st->n, sizeof st->text - st->n, "%s%s %.1f ms", st->n ? ", " : "", name,
+                                  (double)ns / 1e6);
+}
+
+/* Adds the time since the last mark as `name` (none: not counted). */
+static void stage_mark(stages *st, const char *name) {
+    uint64_t now = mkk_now_ns();
+    if (name) stage_add(st, name, now - st->last);
+    st->last = now;
+}
+
 static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                  const char *kernel_name, built *out) {
     int ret = -1;
@@ -1077,7 +1549,9 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     const char *mflags = math_flags(k->math_mode);
     memset(out, 0, sizeof *out);
     if (mkk_debug_build()) return build_debug(k, c, inputs, generated, kernel_name, out);
+    stages st = {.last = mkk_now_ns()};
     if (!(program = build_program(k, c, inputs, generated, kernel_name, NULL))) goto done;
+    stage_mark(&st, "translate");
 
     pthread_mutex_lock(&jit.probe_mu);
     int have_cxx = find_compiler() == 0;
@@ -1183,8 +1657,12 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     mkk_debug_text(3, "generated Metal source", generated);
     mkk_debug_text(3, "translated C++", program);
     const uint64_t t_compile = mkk_now_ns();
+    pthread_mutex_lock(&jit.probe_mu);
+    ldcmd_start(); /* the linker's command, probed while this kernel compiles */
+    pthread_mutex_unlock(&jit.probe_mu);
     char pch_buf[4600];
     const char *pch = pch_for(k->math_mode, mflags, dir, identity, pch_buf, sizeof pch_buf);
+    stage_mark(&st, "cache look-up");
     /* a cooperative kernel goes through the region-splitting pass when it
      * can (cbs_object), else it is built for fibers as any other */
     char obj_path[4600] = "", declined[1200] = "";
@@ -1200,24 +1678,32 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         unlink(cpp_path);
         goto done;
     }
-    build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
-    const char *link_in = obj_path;
-    if (rc == CBS_DECLINED) {
-        link = BUILD_KERNEL;
-        link_cxx = BUILD_KERNEL_WITH_LIBSTDCXX;
-        link_in = cpp_path;
-    } else if (rc == 0) {
-        rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
+    if (cooperative || check) {
+        stage_add(&st, "clang front end", cbs_front_ns);
+        if (cbs_pass_ns)
+            stage_add(&st, rc == CBS_DECLINED ? "lockstep pass (declined)" : "lockstep pass, optimisation, code generation",
+                      cbs_pass_ns);
     }
+    stage_mark(&st, NULL);
     if (rc == CBS_DECLINED) {
-        rc = compile(mflags, pch, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+        /* a plain kernel (or one the pass declined): an object, then the
+         * link below */
+        snprintf(obj_path, sizeof obj_path, "%s.o", tmp_base);
+        rc = compile(mflags, pch, BUILD_OBJECT, obj_path, cpp_path, &diag);
         if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
             /* a stale or unusable PCH: compile without it */
             free(diag);
             diag = NULL;
             pch = NULL;
-            rc = compile(mflags, NULL, BUILD_KERNEL, tmp_so, cpp_path, &diag);
+            rc = compile(mflags, NULL, BUILD_OBJECT, obj_path, cpp_path, &diag);
         }
+        stage_mark(&st, "clang (front end, optimisation, code generation)");
+    }
+    build_kind link = BUILD_LINK, link_cxx = BUILD_LINK_WITH_LIBSTDCXX;
+    const char *link_in = obj_path;
+    if (rc == 0) {
+        rc = compile(mflags, NULL, link, tmp_so, link_in, &diag);
+        stage_mark(&st, "link");
     }
     pthread_mutex_lock(&jit.mu);
     jit.stats.compiles++;
@@ -1231,9 +1717,10 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
              * with a constructor, say): link it this time */
             free(diag);
             diag = NULL;
-            rc = compile(mflags, link == BUILD_LINK ? NULL : pch, link_cxx, tmp_so, link_in, &diag);
+            rc = compile(mflags, NULL, link_cxx, tmp_so, link_in, &diag);
             if (rc == 0 && defer_init(tmp_so) >= 0) out->handle = load_entry(tmp_so, &out->fn, err, sizeof err);
         }
+        stage_mark(&st, "load");
     }
     if (obj_path[0]) unlink(obj_path);
     if (rc != 0) {
@@ -1284,6 +1771,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         unlink(metal_path);
     }
     out->fn.how = MKK_COMPILED;
+    mkk_debug(1, "kernel `%s` (%s): compile stages: %s", k->name, kernel_name, st.text);
     mkk_debug(1, "kernel `%s` (%s): compiled in %.3f s for the %s engine: %s (sources beside it: %s, %s)", k->name,
               kernel_name, (double)(mkk_now_ns() - t_compile) / 1e9,
               !mkk_is_cooperative((mkk_kernel *)k) ? "plain" : out->fn.cbs_run ? "lockstep" : "fibers", so_path,
@@ -1394,7 +1882,7 @@ static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *co
                        16 * mkk_debug_build());
     key[mlen + 1] = '\n';
     memcpy(key + mlen + 2, generated, glen + 1);
-    unsigned bucket = (unsigned)(hash64(key) % NBUCKETS);
+    unsigned bucket = (unsigned)(hash64(key, mlen + 2 + glen) % NBUCKETS);
     void *victims[MAX_VICTIMS];
     int nvictims = 0;
     char touch_path[4600] = "";

@@ -1,32 +1,82 @@
-/* mkpy-cbs-pass BITCODE OBJECT: the region-splitting pass (cbs_ir.c) as a
- * program. jit.c runs it as it runs clang, so that neither LLVM nor a bug in
- * the pass can take the user's process down: on any failure the kernel runs
- * on fibers. Exit status 0, or 1 with the reason on standard output. */
+/* mkpy-cbs-pass [--check] BITCODE OBJECT: the region-splitting pass
+ * (cbs_ir.c) as a program. jit.c runs it as it runs clang, so that neither
+ * LLVM nor a bug in the pass can take the user's process down: on any failure
+ * the kernel runs on fibers. Exit status 0, or 1 with the reason on standard
+ * output.
+ *
+ * mkpy-cbs-pass --serve: the same, for many kernels, so that the ~17 ms of
+ * loading LLVM is paid once per server, not per kernel. Requests come on
+ * standard input, answers go to standard output (jit.c holds the other end of
+ * a socket): a request is a line "<mode> <n1> <n2>\n" (mode C: the pass, K:
+ * the checker's instrumentation) followed by the n1 bytes of the bitcode's
+ * path and the n2 bytes of the object's; the answer is a line
+ * "<status> <n>\n" (0 or 1, as the exit status above) followed by the n bytes
+ * of the reason. The server exits at the end of its input; a crash ends it
+ * too, and jit.c then takes the kernel as declined, as before. */
 #include <llvm-c/Support.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cbs_ir.h"
 
+static int one(int check, const char *bc, const char *obj, char *why, size_t whyn) {
+    why[0] = 0;
+    return (check ? mkk_check_build : mkk_cbs_build)(bc, obj, why, whyn) != 0;
+}
+
+static char *read_n(size_t n) {
+    if (n > 65536) return NULL;
+    char *s = malloc(n + 1);
+    if (s && fread(s, 1, n, stdin) != n) {
+        free(s);
+        return NULL;
+    }
+    if (s) s[n] = 0;
+    return s;
+}
+
+static int serve(void) {
+    char line[128], why[1024];
+    while (fgets(line, sizeof line, stdin)) {
+        char mode;
+        size_t n1, n2;
+        if (sscanf(line, "%c %zu %zu", &mode, &n1, &n2) != 3 || (mode != 'C' && mode != 'K')) return 2;
+        char *bc = read_n(n1), *obj = bc ? read_n(n2) : NULL;
+        if (!bc || !obj) {
+            free(bc);
+            return 2;
+        }
+        int rc = one(mode == 'K', bc, obj, why, sizeof why);
+        free(bc);
+        free(obj);
+        size_t wn = strlen(why);
+        if (printf("%d %zu\n", rc, wn) < 0 || fwrite(why, 1, wn, stdout) != wn || fflush(stdout) != 0) return 2;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    int server = argc == 2 && strcmp(argv[1], "--serve") == 0;
     int check = argc == 4 && strcmp(argv[1], "--check") == 0; /* the checker mode (check_ir.c) */
     if (check) {
         argv++;
         argc--;
     }
-    if (argc != 3) {
-        fprintf(stdout, "usage: %s [--check] BITCODE OBJECT\n", argv[0]);
+    if (argc != 3 && !server) {
+        fprintf(stdout, "usage: %s [--check] BITCODE OBJECT | --serve\n", argv[0]);
         return 2;
     }
 #if defined(__x86_64__) && defined(__GLIBC__)
     /* as clang's -fveclib=libmvec for the plain path: vectorised loops call
-     * glibc's vector exp/log/sin/cos/pow (a process-wide option: this program
-     * runs one pass and exits) */
+     * glibc's vector exp/log/sin/cos/pow (a process-wide option, the same for
+     * every kernel) */
     const char *opts[] = {argv[0], "-vector-library=LIBMVEC-X86"};
     LLVMParseCommandLineOptions(2, opts, NULL);
 #endif
+    if (server) return serve();
     char why[1024];
-    if ((check ? mkk_check_build : mkk_cbs_build)(argv[1], argv[2], why, sizeof why) != 0) {
+    if (one(check, argv[1], argv[2], why, sizeof why)) {
         fputs(why, stdout);
         return 1;
     }

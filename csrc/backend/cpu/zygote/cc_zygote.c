@@ -1,0 +1,116 @@
+/* libmkpy-cc-zygote.so: keeps the kernel compiler (clang) started.
+ *
+ * Starting clang costs ~25 ms of CPU time before it reads a line: the dynamic
+ * loader relocates libLLVM and libclang-cpp (some 620,000 relocations). jit.c
+ * starts clang once with this library in LD_PRELOAD and MKPY_CC_ZYGOTE=1; the
+ * library stands in for glibc's __libc_start_main, which runs after every
+ * library is loaded and relocated and before clang's main. Instead of calling
+ * main it waits for requests on its standard input (a socket, jit.c holds the
+ * other end) and forks once per request: the child, already relocated, runs
+ * clang's main with the request's arguments, in its own process, as a fresh
+ * clang would (a crash ends the child only). Its exit status goes back on the
+ * socket.
+ *
+ * A request: 8 bytes, the length n of what follows (host order), sent with
+ * one descriptor (SCM_RIGHTS) that the compiler's standard output and error
+ * go to; then n bytes: the working folder, then the arguments, each ending
+ * in a NUL. The answer: 4 bytes, the exit status (host order; 128 + the
+ * signal's number when it was killed). The zygote exits at the end of its
+ * input. Without MKPY_CC_ZYGOTE the library does nothing. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int (*main_fn)(int, char **, char **);
+typedef int (*start_fn)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *);
+
+#define MAX_REQUEST (1 << 20)
+#define MAX_ARGS 512
+
+static int read_all(int fd, void *p, size_t n) {
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p = (char *)p + r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p = (const char *)p + w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The 8-byte head and its descriptor. */
+static int read_head(uint64_t *n, int *fd) {
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {n, sizeof *n};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t r;
+    do r = recvmsg(0, &msg, MSG_WAITALL | MSG_CMSG_CLOEXEC);
+    while (r < 0 && errno == EINTR);
+    if (r != (ssize_t)sizeof *n) return -1;
+    *fd = -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
+    return *fd >= 0 ? 0 : -1;
+}
+
+int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void),
+                      void (*rtld_fini)(void), void *stack_end) {
+    start_fn real = (start_fn)dlsym(RTLD_NEXT, "__libc_start_main");
+    if (!real) _exit(127);
+    if (!getenv("MKPY_CC_ZYGOTE")) return real(main, argc, argv, init, fini, rtld_fini, stack_end);
+    unsetenv("MKPY_CC_ZYGOTE");
+    unsetenv("LD_PRELOAD"); /* not for what the compiler starts */
+    for (;;) {
+        uint64_t n;
+        int out;
+        if (read_head(&n, &out) < 0 || n == 0 || n > MAX_REQUEST) _exit(0);
+        char *buf = malloc(n + 1);
+        if (!buf || read_all(0, buf, n) < 0) _exit(0);
+        buf[n] = 0;
+        char *args[MAX_ARGS + 1];
+        int na = 0;
+        const char *cwd = buf;
+        for (size_t i = strlen(buf) + 1; i < n && na < MAX_ARGS; i += strlen(buf + i) + 1) args[na++] = buf + i;
+        args[na] = NULL;
+        pid_t pid = na ? fork() : -1;
+        if (pid == 0) {
+            int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (nul < 0 || dup2(nul, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 || chdir(cwd) < 0) _exit(127);
+            close(nul);
+            close(out);
+            return real(main, na, args, init, fini, rtld_fini, stack_end);
+        }
+        close(out);
+        free(buf);
+        int32_t status = 127, st;
+        if (pid > 0) {
+            while (waitpid(pid, &st, 0) < 0)
+                if (errno != EINTR) _exit(1);
+            status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        }
+        if (write_all(1, &status, sizeof status) < 0) _exit(0);
+    }
+}

@@ -1,0 +1,212 @@
+"""Compile latency: where a compile's time goes (MKPY_DEBUG), the linker run without the
+compiler driver, the region-splitting pass and clang kept up as servers, and a sweep's
+variants compiled in parallel landing in the disk cache."""
+import concurrent.futures
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import mkpy as mx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_PASS = os.path.exists(os.path.join(ROOT, "mkpy", "mkpy-cbs-pass"))
+HAVE_ZYGOTE = os.path.exists(os.path.join(ROOT, "mkpy", "libmkpy-cc-zygote.so"))
+needs_pass = pytest.mark.skipif(not HAVE_PASS, reason="mkpy was built without LLVM: no lockstep pass "
+                                                      "(mkpy/mkpy-cbs-pass), cooperative kernels run on fibers")
+
+COOP = """
+    uint i = thread_position_in_grid.x;
+    threadgroup float part[2];
+    float v = simd_sum(inp[i]) * SCALE;
+    if (thread_index_in_simdgroup == 0) part[simdgroup_index_in_threadgroup] = v;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[i] = part[0] + part[1];
+"""
+
+
+def _child(code, env_extra, cache_dir):
+    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_CACHE_DIR=str(cache_dir), **env_extra)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+@needs_pass
+def test_debug_names_the_compile_stages(tmp_path):
+    code = """
+import mkpy as mx
+x = mx.arange(64, dtype=mx.float32)
+k = mx.fast.metal_kernel(name="stages_plain", input_names=["inp"], output_names=["out"],
+                         source="out[thread_position_in_grid.x] = inp[thread_position_in_grid.x] + 2.0f;")
+c = mx.fast.metal_kernel(name="stages_coop", input_names=["inp"], output_names=["out"], source='''%s''')
+o, = k(inputs=[x], grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(64,)], output_dtypes=[mx.float32])
+p, = c(inputs=[x], template=[("SCALE", 1)], grid=(64, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(64,)],
+       output_dtypes=[mx.float32])
+mx.eval(o, p)
+assert o.tolist() == [v + 2.0 for v in range(64)]
+assert p.tolist() == [float(sum(range(64)))] * 64
+""" % COOP
+    err = _child(code, {"MKPY_DEBUG": "1"}, tmp_path).stderr
+    stages = [line for line in err.splitlines() if "compile stages:" in line]
+    assert len(stages) == 2, err
+    plain = next(s for s in stages if "stages_plain" in s)
+    coop = next(s for s in stages if "stages_coop" in s)
+    for s in (plain, coop):
+        for name in ("translate", "cache look-up", "link", "load"):
+            assert name + " " in s and " ms" in s, s
+    assert "clang (front end, optimisation, code generation)" in plain, plain
+    assert "clang front end" in coop and "lockstep pass, optimisation, code generation" in coop, coop
+
+
+def test_linking_without_the_driver_gives_the_same_bits(tmp_path):
+    code = """
+import numpy as np, sys
+import mkpy as mx
+x = mx.array(np.linspace(-3, 3, 1000, dtype=np.float32))
+k = mx.fast.metal_kernel(name="link_same", input_names=["inp"], output_names=["out"],
+    source="uint i = thread_position_in_grid.x; out[i] = metal::exp(inp[i]) * metal::sin(inp[i]) + 0.1f;")
+o, = k(inputs=[x], grid=(1000, 1, 1), threadgroup=(100, 1, 1), output_shapes=[(1000,)], output_dtypes=[mx.float32])
+sys.stdout.write(np.array(o).tobytes().hex())
+"""
+    a = _child(code, {}, tmp_path / "direct").stdout
+    b = _child(code, {"MKPY_LINK_WITH_DRIVER": "1"}, tmp_path / "driver").stdout
+    assert a and a == b
+
+
+def _running(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _servers(pid, kind="pass"):
+    """The servers that are children of process pid: kind "pass" (mkpy-cbs-pass --serve) or
+    "cc" (clang kept started with libmkpy-cc-zygote.so preloaded)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != pid:
+                continue
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                cmd = f.read().split(b"\0")
+            if kind == "cc":
+                with open("/proc/%s/maps" % d) as f:
+                    if "libmkpy-cc-zygote.so" in f.read():
+                        out.append(int(d))
+            elif cmd and cmd[0].endswith(b"mkpy-cbs-pass") and b"--serve" in cmd:
+                out.append(int(d))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+SERVERS_SCRIPT = """
+import os, signal, sys, time
+sys.path.insert(0, HERE)
+from test_kernel_latency import COOP, _servers
+import mkpy as mx
+x = mx.arange(64, dtype=mx.float32)
+c = mx.fast.metal_kernel(name="pass_server", input_names=["inp"], output_names=["out"], source=COOP)
+def run(scale):
+    p, = c(inputs=[x], template=[("SCALE", scale)], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+           output_shapes=[(64,)], output_dtypes=[mx.float32], verbose=True)
+    mx.eval(p)
+    assert p.tolist() == [float(sum(range(64))) * scale] * 64
+me = os.getpid()
+run(1)
+first = {k: _servers(me, k) for k in ("pass", "cc")}
+assert all(len(v) == 1 for v in first.values()), first
+run(2)
+assert {k: _servers(me, k) for k in ("pass", "cc")} == first
+for pids in first.values():
+    os.kill(pids[0], signal.SIGKILL)
+time.sleep(0.2)
+run(3)   # the idle servers are gone: fresh ones take the kernel, on the lockstep engine
+now = {k: _servers(me, k) for k in ("pass", "cc")}
+assert all(len(v) == 1 for v in now.values()) and now != first, now
+os.environ["MKPY_TEST_SERVER_ENV"] = "1"  # a server keeps the environment it started with
+run(4)
+assert _servers(me, "cc") != now["cc"] and len(_servers(me, "cc")) == 1
+print("servers", *(_servers(me) + _servers(me, "cc")))
+print(mx.metal.kernel_cache_info()["compiles"])
+"""
+
+
+@needs_pass
+@pytest.mark.skipif(not HAVE_ZYGOTE, reason="no mkpy/libmkpy-cc-zygote.so (built on Linux only)")
+def test_servers_are_reused_and_a_dead_one_is_replaced(tmp_path):
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = _child(SERVERS_SCRIPT.replace("HERE", repr(here)), {}, tmp_path)
+    assert p.stdout.split()[-1] == "4"
+    engines = [line for line in p.stdout.splitlines() if "runs on" in line]
+    assert len(engines) == 4 and all("lockstep" in line for line in engines), p.stdout
+    # the process is gone: so are its servers (their input ended; a zombie waits for init)
+    pids = [int(v) for line in p.stdout.splitlines() if line.startswith("servers") for v in line.split()[1:]]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in pids)
+
+
+BITS_SCRIPT = """
+import numpy as np, sys
+import mkpy as mx
+x = mx.array(np.linspace(-3, 3, 1024, dtype=np.float32))
+k = mx.fast.metal_kernel(name="server_bits", input_names=["inp"], output_names=["out"], source=COOP_SRC)
+o, = k(inputs=[x], template=[("SCALE", 3)], grid=(1024, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(1024,)],
+       output_dtypes=[mx.float32])
+e = mx.fast.metal_kernel(name="server_exp", input_names=["inp"], output_names=["out"],
+    source="uint i = thread_position_in_grid.x; out[i] = metal::exp(inp[i]) * metal::sin(inp[i]);")
+q, = e(inputs=[x], grid=(1024, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(1024,)], output_dtypes=[mx.float32])
+bad = mx.fast.metal_kernel(name="server_bad", input_names=["inp"], output_names=["out"],
+                           source="out[0] = inp[0] + undefined_name;")
+b, = bad(inputs=[x], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)], output_dtypes=[mx.float32])
+try:
+    mx.eval(b)
+except RuntimeError as err:
+    assert "undefined_name" in str(err), str(err)
+    print("error ok")
+sys.stdout.write(np.array(o).tobytes().hex() + np.array(q).tobytes().hex())
+"""
+
+
+def test_servers_give_the_same_bits_and_errors_as_programs(tmp_path):
+    code = BITS_SCRIPT.replace("COOP_SRC", repr(COOP))
+    a = _child(code, {}, tmp_path / "servers").stdout
+    b = _child(code, {"MKPY_NO_CC_SERVER": "1", "MKPY_NO_PASS_SERVER": "1"}, tmp_path / "programs").stdout
+    assert a.startswith("error ok") and a == b
+
+
+def test_a_sweeps_parallel_compiles_all_land_in_the_cache(tmp_path):
+    code = """
+import concurrent.futures
+import mkpy as mx
+x = mx.arange(64, dtype=mx.float32)
+mx.eval(x)  # the workers use it: evaluated here, on this thread's stream
+c = mx.fast.metal_kernel(name="sweep_cache", input_names=["inp"], output_names=["out"], source='''%s''')
+def first(scale):
+    p, = c(inputs=[x], template=[("SCALE", scale)], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+           output_shapes=[(64,)], output_dtypes=[mx.float32])
+    mx.eval(p)
+    return p.tolist() == [float(sum(range(64))) * scale] * 64
+with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    assert all(pool.map(first, range(1, 9)))
+info = mx.metal.kernel_cache_info()
+print(info["compiles"], info["disk_hits"])
+""" % COOP
+    assert _child(code, {}, tmp_path).stdout.split() == ["8", "0"]
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 8
+    assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
+    # the next process finds every variant on disk
+    assert _child(code, {}, tmp_path).stdout.split() == ["0", "8"]
