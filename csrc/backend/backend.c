@@ -32,6 +32,7 @@ static void name_fallback(const mk_prim *p) {
 }
 
 static mk_eval_fn gpu_evaluator(const mk_prim *p) {
+    if (gpu_backend->lost && gpu_backend->lost()) return NULL; /* the GPU is gone: the CPU's evaluators */
     mk_eval_fn f = gpu_backend->op_eval ? gpu_backend->op_eval(p) : NULL;
     if (!f) name_fallback(p);
     return f;
@@ -54,5 +55,5 @@ const mkb_backend *mkb_gpu(void) {
 const mkb_backend *mkb_for_device(mk_device_type d) {
     if (d != MK_GPU) return &mkb_cpu_backend;
     const mkb_backend *g = mkb_gpu();
-    return g ? g : &mkb_cpu_backend;
+    return g && !(g->lost && g->lost()) ? g : &mkb_cpu_backend;
 }

@@ -41,6 +41,9 @@ typedef struct mkb_backend {
                        const char *kernel_name, const mkk_launch *plan, uint64_t groups);
     /* Waits for the device's queued work. Returns 0 or -1 with an error. */
     int (*synchronize)(void);
+    /* True once the device cannot be used any more in this process (NULL:
+     * never): its nodes then run on the CPU back-end. */
+    bool (*lost)(void);
 } mkb_backend;
 
 extern const mkb_backend mkb_cpu_backend;

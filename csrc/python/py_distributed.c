@@ -301,7 +301,7 @@ static PyMethodDef distributed_functions[] = {
 
 static PyObject *py_cuda_is_available(PyObject *m, PyObject *unused) {
     (void)m, (void)unused;
-    return PyBool_FromLong(mkb_gpu() == &mkb_cuda_backend);
+    return PyBool_FromLong(mkb_for_device(MK_GPU) == &mkb_cuda_backend);
 }
 
 static PyObject *py_cuda_transfers(PyObject *m, PyObject *unused) {

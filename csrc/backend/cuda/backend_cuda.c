@@ -40,4 +40,5 @@ const mkb_backend mkb_cuda_backend = {
     .op_eval = mkb_cuda_op_eval,
     .kernel_eval = mkb_cuda_kernel_eval,
     .synchronize = cuda_synchronize,
+    .lost = mkb_cuda_lost,
 };

@@ -87,9 +87,15 @@ unsigned mkb_cuda_generation(void) { return cu.gen; }
  * reset makes a new context, which every thread then sets again, even when
  * the driver hands back the same handle. */
 static _Thread_local unsigned current_gen;
+static atomic_bool cu_lost; /* a fault left the driver unusable in this process */
 int mkb_cuda_enter(void) {
     if (!mkb_cuda_load()) {
         mk_error_set(MK_ERR_RUNTIME, "[cuda] %s.", cu.why);
+        return -1;
+    }
+    if (atomic_load(&cu_lost)) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda] The GPU is unusable in this process after an earlier fault (CUDA needs a "
+                                     "new process).");
         return -1;
     }
     const unsigned want = cu.gen + 1;
@@ -131,19 +137,40 @@ static void reset_context(void) {
     mkb_cu.cuDevicePrimaryCtxRelease_v2(cu.dev);
     mkb_cu.cuDevicePrimaryCtxReset_v2(cu.dev);
     CUcontext c = NULL;
-    if (mkb_cu.cuDevicePrimaryCtxRetain(&c, cu.dev) == CUDA_SUCCESS) cu.ctx = c;
+    bool ok = mkb_cu.cuDevicePrimaryCtxRetain(&c, cu.dev) == CUDA_SUCCESS;
+    if (ok) cu.ctx = c;
+    /* After a fault (an illegal address, a trap) the driver may refuse every
+     * later call in this process, whatever context: CUDA documents such errors
+     * as needing a new process. A probe allocation tells; if it fails, GPU
+     * streams go to the CPU back-end from now on (backend.c asks
+     * mkb_cuda_lost). */
+    CUdeviceptr probe = 0;
+    if (ok && mkb_cu.cuCtxSetCurrent(c) == CUDA_SUCCESS && mkb_cu.cuMemAlloc_v2(&probe, 256) == CUDA_SUCCESS)
+        mkb_cu.cuMemFree_v2(probe);
+    else
+        atomic_store(&cu_lost, true);
     pthread_mutex_unlock(&cu.mu);
-    mkb_cuda_enter();
+    current_gen = 0;
+    if (!atomic_load(&cu_lost)) mkb_cuda_enter();
 }
+
+bool mkb_cuda_lost(void) { return atomic_load(&cu_lost); }
 
 int mkb_cuda_check(CUresult r, const char *what) {
     if (r == CUDA_SUCCESS) return 0;
     if (sticky(r)) {
         reset_context();
-        mk_error_set(MK_ERR_RUNTIME,
-                     "[cuda] %s: %s (%s). The GPU context was reset so that the process can go on; arrays that "
-                     "lived only in GPU memory are lost.",
-                     what, err_name(r), err_text(r));
+        if (atomic_load(&cu_lost))
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[cuda] %s: %s (%s). CUDA cannot run anything more on the GPU in this process after such a "
+                         "fault, so GPU streams run on the CPU back-end from now on; arrays that lived only in GPU "
+                         "memory are lost. (Run the kernel with MKPY_GPU=cpu and MKPY_CHECK=1 to find the bad access.)",
+                         what, err_name(r), err_text(r));
+        else
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[cuda] %s: %s (%s). The GPU context was reset so that the process can go on; arrays that "
+                         "lived only in GPU memory are lost.",
+                         what, err_name(r), err_text(r));
     } else if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         mk_error_set(MK_ERR_MEMORY, "[cuda] %s: out of GPU memory.", what);
     } else {

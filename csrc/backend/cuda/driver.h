@@ -37,6 +37,9 @@ unsigned mkb_cuda_generation(void);
  * copy made before is lost (reads of arrays that lived only there raise),
  * and the process goes on. */
 int mkb_cuda_check(CUresult r, const char *what);
+/* True once a fault left the driver unusable in this process (CUDA refuses
+ * every later call): GPU streams then run on the CPU back-end. */
+bool mkb_cuda_lost(void);
 
 /* Device memory for mk_buffer (core/array.h). */
 extern const mk_devmem_ops mkb_cuda_mem;
