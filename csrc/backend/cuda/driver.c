@@ -132,9 +132,7 @@ static void reset_context(void) {
      * them in a faulted context only fails) */
     forget_cache_locked();
     cu.gen++;
-    /* drop our hold of the faulted context, destroy it, and retain a fresh one */
-    mkb_cu.cuCtxSetCurrent(NULL);
-    mkb_cu.cuDevicePrimaryCtxRelease_v2(cu.dev);
+    /* the reset ends running kernels and frees everything; then retain it again */
     mkb_cu.cuDevicePrimaryCtxReset_v2(cu.dev);
     CUcontext c = NULL;
     bool ok = mkb_cu.cuDevicePrimaryCtxRetain(&c, cu.dev) == CUDA_SUCCESS;
