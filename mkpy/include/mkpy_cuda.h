@@ -37,9 +37,20 @@ inline unsigned lane_id() { return threadIdx.x & (MKPY_SIMD_WIDTH - 1); }
 // mkpy_cuda_launch.h); false for a thread past its threadgroup's extent,
 // which must return before the kernel runs.
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
+    // The same for every thread of the block, but computed by each: 64-bit division is a long
+    // software routine on a GPU, so the common cases avoid it (a one-row grid of groups, and ids
+    // below 2^32 with 32-bit division).
     const uint64_t g = L.group_begin + blockIdx.x;
     const unsigned nx = L.ngroups[0], ny = L.ngroups[1];
-    const uint32_t b[3] = {(uint32_t)(g % nx), (uint32_t)((g / nx) % ny), (uint32_t)(g / ((uint64_t)nx * ny))};
+    uint32_t b[3];
+    if (ny == 1 && L.ngroups[2] == 1) {
+        b[0] = (uint32_t)g, b[1] = 0, b[2] = 0;
+    } else if (g <= 0xffffffffull) {
+        const uint32_t g32 = (uint32_t)g, row = g32 / nx;
+        b[0] = g32 - row * nx, b[1] = row % ny, b[2] = row / ny;
+    } else {
+        b[0] = (uint32_t)(g % nx), b[1] = (uint32_t)((g / nx) % ny), b[2] = (uint32_t)(g / ((uint64_t)nx * ny));
+    }
     unsigned count = 1;
     for (int d = 0; d < 3; d++) {
         const unsigned a = mkpy_group_extent(L.grid[d], L.tg[d], b[d]);
@@ -56,7 +67,8 @@ inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     if (index >= count) return false;
     const unsigned requested = L.tg[0] * L.tg[1] * L.tg[2];
     const unsigned ax = t.threads_per_threadgroup[0], ay = t.threads_per_threadgroup[1];
-    const unsigned l[3] = {index % ax, (index / ax) % ay, index / (ax * ay)};
+    unsigned l[3] = {index, 0, 0}; // a one-row threadgroup needs no division
+    if (ax != count) l[0] = index % ax, l[1] = (index / ax) % ay, l[2] = index / (ax * ay);
     for (int d = 0; d < 3; d++) {
         t.thread_position_in_threadgroup[d] = l[d];
         t.thread_position_in_grid[d] = b[d] * L.tg[d] + l[d];
