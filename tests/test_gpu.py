@@ -221,3 +221,24 @@ def test_the_kernel_timeout_stops_a_long_kernel():
 def test_mkpy_gpu_cpu_keeps_the_cpu_back_end():
     r = run_py("import mkpy as mx; print(mx.cuda.is_available())", env={"MKPY_GPU": "cpu"})
     assert r.stdout.strip() == "False", r.stderr
+
+
+PARITY_MODE = '''
+import numpy as np
+import mkpy as mx
+k = mx.fast.metal_kernel(name="par_mode", input_names=["x"], output_names=["o", "gap"], source="""
+    uint i = thread_position_in_grid.x;
+    o[i] = metal::exp(x[i]) + simd_sum(x[i]);
+    if (i % 2 == 0) gap[i] = 1.0f;   // odd elements never written: equal on both sides
+""")
+x = mx.random.normal((1000,))
+o, g = k(inputs=[x], grid=(1000, 1, 1), threadgroup=(128, 1, 1), output_shapes=[(1000,), (1000,)],
+         output_dtypes=[mx.float32, mx.float32])
+mx.eval(o, g)
+print("ok", bool(np.isfinite(np.array(o)).all()))
+'''
+
+
+def test_parity_mode_runs_the_cpu_engine_beside_the_gpu():
+    r = run_py(PARITY_MODE, env={"MKPY_GPU_PARITY": "1"})
+    assert r.returncode == 0 and "ok True" in r.stdout, (r.stdout, r.stderr)
