@@ -262,40 +262,10 @@ static int find_compiler(void) {
 
 /* ------------------------------------------------------- the C++ program */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} sbuf;
-
-static void sb(sbuf *b, const char *t) {
-    size_t len = strlen(t);
-    if (!b->s && b->cap == (size_t)-1) return;
-    if (b->n + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 8192;
-        while (cap < b->n + len + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            free(b->s);
-            b->s = NULL;
-            b->cap = (size_t)-1;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, t, len + 1);
-    b->n += len;
-}
-
-static void sbf(sbuf *b, const char *fmt, ...) MK_PRINTF(2, 3);
-static void sbf(sbuf *b, const char *fmt, ...) {
-    char tmp[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    sb(b, tmp);
-}
+/* string building: the front end's (kernel/program.c) */
+typedef mkk_sbuf sbuf;
+#define sb mkk_sb
+#define sbf mkk_sbf
 
 /* The translated program with #line markers naming the user's header and
  * source, plus the entry point that unpacks buffers and attributes. */

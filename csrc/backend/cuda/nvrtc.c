@@ -196,6 +196,27 @@ static void compile_failure(const mkk_kernel *k, const mkk_call *c, const char *
     free(b.s);
 }
 
+
+/* NVRTC's log of a program (malloc'd; NULL without memory). */
+static char *program_log(nvrtcProgram prog) {
+    size_t ls = 0;
+    char *log = NULL;
+    if (nv.log_size(prog, &ls) == 0 && (log = malloc(ls + 1))) {
+        if (nv.log(prog, log) != 0) log[0] = 0;
+        log[ls] = 0;
+    }
+    return log;
+}
+
+/* The compiled CUBIN into a malloc'd block: 0, or -1 with nothing kept. */
+static int take_cubin(nvrtcProgram prog, unsigned char **cubin, size_t *size) {
+    if (nv.cubin_size(prog, size) == 0 && (*cubin = malloc(*size ? *size : 1)) && nv.cubin(prog, (char *)*cubin) == 0)
+        return 0;
+    free(*cubin);
+    *cubin = NULL;
+    return -1;
+}
+
 /* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set. */
 static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, const char *program, int sm,
                          unsigned char **cubin, size_t *size) {
@@ -218,25 +239,16 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
     r = nv.compile(prog, n, opts);
     int ret = -1;
     if (r != 0) {
-        size_t ls = 0;
-        char *log = NULL;
-        if (nv.log_size(prog, &ls) == 0 && (log = malloc(ls + 1))) {
-            log[0] = 0;
-            if (nv.log(prog, log) != 0) log[0] = 0;
-            log[ls] = 0;
-        }
+        char *log = program_log(prog);
         if (log && *log)
             compile_failure(k, c, kernel_name, sm, log);
         else
             mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] NVRTC failed to compile `%s` for sm_%d: %s", k->name, sm,
                          nv.error_string(r));
         free(log);
-    } else if (nv.cubin_size(prog, size) == 0 && (*cubin = malloc(*size ? *size : 1)) &&
-               nv.cubin(prog, (char *)*cubin) == 0) {
+    } else if (take_cubin(prog, cubin, size) == 0) {
         ret = 0;
     } else {
-        free(*cubin);
-        *cubin = NULL;
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] NVRTC gave no CUBIN for `%s` (sm_%d)", k->name, sm);
     }
     nv.destroy(&prog);
@@ -539,21 +551,13 @@ int mkb_nvrtc_compile_source(const char *source, const char *name, int sm, const
     int ret = -1;
     r = nv.compile(prog, n, all);
     if (r != 0) {
-        size_t ls = 0;
-        char *log = NULL;
-        if (nv.log_size(prog, &ls) == 0 && (log = malloc(ls + 1))) {
-            if (nv.log(prog, log) != 0) log[0] = 0;
-            log[ls] = 0;
-        }
+        char *log = program_log(prog);
         mk_error_set(MK_ERR_RUNTIME, "[cuda] NVRTC failed to compile `%s` for sm_%d: %s", name, sm,
                      log && *log ? log : nv.error_string(r));
         free(log);
-    } else if (nv.cubin_size(prog, size) == 0 && (*cubin = malloc(*size ? *size : 1)) &&
-               nv.cubin(prog, (char *)*cubin) == 0) {
+    } else if (take_cubin(prog, cubin, size) == 0) {
         ret = 0;
     } else {
-        free(*cubin);
-        *cubin = NULL;
         mk_error_set(MK_ERR_RUNTIME, "[cuda] NVRTC gave no CUBIN for `%s` (sm_%d)", name, sm);
     }
     nv.destroy(&prog);
