@@ -134,9 +134,10 @@ void mkb_nvrtc_version(int *major, int *minor) {
  * mode approximates them. */
 static const char *const *math_options(mkk_math_mode m, int *n) {
     static const char *const safe[] = {"-fmad=true", "-prec-div=true", "-prec-sqrt=true", "-ftz=false"};
-    static const char *const fast[] = {"-use_fast_math"};
+    /* __FAST_MATH__ as Metal's compiler and clang's -ffast-math define it (kernels test it) */
+    static const char *const fast[] = {"-use_fast_math", "-D__FAST_MATH__=1"};
     if (m == MKK_MATH_FAST) {
-        *n = 1;
+        *n = 2;
         return fast;
     }
     *n = 4;
