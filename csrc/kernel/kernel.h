@@ -3,7 +3,8 @@
  *   source.c     generates the Metal source exactly as MLX does;
  *   translate.c  turns that Metal source into C++ for the runtime header;
  *   jit.c        compiles it with clang (in-memory and on-disk caches);
- *   dispatch.c   the lazy node: prepares buffers and runs threadgroups on the pool.
+ *   dispatch.c   the lazy node: launch checks, the choice of back-end (csrc/backend/),
+ *                whose kernel_eval prepares buffers and runs the kernel (backend/cpu/launch.c).
  *
  * No Python here: the binding (csrc/python/py_fast.c) parses arguments into
  * these structures. */
@@ -16,6 +17,7 @@
 #include "core/array.h"
 
 #define MKK_NATTRS 20
+#define MKK_MAX_BUFFERS 31 /* Metal's buffer argument table */
 #define MKK_MAX_CONSTANT_ARRAY_SIZE 8 /* inputs smaller than this go to constant memory */
 
 typedef enum { MKK_MATH_SAFE, MKK_MATH_RELAXED, MKK_MATH_FAST } mkk_math_mode;
@@ -41,7 +43,7 @@ typedef struct {
     mkk_math_mode math_mode;
     bool (*shape_info)[3]; /* per input: _shape, _strides, _ndim used in source */
     bool attr_used[MKK_NATTRS];
-    atomic_int scheme; /* dispatch.c's execution scheme, 0 until first picked */
+    atomic_int scheme; /* backend/cpu/launch.c's execution scheme, 0 until first picked */
     bool allow_non_metal; /* compile_options allow_non_metal / MKPY_ALLOW_NON_METAL: no Metal-only checks */
     /* The first construct of the source or header that Metal's compiler
      * rejects (metal_check.c), as "<kernel k source>:3:5: Metal does not
@@ -170,12 +172,12 @@ enum { MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK, MKK_COMPILED };
 void mkk_set_reporter(void (*fn)(const char *text));
 
 /* Starts the kernel watchdog thread (Ctrl-C and MKPY_KERNEL_TIMEOUT, see
- * dispatch.c) if it is not running; launches start it too. */
+ * backend/cpu/launch.c) if it is not running; launches start it too. */
 void mkk_watchdog_start(void);
 void mkk_report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Is the kernel cooperative (threadgroup memory, barriers, SIMD-group
- * functions)? Decided once from its source (dispatch.c). */
+ * functions)? Decided once from its source (backend/cpu/launch.c). */
 bool mkk_is_cooperative(mkk_kernel *k);
 /* "plain", "lockstep" or "fibers": the engine that runs the kernel. */
 const char *mkk_engine_name(mkk_kernel *k, const mkk_compiled *fn);

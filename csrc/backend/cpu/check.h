@@ -25,7 +25,7 @@ void mkk_check_set(int on);
 /* The calling thread's scope: -1 none, 0 off, 1 on. Returns the old value. */
 int mkk_check_scope(int on);
 
-/* What the kernel sees of one buffer (dispatch.c's kbuf). */
+/* What the kernel sees of one buffer (launch.c's kbuf). */
 typedef struct {
     const char *name;
     bool output;

@@ -1,11 +1,11 @@
 /* The CPU back-end's table (backend/backend.h). Its memory is the host's, and
  * every op's own evaluator (csrc/core/) is the CPU's, so it has no `mem` and
  * no op table; metal_kernel nodes run through the JIT and engines of this
- * folder (the launch itself is still in kernel/dispatch.c: kernel_eval = NULL
- * tells the front end to run its CPU path). */
+ * folder (launch.c). */
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu.h"
 #include "core/pool.h"
 
 static bool cpu_available(void) { return true; }
@@ -23,6 +23,6 @@ const mkb_backend mkb_cpu_backend = {
     .describe = cpu_describe,
     .mem = NULL,
     .op_eval = NULL,
-    .kernel_eval = NULL,
+    .kernel_eval = mkb_cpu_kernel_eval,
     .synchronize = cpu_synchronize,
 };
