@@ -119,7 +119,10 @@ def compute():
             f = getattr(mx, op)
             for axes in [None, 0, 1, 2, (0, 2), (1, 2)]:
                 put(("reduce", op, dt, axes), lambda: f(z, axis=axes))
-            put(("reduce-strided", op, dt), lambda: f(mx.transpose(z, (2, 0, 1)), axis=(1, 2), keepdims=True))
+            # a product of 300 values of magnitude ~4 overflows, and whether inf meets a 0 depends on
+            # the order of the multiplications (NaN on one side, 0 on the other): 18 values per output
+            zs = z[:, :3, :] if op == "prod" else z
+            put(("reduce-strided", op, dt), lambda: f(mx.transpose(zs, (2, 0, 1)), axis=(1, 2), keepdims=True))
     big = mx.array(np.random.default_rng(7).standard_normal(1 << 22).astype(np.float32))
     for op in REDUCE:
         put(("reduce-big", op), lambda: getattr(mx, op)(big))
