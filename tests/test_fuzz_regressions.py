@@ -34,7 +34,10 @@ def run_case(entry):
 
 @pytest.mark.parametrize("checked", [False, True], ids=["engine", "checker"])
 @pytest.mark.parametrize("entry", CASES, ids=[c["name"] for c in CASES])
-def test_reduced_case(entry, checked):
+def test_reduced_case(entry, checked, request):
+    if entry.get("known_lockstep_bug") and not checked:
+        # a bug the fuzzer found and nobody fixed yet: strict, so the fix shows up as XPASS
+        request.applymarker(pytest.mark.xfail(strict=True, reason="known lockstep-engine bug: " + entry["note"]))
     with mx.metal.check(checked):
         got = run_case(entry)
     assert got.tolist() == entry["expected"], entry["note"]
