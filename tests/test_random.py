@@ -230,6 +230,18 @@ def _dtype_name(a):
 
 # ---------------------------------------------------------------- exact values
 
+# Distributions that call the platform's float32 log (laplace and gumbel, in MLX and in mkpy):
+# their last bit is the C library's (glibc 2.41's logf rounds some values the other way from
+# Debian 12's), so float32 results compare within one ulp; everything else is bit for bit.
+LIBM_LOG = ("laplace", "gumbel")
+
+
+def _within_one_ulp(got, want):
+    g, w = np.asarray(got, np.float32).ravel(), np.asarray(want, np.float32).ravel()
+    gi, wi = g.view(np.int32).astype(np.int64), w.view(np.int32).astype(np.int64)
+    return g.shape == w.shape and bool(np.all((np.abs(gi - wi) <= 1) & (np.sign(g) == np.sign(w))))
+
+
 @pytest.mark.usefixtures("cpu_device")  # float64: on the CPU stream, as on a Mac
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_exact_as_mlx(name):
@@ -237,7 +249,10 @@ def test_exact_as_mlx(name):
     a = eval(expr, {"mx": mx})
     assert _dtype_name(a) == dtype
     assert tuple(a.shape) == shape
-    assert _plain(a.tolist()) == values
+    if name.startswith(LIBM_LOG) and dtype == "float32":
+        assert _within_one_ulp(_plain(a.tolist()), values)
+    else:
+        assert _plain(a.tolist()) == values
 
 
 def test_seed_sequence_as_mlx():
