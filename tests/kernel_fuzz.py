@@ -323,9 +323,13 @@ class Gen:
             inner = dict(ctx, level=cl)
             if cl == 2 and ctx["loops"]:
                 inner["nosite"] = True
+            # the else side continues from the then side's phase: under a divergent condition the
+            # two sides run on different threads of the same barrier interval, so a write on one side
+            # and a read of another thread's element on the other would race (the fuzzer's own
+            # seed 777 generated such a kernel, which the checker rightly reported)
             tgt = {k: set(v) for k, v in tg.items()}
-            tge = {k: set(v) for k, v in tg.items()}
             then = self.block(inner, scope, tgt, depth + 1)
+            tge = {k: set(v) for k, v in tgt.items()}
             els = self.block(inner, scope, tge, depth + 1) if r.random() < 0.4 else []
             for k in tg:
                 tg[k] |= tgt[k] | tge[k]
