@@ -613,6 +613,9 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     if (kind == BUILD_PCH) {
         argv[n++] = "-x";
         argv[n++] = "c++-header";
+        /* the function templates the headers use are instantiated once, into
+         * the PCH, rather than at the end of every kernel (PCH_FORMAT) */
+        argv[n++] = "-fpch-instantiate-templates";
     } else if (kind == BUILD_BITCODE) {
         /* unoptimised (but optimisable) IR: clang's own passes would
          * duplicate inline functions that contain a barrier before the
@@ -659,9 +662,11 @@ static int build_pch(const char *mflags, const char *path) {
 
 /* The PCH's file name for a math mode: a hash of the compiler, the headers,
  * the flags, the CPU and the mode's flags. */
+#define PCH_FORMAT "pch-instantiate-templates" /* how the PCH is built: bump when that changes */
 static void pch_name(const char *mflags, const char *identity, char *out, size_t n) {
-    char hex[33];
-    mkb_hash_hex(identity, mflags, hex);
+    char hex[33], key[600];
+    snprintf(key, sizeof key, "%s %s", PCH_FORMAT, mflags);
+    mkb_hash_hex(identity, key, hex);
     snprintf(out, n, "pch-%s.pch", hex);
 }
 
