@@ -120,6 +120,73 @@ static int parity_compare(const mkk_kernel *k, const mkk_call *c, int i, const m
 
 static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
 
+/* ------------------------------------------------- the source of a call */
+
+/* What mkk_generate reads of a call, as bytes: each input's dtype and kind
+ * (scalar, constant, device), each output's dtype, each template value.
+ * Returns its length, or 0 when it does not fit (the call is not memoised). */
+static size_t call_signature(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, unsigned char *sig,
+                             size_t cap) {
+    size_t n = 0;
+    if ((size_t)(2 * k->ninputs + k->noutputs + 1) > cap) return 0;
+    for (int i = 0; i < k->ninputs; i++) {
+        sig[n++] = (unsigned char)in[i]->dtype;
+        sig[n++] = in[i]->ndim == 0 ? 's' : in[i]->size < MKK_MAX_CONSTANT_ARRAY_SIZE ? 'c' : 'd';
+    }
+    for (int i = 0; i < k->noutputs; i++) sig[n++] = (unsigned char)c->output_dtypes[i];
+    for (int i = 0; i < c->ntemplate; i++) {
+        const mkk_targ *t = &c->templ[i];
+        size_t len = strlen(t->name) + 1;
+        if (n + 1 + sizeof t->value + len > cap) return 0;
+        sig[n++] = (unsigned char)t->kind;
+        memcpy(sig + n, &t->value, sizeof t->value);
+        n += sizeof t->value;
+        memcpy(sig + n, t->name, len);
+        n += len;
+    }
+    return n;
+}
+
+/* The generated source and kernel name of this call, and their hash: the
+ * kernel object's memo of a recent call with the same signature, else made
+ * now (and memoised). Returns a reference (mkk_memo_release), or NULL with
+ * the error set. The launch checks still run on every call. */
+static mkk_memo *call_source(mkk_kernel *k, const mkk_call *c, mk_array *const *in) {
+    unsigned char sig[512];
+    const size_t sig_len = call_signature(k, c, in, sig, sizeof sig);
+    if (sig_len) {
+        pthread_mutex_lock(&k->memo_mu);
+        for (int i = 0; i < MKK_MEMO_N; i++) {
+            mkk_memo *m = k->memo[i];
+            if (m && m->sig_len == sig_len && memcmp(m->sig, sig, sig_len) == 0) {
+                atomic_fetch_add(&m->refs, 1);
+                pthread_mutex_unlock(&k->memo_mu);
+                return m;
+            }
+        }
+        pthread_mutex_unlock(&k->memo_mu);
+    }
+    mkk_memo *m = calloc(1, sizeof *m + sig_len);
+    if (!m) return mk_nomem();
+    if (mkk_generate(k, c, in, &m->generated, &m->kname) < 0) {
+        free(m);
+        return NULL;
+    }
+    m->hash = mkk_hash64(m->generated, strlen(m->generated));
+    memcpy(m->sig, sig, sig_len);
+    m->sig_len = sig_len;
+    atomic_init(&m->refs, 1);
+    if (!sig_len) return m;
+    atomic_fetch_add(&m->refs, 1); /* the memo's */
+    pthread_mutex_lock(&k->memo_mu);
+    mkk_memo *old = k->memo[k->memo_next];
+    k->memo[k->memo_next] = m;
+    k->memo_next = (k->memo_next + 1) % MKK_MEMO_N;
+    pthread_mutex_unlock(&k->memo_mu);
+    mkk_memo_release(old);
+    return m;
+}
+
 /* After the GPU ran p into out: the CPU back-end runs it into temporaries,
  * and the two must agree. */
 static int parity_check(mk_prim *p, mk_array *const *in, mk_array *const *out, int mode) {
@@ -146,7 +213,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     mkk_kernel *k = kp->k;
     mkk_call *c = kp->c;
     int rc = -1;
-    char *generated = NULL, *kname = NULL;
+    mkk_memo *src = NULL;
     /* constructs Metal's compiler rejects: a compile error, as on a Mac */
     if (k->metal_error) {
         mk_error_set(MK_ERR_RUNTIME,
@@ -173,8 +240,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         }
     }
 
-    if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
+    if (!(src = call_source(k, c, in))) goto done;
+    c->gen_hash = src->hash;
     {
+        const char *generated = src->generated, *kname = src->kname;
         /* a GPU back-end, when the node's stream is a GPU's and one is active;
          * the checker mode and kernels that print are CPU tools: they run on the CPU back-end */
         const mkb_backend *be = parity_cpu_side || c->check || k->prints
@@ -191,8 +260,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         }
     }
 done:
-    free(generated);
-    free(kname);
+    mkk_memo_release(src);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 #ifndef MKK_KERNEL_H
 #define MKK_KERNEL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -28,6 +29,23 @@ typedef struct {
     const char *type; /* "uint" or "uint3" */
 } mkk_attr_info;
 extern const mkk_attr_info mkk_attrs[MKK_NATTRS];
+
+/* The generated source of one call signature (dtypes, scalar/constant/device
+ * inputs, template values: all that mkk_generate reads of a call), kept per
+ * kernel object by dispatch.c so that a repeated call skips generating and
+ * hashing it. Immutable once made; freed at its last mkk_memo_release. */
+typedef struct mkk_memo {
+    atomic_int refs;
+    char *generated, *kname;
+    uint64_t hash; /* mkk_hash64 of generated: the back-ends' in-memory caches use it */
+    size_t sig_len;
+    unsigned char sig[]; /* the call signature */
+} mkk_memo;
+#define MKK_MEMO_N 4 /* signatures kept per kernel object */
+void mkk_memo_release(mkk_memo *m);
+/* A hash of n bytes, 8 at a time (FNV-1a's byte loop, a multiply's latency
+ * per byte, took ~10% of a small kernel's cached call). */
+uint64_t mkk_hash64(const char *s, size_t n);
 
 /* What metal_kernel(...) fixes: shared by every call of the kernel object. */
 typedef struct {
@@ -51,6 +69,10 @@ typedef struct {
      * a Mac reports its compile errors. */
     char *metal_error;
     bool prints; /* the source or header uses os_log or printf (mkk_source_prints), set at creation */
+    /* the generated source of the last MKK_MEMO_N call signatures (dispatch.c) */
+    pthread_mutex_t memo_mu;
+    mkk_memo *memo[MKK_MEMO_N];
+    unsigned memo_next; /* the slot the next signature replaces */
 } mkk_kernel;
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
@@ -91,6 +113,7 @@ typedef struct {
     bool allow_non_metal; /* copied from the kernel: float64 template types allowed */
     bool verbose;    /* say at eval which engine ran the kernel */
     bool check;      /* the checker mode (check.c): built instrumented, every access checked */
+    uint64_t gen_hash; /* set at eval (dispatch.c): mkk_hash64 of the generated source */
 } mkk_call;
 
 /* The generated Metal source and kernel name, byte for byte as MLX.
@@ -166,9 +189,9 @@ typedef struct {
     int how;                  /* MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK or MKK_COMPILED */
 } mkk_compiled;
 
-/* Did mkk_jit give a kernel? (A plain kernel has only `entry`, a cooperative
- * one only `thread` and, on the lockstep engine, `cbs_run`.) */
-static inline bool mkk_compiled_ok(const mkk_compiled *fn) { return fn->entry || fn->thread; }
+/* Did mkk_jit give a kernel? (A plain kernel has only `entry`; a cooperative
+ * one `thread` for fibers or `cbs_run` for the lockstep engine.) */
+static inline bool mkk_compiled_ok(const mkk_compiled *fn) { return fn->entry || fn->thread || fn->cbs_run; }
 enum { MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK, MKK_COMPILED };
 
 /* Where the kernel layer's messages go (the binding prints them on Python's

@@ -58,6 +58,7 @@ mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *inp
     mkk_kernel *k = calloc(1, sizeof *k);
     if (!k) return mk_nomem();
     atomic_init(&k->refcnt, 1);
+    pthread_mutex_init(&k->memo_mu, NULL);
     k->ninputs = ninputs;
     k->noutputs = noutputs;
     k->name = dupstr(name);
@@ -102,7 +103,31 @@ void mkk_kernel_decref(mkk_kernel *k) {
     free(k->source);
     free(k->header);
     free(k->metal_error);
+    for (int i = 0; i < MKK_MEMO_N; i++)
+        if (k->memo[i]) mkk_memo_release(k->memo[i]);
+    pthread_mutex_destroy(&k->memo_mu);
     free(k);
+}
+
+void mkk_memo_release(mkk_memo *m) {
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
+    free(m->generated);
+    free(m->kname);
+    free(m);
+}
+
+uint64_t mkk_hash64(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ n;
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 29;
+    }
+    uint64_t t = 0;
+    memcpy(&t, s, n);
+    h = (h ^ t) * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 32);
 }
 
 void mkk_call_free(mkk_call *c) {

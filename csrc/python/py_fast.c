@@ -271,6 +271,14 @@ done:
  * scalars. Floats (and float mx scalars, e.g. the result of mx.divide) are a
  * TypeError, as in MLX; the value is checked in 64 bits. */
 static int dim_value(PyObject *o, const char *what, int64_t *out) {
+    if (PyLong_CheckExact(o)) { /* the usual case, first */
+        int overflow;
+        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (!overflow) {
+            *out = v;
+            return 0;
+        }
+    }
     int is_float_array = PyMkArray_Check(o) && !mk_is_integral(MKARR(o)->dtype);
     /* numbers that are not ints (float, numpy.float32, ...): the same hint */
     int floatlike = !PyMkArray_Check(o) && !PyIndex_Check(o) && Py_TYPE(o)->tp_as_number &&

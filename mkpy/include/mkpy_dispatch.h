@@ -73,59 +73,107 @@ inline void thread_attrs(const mkpy_launch *L, unsigned index, mkpy_thread_attrs
     t.thread_index_in_quadgroup = index % 4;
 }
 
-// The same, for the thread at position (x, y, z) of its threadgroup, whose
-// index is i (the lockstep engine walks the group by position: no division).
-inline void thread_attrs_at(const mkpy_launch *L, unsigned i, unsigned x, unsigned y, unsigned z,
-                            mkpy_thread_attrs &t) {
+// The attributes a kernel reads, one bit each in MLX's order (the index in
+// csrc/kernel/source.c's mkk_attrs): jit.c gives run_threadgroups the set of
+// the kernel's, and only those fields are filled (dead ones cost the
+// optimiser ~15% of a small kernel's compile even though it removes them).
+enum : uint32_t {
+    MKPY_ATTR_DISPATCH_QUADGROUPS_PER_THREADGROUP = 1u << 0,
+    MKPY_ATTR_DISPATCH_SIMDGROUPS_PER_THREADGROUP = 1u << 1,
+    MKPY_ATTR_DISPATCH_THREADS_PER_THREADGROUP = 1u << 2,
+    MKPY_ATTR_GRID_ORIGIN = 1u << 3,
+    MKPY_ATTR_GRID_SIZE = 1u << 4,
+    MKPY_ATTR_QUADGROUP_INDEX_IN_THREADGROUP = 1u << 5,
+    MKPY_ATTR_QUADGROUPS_PER_THREADGROUP = 1u << 6,
+    MKPY_ATTR_SIMDGROUP_INDEX_IN_THREADGROUP = 1u << 7,
+    MKPY_ATTR_SIMDGROUPS_PER_THREADGROUP = 1u << 8,
+    MKPY_ATTR_THREAD_EXECUTION_WIDTH = 1u << 9,
+    MKPY_ATTR_THREAD_INDEX_IN_QUADGROUP = 1u << 10,
+    MKPY_ATTR_THREAD_INDEX_IN_SIMDGROUP = 1u << 11,
+    MKPY_ATTR_THREAD_INDEX_IN_THREADGROUP = 1u << 12,
+    MKPY_ATTR_THREAD_POSITION_IN_GRID = 1u << 13,
+    MKPY_ATTR_THREAD_POSITION_IN_THREADGROUP = 1u << 14,
+    MKPY_ATTR_THREADGROUP_POSITION_IN_GRID = 1u << 15,
+    MKPY_ATTR_THREADGROUPS_PER_GRID = 1u << 16,
+    MKPY_ATTR_THREADS_PER_GRID = 1u << 17,
+    MKPY_ATTR_THREADS_PER_SIMDGROUP = 1u << 18,
+    MKPY_ATTR_THREADS_PER_THREADGROUP = 1u << 19,
+    MKPY_ATTRS_ALL = (1u << 20) - 1,
+    // filled by launch_attrs and group_attrs_at
+    MKPY_ATTRS_LAUNCH = MKPY_ATTR_DISPATCH_QUADGROUPS_PER_THREADGROUP | MKPY_ATTR_DISPATCH_SIMDGROUPS_PER_THREADGROUP |
+                        MKPY_ATTR_DISPATCH_THREADS_PER_THREADGROUP | MKPY_ATTR_GRID_ORIGIN | MKPY_ATTR_GRID_SIZE |
+                        MKPY_ATTR_THREAD_EXECUTION_WIDTH | MKPY_ATTR_THREADGROUPS_PER_GRID | MKPY_ATTR_THREADS_PER_GRID |
+                        MKPY_ATTR_THREADS_PER_SIMDGROUP,
+    MKPY_ATTRS_GROUP = MKPY_ATTR_QUADGROUPS_PER_THREADGROUP | MKPY_ATTR_SIMDGROUPS_PER_THREADGROUP |
+                       MKPY_ATTR_THREADGROUP_POSITION_IN_GRID | MKPY_ATTR_THREADS_PER_THREADGROUP,
+};
+
+// The attributes in M of the thread at position (x, y, z), index i, of the
+// threadgroup at coordinates b (the others are left as they are): the
+// lockstep engine's thread function.
+template <uint32_t M>
+inline void attrs_at(const mkpy_launch *L, const uint32_t b[3], unsigned i, unsigned x, unsigned y, unsigned z,
+                     mkpy_thread_attrs &t) {
+    if constexpr ((M & MKPY_ATTRS_LAUNCH) != 0) launch_attrs(L, t);
+    if constexpr ((M & MKPY_ATTRS_GROUP) != 0) group_attrs_at(L, b, t);
     const unsigned l[3] = {x, y, z};
     for (int d = 0; d < 3; d++) {
-        t.thread_position_in_threadgroup[d] = l[d];
-        t.thread_position_in_grid[d] = t.threadgroup_position_in_grid[d] * L->tg[d] + l[d];
+        if constexpr ((M & MKPY_ATTR_THREAD_POSITION_IN_THREADGROUP) != 0) t.thread_position_in_threadgroup[d] = l[d];
+        if constexpr ((M & MKPY_ATTR_THREAD_POSITION_IN_GRID) != 0) t.thread_position_in_grid[d] = b[d] * L->tg[d] + l[d];
     }
-    t.thread_index_in_threadgroup = i;
-    t.simdgroup_index_in_threadgroup = i / MKPY_SIMD_WIDTH;
-    t.thread_index_in_simdgroup = i % MKPY_SIMD_WIDTH;
-    t.quadgroup_index_in_threadgroup = i / 4;
-    t.thread_index_in_quadgroup = i % 4;
+    if constexpr ((M & MKPY_ATTR_THREAD_INDEX_IN_THREADGROUP) != 0) t.thread_index_in_threadgroup = i;
+    if constexpr ((M & MKPY_ATTR_SIMDGROUP_INDEX_IN_THREADGROUP) != 0) t.simdgroup_index_in_threadgroup = i / MKPY_SIMD_WIDTH;
+    if constexpr ((M & MKPY_ATTR_THREAD_INDEX_IN_SIMDGROUP) != 0) t.thread_index_in_simdgroup = i % MKPY_SIMD_WIDTH;
+    if constexpr ((M & MKPY_ATTR_QUADGROUP_INDEX_IN_THREADGROUP) != 0) t.quadgroup_index_in_threadgroup = i / 4;
+    if constexpr ((M & MKPY_ATTR_THREAD_INDEX_IN_QUADGROUP) != 0) t.thread_index_in_quadgroup = i % 4;
 }
 
 // Runs fn(attrs) for every thread of the launch's threadgroups, one group at
-// a time, threads in thread_index_in_threadgroup order. The attributes of a
-// group are set once; each thread then takes a fresh copy in which only its
-// position changes, and the innermost loop walks one row of the group by
-// offset in the row (its position in the grid, ox + x, stays below 2^32; the
-// row's end may not). So no division runs per thread, and clang can vectorise the loop
-// across threads when the kernel body allows it.
-template <typename F>
+// a time, threads in thread_index_in_threadgroup order, with the attributes
+// in M set (the others are 0). The attributes of a group are set once; each
+// thread then takes a fresh copy in which only its position changes, and the
+// innermost loop walks one row of the group by offset in the row (its
+// position in the grid, ox + x, stays below 2^32; the row's end may not). So
+// no division runs per thread, and clang can vectorise the loop across
+// threads when the kernel body allows it.
+template <uint32_t M = MKPY_ATTRS_ALL, typename F>
 inline void run_threadgroups(const mkpy_launch *L, F &&fn) {
-    mkpy_thread_attrs g_attrs;
-    launch_attrs(L, g_attrs);
+    mkpy_thread_attrs g_attrs = {};
+    if constexpr ((M & MKPY_ATTRS_LAUNCH) != 0) launch_attrs(L, g_attrs);
     for (uint64_t g = L->group_begin; g < L->group_end; g++) {
-        group_attrs(L, g, g_attrs);
-        const unsigned ax = g_attrs.threads_per_threadgroup[0], ay = g_attrs.threads_per_threadgroup[1],
-                       az = g_attrs.threads_per_threadgroup[2];
-        const unsigned ox = g_attrs.threadgroup_position_in_grid[0] * L->tg[0],
-                       oy = g_attrs.threadgroup_position_in_grid[1] * L->tg[1],
-                       oz = g_attrs.threadgroup_position_in_grid[2] * L->tg[2];
-        unsigned row = 0; // thread_index_in_threadgroup of the row's first thread
+        uint32_t b[3];
+        group_coords(L, g, b);
+        if constexpr ((M & MKPY_ATTRS_GROUP) != 0) group_attrs_at(L, b, g_attrs);
+        const unsigned ax = mkpy_group_extent(L->grid[0], L->tg[0], b[0]),
+                       ay = mkpy_group_extent(L->grid[1], L->tg[1], b[1]),
+                       az = mkpy_group_extent(L->grid[2], L->tg[2], b[2]);
+        const unsigned ox = b[0] * L->tg[0], oy = b[1] * L->tg[1], oz = b[2] * L->tg[2];
+        [[maybe_unused]] unsigned row = 0; // thread_index_in_threadgroup of the row's first thread
         for (unsigned z = 0; z < az; z++)
             for (unsigned y = 0; y < ay; y++, row += ax) {
                 // by offset in the row: ox + ax may be 2^32 (a grid near 2^32)
                 for (unsigned x = 0; x < ax; x++) {
-                    const unsigned px = ox + x;
+                    [[maybe_unused]] const unsigned px = ox + x;
                     mkpy_thread_attrs t = g_attrs;
-                    const unsigned index = row + x;
-                    t.thread_position_in_threadgroup[0] = px - ox;
-                    t.thread_position_in_threadgroup[1] = y;
-                    t.thread_position_in_threadgroup[2] = z;
-                    t.thread_position_in_grid[0] = px;
-                    t.thread_position_in_grid[1] = oy + y;
-                    t.thread_position_in_grid[2] = oz + z;
-                    t.thread_index_in_threadgroup = index;
-                    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
-                    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
-                    t.quadgroup_index_in_threadgroup = index / 4;
-                    t.thread_index_in_quadgroup = index % 4;
+                    [[maybe_unused]] const unsigned index = row + x;
+                    if constexpr ((M & MKPY_ATTR_THREAD_POSITION_IN_THREADGROUP) != 0) {
+                        t.thread_position_in_threadgroup[0] = px - ox;
+                        t.thread_position_in_threadgroup[1] = y;
+                        t.thread_position_in_threadgroup[2] = z;
+                    }
+                    if constexpr ((M & MKPY_ATTR_THREAD_POSITION_IN_GRID) != 0) {
+                        t.thread_position_in_grid[0] = px;
+                        t.thread_position_in_grid[1] = oy + y;
+                        t.thread_position_in_grid[2] = oz + z;
+                    }
+                    if constexpr ((M & MKPY_ATTR_THREAD_INDEX_IN_THREADGROUP) != 0) t.thread_index_in_threadgroup = index;
+                    if constexpr ((M & MKPY_ATTR_SIMDGROUP_INDEX_IN_THREADGROUP) != 0)
+                        t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
+                    if constexpr ((M & MKPY_ATTR_THREAD_INDEX_IN_SIMDGROUP) != 0)
+                        t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
+                    if constexpr ((M & MKPY_ATTR_QUADGROUP_INDEX_IN_THREADGROUP) != 0)
+                        t.quadgroup_index_in_threadgroup = index / 4;
+                    if constexpr ((M & MKPY_ATTR_THREAD_INDEX_IN_QUADGROUP) != 0) t.thread_index_in_quadgroup = index % 4;
                     fn(t);
                 }
             }

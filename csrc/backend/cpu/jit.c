@@ -52,7 +52,8 @@ extern char **environ;
  * (`busy`), other threads asking for it wait on jit.cv; nobody holds jit.mu
  * during the work itself. */
 typedef struct entry {
-    char *key;
+    char *key;      /* the math flags, a byte of launch shape and check/debug bits, '\n', the generated source */
+    uint64_t hash;  /* of the key (key_hash) */
     struct entry *next;                /* bucket chain */
     struct entry *lru_prev, *lru_next; /* the loaded list, most recent first */
     bool busy;                         /* being compiled or loaded by one thread */
@@ -97,22 +98,6 @@ void mkk_set_runtime_dir(const char *dir) {
 }
 const char *mkk_runtime_dir(void) { return jit.runtime_dir; }
 
-/* The in-memory buckets' hash of n bytes, 8 at a time: every cached call
- * hashes its whole generated source, and FNV-1a's byte loop (a multiply's
- * latency per byte) took ~10% of a small kernel's cached call. */
-static uint64_t hash64(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
-    for (; n >= 8; s += 8, n -= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
-        h ^= h >> 29;
-    }
-    uint64_t t = 0;
-    memcpy(&t, s, n);
-    h = (h ^ t) * 0x9e3779b97f4a7c15ULL;
-    return h ^ (h >> 32);
-}
 
 /* ------------------------------------------------------ running programs */
 
@@ -307,9 +292,16 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     free(body.s);
     sb(&b, "#line 1 \"<mkpy entry>\"\n");
     sb(&b, "extern \"C\" void mkpy_kernel_set_api(const mkpy_coop_api *api) { mkpy::api = api; }\n");
+    /* only the attributes the kernel reads are filled (mkpy_dispatch.h's
+     * bits are mkk_attrs's order); printing reads the thread's place */
+    unsigned attrs = 0;
+    for (int i = 0; i < MKK_NATTRS; i++) attrs |= (unsigned)k->attr_used[i] << i;
     if (entries & ENTRY_PLAIN) {
         sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
-        sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
+        if (prints)
+            sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
+        else
+            sbf(&b, "    mkpy::run_threadgroups<%#xu>(L, [&](const mkpy_thread_attrs &t) {\n        ", attrs);
         if (prints) sb(&b, "mkpy::log_at(args, t);\n        ");
         sb(&b, call.s);
         sb(&b, "    });\n}\n");
@@ -346,8 +338,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
                "    mkpy::group_coords(L, g, gb);\n}\n");
         sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, const uint32_t *gb, "
                "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
-        sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs_at(L, gb, t);\n"
-               "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
+        sbf(&b, "    mkpy_thread_attrs t = {};\n    mkpy::attrs_at<%#xu>(L, gb, i, x, y, z, t);\n    ", attrs);
         sb(&b, call.s);
         sb(&b, "    return MKPY_CBS_DONE;\n}\n");
     }
@@ -894,11 +885,14 @@ static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t 
     if (init_rc < 0) return NULL; /* left loaded: unloading would run its destructors */
     void (*set_api)(const struct mkpy_coop_api *) =
         (void (*)(const struct mkpy_coop_api *))(uintptr_t)dlsym(h, MKPY_SET_API_SYMBOL);
-    /* a plain kernel's build has no mkpy_kernel_thread, a cooperative one's no
-     * mkpy_kernel_entry (build_program): launch.c calls the one its engine needs */
+    /* a build has the entry points of its engine only (build_program):
+     * launch.c calls the one its engine needs */
     c->entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
     c->thread = (mkk_thread_fn)(uintptr_t)dlsym(h, MKPY_THREAD_SYMBOL);
-    if ((!c->entry && !c->thread) || !set_api) {
+    c->cbs_run = (mkk_cbs_run_fn)(uintptr_t)dlsym(h, MKPY_CBS_RUN_SYMBOL);
+    c->cbs_info = (const struct mkpy_cbs_info *)dlsym(h, MKPY_CBS_INFO_SYMBOL);
+    if (!c->cbs_info) c->cbs_run = NULL;
+    if (!mkk_compiled_ok(c) || !set_api) {
         snprintf(err, errn, "the compiled kernel lacks its entry points");
         memset(c, 0, sizeof *c);
         dlclose(h);
@@ -919,9 +913,6 @@ static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t 
             return NULL;
         }
     }
-    c->cbs_run = (mkk_cbs_run_fn)(uintptr_t)dlsym(h, MKPY_CBS_RUN_SYMBOL);
-    c->cbs_info = (const struct mkpy_cbs_info *)dlsym(h, MKPY_CBS_INFO_SYMBOL);
-    if (!c->cbs_info) c->cbs_run = NULL;
     return h;
 }
 
@@ -942,10 +933,11 @@ int mkk_prepare(char *msg, size_t n) {
         snprintf(msg, n, "cannot create %s: %s", dir, strerror(errno));
         return -1;
     }
+    char names[MKK_MATH_FAST + 1][64];
     for (int m = MKK_MATH_SAFE; m <= MKK_MATH_FAST; m++) {
-        char name[64], path[4400];
-        pch_name(math_flags((mkk_math_mode)m), identity, name, sizeof name);
-        snprintf(path, sizeof path, "%s/%s", dir, name);
+        char path[4400];
+        pch_name(math_flags((mkk_math_mode)m), identity, names[m], sizeof names[m]);
+        snprintf(path, sizeof path, "%s/%s", dir, names[m]);
         if (access(path, R_OK) == 0) continue;
         if (build_pch(math_flags((mkk_math_mode)m), path) < 0) {
             snprintf(msg, n, "cannot build %s with %s", path, cxx);
@@ -953,6 +945,16 @@ int mkk_prepare(char *msg, size_t n) {
         }
         built++;
     }
+    /* those of earlier headers or compilers (6-7 MB each) go */
+    DIR *d = opendir(dir);
+    for (struct dirent *de = d ? readdir(d) : NULL; de; de = readdir(d)) {
+        if (strncmp(de->d_name, "pch-", 4) != 0) continue;
+        bool current = false;
+        for (int m = MKK_MATH_SAFE; m <= MKK_MATH_FAST; m++) /* pch-<hash>.pch and its pch-<hash>.h */
+            current |= strncmp(de->d_name, names[m], strlen(names[m]) - 3) == 0;
+        if (!current) unlinkat(dirfd(d), de->d_name, 0);
+    }
+    if (d) closedir(d);
     snprintf(msg, n, "%d precompiled runtime header(s) built in %s with %s", built, dir, cxx);
     return 0;
 }
@@ -1023,7 +1025,7 @@ static struct {
 
 static uint64_t environ_hash(void) {
     uint64_t h = 0;
-    for (char **e = environ; e && *e; e++) h = (h * 0x100000001b3ULL) ^ hash64(*e, strlen(*e) + 1);
+    for (char **e = environ; e && *e; e++) h = (h * 0x100000001b3ULL) ^ mkk_hash64(*e, strlen(*e) + 1);
     return h;
 }
 
@@ -1164,21 +1166,36 @@ static int pass_ask(srvproc *s, int check, const char *bc, const char *obj, char
     return status;
 }
 
-/* Runs the pass on bc_path into obj_path: through a server when it can,
- * else as a program of its own (when a debugging variable that the pass
- * reads is set: a server would not see a later change). Returns as
- * run_capture. */
-static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why) {
+/* A pass server for the next kernel: an idle one, else one started now, so
+ * that it loads LLVM while clang compiles the kernel's bitcode (the first
+ * cooperative kernel of a process gains its start, ~17 ms). *fresh says
+ * which. NULL when the pass runs as a program of its own (a debugging
+ * variable that the pass reads is set: a server would not see a later
+ * change) or none starts. */
+static srvproc *pass_server(const char *program, bool *fresh) {
+    *fresh = false;
+    if (!program || getenv("MKPY_CBS_DUMP") || getenv("MKPY_CBS_TRACE") || getenv("MKPY_NO_PASS_SERVER")) return NULL;
+    srvproc *s = srv_take(SRV_PASS);
+    if (s) return s;
+    char *argv[] = {(char *)program, "--serve", NULL};
+    *fresh = true;
+    return srv_start(argv, NULL);
+}
+
+/* Runs the pass on bc_path into obj_path: through server s (pass_server)
+ * when there is one, else as a program. Returns as run_capture. */
+static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why,
+                    srvproc *s, bool fresh) {
     *why = NULL;
-    if (!getenv("MKPY_CBS_DUMP") && !getenv("MKPY_CBS_TRACE") && !getenv("MKPY_NO_PASS_SERVER")) {
-        srvproc *s = srv_take(SRV_PASS);
-        int rc = -1;
-        if (s && (rc = pass_ask(s, check, bc_path, obj_path, why)) < 0) {
-            srv_end(s); /* an idle server that went away: a fresh one */
-            s = NULL;
+    if (s) {
+        int rc = pass_ask(s, check, bc_path, obj_path, why);
+        if (rc < 0 && !fresh) { /* an idle server that went away: a fresh one */
+            srv_end(s);
+            free(*why);
+            *why = NULL;
+            char *argv[] = {(char *)program, "--serve", NULL};
+            if ((s = srv_start(argv, NULL))) rc = pass_ask(s, check, bc_path, obj_path, why);
         }
-        char *argv[] = {(char *)program, "--serve", NULL};
-        if (!s && (s = srv_start(argv, NULL))) rc = pass_ask(s, check, bc_path, obj_path, why);
         if (s) {
             srv_give(SRV_PASS, s, rc >= 0);
             return rc; /* -1: the server died on this kernel, the pass failed */
@@ -1307,6 +1324,13 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
     uint64_t t0 = mkk_now_ns();
     cbs_front_ns = cbs_pass_ns = 0;
+    const char *program = cbs_pass();
+    if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
+        pthread_once(&cbs_pass_once, cbs_pass_find);
+        program = cbs_pass_path;
+    }
+    bool fresh;
+    srvproc *server = pass_server(program, &fresh);
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
     if (rc != 0 && *pch && *diag && strstr(*diag, "precompiled header")) {
         free(*diag);
@@ -1315,21 +1339,17 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
         rc = compile(mflags, NULL, BUILD_BITCODE, bc_path, cpp_path, diag);
     }
     if (rc != 0) {
+        if (server) srv_give(SRV_PASS, server, true); /* unused: back to the pool */
         unlink(bc_path);
         return rc;
     }
     free(*diag);
     *diag = NULL;
     snprintf(obj_path, n, "%s.o", tmp_base);
-    const char *program = cbs_pass();
     char *why = NULL;
-    if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
-        pthread_once(&cbs_pass_once, cbs_pass_find);
-        program = cbs_pass_path;
-    }
     uint64_t t1 = mkk_now_ns();
     cbs_front_ns = t1 - t0;
-    rc = pass_run(program, check, bc_path, obj_path, &why);
+    rc = pass_run(program, check, bc_path, obj_path, &why, server, fresh);
     cbs_pass_ns = mkk_now_ns() - t1;
     unlink(bc_path);
     if (rc != 0) {
@@ -1546,8 +1566,11 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     const bool prints = k->prints;
     /* printing needs each message's thread, which the fiber engine knows */
     const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL && !prints;
+    /* a lockstep build runs only on the lockstep engine (MKPY_ENGINE=fibers
+     * is part of the in-memory key: jit_cpu); when the pass declines the
+     * kernel, its fibers build is generated then (below) */
     const int entries = check                                     ? ENTRY_PLAIN | ENTRY_THREAD | ENTRY_CBS
-                        : cooperative                             ? ENTRY_THREAD | ENTRY_CBS
+                        : cooperative                             ? ENTRY_CBS
                         : mkk_is_cooperative((mkk_kernel *)k) ? ENTRY_THREAD
                                                                   : ENTRY_PLAIN;
     if (!(program = build_program(k, c, inputs, generated, kernel_name, NULL, entries))) goto done;
@@ -1685,6 +1708,18 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         /* a plain kernel (or one the pass declined): an object, then the
          * link below */
         snprintf(obj_path, sizeof obj_path, "%s.o", tmp_base);
+        rc = 0;
+        if (cooperative) { /* the pass declined it: its build for fibers, kept under the same key */
+            char *fibers = build_program(k, c, inputs, generated, kernel_name, NULL, ENTRY_THREAD);
+            rc = fibers && mkb_write_file(cpp_path, fibers) == 0 ? 0 : -1;
+            if (fibers && rc < 0) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
+            free(fibers);
+            if (rc < 0) {
+                unlink(cpp_path);
+                unlink(metal_path);
+                goto done;
+            }
+        }
         rc = compile(mflags, pch, BUILD_OBJECT, obj_path, cpp_path, &diag);
         if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
             /* a stale or unusable PCH: compile without it */
@@ -1850,9 +1885,11 @@ static void entry_free(entry *e) {
     free(e);
 }
 
-static entry **find_slot(const char *key, unsigned bucket) {
-    entry **p = &jit.buckets[bucket];
-    while (*p && strcmp((*p)->key, key) != 0) p = &(*p)->next;
+/* The slot of the entry whose key is prefix (plen bytes) then generated. */
+static entry **find_slot(uint64_t hash, const char *prefix, size_t plen, const char *generated) {
+    entry **p = &jit.buckets[hash % NBUCKETS];
+    while (*p && ((*p)->hash != hash || memcmp((*p)->key, prefix, plen) != 0 || strcmp((*p)->key + plen, generated) != 0))
+        p = &(*p)->next;
     return p;
 }
 
@@ -1862,31 +1899,30 @@ static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *co
     const char *mflags = math_flags(k->math_mode);
     /* In memory the generated Metal source is the key: it fixes the program
      * (kernel name, header, source, argument types, template values,
-     * attributes), so a hit skips the translation. */
-    size_t mlen = strlen(mflags), glen = strlen(generated);
-    char *key = malloc(mlen + glen + 3);
-    if (!key) {
-        mk_nomem();
-        return fn;
-    }
-    memcpy(key, mflags, mlen);
+     * attributes), so a hit skips the translation. Its hash comes with the
+     * call (dispatch.c computes it once per call signature). */
+    char prefix[600];
+    size_t plen = strlen(mflags);
+    memcpy(prefix, mflags, plen); /* math_flags: short */
     /* the program also depends on whether threadgroups are large and on
      * which of their dimensions are flat (see mkpy_cbs_loop_steps and
      * mkpy_cbs_flat in build_program) */
-    key[mlen] = (char)('A' + (c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64) +
-                       2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1) + 8 * c->check +
-                       16 * mkk_debug_build());
-    key[mlen + 1] = '\n';
-    memcpy(key + mlen + 2, generated, glen + 1);
-    unsigned bucket = (unsigned)(hash64(key, mlen + 2 + glen) % NBUCKETS);
+    prefix[plen++] = (char)('A' + (c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64) +
+                            2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1) + 8 * c->check +
+                            16 * mkk_debug_build());
+    /* a cooperative kernel's build is for one engine (build's entries) */
+    if (mkk_is_cooperative((mkk_kernel *)k)) prefix[plen++] = cbs_pass() ? 'L' : 'F';
+    prefix[plen++] = '\n';
+    const uint64_t hash = (c->gen_hash ^ mkk_hash64(prefix, plen)) * 0x9e3779b97f4a7c15ULL;
     void *victims[MAX_VICTIMS];
     int nvictims = 0;
-    char touch_path[4600] = "";
+    char touch_path[4600];
+    touch_path[0] = 0; /* (not `= ""`: that clears 4.6 KB on every cached call) */
 
     pthread_mutex_lock(&jit.mu);
     entry *e;
     for (;;) {
-        e = *find_slot(key, bucket);
+        e = *find_slot(hash, prefix, plen, generated);
         if (!e || !e->busy) break;
         pthread_cond_wait(&jit.cv, &jit.mu); /* another thread compiles or loads it */
     }
@@ -1910,27 +1946,27 @@ static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *co
             }
         }
         pthread_mutex_unlock(&jit.mu);
-        free(key);
         if (touch_path[0]) mkb_touch(touch_path);
         mkk_debug(1, "kernel `%s` (%s): in-memory cache hit", k->name, kernel_name);
         return fn;
     }
     if (!e) {
-        if (!(e = calloc(1, sizeof *e))) {
+        const size_t glen = strlen(generated);
+        if (!(e = calloc(1, sizeof *e)) || !(e->key = malloc(plen + glen + 1))) {
+            free(e);
             pthread_mutex_unlock(&jit.mu);
-            free(key);
             mk_nomem();
             return fn;
         }
-        e->key = key;
-        key = NULL;
-        e->next = jit.buckets[bucket];
-        jit.buckets[bucket] = e;
+        memcpy(e->key, prefix, plen);
+        memcpy(e->key + plen, generated, glen + 1);
+        e->hash = hash;
+        e->next = jit.buckets[hash % NBUCKETS];
+        jit.buckets[hash % NBUCKETS] = e;
         jit.stats.entries++;
     }
     e->busy = true; /* unloaded, or new: this thread loads or builds it */
     pthread_mutex_unlock(&jit.mu);
-    free(key);
 
     built b;
     int rc = build(k, c, inputs, generated, kernel_name, &b);
@@ -1957,8 +1993,9 @@ static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *co
         nvictims = pick_victims(victims);
     } else if (!e->detached) {
         /* forget it: the next call tries again (and reports the error) */
-        entry **p = find_slot(e->key, bucket);
-        if (*p == e) *p = e->next;
+        entry **p = &jit.buckets[e->hash % NBUCKETS];
+        while (*p && *p != e) p = &(*p)->next;
+        if (*p) *p = e->next;
         jit.stats.entries--;
         entry_free(e);
     } else {

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,12 +101,11 @@ static scheme pick_scheme(mkk_kernel *k) {
 bool mkk_is_cooperative(mkk_kernel *k) { return pick_scheme(k) == SCHEME_COOPERATIVE; }
 
 /* The engine for a cooperative kernel: the lockstep engine when the kernel
- * was compiled for it, fibers otherwise or when MKPY_ENGINE=fibers. */
+ * was compiled for it, fibers otherwise (MKPY_ENGINE=fibers is read when the
+ * kernel is looked up: jit.c builds for one engine). */
 static scheme pick_engine(mkk_kernel *k, const mkk_compiled *fn) {
     scheme s = pick_scheme(k);
     if (s != SCHEME_COOPERATIVE || !fn->cbs_run) return s;
-    const char *e = getenv("MKPY_ENGINE");
-    if (e && strcmp(e, "fibers") == 0) return SCHEME_COOPERATIVE;
     return SCHEME_LOCKSTEP;
 }
 
@@ -132,7 +132,6 @@ typedef struct run_ctx {
     uint64_t total, chunk;
     atomic_ullong next;
     atomic_int failed;
-    char error[1200];
     mk_fault fault;
     /* interrupts and the watchdog (guarded by watchdog.mu unless atomic) */
     _Atomic int cancel;
@@ -142,6 +141,9 @@ typedef struct run_ctx {
     uint64_t cancel_ns;
     struct run_ctx *next_launch;
     int nslots;
+    /* the rest is not cleared at a launch (~3.7 KB: a cached call's largest
+     * cost): error is written before it is read, a slot when it registers */
+    char error[1200];
     pthread_t threads[MAX_SLOTS];
     bool in_kernel[MAX_SLOTS];
 } run_ctx;
@@ -618,11 +620,13 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
     }
     for (int i = 0; i < k->noutputs; i++) args[a++] = bufs[k->ninputs + i].base;
 
-    r = calloc(1, sizeof *r);
+    r = malloc(sizeof *r);
     if (!r) {
         mk_nomem();
         goto done;
     }
+    memset(r, 0, offsetof(run_ctx, error));
+    r->error[0] = 0;
     r->fn = fn;
     r->how = pick_engine(k, &fn);
     if (fn.checked && r->how != SCHEME_PLAIN) r->how = SCHEME_COOPERATIVE; /* checked: fibers */

@@ -35,12 +35,6 @@ typedef struct module_entry {
 static module_entry *buckets[NBUCKETS];
 static pthread_mutex_t modules_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fnv(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 static int launch_bound(const mkk_call *c) {
     int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
     while (threads < requested && threads < 1024) threads *= 2;
@@ -50,7 +44,7 @@ static int launch_bound(const mkk_call *c) {
 static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, const char *generated,
                          const char *kernel_name, CUfunction *fn, int *max_threads) {
     const unsigned gen = mkb_cuda_generation();
-    const uint64_t h = fnv(generated);
+    const uint64_t h = c->gen_hash; /* of generated: dispatch.c hashes it once per call signature */
     const int bound = launch_bound(c), math = (int)k->math_mode;
     pthread_mutex_lock(&modules_mu);
     for (module_entry *e = buckets[h % NBUCKETS]; e; e = e->next)
