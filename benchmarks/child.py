@@ -60,20 +60,28 @@ __kernel void small(__global const float* restrict in, __global float* restrict 
 
 def _cpu_s():
     """CPU seconds of this process, its finished children and its live ones with theirs (the
-    compiler servers stay up: their time is not in children_* until they end)."""
-    t = os.times()
-    live = 0
+    compiler servers stay up: their time is not in the children's until they end). getrusage
+    and /proc/PID/schedstat count in microseconds and nanoseconds; only a live child's reaped
+    children (the compilers a zygote forked) come in clock ticks."""
+    import resource
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    done = resource.getrusage(resource.RUSAGE_CHILDREN)
+    live = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open("/proc/%s/stat" % d) as f:
                     fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
+                if int(fields[1]) != os.getpid():
+                    continue
+                for t in os.listdir("/proc/%s/task" % d):  # its own, in ns, every thread
+                    with open("/proc/%s/task/%s/schedstat" % (d, t)) as f:
+                        live += int(f.read().split()[0]) / 1e9
+                live += sum(int(v) for v in fields[13:15]) / tick  # its reaped children's
+            except (OSError, ValueError, IndexError):
                 continue
-            if int(fields[1]) == os.getpid():
-                live += sum(int(v) for v in fields[11:15]) / tick  # its own and its reaped children's
-    return t.user + t.system + t.children_user + t.children_system + live
+    return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime + live
 
 
 def kernel_first_eval(name, coop=False):

@@ -478,7 +478,9 @@ static _Thread_local int compile_debug;
 static struct {
     char *argv[96];
     int n, out_i, in_i;
-    int state; /* 0: not probed, 1: probing, 2: done */
+    int state;       /* 0: not probed, 1: probing, 2: done */
+    char file[4600]; /* the file it was read from (ldcmd_file), or "" */
+    bool skip_package; /* the package's file failed (and may be read-only): probe instead */
 } ldcmd;
 
 /* Splits one line of `-###` output (each argument in double quotes, with
@@ -508,47 +510,96 @@ static int ldcmd_parse(char *line) {
     return 0;
 }
 
+/* The probed command is kept on disk, as the line the driver printed: a
+ * process then links without probing (~25 ms of CPU time). `make build`
+ * writes it beside the PCHs (mkk_prepare), a probe into the cache folder.
+ * The name hashes the compiler's identity and the variables the driver
+ * reads when it links; a command read from a file that fails to link is run
+ * by the driver instead, and the file goes (the system's gcc changed, say).
+ * With jit.probe_mu held, after find_compiler. */
+static void ldcmd_file(const char *dir, char *out, size_t n) {
+    static const char *const vars[] = {"LIBRARY_PATH", "COMPILER_PATH", "GCC_EXEC_PREFIX", "PATH"};
+    sbuf all = {0};
+    sb(&all, jit.cxx_identity);
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        sbf(&all, "\n%s=%s", vars[i], v ? v : "(unset)");
+    }
+    char hex[33];
+    mkb_hash_hex(all.s ? all.s : "", "ld-command", hex);
+    free(all.s);
+    snprintf(out, n, "%s/ld-%s.txt", dir, hex);
+}
+
+static void ldcmd_save(const char *dir, const char *line) {
+    char path[4700], tmp[4800];
+    ldcmd_file(dir, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%lu", path, (long)getpid(), (unsigned long)atomic_fetch_add(&mkb_tmp_seq, 1));
+    if (mkb_write_file(tmp, line) != 0 || rename(tmp, path) != 0) unlink(tmp);
+}
+
 static void *ldcmd_probe(void *arg) {
-    (void)arg;
+    const char *save_dir = arg; /* where the command goes, or NULL */
     char *argv[] = {jit.cxx, "-###", "-fPIC", "-shared", "-nostdlib++", "-o", LD_OUT, "-Wl," LD_IN, NULL};
     char *out = NULL;
     int ok = run_capture(argv, &out) == 0 && out;
     /* the commands are the lines that start with ` "`: exactly one, the linker */
-    char *cmd = NULL;
+    char *cmd = NULL, *line_copy = NULL;
     int ncmd = 0;
     for (char *line = ok ? strtok(out, "\n") : NULL; line; line = strtok(NULL, "\n"))
         if (line[0] == ' ' && line[1] == '"') {
             cmd = line;
             ncmd++;
         }
+    if (ncmd == 1) line_copy = strdup(cmd);
     pthread_mutex_lock(&jit.probe_mu);
     if (ncmd != 1 || ldcmd_parse(cmd) < 0) {
         ldcmd.n = 0;
         free(out);
-    } /* else kept for the process's life: ldcmd.argv points into it */
+    } else if (line_copy && save_dir) { /* kept for the process's life: ldcmd.argv points into out */
+        ldcmd_save(save_dir, line_copy);
+    }
     ldcmd.state = 2;
     pthread_cond_broadcast(&jit.probe_cv);
     pthread_mutex_unlock(&jit.probe_mu);
+    free(line_copy);
     return NULL;
+}
+
+/* The command from a file of dir, if there is one that parses. */
+static bool ldcmd_read(const char *dir) {
+    ldcmd_file(dir, ldcmd.file, sizeof ldcmd.file);
+    char *text = mkb_read_file(ldcmd.file);
+    if (text && ldcmd_parse(text) == 0) return true; /* text is kept: ldcmd.argv points into it */
+    free(text);
+    ldcmd.n = 0;
+    ldcmd.file[0] = 0;
+    return false;
 }
 
 /* Starts the probe, once (with jit.probe_mu held, after find_compiler). */
 static void ldcmd_start(void) {
     if (ldcmd.state) return;
     ldcmd.state = 1;
-    if (getenv("MKPY_LINK_WITH_DRIVER")) {
+    char pch_dir[4200], cache[4400];
+    snprintf(pch_dir, sizeof pch_dir, "%s/pch", jit.runtime_dir);
+    if (getenv("MKPY_LINK_WITH_DRIVER") || (mkb_cache_dir(cache, sizeof cache) == 0 && ldcmd_read(cache)) ||
+        (!ldcmd.skip_package && ldcmd_read(pch_dir))) {
         ldcmd.state = 2;
         return;
     }
+    static char save_dir[4400];
+    if (mkb_cache_dir(save_dir, sizeof save_dir) < 0) save_dir[0] = 0;
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &attr, ldcmd_probe, NULL);
+    void *arg = save_dir[0] ? save_dir : NULL;
+    int rc = pthread_create(&t, &attr, ldcmd_probe, arg);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         pthread_mutex_unlock(&jit.probe_mu);
-        ldcmd_probe(NULL); /* no thread: here */
+        ldcmd_probe(arg); /* no thread: here */
         pthread_mutex_lock(&jit.probe_mu);
     }
 }
@@ -560,14 +611,29 @@ static int link_direct(const char *out, const char *in, char **diag) {
     pthread_mutex_lock(&jit.probe_mu);
     ldcmd_start();
     while (ldcmd.state != 2) pthread_cond_wait(&jit.probe_cv, &jit.probe_mu);
-    int n = ldcmd.n;
+    const int n = ldcmd.n;
+    char *argv[96];
+    if (n) {
+        memcpy(argv, ldcmd.argv, (size_t)(n + 1) * sizeof *argv);
+        argv[ldcmd.out_i] = (char *)out;
+        argv[ldcmd.in_i] = (char *)in;
+    }
     pthread_mutex_unlock(&jit.probe_mu);
     if (!n) return -1;
-    char *argv[96];
-    memcpy(argv, ldcmd.argv, (size_t)(n + 1) * sizeof *argv);
-    argv[ldcmd.out_i] = (char *)out;
-    argv[ldcmd.in_i] = (char *)in;
-    return run_capture(argv, diag);
+    int rc = run_capture(argv, diag);
+    if (rc != 0) {
+        pthread_mutex_lock(&jit.probe_mu);
+        if (ldcmd.file[0]) { /* a command from a file: the driver links (compile), and the next link probes */
+            unlink(ldcmd.file);
+            ldcmd.skip_package |= strncmp(ldcmd.file, jit.runtime_dir, strlen(jit.runtime_dir)) == 0;
+            ldcmd.file[0] = 0;
+            ldcmd.n = 0;
+            ldcmd.state = 0;
+            rc = -1;
+        }
+        pthread_mutex_unlock(&jit.probe_mu);
+    }
+    return rc;
 }
 
 static int cc_run(char *const argv[], char **output);
@@ -945,13 +1011,27 @@ int mkk_prepare(char *msg, size_t n) {
         }
         built++;
     }
+    /* the linker's command, for every process (ldcmd_file) */
+    static char pch_dir[4300];
+    snprintf(pch_dir, sizeof pch_dir, "%s", dir);
+    ldcmd_probe(pch_dir);
+    char ld_path[4700];
+    pthread_mutex_lock(&jit.probe_mu);
+    ldcmd_file(dir, ld_path, sizeof ld_path);
+    pthread_mutex_unlock(&jit.probe_mu);
+    const char *ld_name = strrchr(ld_path, '/') + 1;
     /* those of earlier headers or compilers (6-7 MB each) go */
     DIR *d = opendir(dir);
     for (struct dirent *de = d ? readdir(d) : NULL; de; de = readdir(d)) {
-        if (strncmp(de->d_name, "pch-", 4) != 0) continue;
         bool current = false;
-        for (int m = MKK_MATH_SAFE; m <= MKK_MATH_FAST; m++) /* pch-<hash>.pch and its pch-<hash>.h */
-            current |= strncmp(de->d_name, names[m], strlen(names[m]) - 3) == 0;
+        if (strncmp(de->d_name, "ld-", 3) == 0) {
+            current = strncmp(de->d_name, ld_name, strlen(ld_name)) == 0;
+        } else if (strncmp(de->d_name, "pch-", 4) == 0) {
+            for (int m = MKK_MATH_SAFE; m <= MKK_MATH_FAST; m++) /* pch-<hash>.pch and its pch-<hash>.h */
+                current |= strncmp(de->d_name, names[m], strlen(names[m]) - 3) == 0;
+        } else {
+            continue;
+        }
         if (!current) unlinkat(dirfd(d), de->d_name, 0);
     }
     if (d) closedir(d);
