@@ -298,7 +298,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     for (int i = 0; i < MKK_NATTRS; i++) attrs |= (unsigned)k->attr_used[i] << i;
     if (entries & ENTRY_PLAIN) {
         sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
-        if (prints)
+        if (prints || debug_dir) /* a debug build's attributes all show in a debugger */
             sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
         else
             sbf(&b, "    mkpy::run_threadgroups<%#xu>(L, [&](const mkpy_thread_attrs &t) {\n        ", attrs);
@@ -1043,7 +1043,7 @@ int mkk_prepare(char *msg, size_t n) {
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-6"
+#define CBS_ENGINE_ID "engine=lockstep-7"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;

@@ -3,6 +3,7 @@
  * object file at the end. Part of the pass program, not of the extension. */
 #include <llvm-c/Analysis.h>
 #include <llvm-c/BitReader.h>
+#include <llvm-c/Comdat.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -95,9 +96,25 @@ static void dump_ir(LLVMModuleRef m, const char *name) {
     LLVMPrintModuleToFile(m, path, NULL);
 }
 
+/* Every defined function but the entry points (mkpy_kernel_*, which mkpy
+ * looks up) becomes internal, so that O2 drops what they do not call before
+ * it optimises and generates code for it: the kernel's own function (an
+ * explicit instantiation, weak_odr) once inlined everywhere, the runtime's
+ * weak stubs (~11% of the lockstep pass's time). The object's symbols are
+ * its entry points only, as a plain kernel's. */
+static void internalize(LLVMModuleRef m) {
+    for (LLVMValueRef f = LLVMGetFirstFunction(m); f; f = LLVMGetNextFunction(f)) {
+        if (LLVMIsDeclaration(f) || strncmp(mkk_ir_name(f), "mkpy_kernel_", 12) == 0) continue;
+        LLVMSetLinkage(f, LLVMInternalLinkage);
+        LLVMSetVisibility(f, LLVMDefaultVisibility);
+        LLVMSetComdat(f, NULL);
+    }
+}
+
 int mkk_ir_finish(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *obj_path, int vectorize, const char *before,
                   const char *after, char *why, size_t whyn) {
     char *err = NULL;
+    internalize(m);
     dump_ir(m, before);
     if (LLVMVerifyModule(m, LLVMReturnStatusAction, &err)) {
         snprintf(why, whyn, "internal error, invalid IR: %.300s", err ? err : "");
