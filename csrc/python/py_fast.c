@@ -370,12 +370,36 @@ static int expect_size(PyObject *seq, const char *what, int n) {
     return 0;
 }
 
+/* The line of frame f. Python computes it from the frame's instruction by
+ * walking the code's line table (~600 instructions, 3% of a cached kernel
+ * call); a call from a loop asks for the same instruction again, so the last
+ * answer is kept (under the GIL). */
+static int frame_line(PyFrameObject *f, PyCodeObject *code) {
+#if PY_VERSION_HEX >= 0x030B0000
+    static PyCodeObject *last_code; /* a reference: its address is not reused while kept */
+    static int last_lasti = -1, last_line;
+    const int lasti = PyFrame_GetLasti(f);
+    if (code && code == last_code && lasti == last_lasti && lasti >= 0) return last_line;
+    const int line = PyFrame_GetLineNumber(f);
+    if (code) {
+        Py_INCREF(code);
+        Py_XSETREF(last_code, code);
+        last_lasti = lasti;
+        last_line = line;
+    }
+    return line;
+#else
+    (void)code;
+    return PyFrame_GetLineNumber(f);
+#endif
+}
+
 static char *call_site(void) {
     PyFrameObject *f = PyEval_GetFrame();
     if (!f) return NULL;
     PyCodeObject *code = PyFrame_GetCode(f);
     const char *file = code ? PyUnicode_AsUTF8(code->co_filename) : NULL;
-    int line = PyFrame_GetLineNumber(f);
+    int line = frame_line(f, code);
     /* "file:line", put together by hand: snprintf was a tenth of a cached
      * kernel call */
     if (!file) file = "<unknown>";

@@ -31,20 +31,22 @@ inline const mkpy_coop_api *api = nullptr;
 // The four points where kernel code meets the cooperative runtime. They are
 // named, never-inlined functions so that mkpy's region-splitting engine
 // (csrc/backend/cpu/cbs.c) finds them in the kernel's LLVM IR and turns each call
-// into a resume point; the fiber engine just calls through them.
+// into a resume point; the fiber engine just calls through them. Declared
+// inline, they are emitted only into kernels that call them (a plain kernel
+// then does not optimise and generate code for them: 5% of its compile).
 extern "C" {
-__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_barrier(const char *file, int line, int col) {
+inline __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_barrier(const char *file, int line, int col) {
     mkpy::api->barrier(file, line, col);
 }
-__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_simd_barrier(const char *file, int line, int col) {
+inline __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_simd_barrier(const char *file, int line, int col) {
     mkpy::api->simd_barrier(file, line, col);
 }
-__attribute__((noinline, weak, noduplicate, nomerge)) unsigned char *mkpy_sync_exchange(const void *value, size_t size,
+inline __attribute__((noinline, weak, noduplicate, nomerge)) unsigned char *mkpy_sync_exchange(const void *value, size_t size,
                                                                   uint32_t *mask, uint32_t *lane,
                                                                   const char *file, int line, int col) {
     return mkpy::api->simd_exchange(value, size, mask, lane, file, line, col);
 }
-__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_threadgroup_alloc(const void *addr, size_t size,
+inline __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_threadgroup_alloc(const void *addr, size_t size,
                                                                  const char *file, int line) {
     mkpy::api->threadgroup_alloc(addr, size, file, line);
 }
