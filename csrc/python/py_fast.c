@@ -534,6 +534,7 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     mk_array **inputs = NULL, **outs = NULL;
     int *ndims = NULL;
     int64_t(*shapes)[MK_MAX_NDIM] = NULL;
+    void *scratch = NULL; /* shapes, inputs, outs and ndims: one block */
     mkk_call *c = calloc(1, sizeof *c);
     int n_in = 0, verbose = 0;
     if (!c) return PyErr_NoMemory();
@@ -547,14 +548,18 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     if (!(dt_seq = PySequence_Fast(a[2], "[metal_kernel] `output_dtypes` must be a list.")) ||
         expect_size(dt_seq, "output_dtypes", k->noutputs) < 0)
         goto error;
-    inputs = calloc(k->ninputs ? k->ninputs : 1, sizeof *inputs);
-    outs = calloc(k->noutputs, sizeof *outs);
-    ndims = calloc(k->noutputs, sizeof *ndims);
-    shapes = calloc(k->noutputs, sizeof *shapes);
-    c->output_dtypes = calloc(k->noutputs, sizeof *c->output_dtypes);
-    if (!inputs || !outs || !ndims || !shapes || !c->output_dtypes) {
-        PyErr_NoMemory();
-        goto error;
+    {
+        const size_t nin = k->ninputs ? (size_t)k->ninputs : 1, nout = (size_t)k->noutputs;
+        scratch = calloc(1, nout * sizeof *shapes + (nin + nout) * sizeof *inputs + nout * sizeof *ndims);
+        c->output_dtypes = calloc(nout, sizeof *c->output_dtypes);
+        if (!scratch || !c->output_dtypes) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        shapes = scratch;
+        inputs = (mk_array **)(shapes + nout);
+        outs = inputs + nin;
+        ndims = (int *)(outs + nout);
     }
     for (; n_in < k->ninputs; n_in++) {
         /* Python scalars: float -> float32, int -> int32, bool -> bool */
@@ -615,10 +620,7 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
 error:
     mkk_call_free(c);
     for (int i = 0; i < n_in; i++) mk_decref(inputs[i]);
-    free(inputs);
-    free(outs);
-    free(ndims);
-    free(shapes);
+    free(scratch);
     Py_XDECREF(in_seq);
     Py_XDECREF(shp_seq);
     Py_XDECREF(dt_seq);

@@ -508,6 +508,7 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
     int32_t *shapes = NULL;
     int64_t *strides = NULL;
     int32_t *ndims = NULL;
+    void *block = NULL; /* strides, args, copies, shapes and ndims */
     mkk_compiled fn = {0};
     kbuf *bufs = NULL;
     run_ctx *r = NULL;
@@ -556,14 +557,19 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
     int nargs = k->noutputs;
     for (int i = 0; i < k->ninputs; i++)
         nargs += 1 + (in[i]->ndim > 0) * (k->shape_info[i][0] + k->shape_info[i][1] + k->shape_info[i][2]);
-    args = calloc(nargs ? nargs : 1, sizeof *args);
-    copies = calloc(k->ninputs ? k->ninputs : 1, sizeof *copies);
-    shapes = calloc((size_t)(k->ninputs ? k->ninputs : 1) * MK_MAX_NDIM, sizeof *shapes);
-    strides = calloc((size_t)(k->ninputs ? k->ninputs : 1) * MK_MAX_NDIM, sizeof *strides);
-    ndims = calloc(k->ninputs ? k->ninputs : 1, sizeof *ndims);
-    if (!args || !copies || !shapes || !strides || !ndims) {
-        mk_nomem();
-        goto done;
+    {
+        const size_t nin = k->ninputs ? (size_t)k->ninputs : 1, na = nargs ? (size_t)nargs : 1;
+        block = calloc(1, nin * MK_MAX_NDIM * sizeof *strides + na * sizeof *args + nin * sizeof *copies +
+                              nin * MK_MAX_NDIM * sizeof *shapes + nin * sizeof *ndims);
+        if (!block) {
+            mk_nomem();
+            goto done;
+        }
+        strides = block;
+        args = (void **)(strides + nin * MK_MAX_NDIM);
+        copies = (mk_buffer **)(args + na);
+        shapes = (int32_t *)(copies + nin);
+        ndims = shapes + nin * MK_MAX_NDIM;
     }
     int a = 0;
     for (int i = 0; i < k->ninputs; i++) {
@@ -800,11 +806,7 @@ done:
     if (copies)
         for (int i = 0; i < k->ninputs; i++)
             if (copies[i]) mk_buffer_decref(copies[i]);
-    free(copies);
-    free(args);
-    free(shapes);
-    free(strides);
-    free(ndims);
+    free(block);
     return rc;
 }
 
