@@ -10,14 +10,12 @@ ordinary ops whose float sums the GPU reduces in another order), within their dt
 Skipped without a GPU unless MKPY_REQUIRE_GPU=1.
 """
 import os
-import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import mkpy as mx
+from gpu_compare import collector, cpu_results, same_bits
 
 if not mx.cuda.is_available() and not os.environ.get("MKPY_GPU_OPS_CHILD"):
     if os.environ.get("MKPY_REQUIRE_GPU") == "1":
@@ -48,19 +46,7 @@ def _strided(shape, dtype, seed):
 
 def compute():
     """Every case's result as NumPy (bfloat16 as its bits), keyed by name."""
-    out = {}
-
-    def put(key, fn):
-        try:
-            r = fn()
-            mx.eval(r)
-        except (ValueError, TypeError, RuntimeError) as e:
-            out[key] = ("error", type(e).__name__)
-            return
-        if r.dtype == mx.bfloat16:
-            out[key] = ("bf16", np.array(r.view(mx.uint16)))
-        else:
-            out[key] = ("ok", np.array(r))
+    out, put = collector()
 
     F = mx.fast
     for dt in FLOATS:
@@ -176,30 +162,9 @@ def compute():
 APPROX = {"logsumexp", "logsumexp-special", "logsumexp-strided", "softmax-low", "sdpa-vjp", "rms-vjp", "ln-vjp"}
 
 
-def _cpu_results():
-    code = ("import pickle, sys; sys.path.insert(0, %r); import test_gpu_fast as t; "
-            "sys.stdout.buffer.write(pickle.dumps(t.compute()))" % os.path.dirname(__file__))
-    env = dict(os.environ, MKPY_GPU="cpu", MKPY_REQUIRE_GPU="0", MKPY_GPU_OPS_CHILD="1")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    return pickle.loads(r.stdout)
-
-
 @pytest.fixture(scope="module")
 def both():
-    return compute(), _cpu_results()
-
-
-def _same_bits(a, b):
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.kind == "f":
-        na, nb = np.isnan(a), np.isnan(b)
-        if not np.array_equal(na, nb):
-            return False
-        view = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-        return np.array_equal(np.where(na, 0, a).view(view), np.where(nb, 0, b).view(view))
-    return np.array_equal(a, b)
+    return compute(), cpu_results("test_gpu_fast")
 
 
 def _as_float(kind, a):
@@ -217,7 +182,7 @@ def test_fast_ops_match_the_cpu(both):
         if gk != ck:
             bad.append((key, "kind", gk, ck))
             continue
-        if _same_bits(g, c):
+        if same_bits(g, c):
             continue
         if key[0] not in APPROX:
             diff = np.flatnonzero(~((g == c) | (np.isnan(_as_float(gk, g)) & np.isnan(_as_float(ck, c)))))

@@ -66,15 +66,20 @@ static int64_t row_dims(const mk_array *x, int32_t *nd, int64_t *shape, int64_t 
     return it.total;
 }
 
-/* The one kernel "k" of body, launched over `work` threads in blocks of 256
- * and waited for. */
-static int run1(const char *body, int64_t work, void **params, const char *what) {
+/* The one kernel "k" of body, launched over `work` threads in blocks of
+ * `block` and waited for. */
+static int run1(const char *body, int64_t work, unsigned block, void **params, const char *what) {
     static const char *const names[] = {"k"};
     CUfunction f;
     if (mkb_opkern_get(body, 1, names, &f) < 0) return -1;
-    if (mkb_opkern_launch(f, work, 256, params, what) < 0) return -1;
+    if (mkb_opkern_launch(f, work, block, params, what) < 0) return -1;
     return mkb_cuda_wait(what, NULL);
 }
+
+/* Threads per row of the row kernels (fast_lastax, sdpa_softmax: a power of
+ * two, at most MKC_LA_THREADS): the row's one in-order sum bounds its time,
+ * so short rows take a warp and leave the GPU's threads to other rows. */
+static unsigned row_block(int64_t n) { return n <= 8192 ? 32 : 256; }
 
 /* ------------------------------------------------------------ norm */
 
@@ -117,7 +122,7 @@ static int norm_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         return -1;
     void *params[5] = {&a, &po, &px, &pw, &pb};
     /* a block of 256 threads per 32 rows (MKC_NORM_ROWS) */
-    return run1(body, (a.rows + 31) / 32 * 256, params, layer ? "layer_norm" : "rms_norm");
+    return run1(body, (a.rows + 31) / 32 * 256, 256, params, layer ? "layer_norm" : "rms_norm");
 }
 
 /* ------------------------------------------------------------ rope */
@@ -163,7 +168,7 @@ static int rope_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         (freqs && mkb_cuda_ptr(freqs, &pf) < 0) || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &po) < 0)
         return -1;
     void *params[5] = {&a, &po, &px, &poff, &pf};
-    return run1(body, a.work, params, "rope");
+    return run1(body, a.work, 256, params, "rope");
 }
 
 /* ------------------------------------------------------------ softmax rows */
@@ -194,8 +199,9 @@ static int lastax_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &px) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &po) < 0)
         return -1;
     void *params[3] = {&a, &po, &px};
-    /* a block of 256 per row */
-    return run1(body, a.rows * 256, params, kind == 0 ? "logsumexp" : "softmax");
+    /* a block per row */
+    const unsigned block = row_block(a.n);
+    return run1(body, a.rows * block, block, params, kind == 0 ? "logsumexp" : "softmax");
 }
 
 /* ------------------------------------------------------------ attention */
@@ -280,7 +286,8 @@ static int sdpa_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         void *pp[3] = {&a, &P, &psk};
         void *pvv[4] = {&a, &po, &P, &pv};
         rc = mkb_opkern_launch(f[0], a.nu * kt * 256, 256, ps, "scaled_dot_product_attention");
-        if (rc == 0) rc = mkb_opkern_launch(f[1], a.nu * 64 * 256, 256, pp, "scaled_dot_product_attention");
+        if (rc == 0)
+            rc = mkb_opkern_launch(f[1], a.nu * 64 * row_block(a.Tk), row_block(a.Tk), pp, "scaled_dot_product_attention");
         if (rc == 0) rc = mkb_opkern_launch(f[2], a.nu * vt * 256, 256, pvv, "scaled_dot_product_attention");
     }
     if (rc == 0) rc = mkb_cuda_wait("scaled_dot_product_attention", NULL);
