@@ -58,6 +58,15 @@ static bool node_types(mk_array *o, mk_dtype *in, mk_dtype *out) {
     return p != NULL;
 }
 
+typedef struct {
+    prog *g;
+    int sm;
+} fast_ctx;
+static int add_fast(void *c, const char *body, int nk) {
+    fast_ctx *f = c;
+    return add(f->g, body, nk, f->sm);
+}
+
 int mkb_cuda_check_op_kernels(int sm, int *count) {
     prog g = {0};
     char body[1024], name[32];
@@ -99,6 +108,10 @@ int mkb_cuda_check_op_kernels(int sm, int *count) {
                     rc = add(&g, body, 1, sm);
             }
         mk_decref(x);
+    }
+    if (rc == 0) { /* mx.fast and the softmax rows (ops_fast.c) */
+        fast_ctx fc = {&g, sm};
+        rc = mkb_fast_check_bodies(add_fast, &fc);
     }
     if (rc == 0) rc = flush(&g, sm);
     *count = g.count;
