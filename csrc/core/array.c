@@ -782,6 +782,28 @@ bool mk_donate(mk_prim *p, mk_array *out, mk_array *in) {
     return true;
 }
 
+bool mk_donate_device(mk_prim *p, mk_array *out, mk_array *in, const mk_devmem_ops *ops) {
+    mk_buffer *b = in->buf;
+    size_t isz = mk_dtype_size(in->dtype);
+    if (trace_depth || !b || (b->release && b->release != device_buffer_release) || !b->dev || b->devops != ops ||
+        !(atomic_load_explicit(&b->where, memory_order_acquire) & MK_ON_DEVICE) || in->offset != 0 ||
+        !(in->flags & MK_ROW_CONTIG) || in->size != out->size || isz != mk_dtype_size(out->dtype) ||
+        b->nbytes != (size_t)in->size * isz || atomic_load_explicit(&in->refcnt, memory_order_acquire) != 1 ||
+        atomic_load_explicit(&b->refcnt, memory_order_acquire) != 1 ||
+        atomic_load_explicit(&in->prim, memory_order_acquire) != NULL)
+        return false;
+    /* nothing else holds the buffer: the host copy, if any, is stale from now on */
+    pthread_mutex_lock(&devcopy_mu);
+    atomic_store_explicit(&b->where, MK_ON_DEVICE, memory_order_release);
+    pthread_mutex_unlock(&devcopy_mu);
+    mk_buffer_incref(b);
+    if (out->buf) mk_buffer_decref(out->buf);
+    out->buf = b;
+    mk_set_row_contiguous(out);
+    if (p) p->donated = true;
+    return true;
+}
+
 int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in) {
     return mk_donate(p, out, in) ? 0 : mk_alloc_out(out);
 }
