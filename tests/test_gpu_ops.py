@@ -351,3 +351,36 @@ def test_a_chain_stays_on_the_gpu():
     ref = np.where(np.arange(1 << 16) > 100, np.exp(np.arange(1 << 16, dtype=np.float32) * 1e-5),
                    -np.arange(1 << 16, dtype=np.float32)).astype(np.float16).reshape(256, 256).sum(1)
     np.testing.assert_allclose(np.array(y).astype(np.float32), ref.astype(np.float32), rtol=2e-3)
+
+
+def test_an_llm_step_stays_on_the_gpu():
+    """An mlx-lm-like decoding step on GPU-resident arrays: an embedding lookup (gather), keys written into
+    a cache by slice assignment (as mlx-lm's KVCache) and by slice_update, the cache's window concatenated
+    with them, scores and argmax. Nothing comes down; what goes up is slice_update's three scalar constants
+    (its window's clamp bounds). The results are then checked against NumPy."""
+    rng = np.random.default_rng(0)
+    emb_np = rng.standard_normal((1000, 64)).astype(np.float32)
+    ids_np = np.array([[5, 17, 999, -1]], dtype=np.int32)
+    emb = mx.array(emb_np).astype(mx.float16)
+    ids, start, q = mx.array(ids_np), mx.array(np.array([6], np.int32)), mx.array(np.ones(16, np.float16))
+    cache = mx.zeros((1, 4, 32, 16), mx.float16)
+    mx.eval(emb, cache, ids + ids, start + start, q + q)  # every input on the GPU
+    down0, up0 = mx.cuda._transfers()
+    h = emb[ids]                                             # (1, 4 tokens, 64)
+    k = h.reshape(1, 4, 4, 16).transpose(0, 2, 1, 3)         # (1, 4 heads, 4 tokens, 16)
+    cache[..., 2:6, :] = k                                   # mlx-lm's KVCache update
+    cache = mx.slice_update(cache, k * k, start, axes=(2,))  # positions 6..9
+    keys = mx.concatenate([cache[..., :10, :], k], axis=2)   # (1, 4, 14, 16)
+    scores = (keys * q).sum(-1)
+    best = mx.argmax(scores, axis=-1)
+    mx.eval(best, keys)
+    down1, up1 = mx.cuda._transfers()
+    assert (down1 - down0, up1 - up0) == (0, 3)
+    e = emb_np.astype(np.float16)[np.where(ids_np < 0, ids_np + 1000, ids_np)]
+    kk = e.reshape(1, 4, 4, 16).transpose(0, 2, 1, 3)
+    c = np.zeros((1, 4, 32, 16), np.float16)
+    c[..., 2:6, :] = kk
+    c[..., 6:10, :] = kk * kk
+    ref_keys = np.concatenate([c[..., :10, :], kk], axis=2)
+    np.testing.assert_array_equal(np.array(keys), ref_keys)
+    np.testing.assert_array_equal(np.array(best), np.argmax(np.array(scores), axis=-1))
