@@ -221,6 +221,16 @@ def compute_indexing():
             put(("arg-ties", f.__name__, dt), lambda: f(ties, axis=0))
             put(("arg-ties-flat", f.__name__, dt), lambda: f(ties))
             put(("arg-strided", f.__name__, dt), lambda: f(mx.transpose(z, (2, 0, 1))[::2], axis=1, keepdims=True))
+        # scans: along each axis, reversed, exclusive, strided
+        for op in ["cumsum", "cumprod", "cummax", "cummin"]:
+            f = getattr(mx, op)
+            zs = z[:, :3, :] if op == "cumprod" else z  # (products of ~4s overflow to inf either way)
+            for axis in [0, 1, 2]:
+                put(("scan", op, dt, axis), lambda: f(zs, axis=axis))
+            put(("scan-rev-excl", op, dt), lambda: f(zs, axis=1, reverse=True, inclusive=False))
+            put(("scan-excl", op, dt), lambda: f(zs, axis=2, inclusive=False))
+            put(("scan-strided", op, dt), lambda: f(mx.transpose(zs, (2, 0, 1))[::3], axis=2, reverse=True))
+            put(("scan-flat", op, dt), lambda: f(ties))
         # fills
         put(("zeros", dt), lambda: mx.zeros((5, 3), getattr(mx, dt)))
         put(("ones", dt), lambda: mx.ones((5, 3), getattr(mx, dt)))

@@ -323,9 +323,95 @@ template <class S> __device__ void arange_int(i64 n, S *o, u64 s0, u64 st) {
     MKC_GRID_LOOP(i, n) o[i] = (S)(s0 + (u64)i * st);
 }
 
+// ------------------------------------------------------- scans
+// ops_sort.c's scans: one thread per line, in the CPU's order, the running
+// value rounded to the output's type at every step (the CPU reads it back
+// from the output). c_<op>::step(a, v): a the running value (the output's
+// compute type), v the next input; init: the exclusive scans' first value.
+__device__ __forceinline__ bool clt(c64 a, c64 b) { return a.re < b.re || (a.re == b.re && a.im < b.im); }
+// MLX's quiet nan for cummax/cummin (its float16 and bfloat16 types give 0)
+template <class S> __device__ __forceinline__ float scan_qnan() {
+    if constexpr (is_half<S>) return 0.0f;
+    else return __int_as_float(0x7fc00000);
+}
+struct c_sum {
+    template <class S, class A, class V> static __device__ __forceinline__ A step(A a, V v) {
+        if constexpr (is_flt<A>) return a != a ? a : a + v;
+        else if constexpr (is_cplx<A>) return a + v;
+        else return (A)((u64)a + (u64)v);
+    }
+    template <class A> static __device__ __forceinline__ A init() {
+        if constexpr (is_cplx<A>) return cx(0.0f, 0.0f);
+        else return (A)0;
+    }
+};
+struct c_prod {
+    template <class S, class A, class V> static __device__ __forceinline__ A step(A a, V v) {
+        if constexpr (is_flt<A>) return a != a ? a : a * v;
+        else if constexpr (is_cplx<A>) return a * v;
+        else if constexpr (is_bool<A>) return a && v;
+        else return (A)((u64)a * (u64)v);
+    }
+    template <class A> static __device__ __forceinline__ A init() {
+        if constexpr (is_cplx<A>) return cx(1.0f, 0.0f);
+        else return (A)1;
+    }
+};
+struct c_max {
+    template <class S, class A, class V> static __device__ __forceinline__ A step(A a, V v) {
+        if constexpr (is_flt<A>) return a != a || v != v ? scan_qnan<S>() : v < a ? a : v;
+        else if constexpr (is_cplx<A>) return clt(v, a) ? a : v;
+        else if constexpr (is_bool<A>) return a || v;
+        else return v < a ? a : v;
+    }
+    template <class A> static __device__ __forceinline__ A init() {
+        if constexpr (is_cplx<A>) return cx(-MKC_INF, -MKC_INF);
+        else return lowest<A>();
+    }
+};
+struct c_min {
+    template <class S, class A, class V> static __device__ __forceinline__ A step(A a, V v) {
+        if constexpr (is_flt<A>) return a != a || v != v ? scan_qnan<S>() : v < a ? v : a;
+        else if constexpr (is_cplx<A>) return clt(v, a) ? v : a;
+        else if constexpr (is_bool<A>) return a && v;
+        else return v < a ? v : a;
+    }
+    template <class A> static __device__ __forceinline__ A init() {
+        if constexpr (is_cplx<A>) return cx(MKC_INF, MKC_INF);
+        else return highest<A>();
+    }
+};
+struct scan_args {
+    i64 lines, n, xax, oax;
+    i32 nd, rev, incl, pad_;
+    i64 shape[MKC_MAX_NDIM], xst[MKC_MAX_NDIM], ost[MKC_MAX_NDIM];
+};
+template <class Op, class SI, class SO> __device__ void scan_lines(const scan_args &a, SO *o, const SI *x) {
+    typedef rt<SO> A;
+    MKC_GRID_LOOP(l, a.lines) {
+        i64 xo = 0, oo = 0, q = l;
+        for (int d = a.nd - 1; d >= 0 && q; d--) {
+            i64 s = a.shape[d], c = q % s;
+            q /= s;
+            xo += c * a.xst[d];
+            oo += c * a.ost[d];
+        }
+        i64 p = a.rev ? a.n - 1 : 0, dp = a.rev ? -1 : 1;
+        SO *op = o + oo + p * a.oax;
+        store(op, a.incl ? to<A>(load(x + xo + p * a.xax)) : Op::template init<A>());
+        A acc = load(op);
+        i64 px = a.incl ? p + dp : p;
+        for (i64 j = 1; j < a.n; j++, px += dp) {
+            op += dp * a.oax;
+            store(op, Op::template step<SO>(acc, load(x + xo + px * a.xax)));
+            acc = load(op);
+        }
+    }
+}
+
 // the host's copies of the argument blocks (csrc/backend/cuda/ops_idx.c)
 static_assert(sizeof(gat_args) == 1928 && sizeof(sct_args) == 2752 && sizeof(pax_args) == 1088 &&
-                  sizeof(pad_args) == 1040,
+                  sizeof(pad_args) == 1040 && sizeof(scan_args) == 816,
               "ops_idx.c's argument blocks");
 
 // ------------------------------------------------------- argmax, argmin

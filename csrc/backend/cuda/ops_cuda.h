@@ -74,6 +74,7 @@ enum {
     MKB_IDX_PAD,
     MKB_IDX_FILL,
     MKB_IDX_ARANGE,
+    MKB_IDX_SCAN, /* op: an mk_scan_op, t: the input's dtype */
 };
 int mkb_idx_body(char *buf, size_t n, const char *k, int kind, int narr, int op, mk_dtype t);
 /* Hands every body ops_idx.c's evaluators can ask for to add (nk: its

@@ -1,7 +1,8 @@
 /* Indexing and data movement on the GPU (docs/design.md, "GPU indexing and
  * data movement"): gather (take, x[idx]), take_along_axis, scatter (x[idx] =
  * v, x.at[idx].add(v), slice updates), put_along_axis, concatenate, pad, the
- * constant and array fills of "full", and integer arange. Kernels are
+ * constant and array fills of "full", integer arange, and the scans cumsum,
+ * cumprod, cummax and cummin. Kernels are
  * templates of mkpy/include/mkpy_cuda_idx.cuh, one small program per
  * (kernel, element type or dtype, number of index arrays). Inputs are read in
  * place through their strides (dims merged as core/iter.c merges them);
@@ -53,9 +54,14 @@ typedef struct {
     int32_t nd, mode;
     int64_t shape[MK_MAX_NDIM], xst[MK_MAX_NDIM], lo[MK_MAX_NDIM], xn[MK_MAX_NDIM];
 } pad_args;
+typedef struct {
+    int64_t lines, n, xax, oax;
+    int32_t nd, rev, incl, pad_;
+    int64_t shape[MK_MAX_NDIM], xst[MK_MAX_NDIM], ost[MK_MAX_NDIM];
+} scan_args;
 /* the header checks the same sizes (static_assert) */
 _Static_assert(sizeof(gat_args) == 1928 && sizeof(sct_args) == 2752 && sizeof(pax_args) == 1088 &&
-                   sizeof(pad_args) == 1040,
+                   sizeof(pad_args) == 1040 && sizeof(scan_args) == 816,
                "mkpy_cuda_idx.cuh's argument blocks");
 
 /* ------------------------------------------------------------ bodies */
@@ -116,6 +122,14 @@ int mkb_idx_body(char *buf, size_t n, const char *k, int kind, int narr, int op,
         if (!e) return -1;
         return snprintf(buf, n, "%sextern \"C\" __global__ void %s(i64 n, %s *o, %s v) { fill<%s>(n, o, v); }\n", inc, k,
                         e, e, e);
+    case MKB_IDX_SCAN: {
+        /* logcumsumexp's steps are glibc's log1p on the CPU: left there */
+        static const char *const cname[4] = {"sum", "prod", "max", "min"};
+        if (!s || op < MK_SCAN_SUM || op > MK_SCAN_MIN) return -1;
+        const char *so = t == MK_BOOL && op == MK_SCAN_SUM ? "i32" : s;
+        return snprintf(buf, n, "%sextern \"C\" __global__ void %s(scan_args a, %s *o, const %s *x) { scan_lines<c_%s, %s, %s>(a, o, x); }\n",
+                        inc, k, so, s, cname[op], s, so);
+    }
     case MKB_IDX_ARANGE:
         if (!s || !mk_is_integral(t)) return -1;
         return snprintf(buf, n, "%sextern \"C\" __global__ void %s(i64 n, %s *o, u64 s0, u64 st) { arange_int<%s>(n, o, s0, st); }\n",
@@ -549,7 +563,44 @@ static int arange_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     return mkb_cuda_wait("arange", NULL);
 }
 
+/* cumsum, cumprod, cummax, cummin: one thread per line, in the CPU's order
+ * (exact: the running value is rounded to the output's type at each step,
+ * as there) */
+static int scan_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    int op, axis;
+    bool rev, incl;
+    mk_array *x = in[0], *o = out[0];
+    char body[512];
+    static const char *const names[] = {"k"};
+    CUfunction f;
+    if (!mk_xp_scan(p, &op, &axis, &rev, &incl) || o->size == 0 ||
+        mkb_idx_body(body, sizeof body, "k", MKB_IDX_SCAN, 0, op, x->dtype) < 0)
+        return p->op->eval(p, in, out);
+    scan_args a;
+    memset(&a, 0, sizeof a);
+    memcpy(a.shape, x->shape, sizeof a.shape);
+    a.shape[axis] = 1;
+    memcpy(a.xst, x->strides, sizeof a.xst);
+    mk_row_strides(o->ndim, o->shape, a.ost);
+    a.n = x->shape[axis];
+    a.xax = x->strides[axis];
+    a.oax = a.ost[axis];
+    a.rev = rev;
+    a.incl = incl;
+    int64_t *st[2] = {a.xst, a.ost};
+    a.nd = merge_dims(x->ndim, a.shape, 2, st);
+    a.lines = prod(a.nd, a.shape);
+    CUdeviceptr px, po;
+    if (kernels(body, 1, names, &f) < 0 || mkb_cuda_ptr(x, &px) < 0 || mkb_cuda_out(o) < 0 ||
+        mkb_cuda_ptr(o, &po) < 0)
+        return -1;
+    void *params[3] = {&a, &po, &px};
+    if (mkb_opkern_launch(f, a.lines, 64, params, "scan") < 0) return -1;
+    return mkb_cuda_wait("scan", NULL);
+}
+
 const mkb_cuda_opentry mkb_cuda_idx_ops[] = {
+    {"scan", scan_gpu},
     {"gather", gather_gpu},       {"take_along_axis", take_axis_gpu}, {"scatter", scatter_gpu},
     {"put_along_axis", put_axis_gpu}, {"concatenate", concat_gpu},    {"pad", pad_gpu},
     {"full", full_gpu},           {"arange", arange_gpu},             {NULL, NULL},
@@ -606,6 +657,20 @@ int mkb_idx_check_kernels(int (*add)(void *g, const char *body, int nk), void *g
             }
             snprintf(name, sizeof name, "x%d", id++);
             if (rc == 0 && mkb_idx_body(body, sizeof body, name, MKB_IDX_PUT_OP, 0, op, (mk_dtype)t) > 0)
+                rc = add(g, body, 1);
+        }
+        for (int op = MK_SCAN_SUM; op <= MK_SCAN_LOGADDEXP && rc == 0; op++) {
+            mk_array *c = mk_scan((mk_scan_op)op, x, 0, true, false, true);
+            mk_dtype in = MK_NDTYPES;
+            if (c) {
+                mk_prim *cp = atomic_load(&c->prim);
+                if (cp) in = cp->inputs[0]->dtype;
+                mk_decref(c);
+            } else {
+                mk_error_clear();
+            }
+            snprintf(name, sizeof name, "x%d", id++);
+            if (in < MK_NDTYPES && mkb_idx_body(body, sizeof body, name, MKB_IDX_SCAN, 0, op, in) > 0)
                 rc = add(g, body, 1);
         }
         mk_array *r = rc == 0 ? mk_arange(0, 2, 1, (mk_dtype)t) : NULL;
