@@ -315,6 +315,9 @@ static int scatter_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (narr > 0 && !slice && mk_dtype_size(o->dtype) == 8 && !(o->dtype == MK_COMPLEX64 && op == MK_SCATTER_SUM))
         return p->op->eval(p, in, out);
     mk_array *u = in[narr + 1];
+    CUdeviceptr po, pu = 0, win = 0;
+    if (u->size == 0) /* nothing to write: the input's copy */
+        return init_from(p, o, x, &po, "scatter") < 0 ? -1 : mkb_cuda_wait("scatter", NULL);
     sct_args a;
     memset(&a, 0, sizeof a);
     int rest[MK_MAX_NDIM], nrest = 0;
@@ -376,12 +379,10 @@ static int scatter_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                                    : mkb_idx_body(body, sizeof body, "k", MKB_IDX_SCATTER_OP, narr, op, o->dtype);
     if (rc < 0) return p->op->eval(p, in, out);
     if (kernels(body, op == MK_SCATTER_NONE ? 2 : 1, op == MK_SCATTER_NONE ? set_names : op_names, f) < 0) return -1;
-    CUdeviceptr po, pu = 0, win = 0;
     for (int k = 0; k < narr; k++)
         if (index_array(in[1 + k], &a.ix, k) < 0) return -1;
-    if (u->size > 0 && mkb_cuda_ptr(u, &pu) < 0) return -1;
-    if (init_from(p, o, x, &po, "scatter") < 0) return -1;
-    if (u->size == 0 || none) return mkb_cuda_wait("scatter", NULL);
+    if (mkb_cuda_ptr(u, &pu) < 0 || init_from(p, o, x, &po, "scatter") < 0) return -1;
+    if (none) return mkb_cuda_wait("scatter", NULL);
     int64_t work = a.rows * a.post;
     if (op != MK_SCATTER_NONE) {
         void *params[3] = {&a, &po, &pu};
