@@ -2149,3 +2149,12 @@ bool mk_xp_reduce(const mk_prim *p, int *which, bool *red) {
     memcpy(red, rp->red, sizeof rp->red);
     return true;
 }
+bool mk_xp_argreduce(const mk_prim *p, int *which, bool *red) {
+    if (p->op != &reduce_def) return false;
+    const reduce_params *rp = p->params;
+    const rkern *a0 = &arg_kernels[0][0];
+    if (rp->k < a0 || rp->k >= a0 + 2 * MK_NDTYPES) return false;
+    *which = (int)((rp->k - a0) / MK_NDTYPES);
+    memcpy(red, rp->red, sizeof rp->red);
+    return true;
+}
