@@ -44,9 +44,12 @@ engine (a real warp as the reference) is one more entry in ``default_engines()``
 Several kernels share one compile: a batch is one kernel whose bodies are the cases of a
 ``switch`` on an input, launched once per body.
 
-Command line: ``python tests/kernel_fuzz.py --seconds 600 [--seed N] [--kernels N]`` (``make
-fuzz-engine``). A failure is reduced and printed as a regression case for
-tests/fuzz_regressions.json.
+Command line: ``python tests/kernel_fuzz.py --seconds 600 [--seed N] [--kernels N] [--jobs N]``
+(``make fuzz-engine``). A failure is reduced and printed as a regression case for
+tests/data/fuzz_regressions.json. ``--jobs N`` runs N processes, each with a seed derived from
+the run's seed (all printed at the start; a job's seed replays it alone) and a kernel cache of
+its own; their lines are prefixed ``[job J]`` and one summary counts them all. Ctrl-C (or
+SIGTERM) stops a run with its counts printed.
 """
 import argparse
 import json
@@ -919,15 +922,19 @@ def reduce_case(case, engines, want, log=print, group=4, max_batches=400):
 # --------------------------------------------------------------------------- the driver
 
 def fuzz(seconds=None, kernels=None, seed=None, per_compile=16, engines=None, log=print, reduce=True,
-         stop_on_failure=False):
+         stop_on_failure=False, stats=None):
     """Runs batches until `seconds` or `kernels` are spent. Returns (kernels run, failures), each
-    failure a dict with the case (reduced when `reduce`) and the engines' answers."""
+    failure a dict with the case (reduced when `reduce`) and the engines' answers. `stats`, a
+    dict, is kept up to date as the run goes (kernels, compiles, failures, seconds), so that an
+    interrupted run can still report its counts."""
     seed = random.randrange(1 << 31) if seed is None else seed
     rng = random.Random(seed)
     own = engines is None
     engines = engines or default_engines()
     t0 = time.time()
     count, failures, nb = 0, [], 0
+    stats = {} if stats is None else stats
+    stats.update(kernels=0, compiles=0, failures=failures, seconds=0.0, seed=seed)
     try:
         while True:
             if seconds is not None and time.time() - t0 >= seconds:
@@ -942,6 +949,7 @@ def fuzz(seconds=None, kernels=None, seed=None, per_compile=16, engines=None, lo
             res = run_all(engines, batch)
             nb += 1
             count += len(cases)
+            stats.update(kernels=count, compiles=nb, seconds=time.time() - t0)
             for j, c in enumerate(cases):
                 v = verdict(res, j)
                 if v is None:
@@ -1004,12 +1012,107 @@ def bless(path):
     return 1 if keep else 0
 
 
+def job_seed(seed, job):
+    """The seed of job `job` of a --jobs run started with `seed` (job 0 of a one-job run keeps it)."""
+    return random.Random("kernel fuzz %d job %d" % (seed, job)).randrange(1 << 31)
+
+
+def failure_json(f):
+    return {"case": f["case"].to_json(), "verdict": repr(f["verdict"]), "seed": f["seed"]}
+
+
+def run_one(a, seed, log):
+    """One fuzz process's run (the whole run, or one job of a --jobs run): a summary dict with the
+    kernels, compiles, seconds and failures (JSON-ready), also when interrupted."""
+    stats = {}
+    interrupted = False
+    try:
+        fuzz(a.seconds, a.kernels, seed, a.per_compile, reduce=not a.no_reduce, log=log, stats=stats)
+    except KeyboardInterrupt:
+        interrupted = True
+    return {"seed": seed, "kernels": stats.get("kernels", 0), "compiles": stats.get("compiles", 0),
+            "seconds": stats.get("seconds", 0.0), "failures": [failure_json(f) for f in stats.get("failures", [])],
+            "interrupted": interrupted}
+
+
+def run_jobs(a, seed):
+    """--jobs N: N processes of this script, each with its own seed (job_seed) and kernel cache
+    folder, their output lines prefixed with the job's number; returns their summaries merged."""
+    import shutil
+    import signal
+    import threading
+
+    top = tempfile.mkdtemp(prefix="mkpy-fuzz-jobs-")
+    procs, lock = [], threading.Lock()
+    env = dict(os.environ)
+    # a launch here is at most a few hundred threads: one pool thread per engine worker keeps N jobs
+    # from starting N x engines x cores threads
+    env.setdefault("MKPY_NUM_THREADS", "1")
+
+    def pump(j, stream):
+        for line in iter(stream.readline, ""):
+            with lock:
+                print("[job %d] %s" % (j, line.rstrip("\n")), flush=True)
+
+    try:
+        for j in range(a.jobs):
+            s = job_seed(seed, j)
+            cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(s), "--per-compile", str(a.per_compile),
+                   "--job-result", os.path.join(top, "job%d.json" % j)]
+            if a.seconds is not None:
+                cmd += ["--seconds", str(a.seconds)]
+            if a.kernels is not None:
+                cmd += ["--kernels", str(a.kernels // a.jobs + (j < a.kernels % a.jobs))]
+            if a.no_reduce:
+                cmd.append("--no-reduce")
+            os.makedirs(os.path.join(top, "cache%d" % j))
+            # a session of its own: a terminal's Ctrl-C reaches this process only, which passes it on
+            # once, and each job then stops and writes what it did
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=dict(env, MKPY_CACHE_DIR=os.path.join(top, "cache%d" % j)),
+                                 start_new_session=True)
+            t = threading.Thread(target=pump, args=(j, p.stdout), daemon=True)
+            t.start()
+            procs.append((p, t))
+        try:
+            for p, t in procs:
+                p.wait()
+                t.join()
+        except KeyboardInterrupt:
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            for p, t in procs:
+                p.wait()
+                t.join()
+        out = []
+        for j, (p, _) in enumerate(procs):
+            path = os.path.join(top, "job%d.json" % j)
+            if os.path.exists(path):
+                with open(path) as fh:
+                    out.append(json.load(fh))
+            else:  # the job itself died: that is a finding too
+                out.append({"seed": job_seed(seed, j), "kernels": 0, "compiles": 0, "seconds": 0.0,
+                            "failures": [{"case": None, "verdict": "job %d exited with %s and no result" %
+                                          (j, p.returncode), "seed": job_seed(seed, j)}]})
+        return out
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--kernels", type=int, default=None)
+    ap.add_argument("--kernels", type=int, default=None, help="generated kernels in all (shared among the jobs)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="fuzz processes, each with its own seed (printed; replay one with --seed) and kernel cache")
+    ap.add_argument("--job-result", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--per-compile", type=int, default=2)
     ap.add_argument("--no-reduce", action="store_true")
     ap.add_argument("--save", metavar="FILE", default=None,
@@ -1029,21 +1132,48 @@ def main():
         h, s = kernel_text(c)
         print("// tg %s groups %s\n// header\n%s// source\n%s" % (c.tg, c.ngroups, h, s))
         return 0
+    if a.jobs < 1:
+        ap.error("--jobs must be at least 1")
     if a.seconds is None and a.kernels is None:
         a.seconds = 60
-    print("kernel fuzz: seed %d" % seed, flush=True)
-    os.environ.setdefault("MKPY_CACHE_DIR", tempfile.mkdtemp(prefix="mkpy-fuzz-cache-"))
-    n, fails = fuzz(a.seconds, a.kernels, seed, a.per_compile, reduce=not a.no_reduce,
-                    log=lambda m: print(m, flush=True))
-    print("kernel fuzz: %d kernels, %d disagreements (seed %d)" % (n, len(fails), seed), flush=True)
+    t0 = time.time()
+    if a.jobs > 1:
+        import signal
+
+        def term(*_):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, term)  # `timeout` and `kill` stop the jobs as Ctrl-C does
+        print("kernel fuzz: seed %d, %d jobs (seeds %s)" %
+              (seed, a.jobs, " ".join(str(job_seed(seed, j)) for j in range(a.jobs))), flush=True)
+        results = run_jobs(a, seed)
+    else:
+        print("kernel fuzz: seed %d" % seed, flush=True)
+        os.environ.setdefault("MKPY_CACHE_DIR", tempfile.mkdtemp(prefix="mkpy-fuzz-cache-"))
+        results = [run_one(a, seed, lambda m: print(m, flush=True))]
+        if a.job_result:  # one job of a --jobs run: the parent merges
+            with open(a.job_result + ".tmp", "w") as fh:
+                json.dump(results[0], fh)
+            os.replace(a.job_result + ".tmp", a.job_result)
+            return 1 if results[0]["failures"] else 0
+    fails = [f for r in results for f in r["failures"]]
+    n = sum(r["kernels"] for r in results)
+    nc = sum(r["compiles"] for r in results)
+    stopped = [r["seed"] for r in results if r.get("interrupted")]
+    print("kernel fuzz: %d kernels in %d compiles, %.0f s, %d disagreements (seed %d%s)%s" %
+          (n, nc, time.time() - t0, len(fails), seed, ", %d jobs" % a.jobs if a.jobs > 1 else "",
+           ", interrupted" if stopped else ""), flush=True)
+    for f in fails:
+        print("  disagreement at seed %d: %s (replay: python tests/kernel_fuzz.py --seed %d)" %
+              (f["seed"], f["verdict"], f["seed"]), flush=True)
     if a.save and fails:
         old = json.load(open(a.save)) if os.path.exists(a.save) else []
-        for i, f in enumerate(fails):
-            old.append({"name": "seed%d_%d" % (seed, i), "note": "engines disagreed: %s" % (f["verdict"],),
-                        "case": f["case"].to_json()})
+        for i, f in enumerate(x for x in fails if x["case"] is not None):
+            old.append({"name": "seed%d_%d" % (f["seed"], i), "note": "engines disagreed: %s" % f["verdict"],
+                        "case": f["case"]})
         with open(a.save, "w") as fh:
             json.dump(old, fh, indent=1)
-    return 1 if fails else 0
+    return 1 if fails else 130 if stopped else 0
 
 
 if __name__ == "__main__":
