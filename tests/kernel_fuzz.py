@@ -38,8 +38,10 @@ fuzzing of the engines"):
 
 Engines are callables ``run(batch) -> [result per launch]`` (``Engine``); the defaults run the
 lockstep engine, the fiber engine (``MKPY_ENGINE=fibers``) and the checker (``MKPY_CHECK=1``),
-each in a worker process, so a crash or a hang is a result rather than the end of the run. A GPU
-engine (a real warp as the reference) is one more entry in ``default_engines()``.
+each in a worker process, so a crash or a hang is a result rather than the end of the run. Where
+``mx.cuda.is_available()``, the CUDA back-end on the GPU (``--gpu``, a real warp as the reference
+for the SIMD-group functions) is one more; without a GPU, a fourth worker compiles every kernel
+for CUDA sm_80 with NVRTC too (``--nvrtc``), so the CUDA target's translation is checked anyway.
 
 Several kernels share one compile: a batch is one kernel whose bodies are the cases of a
 ``switch`` on an input, launched once per body.
@@ -664,11 +666,15 @@ def kernel_text(case):
 # --------------------------------------------------------------------------- engines
 
 def worker_main():
-    """A worker process: reads pickled batches on stdin, answers one result list per batch."""
+    """A worker process: reads pickled batches on stdin, answers one result list per batch.
+    MKPY_FUZZ_DEVICE=gpu: the GPU engine, which checks before each batch that the CUDA back-end is
+    still there (after a fault CUDA refuses the process's context and GPU streams would quietly run
+    on the CPU) and ends after any error, so that the next batch starts with a fresh context."""
     import numpy as np
 
     import mkpy as mx
 
+    gpu = os.environ.get("MKPY_FUZZ_DEVICE") == "gpu"
     inp, outp = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr
     cache = {}
@@ -678,41 +684,54 @@ def worker_main():
             return
         (n,) = struct.unpack("<Q", head)
         b = pickle.loads(inp.read(n))
-        key = (b["header"], b["source"], b["single"])
-        k = cache.get(key)
-        if k is None:
-            k = mx.fast.metal_kernel(name="fz", input_names=["data"] if b["single"] else ["data", "sel"],
-                                     output_names=["out"], source=b["source"], header=b["header"])
-            cache.clear()
-            cache[key] = k
-        tdt = getattr(mx, b["T"])
         res = []
-        for L in b["launches"]:
+        if gpu and not mx.cuda.is_available():
+            res = [("error", "the GPU is not available in this worker")] * len(b["launches"])
+        else:
+            key = (b["header"], b["source"], b["single"])
+            k = cache.get(key)
+            if k is None:
+                k = mx.fast.metal_kernel(name="fz", input_names=["data"] if b["single"] else ["data", "sel"],
+                                         output_names=["out"], source=b["source"], header=b["header"])
+                cache.clear()
+                cache[key] = k
+            tdt = getattr(mx, b["T"])
+        for L in b["launches"] if not res else []:
             try:
                 ins = [mx.array(np.array(L["data"], dtype=np.uint32))]
                 if not b["single"]:
                     ins.append(mx.array(np.array([L["sel"]], dtype=np.uint32)))
+                # metal_kernel runs on GPU streams only (as MLX's); the CPU engines' workers have
+                # MKPY_GPU=cpu, so there the GPU stream is the CPU back-end's
                 o, = k(inputs=ins, template=[("K", b["K"]), ("T", tdt)], grid=L["grid"], threadgroup=L["tg"],
-                       output_shapes=[(L["n"],)], output_dtypes=[mx.uint32])
+                       output_shapes=[(L["n"],)], output_dtypes=[mx.uint32], stream=mx.gpu)
                 res.append(("ok", np.array(o).tobytes()))
             except Exception as e:  # noqa: BLE001 - every failure is a result to compare
                 res.append(("error", "%s: %s" % (type(e).__name__, str(e)[:2000])))
         data = pickle.dumps(res)
         outp.write(struct.pack("<Q", len(data)) + data)
         outp.flush()
+        if gpu and any(st != "ok" for st, _ in res):
+            return
+
+
+# the environment variables an engine's worker gets only from its Engine (never from the caller's
+# environment): they choose the engine
+ENGINE_ENV = ("MKPY_CHECK", "MKPY_ENGINE", "MKPY_GPU", "MKPY_CUDA_COMPILE_CHECK", "MKPY_FUZZ_DEVICE")
 
 
 class Engine:
     """A named way to run a batch: ``engine(batch)`` returns one (status, bytes-or-message) per
-    launch. This one runs a worker process with extra environment variables."""
+    launch. This one runs a worker process with extra environment variables. `restart`: the
+    worker ends after a batch with an error (the GPU engine's does: a fault spoils its context),
+    and the next batch starts a new one."""
 
-    def __init__(self, name, env, timeout=600):
-        self.name, self.env, self.timeout, self.p = name, env, timeout, None
+    def __init__(self, name, env, timeout=600, restart=False):
+        self.name, self.env, self.timeout, self.p, self.restart = name, env, timeout, None, restart
 
     def start(self):
-        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_KERNEL_TIMEOUT="30", **self.env)
-        env.pop("MKPY_CHECK", None) if "MKPY_CHECK" not in self.env else None
-        env.pop("MKPY_ENGINE", None) if "MKPY_ENGINE" not in self.env else None
+        env = {k: v for k, v in os.environ.items() if k not in ENGINE_ENV}
+        env.update(PYTHONPATH=ROOT, MKPY_KERNEL_TIMEOUT="30", **self.env)
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, env=env, cwd=ROOT)
 
@@ -738,7 +757,10 @@ class Engine:
             self.stop()
             return [("crash", "worker %s" % ("hung" if not r else "crashed"))] * n
         (m,) = struct.unpack("<Q", head)
-        return pickle.loads(self.p.stdout.read(m))
+        res = pickle.loads(self.p.stdout.read(m))
+        if self.restart and any(st != "ok" for st, _ in res):
+            self.stop()
+        return res
 
     def __call__(self, batch):
         self.send(batch)
@@ -754,19 +776,60 @@ class Engine:
             self.p = None
 
 
-def default_engines():
-    """The engines to compare. A GPU back-end joins as one more worker (a real warp as the
-    reference) when mkpy reports one."""
-    engines = [Engine("lockstep", {}), Engine("fibers", {"MKPY_ENGINE": "fibers"}),
-               Engine("checker", {"MKPY_CHECK": "1"})]
+PROBE = """
+import json, os
+import mkpy as mx
+gpu = mx.cuda.is_available()
+why = None
+if not gpu:
+    # NVRTC without a GPU (make deps unpacks it into mkpy/_nvrtc): the compile-check mode on a
+    # one-line kernel, as tests/conftest.py probes it
+    os.environ["MKPY_CUDA_COMPILE_CHECK"] = "sm_80"
+    k = mx.fast.metal_kernel(name="nvrtc_probe", input_names=["a"], output_names=["o"], source="o[0] = a[0];")
     try:
-        out = subprocess.run([sys.executable, "-c", "import mkpy as mx; print(hasattr(mx, 'cuda') and "
-                              "mx.cuda.is_available())"], env=dict(os.environ, PYTHONPATH=ROOT),
-                             capture_output=True, text=True, timeout=120).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    if out == "True":
-        engines.append(Engine("cuda", {"MKPY_FUZZ_DEVICE": "gpu"}))
+        mx.eval(k(inputs=[mx.array([1.0])], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
+                  output_dtypes=[mx.float32])[0])
+    except RuntimeError as e:
+        why = str(e).splitlines()[0]
+print(json.dumps({"gpu": gpu, "nvrtc": gpu or why is None, "why": why}))
+"""
+
+
+def probe_targets():
+    """What this machine has besides the CPU: {"gpu": bool, "nvrtc": bool, "why": reason or None}."""
+    env = {k: v for k, v in os.environ.items() if k not in ENGINE_ENV}
+    try:
+        out = subprocess.run([sys.executable, "-c", PROBE], env=dict(env, PYTHONPATH=ROOT), capture_output=True,
+                             text=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {"gpu": False, "nvrtc": False, "why": "the probe failed"}
+
+
+def default_engines(gpu=None, nvrtc=None, log=None):
+    """The engines to compare: the lockstep engine, the fiber engine and the checker, on the CPU
+    back-end (MKPY_GPU=cpu: metal_kernel runs on GPU streams, which would otherwise be the GPU's).
+    `gpu` (None: when mkpy finds one): the CUDA back-end on the GPU joins, a real warp being the
+    reference for simd_*/quad_* semantics. `nvrtc` (None: when there is no GPU and NVRTC loads):
+    a fourth worker, fibers with MKPY_CUDA_COMPILE_CHECK=sm_80, compiles every kernel for the CUDA
+    target too, so a kernel NVRTC refuses is a finding even without a GPU."""
+    cpu = {"MKPY_GPU": "cpu"}
+    engines = [Engine("lockstep", dict(cpu)), Engine("fibers", dict(cpu, MKPY_ENGINE="fibers")),
+               Engine("checker", dict(cpu, MKPY_CHECK="1"))]
+    have = probe_targets() if gpu is not False or nvrtc is not False else {"gpu": False, "nvrtc": False}
+    if gpu and not have["gpu"]:
+        raise RuntimeError("--gpu: mkpy finds no GPU here (mx.cuda.is_available() is False)")
+    use_gpu = have["gpu"] if gpu is None else gpu
+    if use_gpu:
+        engines.append(Engine("cuda", {"MKPY_FUZZ_DEVICE": "gpu"}, restart=True))
+    if nvrtc and not have["nvrtc"]:
+        raise RuntimeError("--nvrtc: NVRTC cannot compile here: %s" % have.get("why"))
+    if nvrtc or (nvrtc is None and not use_gpu and have["nvrtc"]):
+        engines.append(Engine("nvrtc", dict(cpu, MKPY_ENGINE="fibers", MKPY_CUDA_COMPILE_CHECK="sm_80")))
+    if log:
+        log("engines: %s%s" % (", ".join(e.name for e in engines),
+                               "" if use_gpu or have.get("nvrtc") or nvrtc is False
+                               else " (no CUDA compile check: %s)" % have.get("why")))
     return engines
 
 
@@ -774,6 +837,15 @@ def run_all(engines, batch):
     for e in engines:
         e.send(batch)
     return {e.name: e.receive(batch) for e in engines}
+
+
+def against_gpu(results, i):
+    """With a GPU engine: which engines differ from the real warp (the reference), as text."""
+    if "cuda" not in results:
+        return ""
+    ref = results["cuda"][i]
+    off = [n for n, r in results.items() if n != "cuda" and r[i] != ref]
+    return "; %s differ%s from the GPU (the reference)" % (", ".join(off) or "none", "" if len(off) > 1 else "s")
 
 
 def verdict(results, i):
@@ -922,15 +994,15 @@ def reduce_case(case, engines, want, log=print, group=4, max_batches=400):
 # --------------------------------------------------------------------------- the driver
 
 def fuzz(seconds=None, kernels=None, seed=None, per_compile=16, engines=None, log=print, reduce=True,
-         stop_on_failure=False, stats=None):
+         stop_on_failure=False, stats=None, gpu=None, nvrtc=None):
     """Runs batches until `seconds` or `kernels` are spent. Returns (kernels run, failures), each
     failure a dict with the case (reduced when `reduce`) and the engines' answers. `stats`, a
     dict, is kept up to date as the run goes (kernels, compiles, failures, seconds), so that an
-    interrupted run can still report its counts."""
+    interrupted run can still report its counts. `gpu` and `nvrtc`: see default_engines."""
     seed = random.randrange(1 << 31) if seed is None else seed
     rng = random.Random(seed)
     own = engines is None
-    engines = engines or default_engines()
+    engines = engines or default_engines(gpu, nvrtc, log)
     t0 = time.time()
     count, failures, nb = 0, [], 0
     stats = {} if stats is None else stats
@@ -954,7 +1026,7 @@ def fuzz(seconds=None, kernels=None, seed=None, per_compile=16, engines=None, lo
                 v = verdict(res, j)
                 if v is None:
                     continue
-                log("seed %d batch %d case %d: engines disagree: %s" % (seed, nb, j, v))
+                log("seed %d batch %d case %d: engines disagree: %s%s" % (seed, nb, j, v, against_gpu(res, j)))
                 for name, r in res.items():
                     log("  %s: %s" % (name, r[j][1][:300] if r[j][0] != "ok" else "ok"))
                 alone = run_all(engines, batch_of([c]))
@@ -1027,7 +1099,8 @@ def run_one(a, seed, log):
     stats = {}
     interrupted = False
     try:
-        fuzz(a.seconds, a.kernels, seed, a.per_compile, reduce=not a.no_reduce, log=log, stats=stats)
+        fuzz(a.seconds, a.kernels, seed, a.per_compile, reduce=not a.no_reduce, log=log, stats=stats, gpu=a.gpu,
+             nvrtc=a.nvrtc)
     except KeyboardInterrupt:
         interrupted = True
     return {"seed": seed, "kernels": stats.get("kernels", 0), "compiles": stats.get("compiles", 0),
@@ -1065,6 +1138,9 @@ def run_jobs(a, seed):
                 cmd += ["--kernels", str(a.kernels // a.jobs + (j < a.kernels % a.jobs))]
             if a.no_reduce:
                 cmd.append("--no-reduce")
+            for flag in ("gpu", "nvrtc"):
+                if getattr(a, flag) is not None:
+                    cmd.append("--%s%s" % ("" if getattr(a, flag) else "no-", flag))
             os.makedirs(os.path.join(top, "cache%d" % j))
             # a session of its own: a terminal's Ctrl-C reaches this process only, which passes it on
             # once, and each job then stops and writes what it did
@@ -1114,6 +1190,12 @@ def main():
                     help="fuzz processes, each with its own seed (printed; replay one with --seed) and kernel cache")
     ap.add_argument("--job-result", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--per-compile", type=int, default=2)
+    ap.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=None,
+                    help="run every kernel on the GPU too (mkpy's CUDA back-end), the reference for simd_*/quad_* "
+                         "(default: when mx.cuda.is_available())")
+    ap.add_argument("--nvrtc", action=argparse.BooleanOptionalAction, default=None,
+                    help="compile every kernel for CUDA sm_80 with NVRTC too (default: when there is no GPU and NVRTC "
+                         "loads)")
     ap.add_argument("--no-reduce", action="store_true")
     ap.add_argument("--save", metavar="FILE", default=None,
                     help="append each reduced failure to FILE (a JSON list) for --bless")
@@ -1149,8 +1231,16 @@ def main():
         results = run_jobs(a, seed)
     else:
         print("kernel fuzz: seed %d" % seed, flush=True)
-        os.environ.setdefault("MKPY_CACHE_DIR", tempfile.mkdtemp(prefix="mkpy-fuzz-cache-"))
-        results = [run_one(a, seed, lambda m: print(m, flush=True))]
+        own_cache = None
+        if "MKPY_CACHE_DIR" not in os.environ:
+            own_cache = os.environ["MKPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="mkpy-fuzz-cache-")
+        try:
+            results = [run_one(a, seed, lambda m: print(m, flush=True))]
+        finally:
+            if own_cache:
+                import shutil
+
+                shutil.rmtree(own_cache, ignore_errors=True)
         if a.job_result:  # one job of a --jobs run: the parent merges
             with open(a.job_result + ".tmp", "w") as fh:
                 json.dump(results[0], fh)

@@ -1,6 +1,7 @@
 """The engines' differential fuzzer (tests/kernel_fuzz.py, issue #25), bounded: random
 well-defined kernels run on the lockstep engine, the fiber engine and the checker, which must
-agree and report nothing. One run with a fixed seed and one with a fresh seed, printed (and in
+agree and report nothing (and on the GPU where there is one; without one, NVRTC compiles each
+kernel for CUDA sm_80 when it loads). One run with a fixed seed and one with a fresh seed, printed (and in
 the test's failure message) so that a failure can be replayed with
 `python tests/kernel_fuzz.py --seed N`. MKPY_FUZZ_ENGINE_SECONDS sets each run's budget
 (30 s by default); `make fuzz-engine` runs for as long as asked. A third test runs the
@@ -27,6 +28,7 @@ def test_engines_agree_on_generated_kernels(seed):
     lines = []
     n, fails = kernel_fuzz.fuzz(seconds=SECONDS, seed=seed, per_compile=2, log=lines.append,
                                 stop_on_failure=True)
+    print("\n".join(x for x in lines if x.startswith("engines:")) + "\n%d kernels" % n)
     assert n > 0
     assert not fails, "seed %d: %d of %d kernels disagree:\n%s" % (seed, len(fails), n, "\n".join(lines)[-6000:])
 
