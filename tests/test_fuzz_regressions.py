@@ -34,11 +34,7 @@ def run_case(entry):
 
 @pytest.mark.parametrize("checked", [False, True], ids=["engine", "checker"])
 @pytest.mark.parametrize("entry", CASES, ids=[c["name"] for c in CASES])
-def test_reduced_case(entry, checked, request):
-    if entry.get("known_fiber_bug") and checked:
-        # a fiber-engine bug the fuzzer found, not fixed yet (the checker runs on fibers): strict, so
-        # the fix shows up as XPASS
-        request.applymarker(pytest.mark.xfail(strict=True, reason="known fiber-engine bug: " + entry["note"]))
+def test_reduced_case(entry, checked):
     with mx.metal.check(checked):
         got = run_case(entry)
     assert got.tolist() == entry["expected"], entry["note"]
