@@ -157,25 +157,29 @@ static int reaches_sync(pass *p, LLVMValueRef fn, LLVMValueRef *seen, int *nseen
     return 0;
 }
 
-static int inline_all(pass *p) {
-    unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
-    unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
-    unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
-    for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
-        if (LLVMIsDeclaration(fn) || fn == p->f || is_sync_fn(p, fn) || fn == p->fn_tg_alloc) continue;
-        const char *n = mkk_ir_name(fn);
-        if (strncmp(n, "mkpy_kernel_", 12) == 0 || strcmp(n, "mkpy_sync_order") == 0) continue;
-        LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
-        LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
-        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
-    }
-    /* everything inlined into F, then optimised (unrolled, scalarised) as
-     * usual: the runtime points are noduplicate and nomerge, so no pass
-     * copies or merges them */
+/* The runtime points of the module (the optimiser may drop what nothing
+ * calls, so they are looked up again after it ran). */
+static void find_points(pass *p) {
+    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
+    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
+    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
+    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+}
+
+/* fn is inlined wherever it is called (always-inline). */
+static void force_inline(pass *p, LLVMValueRef fn) {
+    LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMGetEnumAttributeKindForName("noinline", 8));
+    LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMGetEnumAttributeKindForName("optnone", 7));
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(p->cx, LLVMGetEnumAttributeKindForName("alwaysinline", 12), 0));
+}
+
+/* Runs an LLVM pipeline that inlines (the vectorisers off). */
+static int run_inliner(pass *p, const char *pipeline) {
     LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(o, 0);
     LLVMPassBuilderOptionsSetSLPVectorization(o, 0);
-    LLVMErrorRef e = LLVMRunPasses(p->m, "always-inline,default<O2>", p->tm, o);
+    LLVMErrorRef e = LLVMRunPasses(p->m, pipeline, p->tm, o);
     LLVMDisposePassBuilderOptions(o);
     if (e) {
         char *msg = LLVMGetErrorMessage(e);
@@ -183,6 +187,20 @@ static int inline_all(pass *p) {
         LLVMDisposeErrorMessage(msg);
         return -1;
     }
+    return 0;
+}
+
+static int inline_all(pass *p) {
+    for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
+        if (LLVMIsDeclaration(fn) || fn == p->f || is_sync_fn(p, fn) || fn == p->fn_tg_alloc) continue;
+        const char *n = mkk_ir_name(fn);
+        if (strncmp(n, "mkpy_kernel_", 12) == 0 || strcmp(n, "mkpy_sync_order") == 0) continue;
+        force_inline(p, fn);
+    }
+    /* everything inlined into F, then optimised (unrolled, scalarised) as
+     * usual: the runtime points are noduplicate and nomerge, so no pass
+     * copies or merges them */
+    if (run_inliner(p, "always-inline,default<O2>") < 0) return -1;
     /* whatever F still calls must not reach a runtime point */
     LLVMValueRef *seen = malloc(4096 * sizeof *seen);
     if (!seen) return mkk_ir_fail(p, "out of memory");
@@ -1645,21 +1663,34 @@ static int alloca_crosses(pass *p, LLVMValueRef a, char *seen, int *stack) {
     return crosses;
 }
 
-int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
-    pass P = {0}, *p = &P;
+/* A pass's context, builder and module (the bitcode at bc_path), and their end. */
+static int pass_load(pass *p, mkk_ir_module *mod, const char *bc_path, char *why, size_t whyn) {
     p->why = why;
     p->whyn = whyn;
     why[0] = 0;
+    p->cx = LLVMContextCreate();
+    p->b = LLVMCreateBuilderInContext(p->cx);
+    if (mkk_ir_load(p->cx, bc_path, mod, why, whyn) < 0) return -1;
+    p->m = mod->m;
+    p->tm = mod->tm;
+    return 0;
+}
+
+static void pass_unload(pass *p, mkk_ir_module *mod) {
+    cfg_free(p);
+    mkk_ir_dispose(mod);
+    LLVMDisposeBuilder(p->b);
+    LLVMContextDispose(p->cx);
+}
+
+int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
+    pass P = {0}, *p = &P;
     int rc = -1;
     site *sites = NULL;
     int nsites = 0;
     mkk_ir_module mod = {0};
 
-    p->cx = LLVMContextCreate();
-    p->b = LLVMCreateBuilderInContext(p->cx);
-    if (mkk_ir_load(p->cx, bc_path, &mod, why, whyn) < 0) goto done;
-    p->m = mod.m;
-    p->tm = mod.tm;
+    if (pass_load(p, &mod, bc_path, why, whyn) < 0) goto done;
     p->td = LLVMGetModuleDataLayout(p->m);
     p->i8 = LLVMInt8TypeInContext(p->cx);
     p->i32 = LLVMInt32TypeInContext(p->cx);
@@ -1671,20 +1702,13 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         mkk_ir_fail(p, "no mkpy_kernel_cbs_thread in the kernel");
         goto done;
     }
-    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
-    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
-    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
-    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    find_points(p);
     if (inline_all(p) < 0) goto done;
     /* the fiber entry in the same object, in case it runs on fibers after all
      * (MKPY_ENGINE=fibers set once it was built): ordered as in mkk_fiber_build;
      * if that cannot be, those fibers keep the text's order */
     if (mkk_ir_order_sites(p->cx, p->m, LLVMGetNamedFunction(p->m, "mkpy_kernel_thread"), why, whyn) < 0) why[0] = 0;
-    /* the optimiser may drop what nothing calls: look the points up again */
-    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
-    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
-    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
-    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    find_points(p);
     p->fn_step = LLVMAddFunction(p->m, "mkpy_sync_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
     p->fn_loop_step = LLVMAddFunction(p->m, "mkpy_sync_loop_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
 
@@ -2176,7 +2200,6 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     if (mkk_ir_finish(p->m, p->tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
     rc = 0;
 done:
-    cfg_free(p);
     free(p->slot_addrs);
     free(p->slot_vals);
     free(p->slot_memory);
@@ -2187,9 +2210,7 @@ done:
     free(p->uni_loads);
     free(p->uni_of);
     free(sites);
-    mkk_ir_dispose(&mod);
-    LLVMDisposeBuilder(p->b);
-    LLVMContextDispose(p->cx);
+    pass_unload(p, &mod);
     return rc;
 }
 
@@ -2245,9 +2266,7 @@ int mkk_ir_order_sites(LLVMContextRef cx, LLVMModuleRef m, LLVMValueRef f, char 
     p->f = f;
     p->why = why;
     p->whyn = whyn;
-    p->fn_barrier = LLVMGetNamedFunction(m, "mkpy_sync_barrier");
-    p->fn_simd_barrier = LLVMGetNamedFunction(m, "mkpy_sync_simd_barrier");
-    p->fn_exchange = LLVMGetNamedFunction(m, "mkpy_sync_exchange");
+    find_points(p);
     LLVMValueRef fn_order = LLVMGetNamedFunction(m, "mkpy_sync_order");
     if (!fn_order || !f || LLVMIsDeclaration(f)) return 0;
     int npoints = 0, rc = 0;
@@ -2339,25 +2358,15 @@ out:
  * compiled a kernel of hundreds of barriers in 2.5 s instead of clang's 0.6). */
 int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
     pass P = {0}, *p = &P;
-    p->why = why;
-    p->whyn = whyn;
-    why[0] = 0;
     int rc = -1;
     mkk_ir_module mod = {0};
-    p->cx = LLVMContextCreate();
-    p->b = LLVMCreateBuilderInContext(p->cx);
-    if (mkk_ir_load(p->cx, bc_path, &mod, why, whyn) < 0) goto done;
-    p->m = mod.m;
-    p->tm = mod.tm;
+    if (pass_load(p, &mod, bc_path, why, whyn) < 0) goto done;
     p->f = LLVMGetNamedFunction(p->m, "mkpy_kernel_thread");
     if (!p->f || LLVMIsDeclaration(p->f)) {
         mkk_ir_fail(p, "no mkpy_kernel_thread in the kernel");
         goto done;
     }
-    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
-    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
-    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
-    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    find_points(p);
     for (const char *const *n = (const char *const[]){"mkpy_kernel_cbs_thread", "mkpy_kernel_cbs_group", NULL}; *n;
          n++) {
         LLVMValueRef fn = LLVMGetNamedFunction(p->m, *n);
@@ -2383,27 +2392,13 @@ int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t
     free(seen);
     int r;
     if (nk == 1) {
-        unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
-        unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
-        unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
         for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
             const char *n = mkk_ir_name(fn);
-            if (LLVMIsDeclaration(fn) || fn == kern || strncmp(n, "mkpy_kernel_", 12) == 0 ||
-                strncmp(n, "mkpy_sync_", 10) == 0)
-                continue;
-            LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
-            LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
-            LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
+            if (!LLVMIsDeclaration(fn) && fn != kern && strncmp(n, "mkpy_kernel_", 12) != 0 &&
+                strncmp(n, "mkpy_sync_", 10) != 0)
+                force_inline(p, fn);
         }
-        LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
-        LLVMErrorRef e = LLVMRunPasses(p->m, "always-inline,function(simplifycfg)", p->tm, o);
-        LLVMDisposePassBuilderOptions(o);
-        if (e) {
-            char *msg = LLVMGetErrorMessage(e);
-            mkk_ir_fail(p, "inlining failed: %s", msg);
-            LLVMDisposeErrorMessage(msg);
-            goto done;
-        }
+        if (run_inliner(p, "always-inline,function(simplifycfg)") < 0) goto done;
         r = mkk_ir_order_sites(p->cx, p->m, kern, why, whyn);
     } else {
         /* not one kernel function: everything into the entry, as for the lockstep engine */
@@ -2418,9 +2413,6 @@ int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t
     if (mkk_ir_finish(p->m, p->tm, obj_path, -1, "fibers.ll", NULL, why, whyn) < 0) goto done;
     rc = 0;
 done:
-    cfg_free(p);
-    mkk_ir_dispose(&mod);
-    LLVMDisposeBuilder(p->b);
-    LLVMContextDispose(p->cx);
+    pass_unload(p, &mod);
     return rc;
 }
