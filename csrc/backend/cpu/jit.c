@@ -1677,7 +1677,12 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     if (cooperative || check || fibers_pass) {
         stage_add(&st, "clang front end", cbs_front_ns);
         if (cbs_pass_ns)
-            stage_add(&st, rc == CBS_DECLINED ? "pass (declined)" : "pass, optimisation, code generation", cbs_pass_ns);
+            stage_add(&st,
+                      rc == CBS_DECLINED ? (fibers_pass ? "fiber pass (failed)" : "lockstep pass (declined)")
+                      : cooperative && declined[0] ? "lockstep pass (declined), fiber pass, optimisation, code generation"
+                      : fibers_pass                ? "fiber pass, optimisation, code generation"
+                                                   : "lockstep pass, optimisation, code generation",
+                      cbs_pass_ns);
     }
     stage_mark(&st, NULL);
     if (rc == CBS_DECLINED) {
