@@ -32,8 +32,9 @@ fuzzing of the engines"):
   Their lane and delta arguments are SIMD-group uniform.
 * No SIMD-group function or barrier where the active lanes of one call could come from two
   iterations of a loop: not under a per-thread ``if`` inside a loop, not after a per-thread
-  ``continue``, not in a per-thread loop inside another loop. (Both CPU engines match lanes by
-  call site, and a GPU by iteration; the kernels here have one answer either way.)
+  ``continue``, not in a per-thread loop inside another loop. (Both CPU engines now keep
+  iterations apart, as a GPU's reconvergence does: docs/design.md, "the fiber engine's release
+  order". The rule stays until the CUDA reference's ``__activemask()`` is known to agree there.)
 * No ``return`` and no partial threadgroups.
 
 Engines are callables ``run(batch) -> [result per launch]`` (``Engine``); the defaults run the
