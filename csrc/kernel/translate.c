@@ -135,7 +135,6 @@ static const char *skip_blank(const char *p) {
 
 char *mkk_translate(const char *src, mkk_target target, mkk_sites *sites) {
     out_buf o = {0};
-    int for_parens = 0, for_braces = 0; /* inside `for (`: the depth of its parentheses (CUDA's polls) */
     if (sites) memset(sites, 0, sizeof *sites);
     const char *p = src;
     int line_start = 1;
@@ -234,23 +233,6 @@ char *mkk_translate(const char *src, mkk_target target, mkk_sites *sites) {
                     tg_depth = braces;
                     if (put(&o, "static thread_local", 19) < 0) goto nomem;
                 }
-            } else if (target == MKK_TARGET_CUDA && ((e - p == 5 && memcmp(p, "while", 5) == 0) ||
-                                                     (e - p == 3 && memcmp(p, "for", 3) == 0)) &&
-                       *skip_blank(e) == '(') {
-                /* a loop: its condition polls the stop word (Ctrl-C, the timeout; mkpy_cuda.h) */
-                const char *q = skip_blank(e);
-                if (put(&o, p, q - p) < 0 || put(&o, "(", 1) < 0) goto nomem;
-                parens++;
-                if (e - p == 5) {
-                    if (put(&o, " ::mkpy::poll(),", 16) < 0) goto nomem;
-                } else {
-                    for_parens = parens;
-                    for_braces = braces;
-                }
-                p = q + 1;
-                last = '(';
-                last_was_const = 0;
-                continue;
             } else if (target == MKK_TARGET_CUDA && e - p == 19 && memcmp(p, "threadgroup_barrier", 19) == 0 &&
                        *skip_blank(e) == '(') {
                 /* a barrier, numbered for the divergence check (mkpy_cuda.h) */
@@ -302,14 +284,8 @@ char *mkk_translate(const char *src, mkk_target target, mkk_sites *sites) {
             if (c == '{') braces++;
             if (c == '}') braces--;
             if (c == '(') parens++;
-            if (c == ')' && parens-- == for_parens) for_parens = 0; /* a range-for: no condition */
+            if (c == ')') parens--;
             if (put(&o, p++, 1) < 0) goto nomem;
-            if (c == ';' && for_parens && parens == for_parens && braces == for_braces) {
-                /* the condition of a `for`; an empty one stays true */
-                const char *q = skip_blank(p);
-                if (put(&o, *q == ';' ? " ::mkpy::poll()" : " ::mkpy::poll(),", *q == ';' ? 15 : 16) < 0) goto nomem;
-                for_parens = 0;
-            }
             if (c == ';' && tg_count && braces == tg_depth && parens == 0) {
                 for (int i = 0; i < tg_count; i++) {
                     char call[400];

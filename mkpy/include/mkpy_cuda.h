@@ -34,24 +34,10 @@ __constant__ struct mkpy_cuda_globals mkpy_cuda_g;
 
 namespace mkpy {
 
-// ------------------------------------------------------------ stop and report
-// Ctrl-C and MKPY_KERNEL_TIMEOUT cannot preempt a running CUDA kernel, and a
-// context reset waits for it: so the translation makes every loop condition
-// poll the stop word (`::mkpy::poll(), cond`), and barriers poll it too. A
-// thread that sees it set exits; threads that exited count as arrived at
-// later barriers, so the rest of the block follows at its next poll.
-__noinline__ void stop_now() { asm volatile("exit;"); }
-inline bool stop_requested() {
-    const volatile unsigned *s = (const volatile unsigned *)mkpy_cuda_g.stop;
-    return s && *s;
-}
-// constexpr, so that loops in constexpr helpers stay constant expressions
-inline constexpr bool poll() {
-    if (!__builtin_is_constant_evaluated() && stop_requested()) stop_now();
-    return true;
-}
-// The first problem found wins the claim and fills the host's report; the
-// stop word then ends the other threads.
+// ------------------------------------------------------------ reports
+// The first problem found wins the claim and fills the host's report, which
+// the host reads after the launch; the thread then exits.
+__noinline__ void exit_thread() { asm volatile("exit;"); }
 inline void report(unsigned code, unsigned a, unsigned b, unsigned long long group) {
     unsigned *claim = (unsigned *)mkpy_cuda_g.claim;
     volatile struct mkpy_cuda_report *r = (volatile struct mkpy_cuda_report *)mkpy_cuda_g.report;
@@ -63,9 +49,7 @@ inline void report(unsigned code, unsigned a, unsigned b, unsigned long long gro
         r->code = code;
         __threadfence_system();
     }
-    volatile unsigned *s = (volatile unsigned *)mkpy_cuda_g.stop;
-    if (s) *s = 1u;
-    stop_now();
+    exit_thread();
 }
 
 // Barrier divergence (Metal: undefined; the CPU engines: an error naming both
@@ -251,7 +235,6 @@ struct barrier_call {
         const unsigned seen = ::mkpy::barrier_slot[p];
         ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
         if (seen != site) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, blockIdx.x);
-        ::mkpy::poll();
     }
 };
 inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }

@@ -59,9 +59,6 @@ enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_SHARED_SIZ
     X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
                                    unsigned, CUstream, void **, void **))                                   \
     X(cuStreamQuery, (CUstream))                                                                \
-    X(cuStreamCreate, (CUstream *, unsigned))                                                   \
-    X(cuStreamSynchronize, (CUstream))                                                          \
-    X(cuMemsetD32Async, (CUdeviceptr, unsigned, size_t, CUstream))                              \
     X(cuMemHostAlloc, (void **, size_t, unsigned))                                              \
     X(cuMemHostGetDevicePointer_v2, (CUdeviceptr *, void *, unsigned))                          \
     X(cuModuleGetGlobal_v2, (CUdeviceptr *, size_t *, CUmodule, const char *))                  \

@@ -55,7 +55,7 @@ static int set_globals(CUmodule mod, const char *what) {
     size_t bytes = 0;
     if (mkb_cu.cuModuleGetGlobal_v2(&p, &bytes, mod, MKPY_CUDA_GLOBALS_SYMBOL) != CUDA_SUCCESS ||
         bytes != sizeof(struct mkpy_cuda_globals)) {
-        mkk_debug(2, "a CUDA module without %s: its loops cannot be stopped", MKPY_CUDA_GLOBALS_SYMBOL);
+        mkk_debug(2, "a CUDA module without %s: its reports are off", MKPY_CUDA_GLOBALS_SYMBOL);
         return 0; /* a program without the runtime header's globals */
     }
     struct mkpy_cuda_globals g;
@@ -300,7 +300,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
                   threads, site);
     char what[400];
     snprintf(what, sizeof what, "Kernel `%s`", k->name);
-    /* one metal_kernel launch at a time: its report and stop word are the context's */
+    /* one metal_kernel launch at a time: the report is the context's */
     pthread_mutex_lock(&launch_mu);
     locked = true;
     for (uint64_t begin = 0; begin < groups;) {
