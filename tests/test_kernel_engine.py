@@ -21,8 +21,10 @@ def run(kernel, inputs, grid, tg, shapes, dtypes=None, **kw):
 
 
 def engine_of(kernel, inputs, grid, tg, shapes, capfd, dtypes=None):
-    """Runs with verbose=True and returns the engine line it printed."""
-    run(kernel, inputs, grid, tg, shapes, dtypes, verbose=True)
+    """Runs with verbose=True on the CPU (the engines are the CPU back-end's; on a machine with a
+    GPU the other calls of these tests run there) and returns the engine line it printed."""
+    with mx.stream(mx.cpu):
+        run(kernel, inputs, grid, tg, shapes, dtypes, verbose=True)
     out = capfd.readouterr().out
     return [line for line in out.splitlines() if line.startswith("mkpy: kernel")][-1]
 
@@ -280,7 +282,7 @@ def test_divergent_barriers_name_the_engine():
         if (l < 16) threadgroup_barrier(mem_flags::mem_threadgroup);
         else threadgroup_barrier(mem_flags::mem_threadgroup);
         y[l] = x[l];""")
-    with pytest.raises(RuntimeError, match=r"\(lockstep engine\).*different barriers"):
+    with pytest.raises(RuntimeError, match=r"\(lockstep engine\).*different barriers"), mx.stream(mx.cpu):
         run(k, [mx.ones(32)], (32, 1, 1), (32, 1, 1), [(32,)])
 
 
@@ -311,7 +313,7 @@ def test_mkpy_engine_fibers_runs_the_same_numbers():
             "mx.eval(y); print(np.array(y).tolist())\n")
     outs = {}
     for engine in ("fibers", "lockstep"):
-        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE=engine)
+        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE=engine, MKPY_GPU="cpu")
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         outs[engine] = r.stdout
@@ -325,7 +327,7 @@ def test_mkpy_engine_fibers_runs_the_same_numbers():
 def test_the_kernel_corpus_under_fibers():
     """The corpus (tests/test_kernel_corpus.py) runs under the lockstep engine in the
     suite; here it runs again with every cooperative kernel on fibers."""
-    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE="fibers")
+    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE="fibers", MKPY_GPU="cpu")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                         os.path.join(ROOT, "tests", "test_kernel_corpus.py")],
                        env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)

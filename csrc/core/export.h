@@ -176,6 +176,11 @@ bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
 bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
 bool mk_xp_scatter_slice(const mk_prim *p, bool *slice_update);
 bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
+/* (for the GPU back-end's mx.fast evaluators: ops_fast.c, ops_reduce.c) */
+bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
+bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);
+bool mk_xp_sdpa(const mk_prim *p, float *scale, bool *causal, bool *has_mask, bool *mask_bool, bool *has_sinks);
+bool mk_xp_lastax(const mk_prim *p, int *kind, int64_t rows, int64_t n, int *nparts);
 
 
 /* ---- metal_kernel nodes <-> MLX's CustomKernel (csrc/kernel/xkernel.c) ---- */

@@ -27,7 +27,57 @@
 #include "mkpy_launch.h"
 #include "mkpy_cuda_launch.h"
 
+// The host's words for this module (mkpy_cuda_launch.h): set when the module is loaded.
+extern "C" {
+__constant__ struct mkpy_cuda_globals mkpy_cuda_g;
+}
+
 namespace mkpy {
+
+// ------------------------------------------------------------ stop and report
+// Ctrl-C and MKPY_KERNEL_TIMEOUT cannot preempt a running CUDA kernel, and a
+// context reset waits for it: so the translation makes every loop condition
+// poll the stop word (`::mkpy::poll(), cond`), and barriers poll it too. A
+// thread that sees it set exits; threads that exited count as arrived at
+// later barriers, so the rest of the block follows at its next poll.
+__noinline__ void stop_now() { asm volatile("exit;"); }
+inline bool stop_requested() {
+    const volatile unsigned *s = (const volatile unsigned *)mkpy_cuda_g.stop;
+    return s && *s;
+}
+// constexpr, so that loops in constexpr helpers stay constant expressions
+inline constexpr bool poll() {
+    if (!__builtin_is_constant_evaluated() && stop_requested()) stop_now();
+    return true;
+}
+// The first problem found wins the claim and fills the host's report; the
+// stop word then ends the other threads.
+inline void report(unsigned code, unsigned a, unsigned b, unsigned long long group) {
+    unsigned *claim = (unsigned *)mkpy_cuda_g.claim;
+    volatile struct mkpy_cuda_report *r = (volatile struct mkpy_cuda_report *)mkpy_cuda_g.report;
+    if (claim && r && atomicCAS(claim, 0u, 1u) == 0u) {
+        r->site[0] = a;
+        r->site[1] = b;
+        r->group = group;
+        __threadfence_system();
+        r->code = code;
+        __threadfence_system();
+    }
+    volatile unsigned *s = (volatile unsigned *)mkpy_cuda_g.stop;
+    if (s) *s = 1u;
+    stop_now();
+}
+
+// Barrier divergence (Metal: undefined; the CPU engines: an error naming both
+// barriers). Each thread writes its barrier's site into the slot of this
+// barrier instance and reads it back after the barrier: a different value
+// means threads of the block met at different barriers. Two slots, used in
+// turn (each thread keeps its own parity), so that a fast thread's write for
+// the next barrier never lands before a slow thread's read of this one.
+__shared__ unsigned barrier_slot[2];
+__shared__ unsigned char barrier_parity[1024];
+inline void barrier_init() { barrier_parity[threadIdx.x] = 0; }
+
 
 inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
 
@@ -190,6 +240,21 @@ inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncthreads();
 }
+// The translation turns `threadgroup_barrier(f)` into `threadgroup_barrier_at(site)(f)`.
+struct barrier_call {
+    unsigned site;
+    inline void operator()(mem_flags f = mem_flags::mem_none) const {
+        if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
+        const unsigned t = threadIdx.x, p = ::mkpy::barrier_parity[t];
+        ::mkpy::barrier_slot[p] = site;
+        __syncthreads();
+        const unsigned seen = ::mkpy::barrier_slot[p];
+        ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
+        if (seen != site) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, blockIdx.x);
+        ::mkpy::poll();
+    }
+};
+inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }
 inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncwarp(__activemask());

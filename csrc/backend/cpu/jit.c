@@ -291,7 +291,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     if (prints) mkk_sb(&body, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
     int readonly_args = 0;
     sbuf call = {0};
-    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs) < 0 ||
+    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs, NULL) < 0 ||
         !(call.s = mkk_call_expr(k, c, inputs, kernel_name, "args[%d]", &readonly_args))) {
         free(body.s);
         return NULL;
@@ -1953,6 +1953,14 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         memset(&fn, 0, sizeof fn);
     }
     return fn;
+}
+
+int mkb_cpu_kernel_compile(mkk_kernel *k, mkk_call *c, mk_array *const *inputs, const char *generated,
+                           const char *kernel_name) {
+    mkk_compiled fn = jit_cpu(k, c, inputs, generated, kernel_name);
+    if (!fn.entry) return -1;
+    mkk_jit_release(&fn);
+    return 0;
 }
 
 void mkk_jit_release(mkk_compiled *fn) {

@@ -27,7 +27,8 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     mkk_sbuf b = {0};
     mkk_sb(&b, "#include \"mkpy_cuda.h\"\n");
     char *call = NULL;
-    if (mkk_program_body(&b, k, generated, MKK_TARGET_CUDA, fh, fg, fs) < 0 ||
+    int nbarriers = 0;
+    if (mkk_program_body(&b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, &nbarriers) < 0 ||
         !(call = mkk_call_expr(k, c, inputs, kernel_name, "a%d", NULL))) {
         free(b.s);
         return NULL;
@@ -42,6 +43,7 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     const int nargs = mkk_nargs(k, c, inputs);
     for (int i = 0; i < nargs; i++) mkk_sbf(&b, ", void *a%d", i);
     mkk_sb(&b, ") {\n    mkpy_thread_attrs t;\n    if (!mkpy::cuda_thread_attrs(L, t)) return;\n    ");
+    if (nbarriers) mkk_sb(&b, "mkpy::barrier_init();\n    ");
     mkk_sb(&b, call);
     mkk_sb(&b, "}\n");
     free(call);
