@@ -97,7 +97,7 @@ clean:
 # On a machine with an NVIDIA GPU (never in CI): the GPU back-end's own tests, then the kernel
 # test files with GPU streams on the GPU (they compare against NumPy and the CPU engine's
 # documented results). MKPY_REQUIRE_GPU=1 turns a missing GPU into a failure.
-GPU_TESTS ?= tests/test_gpu.py tests/test_gpu_ops.py tests/test_gpu_fast.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
+GPU_TESTS ?= tests/test_gpu.py tests/test_gpu_ops.py tests/test_gpu_fast.py tests/test_gpu_idx.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
 	tests/test_simdgroup_matrix.py tests/test_kernel_exec.py tests/test_kernel_errors.py tests/test_kernel_parity.py \
 	tests/test_runtime_header.py tests/test_fuzz_regressions.py
 test-gpu: build

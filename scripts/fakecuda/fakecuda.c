@@ -75,5 +75,22 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     return OK;
 }
 CUresult cuStreamQuery(void *s) { (void)s; return OK; }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)2; return OK; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return OK; }
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, void *s) { (void)s; return cuMemsetD32_v2(d, v, n); }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) {
+    (void)f;
+    *p = calloc(1, n ? n : 1);
+    return *p ? OK : 2;
+}
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned f) { (void)f; *d = (CUdeviceptr)p; return OK; }
+/* a module's global: the shared object's symbol (size unknown: 0) */
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *d, size_t *n, void *m, const char *name) {
+    void *p = dlsym(m, name);
+    if (!p) return 500;
+    if (d) *d = (CUdeviceptr)p;
+    if (n) *n = 0;
+    return OK;
+}
 CUresult cuGetErrorName(CUresult r, const char **s) { (void)r; *s = "CUDA_ERROR_FAKE"; return OK; }
 CUresult cuGetErrorString(CUresult r, const char **s) { (void)r; *s = "fake driver error"; return OK; }

@@ -45,16 +45,6 @@ static int add(prog *g, const char *body, int nk, int sm) {
     return ++g->in_prog >= 150 ? flush(g, sm) : 0;
 }
 
-/* ops_idx.c's bodies go through add too */
-typedef struct {
-    prog *g;
-    int sm;
-} adder;
-static int add_for(void *v, const char *body, int nk) {
-    adder *a = v;
-    return add(a->g, body, nk, a->sm);
-}
-
 /* the dtypes of the node op(x) makes, or false where the op refuses x's dtype */
 static bool node_types(mk_array *o, mk_dtype *in, mk_dtype *out) {
     if (!o) {
@@ -68,6 +58,7 @@ static bool node_types(mk_array *o, mk_dtype *in, mk_dtype *out) {
     return p != NULL;
 }
 
+/* ops_fast.c's and ops_idx.c's bodies go through add too */
 typedef struct {
     prog *g;
     int sm;
@@ -125,12 +116,9 @@ int mkb_cuda_check_op_kernels(int sm, int *count) {
             }
         mk_decref(x);
     }
-    if (rc == 0) { /* mx.fast and the softmax rows (ops_fast.c) */
-        fast_ctx fc = {&g, sm};
-        rc = mkb_fast_check_bodies(add_fast, &fc);
-    }
-    adder ad = {&g, sm};
-    if (rc == 0) rc = mkb_idx_check_kernels(add_for, &ad);
+    fast_ctx fc = {&g, sm};
+    if (rc == 0) rc = mkb_fast_check_bodies(add_fast, &fc); /* mx.fast and the softmax rows (ops_fast.c) */
+    if (rc == 0) rc = mkb_idx_check_kernels(add_fast, &fc); /* indexing and data movement (ops_idx.c) */
     if (rc == 0) rc = flush(&g, sm);
     *count = g.count;
     free(g.s);

@@ -49,16 +49,6 @@ int mkb_ew_body(char *buf, size_t n, const char *entry, int kind, int op, mk_dty
 /* The three kernels <prefix>b, <prefix>t, <prefix>p of a reduction
  * (which: MK_REDUCE_*) from dtype in to out (ops_red.c); -1 as above. */
 int mkb_red_body(char *buf, size_t n, const char *prefix, int which, mk_dtype in, mk_dtype out);
-/* mx.fast and the softmax rows (ops_fast.c): the kernels of one node kind
- * for dtypes a (the input's) and b (the output's; norm only), named `entry`
- * (attention: <entry>s, <entry>p, <entry>v). Returns the length, or -1
- * where the GPU has no kernel for the case. */
-enum { MKB_FAST_NORM, MKB_FAST_ROPE, MKB_FAST_LASTAX, MKB_FAST_SDPA };
-extern const mkb_cuda_opentry mkb_cuda_fast_ops[];
-int mkb_fast_body(char *buf, size_t n, const char *entry, int kind, mk_dtype a, mk_dtype b);
-/* Adds (through `add`, nk: the kernels in the body) every body those
- * evaluators can ask for: each float dtype, and norm's pairs. 0 or -1. */
-int mkb_fast_check_bodies(int (*add)(void *g, const char *body, int nk), void *g);
 /* Launches the element-wise kernel `k` of body over ndim/shape, narr
  * operands (0: the output) with these element strides and device addresses,
  * dims merged (core/iter.c), and waits for it (ops_ew.c). */
@@ -91,6 +81,16 @@ int mkb_idx_body(char *buf, size_t n, const char *k, int kind, int narr, int op,
  * kernels). Returns 0, or -1 when add fails or with the error set. */
 int mkb_idx_check_kernels(int (*add)(void *g, const char *body, int nk), void *g);
 
+/* mx.fast and the softmax rows (ops_fast.c): the kernels of one node kind
+ * for dtypes a (the input's) and b (the output's; norm only), named `entry`
+ * (attention: <entry>s, <entry>p, <entry>v). Returns the length, or -1
+ * where the GPU has no kernel for the case. */
+enum { MKB_FAST_NORM, MKB_FAST_ROPE, MKB_FAST_LASTAX, MKB_FAST_SDPA };
+extern const mkb_cuda_opentry mkb_cuda_fast_ops[];
+int mkb_fast_body(char *buf, size_t n, const char *entry, int kind, mk_dtype a, mk_dtype b);
+/* Adds (through `add`, nk: the kernels in the body) every body those
+ * evaluators can ask for: each float dtype, and norm's pairs. 0 or -1. */
+int mkb_fast_check_bodies(int (*add)(void *g, const char *body, int nk), void *g);
 /* Compiles every op kernel the GPU evaluators can ask for, for sm_<sm>, in
  * a few programs (ops_check.c); *count gets the number of kernels. Returns
  * 0, or -1 with the error set (NVRTC's log). */
