@@ -333,9 +333,12 @@ class Gen:
             # two sides run on different threads of the same barrier interval, so a write on one side
             # and a read of another thread's element on the other would race (the fuzzer's own
             # seed 777 generated such a kernel, which the checker rightly reported)
+            # (but a then side with a barrier has a threadgroup-uniform condition, and closed the
+            # phase only on its own path: then the else side starts from the phase before the if;
+            # seed 494878968 batch 171 made a racy kernel when it started after that barrier)
             tgt = {k: set(v) for k, v in tg.items()}
             then = self.block(inner, scope, tgt, depth + 1)
-            tge = {k: set(v) for k, v in tgt.items()}
+            tge = {k: set(v) for k, v in (tg if any(self.has_barrier(x) for x in then) else tgt).items()}
             els = self.block(inner, scope, tge, depth + 1) if r.random() < 0.4 else []
             for k in tg:
                 tg[k] |= tgt[k] | tge[k]
