@@ -85,6 +85,8 @@ typedef enum {
 /* axes: the axes to reduce (negative allowed); naxes < 0 means all axes. */
 mk_array *mk_reduce(mk_reduce_op op, mk_array *x, int naxes, const int *axes, bool keepdims);
 mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims);
+/* The float32 sum mk_reduce gives for one of `rows` contiguous rows of n floats (last axis). */
+float mk_sum_row_f32(const float *x, int64_t n, int64_t rows);
 mk_array *mk_var(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
 mk_array *mk_std(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
 mk_array *mk_logsumexp(mk_array *x, int naxes, const int *axes, bool keepdims);
