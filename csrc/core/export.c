@@ -842,6 +842,10 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         xs_int(&st, MK_XS_INT, ib);
         return emit(cx, sn[ia], &st, 1, ids, 1, &od, out_ids) ? 0 : -1;
     }
+    if (mk_xp_searchsorted(p, &ba)) {
+        xs_int(&st, MK_XS_BOOL, ba);
+        return emit(cx, "SearchSorted", &st, 2, ids, 1, &od, out_ids) ? 0 : -1;
+    }
     if (mk_xp_scan(p, &ia, &ib, &ba, &bb)) {
         static const int smap[5] = {[MK_SCAN_SUM] = 2, [MK_SCAN_PROD] = 3, [MK_SCAN_MAX] = 0, [MK_SCAN_MIN] = 1,
                                     [MK_SCAN_LOGADDEXP] = 4};

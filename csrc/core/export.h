@@ -158,6 +158,7 @@ bool mk_xp_put_axis(const mk_prim *p, int *axis, int *scatter_op);
 bool mk_xp_concat(const mk_prim *p, int *axis);
 /* kind: 0 sort, 1 argsort, 2 partition, 3 argpartition */
 bool mk_xp_sort(const mk_prim *p, int *kind, int *axis, int64_t *kth);
+bool mk_xp_searchsorted(const mk_prim *p, bool *right);
 bool mk_xp_scan(const mk_prim *p, int *op, int *axis, bool *reverse, bool *inclusive);
 bool mk_xp_conv(const mk_prim *p, int *nd, int *stride, int *pad_lo, int *pad_hi, int *kdil, int *idil, int *groups,
                 bool *flip);

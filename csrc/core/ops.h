@@ -250,6 +250,10 @@ mk_array *mk_argsort(mk_array *x, int axis, bool has_axis); /* uint32 */
 mk_array *mk_partition(mk_array *x, int kth, int axis, bool has_axis);
 mk_array *mk_argpartition(mk_array *x, int kth, int axis, bool has_axis);
 mk_array *mk_topk(mk_array *x, int k, int axis, bool has_axis);
+/* MLX's SearchSorted: for each value, the number of elements of the 1-D sorted
+ * sequence below it (right: not above it), in sort's order (nan last); uint32
+ * of the values' shape. */
+mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right);
 typedef enum { MK_SCAN_SUM, MK_SCAN_PROD, MK_SCAN_MAX, MK_SCAN_MIN, MK_SCAN_LOGADDEXP } mk_scan_op;
 /* cumsum (bool gives int32), cumprod, cummax, cummin, logcumsumexp (integers
  * and bool become float32 first). */

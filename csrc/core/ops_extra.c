@@ -598,48 +598,6 @@ done:
     return r;
 }
 
-/* ------------------------------------------------------------- searchsorted */
-
-mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right) {
-    if (seq->ndim != 1) {
-        mk_error_set(MK_ERR_VALUE, "[searchsorted] The sorted sequence must be 1-D but has %d dimensions.",
-                     seq->ndim);
-        return NULL;
-    }
-    if (seq->size > (int64_t)UINT32_MAX) {
-        mk_error_set(MK_ERR_VALUE,
-                     "[searchsorted] The sorted sequence has %lld elements, more than the uint32 output can index.",
-                     (long long)seq->size);
-        return NULL;
-    }
-    mk_dtype dt = mk_promote(seq->dtype, values->dtype);
-    mk_arena A = {0};
-    /* the count of elements below the value (left) or not above it (right),
-     * in blocks of values so that the comparison matrix stays small */
-    mk_array *s = mk_ar_cast(&A, seq, dt), *v = mk_ar_cast(&A, values, dt);
-    int64_t vs[MK_MAX_NDIM + 1];
-    int vn = v ? v->ndim : 0;
-    if (v) memcpy(vs, v->shape, vn * sizeof *vs);
-    vs[vn] = 1;
-    mk_array *ve = mk_ar_reshape(&A, v, vn + 1, vs);
-    mk_array *cmp = mk_ar_bin(&A, right ? MK_BINARY_less_equal : MK_BINARY_less, s, ve);
-    if (mk_is_inexact(dt)) {
-        /* sort's order: NaN after everything */
-        mk_array *vnan = mk_ar_un(&A, MK_UNARY_isnan, ve);
-        if (right)
-            cmp = mk_ar_bin(&A, MK_BINARY_logical_or, cmp, vnan);
-        else
-            cmp = mk_ar_bin(&A, MK_BINARY_logical_or, cmp,
-                            mk_ar_bin(&A, MK_BINARY_logical_and, vnan,
-                                      mk_ar_un(&A, MK_UNARY_logical_not, mk_ar_un(&A, MK_UNARY_isnan, s))));
-    }
-    int last = -1;
-    mk_array *cnt = cmp ? KEEP(mk_reduce(MK_REDUCE_SUM, cmp, 1, &last, false)) : NULL;
-    mk_array *r = mk_ar_out(mk_ar_cast(&A, cnt, MK_UINT32));
-    mk_ar_free(&A);
-    return r;
-}
-
 /* -------------------------------------------------------- small compositions */
 
 mk_array *mk_count_nonzero(mk_array *x, int naxes, const int *axes, bool keepdims) {
