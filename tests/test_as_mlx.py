@@ -83,6 +83,35 @@ def test_environment_variable_at_import_mkpy():
     assert out == "mkpy.float32\nno mlx\n"
 
 
+def test_dlpack_device_is_metal_as_mlx_with_metal():
+    # MLX reports Metal (8) whenever mx.metal.is_available(); its tests check the pair. Capsules
+    # hold host memory in both modes, and asking for the CPU (MLX's tests do) works.
+    out = ok(run("""
+        import numpy as np
+        import mkpy
+        a = mkpy.array([1.0, 2.0])
+        print(a.__dlpack_device__(), np.from_dlpack(a).tolist())
+        mkpy.as_mlx()
+        import mlx.core as mx
+        b = mx.array([[1, 2], [3, 4]]).T
+        assert mx.metal.is_available()
+        print(b.__dlpack_device__(), a.__dlpack_device__(), np.from_dlpack(b).tolist())
+        print(np.from_dlpack(type("Cpu", (), {"__dlpack_device__": lambda s: (1, 0),
+              "__dlpack__": lambda s, **k: b.__dlpack__(dl_device=(1, 0))})()).tolist())
+        print(mx.from_dlpack(b).tolist())
+        for dev in ((8, 0), (2, 0), (4, 0)):
+            try:
+                b.__dlpack__(dl_device=dev)
+            except BufferError as e:
+                print(e)
+    """))
+    assert out.splitlines() == [
+        "(1, 0) [1.0, 2.0]", "(8, 0) (8, 0) [[1, 3], [2, 4]]", "[[1, 3], [2, 4]]", "[[1, 3], [2, 4]]",
+        "Metal DLPack export is not available: mkpy's arrays are in host memory (export them with "
+        "dl_device=(1, 0)).", "CUDA DLPack export is not supported.",
+        "Cannot export mlx array to requested DLPack device."]
+
+
 def test_without_mlx_package_nn_names_pip_install_mlx():
     out = ok(run("""
         import mkpy
