@@ -106,6 +106,8 @@ mk_array *mk_moveaxis(mk_array *x, int src, int dst);
 mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes);
 mk_array *mk_squeeze(mk_array *x, int naxes, const int *axes); /* naxes < 0: all size-1 */
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis);
+/* MLX's unflatten: axis split into shape (one -1 inferred); the other dims follow a shapeless replay. */
+mk_array *mk_unflatten(mk_array *x, int axis, int ndim, const int64_t *shape);
 mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape);
 /* The diagonals at offset between axis1 and axis2 (a view; the diagonal is the
  * last dim of the result), and MLX's diag: 1-D -> matrix with x on diagonal k,
