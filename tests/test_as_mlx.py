@@ -4,6 +4,7 @@ Each check runs in a child interpreter, as the mode changes the process (an impo
 reprs printing mlx.core). MLX's own compiled core is never imported: the children hide any
 installed `mlx` package, except the venv of MLX's Python package without its core
 (MKPY_TEST_MLX_VENV, made by `make test`), whose tests skip with the reason where it is missing."""
+import glob
 import os
 import subprocess
 import sys
@@ -173,7 +174,9 @@ def test_pytest_plugin_is_on_before_conftest(tmp_path):
 def mlx_venv_python():
     venv = os.environ.get("MKPY_TEST_MLX_VENV", "")
     py = os.path.join(venv, "bin", "python")
-    if not venv or not os.path.exists(py):
+    # a venv whose `pip install mlx` failed (no PyPI) exists without the package
+    has_nn = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "mlx", "nn", "__init__.py"))
+    if not venv or not os.path.exists(py) or not has_nn:
         pytest.skip("no venv with MLX's Python package (MKPY_TEST_MLX_VENV, made by `make test`; "
                     "needs PyPI): mlx.nn through the stand-in is not tested")
     return py
