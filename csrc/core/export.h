@@ -152,12 +152,15 @@ bool mk_xp_reduce(const mk_prim *p, int *which, bool *red);
 bool mk_xp_view(const mk_prim *p, int *map, int64_t *mult, int64_t *start);
 /* infer: the dim inferred from the size (-1 in the shape), or -1 */
 bool mk_xp_reshape(const mk_prim *p, int *infer);
+/* a flatten (fs..fe merged) or an unflatten (axis ua split into un dims); false for other reshapes */
+bool mk_xp_reshape_kind(const mk_prim *p, int *fs, int *fe, int *ua, int *un);
 bool mk_xp_gemm(const mk_prim *p, float *alpha, float *beta, bool *has_c);
 bool mk_xp_take_axis(const mk_prim *p, int *axis);
 bool mk_xp_put_axis(const mk_prim *p, int *axis, int *scatter_op);
 bool mk_xp_concat(const mk_prim *p, int *axis);
 /* kind: 0 sort, 1 argsort, 2 partition, 3 argpartition */
 bool mk_xp_sort(const mk_prim *p, int *kind, int *axis, int64_t *kth);
+bool mk_xp_searchsorted(const mk_prim *p, bool *right);
 bool mk_xp_scan(const mk_prim *p, int *op, int *axis, bool *reverse, bool *inclusive);
 bool mk_xp_conv(const mk_prim *p, int *nd, int *stride, int *pad_lo, int *pad_hi, int *kdil, int *idil, int *groups,
                 bool *flip);
