@@ -183,7 +183,17 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                 for (unsigned sg = 0; sg * MKPY_SIMD_WIDTH < count; sg++) {
                     uint32_t mask = 0;
                     unsigned char *buf = w->simd + (size_t)sg * MKPY_SIMD_BUFFER;
-                    for (unsigned l = 0; l < MKPY_SIMD_WIDTH && sg * MKPY_SIMD_WIDTH + l < count; l++) {
+                    const unsigned lanes = count - sg * MKPY_SIMD_WIDTH < MKPY_SIMD_WIDTH ? count - sg * MKPY_SIMD_WIDTH
+                                                                                         : MKPY_SIMD_WIDTH;
+                    if (dense && dsize == 4) {
+                        /* every thread waits here: every lane, no test per lane */
+                        const unsigned char *v = dep + (size_t)sg * MKPY_SIMD_WIDTH * dstride;
+                        for (unsigned l = 0; l < lanes; l++) memcpy(buf + l * MKPY_SIMD_SLOT, v + l * dstride, 4);
+                        w->masks[sg] = lanes == 32 ? ~0u : (1u << lanes) - 1u;
+                        memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
+                        continue;
+                    }
+                    for (unsigned l = 0; l < lanes; l++) {
                         unsigned i = sg * MKPY_SIMD_WIDTH + l;
                         if (next[i] != best) continue;
                         mask |= 1u << l;
