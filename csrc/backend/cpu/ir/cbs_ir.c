@@ -1684,6 +1684,8 @@ static int remat_uses(pass *p, LLVMValueRef v, int bi, char *seen, int *stack) {
 
 /* Blocks where the memory of alloca `a` is used (through pointers derived
  * from it), marked in `used`. Returns -1 on failure. */
+static int is_intrinsic(LLVMValueRef call, const char *prefix);
+
 static int alloca_use_blocks(pass *p, LLVMValueRef a, char *used) {
     int cap = 64, n = 0, rc = 0;
     LLVMValueRef *work = malloc(sizeof *work * (size_t)cap);
@@ -1694,6 +1696,14 @@ static int alloca_use_blocks(pass *p, LLVMValueRef a, char *used) {
         for (LLVMUseRef u = LLVMGetFirstUse(v); u; u = LLVMGetNextUse(u)) {
             LLVMValueRef user = LLVMGetUser(u);
             if (!LLVMIsAInstruction(user)) continue;
+            /* not uses: lifetime markers (dropped, see below), and the mask
+             * and lane an exchange fills, which its resume block stores
+             * (the call itself goes): otherwise they cross the site and live
+             * in the frame, two slot stores per lane at every exchange */
+            if (LLVMIsACallInst(user) && is_intrinsic(user, "llvm.lifetime.")) continue;
+            if (LLVMIsACallInst(user) && LLVMGetCalledValue(user) == p->fn_exchange &&
+                LLVMGetOperand(user, 0) != v && LLVMGetOperand(user, 1) != v)
+                continue;
             int bi = block_index(p, LLVMGetInstructionParent(user));
             if (bi >= 0) used[bi] = 1;
             if (LLVMIsAGetElementPtrInst(user) || LLVMIsABitCastInst(user) || LLVMIsAAddrSpaceCastInst(user) ||
@@ -2304,7 +2314,20 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                         stack_bytes += LLVMABISizeOfType(p->td, LLVMGetAllocatedType(in)) *
                                        LLVMConstIntGetZExtValue(LLVMGetOperand(in, 0));
                         /* its memory need not outlive a region: a plain alloca
-                         * of the step function, in the entry every resume runs */
+                         * of the step function, in the entry every resume runs;
+                         * its lifetime markers go (one may sit in another
+                         * region than its uses, see alloca_use_blocks) */
+                        for (int again = 1; again;) {
+                            again = 0;
+                            for (LLVMUseRef u = LLVMGetFirstUse(in); u; u = LLVMGetNextUse(u)) {
+                                LLVMValueRef user = LLVMGetUser(u);
+                                if (LLVMIsACallInst(user) && is_intrinsic(user, "llvm.lifetime.")) {
+                                    LLVMInstructionEraseFromParent(user);
+                                    again = 1;
+                                    break;
+                                }
+                            }
+                        }
                         LLVMInstructionRemoveFromParent(in);
                         LLVMPositionBuilderBefore(p->b, LLVMGetFirstInstruction(p->eb));
                         LLVMInsertIntoBuilder(p->b, in);
