@@ -95,8 +95,19 @@ inline T reduce(const T &v, unsigned width, Op op, const char *file, int line, i
     uint32_t valid;
     memcpy(&valid, s + MKPY_SIMD_MEMO_VALID, sizeof valid);
     if (valid >> lo & 1u) return slot<T>(s + MKPY_SIMD_MEMO, lo);
-    bool first = true;
+    const uint32_t seg = width >= 32 ? ~0u : ((1u << width) - 1u) << lo;
     T acc = v;
+    if ((mask & seg) == seg) {
+        // every lane of the segment active: the same operations in the same
+        // order as the loop below, without its per-lane tests
+        acc = slot<T>(s, lo);
+        for (unsigned i = lo + 1; i < lo + width; i++) acc = op(acc, slot<T>(s, i));
+        memcpy(s + MKPY_SIMD_MEMO + lo * MKPY_SIMD_SLOT, &acc, sizeof(T));
+        valid |= 1u << lo;
+        memcpy(s + MKPY_SIMD_MEMO_VALID, &valid, sizeof valid);
+        return acc;
+    }
+    bool first = true;
     for (unsigned i = lo; i < lo + width; i++) {
         if (!(mask >> i & 1u)) continue;
         T x = slot<T>(s, i);

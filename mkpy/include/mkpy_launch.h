@@ -114,6 +114,9 @@ struct mkpy_cbs_site {
     uint32_t order; /* release priority: lower first (thread-frontier order) */
     int32_t line, col;
     const char *file;
+    /* an exchange whose value a thread keeps in a frame slot: dep_size bytes
+     * at frame + dep_off + thread * dep_stride; dep_stride 0: its deposit slot */
+    uint32_t dep_off, dep_stride, dep_size;
 };
 struct mkpy_cbs_info {
     uint32_t nsites;      /* sites[0] is the start */
