@@ -186,6 +186,10 @@ typedef struct {
     const char *so_path;      /* the object on disk; its sources are beside it, .metal and .cpp (owned by the cache) */
     int how;                  /* MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK or MKK_COMPILED */
 } mkk_compiled;
+
+/* Did mkk_jit give a kernel? (A plain kernel has only `entry`, a cooperative
+ * one only `thread` and, on the lockstep engine, `cbs_run`.) */
+static inline bool mkk_compiled_ok(const mkk_compiled *fn) { return fn->entry || fn->thread; }
 enum { MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK, MKK_COMPILED };
 
 /* Where the kernel layer's messages go (the binding prints them on Python's

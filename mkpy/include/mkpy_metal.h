@@ -474,7 +474,7 @@ template <> struct numeric_limits<float> {
 //   - T _v[N]                 (indexing: v[i])
 //   - struct { T x, y, z, w; } and struct { T r, g, b, a; }   (real lvalues)
 //   - one zero-overhead proxy member per 2/3/4-component swizzle (.xy, .zyx,
-//     .xxxx, .bgra, ...): a _mk::swz<T, N, I...> that holds the same storage.
+//     .xxxx, .bgra, ...): a _mk::stor<T, N>::swz<T, I...> that holds the same storage.
 // A proxy converts implicitly to vec<T, M> (through vec's constructor), works
 // in any vector expression, constructor or math function, and (without
 // repeated components) can be assigned and compound-assigned.  Where C++ needs
@@ -483,7 +483,8 @@ template <> struct numeric_limits<float> {
 //
 // Compile-time note: instantiating vec<T,4> instantiates its 336 swizzle types
 // (vec<T,3>: 117, vec<T,2>: 28), which is most of what using a vector type
-// costs; the swizzle type is therefore kept minimal.
+// costs; the swizzle type is therefore kept minimal, and each vector type has
+// its own swizzle template (stor<T, N>::swz, below).
 
 namespace _mk {
 
@@ -502,43 +503,36 @@ constexpr int swz_idx(int k) {
   return t[k];
 }
 
-// Reading a swizzle goes through vec's implicit constructor from swz (and
-// _mk::at below) rather than a conversion operator here, which is cheaper.
-// (Copying a swz, e.g. `auto t = v.xy;`, copies the whole parent vector, which
-// is what its reads need; the warning about that implicit copy is silenced.)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Wdeprecated-copy-with-user-provided-copy"
-template <class T, int N, int... I>
-struct swz {
-  T s[N];  // the whole parent vector
-
-  explicit swz() = default;  // explicit: swz is not an aggregate, so v.xy = {1, 2} works
-  // Assignment takes a vec<T, M>; other swizzles, packed vectors and scalars
-  // convert to it implicitly.  The value is read completely before any
-  // component is written, so v.xy = v.yx and v.wzyx = v work.
-  constexpr swz& operator=(const swz& o) { return *this = vec<T, int(sizeof...(I))>(o); }
-  constexpr swz& operator=(const vec<T, int(sizeof...(I))>& v) {
-    static_assert(distinct<I...>(), "cannot assign to a swizzle with repeated components");
-    const vec<T, int(sizeof...(I))> t = v;
-    for (int k = 0; k < int(sizeof...(I)); ++k) s[swz_idx<I...>(k)] = t[k];
-    return *this;
-  }
-};
-#pragma clang diagnostic pop
+// The swizzle proxy is a member template of the storage (stor<T, N>::swz,
+// defined with it below), so that each vector type has a template of its own:
+// a kernel compiled against the precompiled header then reads from it the
+// swizzle types of the vector types it uses, not those of every vector type
+// the header instantiated (clang reads all the specializations of a template
+// from a PCH at the first use of one).  These traits recognise it.
+template <class X, class = void>
+struct is_swz : std::false_type {};
+template <class X>
+struct is_swz<X, std::void_t<typename X::swz_elem>> : std::true_type {};
+// Is X a swizzle with element type T?
+template <class X, class T>
+constexpr bool swz_of() {
+  if constexpr (is_swz<X>::value) return std::is_same<typename X::swz_elem, T>::value;
+  else return false;
+}
 
 // Component i of any vector-like value.
 template <class V>
 constexpr auto at(const V& v, int i) -> decltype(v[i]) {
   return v[i];
 }
-template <class T, int N, int... I>
-constexpr T at(const swz<T, N, I...>& p, int i) {
-  return p.s[swz_idx<I...>(i)];
+template <class S, std::enable_if_t<is_swz<S>::value, int> = 0>
+constexpr typename S::swz_elem at(const S& p, int i) {
+  return p.s[S::idx(i)];
 }
 
 // vt<X>: n = component count of a vector-like type (vec, packed_vec, swizzle
 // proxy), 0 for anything else; E = its element type.
-template <class X>
+template <class X, class = void>
 struct vt {
   static constexpr int n = 0;
   using E = void;
@@ -553,13 +547,11 @@ struct vt<packed_vec<T, N>> {
   static constexpr int n = N;
   using E = T;
 };
-template <class T, int N, int... I>
-struct vt<swz<T, N, I...>> {
-  static constexpr int n = int(sizeof...(I));
-  using E = T;
+template <class X>
+struct vt<X, std::void_t<typename X::swz_elem>> {
+  static constexpr int n = X::swz_len;
+  using E = typename X::swz_elem;
 };
-template <class X> struct is_swz : std::false_type {};
-template <class T, int N, int... I> struct is_swz<swz<T, N, I...>> : std::true_type {};
 
 // Component count of a constructor argument: vectors count their components,
 // scalars 1, anything else makes the sum invalid.
@@ -599,16 +591,17 @@ constexpr void put(T* d, int& k, const A& a) {
   }                                                                                      \
   /* conversion from another vector-like type of the same length: float4(int4) */       \
   template <class A, ::std::enable_if_t<::metal::_mk::vt<A>::n == N &&                  \
-                                            !::std::is_same<A, CLS>::value,              \
+                                            !::std::is_same<A, CLS>::value &&            \
+                                            !::metal::_mk::swz_of<A, T>(),               \
                                         int> = 0>                                        \
   constexpr explicit CLS(const A& a) : ::metal::_mk::stor<T, N>(0) {                   \
     for (int i = 0; i < N; ++i) _v[i] = T(::metal::_mk::at(a, i));                       \
   }                                                                                      \
   /* a swizzle of this element type converts implicitly: float2 t = v.zw */            \
-  template <int M_, int... I_, ::std::enable_if_t<sizeof...(I_) == N, int> = 0>          \
-  constexpr CLS(const ::metal::_mk::swz<T, M_, I_...>& p) : ::metal::_mk::stor<T, N>(0) { \
-    int k = 0;                                                                           \
-    ((_v[k++] = p.s[I_]), ...);                                                          \
+  template <class S_, ::std::enable_if_t<::metal::_mk::swz_of<S_, T>() && S_::swz_len == N, \
+                                         int> = 0>                                       \
+  constexpr CLS(const S_& p) : ::metal::_mk::stor<T, N>(0) {                            \
+    for (int k = 0; k < N; ++k) _v[k] = p.s[S_::idx(k)];                                 \
   }                                                                                      \
   /* scalars and vectors whose component counts add up to N: float4(v.xy, 0, 1) */      \
   template <class A0, class A1, class... As,                                             \
@@ -671,12 +664,12 @@ constexpr void put(T* d, int& k, const A& a) {
 #define MK_I4_3(F, ...) MK_I4_2(F, __VA_ARGS__) F(__VA_ARGS__, 2)
 #define MK_I4_4(F, ...) MK_I4_3(F, __VA_ARGS__) F(__VA_ARGS__, 3)
 #define MK_E2(S, N, a, b) \
-  ::metal::_mk::swz<T, N, a, b> MK_CAT2(MK_LT##S##_##a, MK_LT##S##_##b);
+  swz<T, a, b> MK_CAT2(MK_LT##S##_##a, MK_LT##S##_##b);
 #define MK_E3(S, N, a, b, c) \
-  ::metal::_mk::swz<T, N, a, b, c> MK_CAT3(MK_LT##S##_##a, MK_LT##S##_##b, MK_LT##S##_##c);
+  swz<T, a, b, c> MK_CAT3(MK_LT##S##_##a, MK_LT##S##_##b, MK_LT##S##_##c);
 #define MK_E4(S, N, a, b, c, d)                                                   \
-  ::metal::_mk::swz<T, N, a, b, c, d> MK_CAT4(MK_LT##S##_##a, MK_LT##S##_##b, \
-                                              MK_LT##S##_##c, MK_LT##S##_##d);
+  swz<T, a, b, c, d> MK_CAT4(MK_LT##S##_##a, MK_LT##S##_##b, \
+                             MK_LT##S##_##c, MK_LT##S##_##d);
 #define MK_SW2(S, N) MK_I1_##N(MK_SW2_1, S, N)
 #define MK_SW2_1(S, N, a) MK_I2_##N(MK_E2, S, N, a)
 #define MK_SW3(S, N) MK_I1_##N(MK_SW3_1, S, N)
@@ -715,23 +708,50 @@ constexpr void put(T* d, int& k, const A& a) {
 
 namespace _mk {
 // The storage union, shared by vec<T,N> and packed_vec<T,N> (they differ only
-// in alignment).
+// in alignment), and the swizzle proxy swz<T, I...> of its vector type: it
+// holds the whole parent vector.  Reading a swizzle goes through vec's
+// implicit constructor from it (and _mk::at) rather than a conversion
+// operator here, which is cheaper.  Assignment takes a vec<T, M>; other
+// swizzles, packed vectors and scalars convert to it implicitly.  The value is
+// read completely before any component is written, so v.xy = v.yx and
+// v.wzyx = v work.  (Copying a swz, e.g. `auto t = v.xy;`, copies the whole
+// parent vector, which is what its reads need; the warning about that
+// implicit copy is silenced.)  The element type is a template argument of the
+// proxy as well, so that argument-dependent lookup sees it (metal::half).
 template <class T, int N>
 struct stor;
-#define MK_DEFINE_STOR(N)                          \
-  template <class T>                               \
-  struct stor<T, N> {                              \
-    union {                                        \
-      MK_STORAGE_##N                               \
-      MK_SWIZZLES(N)                               \
-    };                                             \
-    stor() = default;                              \
-    constexpr explicit stor(int) : _v{} {}         \
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-copy-with-user-provided-copy"
+#define MK_DEFINE_STOR(N)                                                                  \
+  template <class T>                                                                       \
+  struct stor<T, N> {                                                                      \
+    template <class E, int... I>                                                           \
+    struct swz {                                                                           \
+      using swz_elem = E;                                                                  \
+      static constexpr int swz_len = int(sizeof...(I));                                   \
+      static constexpr int idx(int k) { return swz_idx<I...>(k); }                         \
+      E s[N]; /* the whole parent vector */                                                \
+      explicit swz() = default; /* explicit: not an aggregate, so v.xy = {1, 2} works */   \
+      constexpr swz& operator=(const swz& o) { return *this = vec<E, swz_len>(o); }        \
+      constexpr swz& operator=(const vec<E, swz_len>& v) {                                 \
+        static_assert(distinct<I...>(), "cannot assign to a swizzle with repeated components"); \
+        const vec<E, swz_len> t = v;                                                       \
+        for (int k = 0; k < swz_len; ++k) s[idx(k)] = t[k];                                \
+        return *this;                                                                      \
+      }                                                                                    \
+    };                                                                                     \
+    union {                                                                                \
+      MK_STORAGE_##N                                                                       \
+      MK_SWIZZLES(N)                                                                       \
+    };                                                                                     \
+    stor() = default;                                                                      \
+    constexpr explicit stor(int) : _v{} {}                                                 \
   };
 MK_DEFINE_STOR(2)
 MK_DEFINE_STOR(3)
 MK_DEFINE_STOR(4)
 #undef MK_DEFINE_STOR
+#pragma clang diagnostic pop
 // The long vectors: Metal's vec<T,N> is clang's ext_vector_type(N), and
 // Metal's compiler takes N = 8 and 16 as well (vec<bfloat, 8>, vec<float, 8>
 // in shipped kernels): indexing, operators, conversions, as_type and the

@@ -272,8 +272,15 @@ typedef mkk_sbuf sbuf;
 /* debug_dir: a debug build's folder, whose header.metal, kernel.metal (the
  * generated source) and source.metal the #line markers then name, so that
  * the debug information points at files a debugger can show; NULL otherwise. */
+/* The entry points a build needs (a plain kernel runs only mkpy_kernel_entry;
+ * a cooperative one runs on fibers through mkpy_kernel_thread or on the
+ * lockstep engine, whose pass builds its run function from
+ * mkpy_kernel_cbs_thread): each costs clang and the pass their optimisation
+ * and code generation, so a build has only those its engines call. */
+enum { ENTRY_PLAIN = 1, ENTRY_THREAD = 2, ENTRY_CBS = 4 };
+
 static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                           const char *kernel_name, const char *debug_dir) {
+                           const char *kernel_name, const char *debug_dir, int entries) {
     sbuf b = {0};
     const bool prints = k->prints;
     char fh[4800], fg[4800], fs[4800];
@@ -300,44 +307,50 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     free(body.s);
     sb(&b, "#line 1 \"<mkpy entry>\"\n");
     sb(&b, "extern \"C\" void mkpy_kernel_set_api(const mkpy_coop_api *api) { mkpy::api = api; }\n");
-    sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
-    sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
-    if (prints) sb(&b, "mkpy::log_at(args, t);\n        ");
-    sb(&b, call.s);
-    sb(&b, "    });\n}\n");
-    sb(&b, "extern \"C\" void mkpy_kernel_thread(void *const *args, const mkpy_launch *L, uint64_t g, unsigned i) "
-           "{\n");
-    sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
-           "    mkpy::thread_attrs(L, i, t);\n    ");
-    if (prints) sb(&b, "mkpy::log_at(args, t);\n    ");
-    sb(&b, call.s);
-    sb(&b, "}\n");
-    /* the same thread for the region-splitting engine (cbs.c): the IR pass
-     * gives `resume` and `ctx` their meaning; loop steps (a site per
-     * iteration of a site-free loop, so that the iteration vectorises across
-     * threads) pay for threadgroups of 64 threads or more */
-    sbf(&b, "extern \"C\" const int mkpy_cbs_loop_steps = %d;\n",
-        c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64);
-    /* threadgroups one thread tall (bit 0) or deep (bit 1): the work-item
-     * loops over y or z then run once, and LLVM drops them (their setup is
-     * most of a 32-thread group's cost) */
-    /* the leading args the kernel only reads (its inputs): a load from one
-     * at a uniform address is the same in every thread */
-    sbf(&b, "extern \"C\" const int mkpy_cbs_readonly_args = %d;\n", readonly_args);
-    sbf(&b, "extern \"C\" const int mkpy_cbs_flat = %d;\n",
-        (c->threadgroup[1] == 1) | (c->threadgroup[2] == 1) << 1);
-    /* the group's coordinates come computed once per group (the pass calls
-     * mkpy_kernel_cbs_group at the top of its run function): divisions in
-     * the work-item loops would stay there, as LLVM never hoists a division
-     * out of a branch */
-    sb(&b, "extern \"C\" void mkpy_kernel_cbs_group(const mkpy_launch *L, uint64_t g, uint32_t *gb) {\n"
-           "    mkpy::group_coords(L, g, gb);\n}\n");
-    sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, const uint32_t *gb, "
-           "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
-    sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs_at(L, gb, t);\n"
-           "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
-    sb(&b, call.s);
-    sb(&b, "    return MKPY_CBS_DONE;\n}\n");
+    if (entries & ENTRY_PLAIN) {
+        sb(&b, "extern \"C\" void mkpy_kernel_entry(void *const *args, const mkpy_launch *L) {\n");
+        sb(&b, "    mkpy::run_threadgroups(L, [&](const mkpy_thread_attrs &t) {\n        ");
+        if (prints) sb(&b, "mkpy::log_at(args, t);\n        ");
+        sb(&b, call.s);
+        sb(&b, "    });\n}\n");
+    }
+    if (entries & ENTRY_THREAD) {
+        sb(&b, "extern \"C\" void mkpy_kernel_thread(void *const *args, const mkpy_launch *L, uint64_t g, unsigned i) "
+               "{\n");
+        sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs(L, g, t);\n"
+               "    mkpy::thread_attrs(L, i, t);\n    ");
+        if (prints) sb(&b, "mkpy::log_at(args, t);\n    ");
+        sb(&b, call.s);
+        sb(&b, "}\n");
+    }
+    if (entries & ENTRY_CBS) {
+        /* the same thread for the region-splitting engine (cbs.c): the IR pass
+         * gives `resume` and `ctx` their meaning; loop steps (a site per
+         * iteration of a site-free loop, so that the iteration vectorises across
+         * threads) pay for threadgroups of 64 threads or more */
+        sbf(&b, "extern \"C\" const int mkpy_cbs_loop_steps = %d;\n",
+            c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2] >= 64);
+        /* threadgroups one thread tall (bit 0) or deep (bit 1): the work-item
+         * loops over y or z then run once, and LLVM drops them (their setup is
+         * most of a 32-thread group's cost) */
+        /* the leading args the kernel only reads (its inputs): a load from one
+         * at a uniform address is the same in every thread */
+        sbf(&b, "extern \"C\" const int mkpy_cbs_readonly_args = %d;\n", readonly_args);
+        sbf(&b, "extern \"C\" const int mkpy_cbs_flat = %d;\n",
+            (c->threadgroup[1] == 1) | (c->threadgroup[2] == 1) << 1);
+        /* the group's coordinates come computed once per group (the pass calls
+         * mkpy_kernel_cbs_group at the top of its run function): divisions in
+         * the work-item loops would stay there, as LLVM never hoists a division
+         * out of a branch */
+        sb(&b, "extern \"C\" void mkpy_kernel_cbs_group(const mkpy_launch *L, uint64_t g, uint32_t *gb) {\n"
+               "    mkpy::group_coords(L, g, gb);\n}\n");
+        sb(&b, "extern \"C\" uint32_t mkpy_kernel_cbs_thread(void *const *args, const mkpy_launch *L, const uint32_t *gb, "
+               "unsigned i, uint32_t resume, void *ctx, unsigned x, unsigned y, unsigned z) {\n");
+        sb(&b, "    mkpy_thread_attrs t;\n    mkpy::launch_attrs(L, t);\n    mkpy::group_attrs_at(L, gb, t);\n"
+               "    mkpy::thread_attrs_at(L, i, x, y, z, t);\n    ");
+        sb(&b, call.s);
+        sb(&b, "    return MKPY_CBS_DONE;\n}\n");
+    }
     if (c->check) { /* the checker mode's hooks (check_ir.c instruments mkpy_kernel_check_body with calls to them) */
         sb(&b, "#include \"mkpy_check.h\"\nextern \"C\" {\n"
                "__attribute__((noinline)) void mkpy_kernel_check_body(void *const *args, "
@@ -600,6 +613,9 @@ static int compile(const char *mflags, const char *pch, build_kind kind, const c
     if (kind == BUILD_PCH) {
         argv[n++] = "-x";
         argv[n++] = "c++-header";
+        /* the function templates the headers use are instantiated once, into
+         * the PCH, rather than at the end of every kernel (PCH_FORMAT) */
+        argv[n++] = "-fpch-instantiate-templates";
     } else if (kind == BUILD_BITCODE) {
         /* unoptimised (but optimisable) IR: clang's own passes would
          * duplicate inline functions that contain a barrier before the
@@ -646,9 +662,11 @@ static int build_pch(const char *mflags, const char *path) {
 
 /* The PCH's file name for a math mode: a hash of the compiler, the headers,
  * the flags, the CPU and the mode's flags. */
+#define PCH_FORMAT "pch-instantiate-templates" /* how the PCH is built: bump when that changes */
 static void pch_name(const char *mflags, const char *identity, char *out, size_t n) {
-    char hex[33];
-    mkb_hash_hex(identity, mflags, hex);
+    char hex[33], key[600];
+    snprintf(key, sizeof key, "%s %s", PCH_FORMAT, mflags);
+    mkb_hash_hex(identity, key, hex);
     snprintf(out, n, "pch-%s.pch", hex);
 }
 
@@ -876,9 +894,11 @@ static void *load_entry(const char *so_path, mkk_compiled *c, char *err, size_t 
     if (init_rc < 0) return NULL; /* left loaded: unloading would run its destructors */
     void (*set_api)(const struct mkpy_coop_api *) =
         (void (*)(const struct mkpy_coop_api *))(uintptr_t)dlsym(h, MKPY_SET_API_SYMBOL);
+    /* a plain kernel's build has no mkpy_kernel_thread, a cooperative one's no
+     * mkpy_kernel_entry (build_program): launch.c calls the one its engine needs */
     c->entry = (mkk_entry_fn)(uintptr_t)dlsym(h, MKPY_ENTRY_SYMBOL);
     c->thread = (mkk_thread_fn)(uintptr_t)dlsym(h, MKPY_THREAD_SYMBOL);
-    if (!c->entry || !c->thread || !set_api) {
+    if ((!c->entry && !c->thread) || !set_api) {
         snprintf(err, errn, "the compiled kernel lacks its entry points");
         memset(c, 0, sizeof *c);
         dlclose(h);
@@ -1404,7 +1424,9 @@ static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     if (mkb_cache_dir(dir, sizeof dir) < 0) return -1;
     /* the folder's name: the kernel, and a hash of its normal program and
      * flags (one folder per instantiation, the same in every process) */
-    if (!(plain = build_program(k, c, inputs, generated, kernel_name, NULL))) return -1;
+    /* a cooperative kernel runs on fibers in a debug build */
+    const int entries = mkk_is_cooperative((mkk_kernel *)k) ? ENTRY_THREAD : ENTRY_PLAIN;
+    if (!(plain = build_program(k, c, inputs, generated, kernel_name, NULL, entries))) return -1;
     char hex[33];
     mkb_hash_hex(plain, mflags, hex);
     free(plain);
@@ -1425,7 +1447,7 @@ static int build_debug(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     if (wr == 0) wr = mkb_write_file(path, k->header ? k->header : "");
     snprintf(metal, sizeof metal, "%s/kernel.metal", ddir);
     if (wr == 0) wr = mkb_write_file(metal, generated);
-    if (!(program = build_program(k, c, inputs, generated, kernel_name, ddir))) goto done;
+    if (!(program = build_program(k, c, inputs, generated, kernel_name, ddir, entries))) goto done;
     snprintf(cpp, sizeof cpp, "%s/kernel.cpp", ddir);
     if (wr < 0 || mkb_write_file(cpp, program) < 0) {
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write the debug build's files in %s: %s", ddir,
@@ -1541,7 +1563,15 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     memset(out, 0, sizeof *out);
     if (mkk_debug_build()) return build_debug(k, c, inputs, generated, kernel_name, out);
     stages st = {.last = mkk_now_ns()};
-    if (!(program = build_program(k, c, inputs, generated, kernel_name, NULL))) goto done;
+    const int check = c->check; /* the checker mode: always through the pass, instrumented */
+    const bool prints = k->prints;
+    /* printing needs each message's thread, which the fiber engine knows */
+    const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL && !prints;
+    const int entries = check                                     ? ENTRY_PLAIN | ENTRY_THREAD | ENTRY_CBS
+                        : cooperative                             ? ENTRY_THREAD | ENTRY_CBS
+                        : mkk_is_cooperative((mkk_kernel *)k) ? ENTRY_THREAD
+                                                                  : ENTRY_PLAIN;
+    if (!(program = build_program(k, c, inputs, generated, kernel_name, NULL, entries))) goto done;
     stage_mark(&st, "translate");
 
     pthread_mutex_lock(&jit.probe_mu);
@@ -1568,10 +1598,6 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     }
     /* the disk key adds the compiler's identity, the flags and the headers,
      * and names the engine a cooperative kernel is built for */
-    const int check = c->check; /* the checker mode: always through the pass, instrumented */
-    const bool prints = k->prints;
-    /* printing needs each message's thread, which the fiber engine knows */
-    const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL && !prints;
     /* the other cooperative kernels (MKPY_ENGINE=fibers, printing ones) go
      * through the pass too, for the fiber engine's release order */
     const int fibers_pass = !check && !cooperative && mkk_is_cooperative((mkk_kernel *)k) && pass_program() != NULL;
@@ -1978,7 +2004,7 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
                      const char *kernel_name) {
     mkk_compiled fn = jit_cpu(k, c, inputs, generated, kernel_name);
     /* MKPY_CUDA_COMPILE_CHECK / mx.cuda.compile_check: NVRTC compiles it too */
-    if (fn.entry && mkb_cuda_compile_check(k, c, inputs, generated, kernel_name) < 0) {
+    if (mkk_compiled_ok(&fn) && mkb_cuda_compile_check(k, c, inputs, generated, kernel_name) < 0) {
         mkk_jit_release(&fn);
         memset(&fn, 0, sizeof fn);
     }

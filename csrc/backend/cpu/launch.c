@@ -515,7 +515,7 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
     const bool profiling = mkk_profiling();
     mkk_profile_kernel prof = {k->name, NULL, NULL, profiling ? mkk_now_ns() : 0};
     fn = mkk_jit(k, c, in, generated, kname); /* held loaded until mkk_jit_release below */
-    if (!fn.entry) goto done;
+    if (!mkk_compiled_ok(&fn)) goto done;
     if (profiling) prof.compile_end = mkk_now_ns();
 
     bufs = calloc((size_t)(k->ninputs + k->noutputs) + 1, sizeof *bufs);
