@@ -3,12 +3,18 @@
  * with the CPU), and the entry point of the launch ABI (mkpy_cuda_launch.h):
  *   extern "C" __global__ void mkpy_cuda_entry(const mkpy_cuda_launch L,
  *                                              void *a0, ..., void *aN-1)
- * one pointer per entry of the CPU back-end's argument array, same order. */
+ * one pointer per entry of the CPU back-end's argument array, same order.
+ *
+ * Also the two texts that MLX's mx.fast.cuda_kernel takes for the same call
+ * (mkb_cuda_mlx_sources: mkpy.cuda.metal_kernel runs Metal kernels in real
+ * MLX on its CUDA back-end). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda.h"
+#include "backend/diskcache.h"
 
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                        const char *kernel_name) {
@@ -47,4 +53,132 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     free(call);
     if (b.failed) return mk_nomem();
     return b.s;
+}
+
+/* ------------------------------------- MLX's cuda_kernel as the host */
+
+/* Appends runtime header `name` with the runtime headers it includes
+ * ("mkpy_x.h" files of the runtime folder) put in place, each at its first
+ * #include only (they are all guarded, and under NVRTC every one of those
+ * #includes is taken), with #line markers naming the files. */
+static int inline_header(mkk_sbuf *b, const char *name, char (*seen)[64], int *nseen, int depth) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", mkk_runtime_dir(), name);
+    char *text = depth < 8 ? mkb_read_file(path) : NULL;
+    if (!text) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] mkpy's CUDA runtime header %s could not be read.", path);
+        return -1;
+    }
+    snprintf(seen[(*nseen)++], 64, "%s", name);
+    mkk_sbf(b, "#line 1 \"%s\"\n", name);
+    int line = 1, rc = 0;
+    for (char *p = text; *p && rc == 0; line++) {
+        char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char inc[64] = "";
+        const char *q = p;
+        while (*q == ' ' || *q == '\t') q++;
+        if (*q == '#') {
+            q++;
+            while (*q == ' ' || *q == '\t') q++;
+            if (strncmp(q, "include", 7) == 0) {
+                q += 7;
+                while (*q == ' ' || *q == '\t') q++;
+                const char *close = *q == '"' ? strchr(q + 1, '"') : NULL;
+                if (close && close < p + len && (size_t)(close - q - 1) < sizeof inc) {
+                    memcpy(inc, q + 1, (size_t)(close - q - 1));
+                    inc[close - q - 1] = 0;
+                }
+            }
+        }
+        char inc_path[4500];
+        snprintf(inc_path, sizeof inc_path, "%s/%s", mkk_runtime_dir(), inc);
+        if (*inc && strncmp(inc, "mkpy_", 5) == 0 && access(inc_path, R_OK) == 0) {
+            bool again = false;
+            for (int i = 0; i < *nseen; i++) again |= strcmp(seen[i], inc) == 0;
+            if (!again) {
+                if (*nseen == 32) {
+                    mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Too many runtime headers under %s.", name);
+                    rc = -1;
+                    break;
+                }
+                rc = inline_header(b, inc, seen, nseen, depth + 1);
+                mkk_sbf(b, "#line %d \"%s\"\n", line + 1, name);
+            } else {
+                mkk_sb(b, "\n");
+            }
+        } else {
+            mkk_sbf(b, "%.*s\n", (int)len, p);
+        }
+        p = end ? end + 1 : p + len;
+    }
+    free(text);
+    return rc;
+}
+
+int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **body,
+                         char **header) {
+    *body = NULL;
+    if (header) *header = NULL;
+    if (k->prints) {
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] Kernel `%s` uses os_log or printf, which mkpy's CUDA translation does not "
+                     "support yet.%s%s",
+                     k->name, c->call_site && *c->call_site ? " Kernel called at " : "",
+                     c->call_site ? c->call_site : "");
+        return -1;
+    }
+    char *generated = NULL, *kname = NULL, *call = NULL;
+    if (mkk_generate(k, c, inputs, &generated, &kname) < 0) return -1;
+    mkk_sbuf fn = {0}, b = {0}, h = {0};
+    int rc = -1;
+    /* the Metal kernel function is global; MLX's __global__ function of the
+     * same name is in mlx::core::cu, where the body is */
+    mkk_sbf(&fn, "::%s", kname);
+    if (fn.failed || !(call = mkk_call_expr(k, c, inputs, fn.s, "a%d", NULL))) goto done;
+    mkk_sbf(&b, "    mkpy_thread_attrs t;\n    if (!::mkpy::mlx_thread_attrs(%s, t)) return;\n", MKB_MLX_GRID_NAME);
+    int arg = 0;
+    for (int i = 0; i < k->ninputs; i++) {
+        mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_INPUT_FMT ";\n", arg++, i);
+        if (inputs[i]->ndim == 0) continue;
+        if (k->shape_info[i][0]) mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_INPUT_FMT "_shape.data();\n", arg++, i);
+        if (k->shape_info[i][1])
+            mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_INPUT_FMT "_strides.data();\n", arg++, i);
+        if (k->shape_info[i][2]) mkk_sbf(&b, "    void *a%d = (void *)&" MKB_MLX_INPUT_FMT "_ndim;\n", arg++, i);
+    }
+    for (int i = 0; i < k->noutputs; i++) mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_OUTPUT_FMT ";\n", arg++, i);
+    mkk_sb(&b, "    ");
+    mkk_sb(&b, call);
+    if (b.failed) goto nomem;
+    if (header) {
+        char fh[600], fg[600], fs[600];
+        snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
+        snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
+        snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
+        char seen[32][64];
+        int nseen = 0;
+        /* the runtime's `#pragma clang ...` lines mean nothing to NVRTC */
+        mkk_sb(&h, "#pragma nv_diag_suppress 161\n#define MKPY_CUDA_HOSTED 1\n");
+        if (inline_header(&h, "mkpy_cuda.h", seen, &nseen, 0) < 0 ||
+            mkk_program_body(&h, k, generated, MKK_TARGET_CUDA, fh, fg, fs) < 0)
+            goto done;
+        mkk_sb(&h, "#line 1 \"<mkpy entry, in MLX's cuda_kernel>\"\n");
+        if (h.failed) goto nomem;
+        *header = h.s;
+        h.s = NULL;
+    }
+    *body = b.s;
+    b.s = NULL;
+    rc = 0;
+    goto done;
+nomem:
+    mk_nomem();
+done:
+    free(generated);
+    free(kname);
+    free(call);
+    free(fn.s);
+    free(b.s);
+    free(h.s);
+    return rc;
 }
