@@ -181,7 +181,7 @@ class FakeCudaKernel:
     def __call__(self, *, inputs, output_shapes, output_dtypes, grid, threadgroup, init_value=None,
                  verbose=False, stream=None):
         self.call = dict(inputs=inputs, output_shapes=output_shapes, output_dtypes=output_dtypes, grid=grid,
-                         threadgroup=threadgroup, init_value=init_value)
+                         threadgroup=threadgroup, init_value=init_value, verbose=verbose, stream=stream)
         self.fake.calls.append(self)
         return [FakeArray.of(d, s) for d, s in zip(output_dtypes, output_shapes)]
 
@@ -305,7 +305,7 @@ def record(monkeypatch, cases):
     return calls
 
 
-def test_call_path_and_generated_program(fake):
+def test_call_path_and_generated_program(fake, capsys):
     k = mkpy.cuda.metal_kernel(name="scale_rows", input_names=["x", "s"], output_names=["out"],
                                source="uint i = thread_position_in_grid.x;\nuint r = thread_position_in_grid.y;\n"
                                       "out[r * x_shape[1] + i] = T(x[r * x_shape[1] + i] * s);")
@@ -335,8 +335,11 @@ def test_call_path_and_generated_program(fake):
       threadgroup=(256, 1, 1), template=[("T", fake.float16)])
     assert len(fake.made) == 1 and len(fake.calls) == 2 and fake.calls[1].call["grid"] == (5, 2, 1)
     k(inputs=[x, 3.0], output_shapes=[(2, 3)], output_dtypes=[fake.float32], grid=(3, 2, 1),
-      threadgroup=(256, 1, 1), template=[("T", fake.float32)])
+      threadgroup=(256, 1, 1), template=[("T", fake.float32)], verbose=True, stream="s")
     assert len(fake.made) == 2
+    # verbose: the generated Metal source here, and MLX is asked to print its CUDA program
+    assert "Generated source code for `scale_rows`" in capsys.readouterr().out
+    assert fake.calls[-1].call["verbose"] is True and fake.calls[-1].call["stream"] == "s"
     if NVRTC_MISSING:
         pytest.skip(NVRTC_MISSING)
     for arch in ARCHS:
