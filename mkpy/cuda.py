@@ -2,6 +2,7 @@
 MLX on its CUDA back-end (``metal_kernel``, ``patch_mlx``; docs/kernels.md, "Metal kernels in real
 MLX on NVIDIA GPUs")."""
 import sys as _sys
+import threading as _threading
 
 from . import _core
 from ._core import cuda as _impl
@@ -41,7 +42,7 @@ class _MetalKernel:
     CUDA C++ once per instantiation (input and output dtypes, template arguments) and hands it to
     ``mlx.core.fast.cuda_kernel``; MLX compiles it with NVRTC and launches it on its stream."""
 
-    __slots__ = ("_kernel", "_name", "_ensure_row_contiguous", "_cuda")
+    __slots__ = ("_kernel", "_name", "_ensure_row_contiguous", "_cuda", "_lock")
 
     def __init__(self, kernel):
         """Wraps a kernel of mkpy's mx.fast.metal_kernel."""
@@ -50,6 +51,7 @@ class _MetalKernel:
         self._name = spec["name"]
         self._ensure_row_contiguous = spec["ensure_row_contiguous"]
         self._cuda = {}
+        self._lock = _threading.Lock()
 
     def __repr__(self):
         return f"<metal_kernel {self._name} (MLX CUDA)>"
@@ -70,9 +72,10 @@ class _MetalKernel:
             kernel = m.fast.cuda_kernel(name=self._name, input_names=in_names, output_names=out_names,
                                         source=body, header=header,
                                         ensure_row_contiguous=self._ensure_row_contiguous)
-            if len(self._cuda) >= _CACHE_MAX:
-                self._cuda.pop(next(iter(self._cuda)), None)
-            self._cuda[body] = kernel
+            with self._lock:
+                if len(self._cuda) >= _CACHE_MAX:
+                    self._cuda.pop(next(iter(self._cuda)))
+                self._cuda[body] = kernel
         return kernel(inputs=ins + [m.array(grid, dtype=m.uint32)], output_shapes=output_shapes,
                       output_dtypes=output_dtypes, grid=grid, threadgroup=threadgroup, init_value=init_value,
                       verbose=verbose, stream=stream)

@@ -16,24 +16,33 @@
 #include "backend/cuda/cuda.h"
 #include "backend/diskcache.h"
 
-char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                       const char *kernel_name) {
-    if (k->prints) {
-        mk_error_set(MK_ERR_RUNTIME,
-                     "[metal_kernel] Kernel `%s` uses os_log or printf, which mkpy's CUDA back-end does not support "
-                     "yet; run it on the CPU (mx.cpu stream, or MKPY_GPU=cpu).%s%s",
-                     k->name, c->call_site && *c->call_site ? " Kernel called at " : "",
-                     c->call_site ? c->call_site : "");
-        return NULL;
-    }
+/* Kernels that print do not run on CUDA yet: a RuntimeError naming the kernel, `what` refuses
+ * them and `hint` says what to do; 0 for the others. */
+static int refuse_printing(const mkk_kernel *k, const mkk_call *c, const char *what, const char *hint) {
+    if (!k->prints) return 0;
+    mk_error_set(MK_ERR_RUNTIME,
+                 "[metal_kernel] Kernel `%s` uses os_log or printf, which %s does not support yet%s.%s%s", k->name, what, hint, c->call_site && *c->call_site ? " Kernel called at " : "",
+                 c->call_site ? c->call_site : "");
+    return -1;
+}
+
+/* The translated kernel with #line markers naming the kernel's header, signature and source. */
+static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated) {
     char fh[600], fg[600], fs[600];
     snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
     snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
     snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
+    return mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs);
+}
+
+char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                       const char *kernel_name) {
+    if (refuse_printing(k, c, "mkpy's CUDA back-end", "; run it on the CPU (mx.cpu stream, or MKPY_GPU=cpu)") < 0)
+        return NULL;
     mkk_sbuf b = {0};
     mkk_sb(&b, "#include \"mkpy_cuda.h\"\n");
     char *call = NULL;
-    if (mkk_program_body(&b, k, generated, MKK_TARGET_CUDA, fh, fg, fs) < 0 ||
+    if (program_body(&b, k, generated) < 0 ||
         !(call = mkk_call_expr(k, c, inputs, kernel_name, "a%d", NULL))) {
         free(b.s);
         return NULL;
@@ -120,14 +129,7 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
                          char **header) {
     *body = NULL;
     if (header) *header = NULL;
-    if (k->prints) {
-        mk_error_set(MK_ERR_RUNTIME,
-                     "[metal_kernel] Kernel `%s` uses os_log or printf, which mkpy's CUDA translation does not "
-                     "support yet.%s%s",
-                     k->name, c->call_site && *c->call_site ? " Kernel called at " : "",
-                     c->call_site ? c->call_site : "");
-        return -1;
-    }
+    if (refuse_printing(k, c, "mkpy's CUDA translation", "") < 0) return -1;
     char *generated = NULL, *kname = NULL, *call = NULL;
     if (mkk_generate(k, c, inputs, &generated, &kname) < 0) return -1;
     mkk_sbuf fn = {0}, b = {0}, h = {0};
@@ -151,16 +153,12 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
     mkk_sb(&b, call);
     if (b.failed) goto nomem;
     if (header) {
-        char fh[600], fg[600], fs[600];
-        snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
-        snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
-        snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
         char seen[32][64];
         int nseen = 0;
         /* the runtime's `#pragma clang ...` lines mean nothing to NVRTC */
         mkk_sb(&h, "#pragma nv_diag_suppress 161\n#define MKPY_CUDA_HOSTED 1\n");
         if (inline_header(&h, "mkpy_cuda.h", seen, &nseen, 0) < 0 ||
-            mkk_program_body(&h, k, generated, MKK_TARGET_CUDA, fh, fg, fs) < 0)
+            program_body(&h, k, generated) < 0)
             goto done;
         mkk_sb(&h, "#line 1 \"<mkpy entry, in MLX's cuda_kernel>\"\n");
         if (h.failed) goto nomem;
