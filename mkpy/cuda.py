@@ -65,11 +65,11 @@ class _MetalKernel:
         if isinstance(template, (list, tuple)):
             template = [(t[0], _dtype(t[1])) if isinstance(t, tuple) and len(t) == 2 else t for t in template]
         args = (descs, output_shapes, odts, grid, threadgroup, template)
-        body, _, in_names, out_names, grid, threadgroup = self._kernel._mlx_cuda(*args, verbose, False)
+        body, _, in_names, out_names, grid, threadgroup, _ = self._kernel._mlx_cuda(*args, verbose, False)
         kernel = self._cuda.get(body)
         if kernel is None:
-            header = self._kernel._mlx_cuda(*args, False, True)[1]
-            kernel = m.fast.cuda_kernel(name=self._name, input_names=in_names, output_names=out_names,
+            _, header, _, _, _, _, name = self._kernel._mlx_cuda(*args, False, True)
+            kernel = m.fast.cuda_kernel(name=name, input_names=in_names, output_names=out_names,
                                         source=body, header=header,
                                         ensure_row_contiguous=self._ensure_row_contiguous)
             with self._lock:

@@ -32,6 +32,7 @@ import concurrent.futures
 import ctypes
 import os
 import pathlib
+import re
 import sys
 import types
 
@@ -103,7 +104,8 @@ NVRTC, NVRTC_MISSING = _nvrtc()
 
 
 def nvrtc_compile(program, arch, kernel):
-    """Compiles `program` as MLX's jit_module.cpp does; returns the lowered name of `kernel`."""
+    """Compiles `program` as MLX's jit_module.cpp does; returns the lowered name of `kernel` and,
+    for a compute_XY arch, the PTX."""
     lib, inc = NVRTC
     names, texts = [], []
     if not os.environ.get("MKPY_MLX_SOURCE"):
@@ -125,7 +127,12 @@ def nvrtc_compile(program, arch, kernel):
         assert rc == 0, f"NVRTC failed for {arch}:\n{log.value.decode(errors='replace')[:6000]}"
         lowered = ctypes.c_char_p()
         assert lib.nvrtcGetLoweredName(prog, kernel.encode(), ctypes.byref(lowered)) == 0
-        return lowered.value.decode()
+        if not arch.startswith("compute_"):
+            return lowered.value.decode(), None
+        lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
+        ptx = ctypes.create_string_buffer(n.value)
+        assert lib.nvrtcGetPTX(prog, ptx) == 0
+        return lowered.value.decode(), ptx.value.decode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
@@ -316,7 +323,8 @@ def test_call_path_and_generated_program(fake, capsys):
     assert [o.shape for o in outs] == [(2, 3)]
     ck, = fake.calls
     s, c = ck.spec, ck.call
-    assert s["name"] == "scale_rows" and s["input_names"] == ["in0", "in1", "mkpy_grid"]
+    # MLX's name: the kernel's and a hash of the program (MLX < 0.32.1 keys its modules by name alone)
+    assert re.fullmatch("scale_rows_[0-9a-f]{16}", s["name"]) and s["input_names"] == ["in0", "in1", "mkpy_grid"]
     assert s["output_names"] == ["out0"] and s["ensure_row_contiguous"] is True
     assert c["grid"] == (3, 2, 1) and c["threadgroup"] == (256, 1, 1) and c["init_value"] == 0.5
     assert c["inputs"][0] is x   # a Python scalar becomes a 0-d float32 array, as MLX makes it
@@ -324,7 +332,9 @@ def test_call_path_and_generated_program(fake, capsys):
     assert c["inputs"][2].dtype is fake.uint32 and c["inputs"][2].shape == (3,)
     # the body: Metal's attributes from CUDA's built-ins, then the translated kernel function
     assert "::mkpy::mlx_thread_attrs(mkpy_grid, t)" in s["source"] and "in0_shape.data()" in s["source"]
-    assert "in1_shape" not in s["source"] and "::custom_kernel_scale_rows" in s["source"]
+    assert "in1_shape" not in s["source"] and "MKPY_MLX_KERNEL<float16_t>(" in s["source"]
+    assert "#define MKPY_MLX_KERNEL ::custom_kernel_scale_rows_" in s["header"]
+    assert "// mkpy: blocks of at most 256 threads" in s["source"]
     # the header: mkpy's runtime (no #include of it: MLX's NVRTC has no path to it) and the kernel
     assert "#define MKPY_CUDA_HOSTED 1" in s["header"] and '#include "mkpy_' not in s["header"]
     assert '#line 1 "<kernel scale_rows source>"' in s["header"]
@@ -336,14 +346,24 @@ def test_call_path_and_generated_program(fake, capsys):
     assert len(fake.made) == 1 and len(fake.calls) == 2 and fake.calls[1].call["grid"] == (5, 2, 1)
     k(inputs=[x, 3.0], output_shapes=[(2, 3)], output_dtypes=[fake.float32], grid=(3, 2, 1),
       threadgroup=(256, 1, 1), template=[("T", fake.float32)], verbose=True, stream="s")
-    assert len(fake.made) == 2
+    assert len(fake.made) == 2 and fake.made[0].spec["name"] != fake.made[1].spec["name"]
     # verbose: the generated Metal source here, and MLX is asked to print its CUDA program
     assert "Generated source code for `scale_rows`" in capsys.readouterr().out
     assert fake.calls[-1].call["verbose"] is True and fake.calls[-1].call["stream"] == "s"
+    other = mkpy.cuda.metal_kernel(name="scale_rows", input_names=["x", "s"], output_names=["out"],
+                                   source="out[0] = T(x[0] * s + x_shape[1]);")
+    other(inputs=[x, 3.0], output_shapes=[(2, 3)], output_dtypes=[fake.float32], grid=(3, 2, 1),
+          threadgroup=(256, 1, 1), template=[("T", fake.float32)])
+    assert len({k.spec["name"] for k in fake.made}) == 3   # same name and dtypes, another source
     if NVRTC_MISSING:
         pytest.skip(NVRTC_MISSING)
     for arch in ARCHS:
-        assert nvrtc_compile(program, arch, "mlx::core::cu::custom_kernel_scale_rows")
+        assert nvrtc_compile(program, arch, f"mlx::core::cu::custom_kernel_{s['name']}")[0]
+    # the header's declaration of MLX's function gives it launch bounds: the declaration matches
+    # (a declaration that did not would make MLX's name expression ambiguous, an NVRTC error)
+    name, ptx = nvrtc_compile(program, "compute_80", f"mlx::core::cu::custom_kernel_{s['name']}")
+    entry = ptx[ptx.index(f".entry {name}("):]
+    assert entry[:entry.index("{")].count(".maxntid 256, 1, 1") == 1
 
 
 def test_errors_raise_at_the_call(fake):

@@ -650,7 +650,7 @@ error:
  * its eval make (Metal-only constructs, launch rules, buffer count) and the
  * limits of MLX's CUDA launch (a block per threadgroup: at most 2^31 - 1
  * threadgroups along x, 65535 along y and z), and returns (source, header or
- * None, input names, output names, grid, threadgroup) for
+ * None, input names, output names, grid, threadgroup, name or None) for
  * mx.fast.cuda_kernel (backend/cuda/cuda.h's mkb_cuda_mlx_sources). */
 static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"inputs",   "output_shapes", "output_dtypes", "grid",  "threadgroup",
@@ -664,7 +664,7 @@ static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssi
     mk_array *desc = NULL, **inputs = NULL;
     int *ndims = NULL, with_header = 1;
     int64_t(*shapes)[MK_MAX_NDIM] = NULL;
-    char *body = NULL, *header = NULL;
+    char *body = NULL, *header = NULL, *mlx_name = NULL;
     mkk_call *c = calloc(1, sizeof *c);
     if (!c) return PyErr_NoMemory();
     if (mkpy_parse_bool(a[7], 1, &with_header) < 0) goto error;
@@ -717,7 +717,7 @@ static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssi
             goto error;
         }
     }
-    if (mkb_cuda_mlx_sources(k, c, inputs, &body, with_header ? &header : NULL) < 0) {
+    if (mkb_cuda_mlx_sources(k, c, inputs, &body, with_header ? &header : NULL, &mlx_name) < 0) {
         mkpy_raise();
         goto error;
     }
@@ -728,10 +728,11 @@ static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssi
         for (int i = 0; i < k->noutputs; i++)
             PyList_SET_ITEM(out_names, i, PyUnicode_FromFormat(MKB_MLX_OUTPUT_FMT, i));
         if (!PyErr_Occurred())
-            result = Py_BuildValue("(sNOO(kkk)(kkk))", body, header ? PyUnicode_FromString(header) : Py_NewRef(Py_None),
-                                   in_names, out_names, (unsigned long)plan.grid[0], (unsigned long)plan.grid[1],
+            result = Py_BuildValue("(sNOO(kkk)(kkk)z)", body,
+                                   header ? PyUnicode_FromString(header) : Py_NewRef(Py_None), in_names, out_names,
+                                   (unsigned long)plan.grid[0], (unsigned long)plan.grid[1],
                                    (unsigned long)plan.grid[2], (unsigned long)c->threadgroup[0],
-                                   (unsigned long)c->threadgroup[1], (unsigned long)c->threadgroup[2]);
+                                   (unsigned long)c->threadgroup[1], (unsigned long)c->threadgroup[2], mlx_name);
     }
     Py_XDECREF(in_names);
     Py_XDECREF(out_names);
@@ -743,6 +744,7 @@ error:
     free(shapes);
     free(body);
     free(header);
+    free(mlx_name);
     Py_XDECREF(in_seq);
     return result;
 }

@@ -25,16 +25,19 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
  * passes. The header is the runtime (mkpy_cuda.h with the headers it includes
  * put in place: MLX's NVRTC has no include path to them), compiled in hosted
  * mode (MKPY_CUDA_HOSTED), and the translated kernel with #line markers at
- * the user's lines; the body takes Metal's thread attributes from CUDA's
- * built-ins (mkpy::mlx_thread_attrs) and calls the kernel function. header
- * may be NULL (only the body: it names the instantiation). Returns 0 with
+ * the user's lines, and a declaration of MLX's __global__ function with
+ * __launch_bounds__ for the call's threadgroup; the body takes Metal's thread
+ * attributes from CUDA's built-ins (mkpy::mlx_thread_attrs) and calls the
+ * kernel function. *name is the name to give cuda_kernel: the kernel's and a
+ * hash of the program. header may be NULL (then name is not set: only the
+ * body, which names the instantiation and the launch bound). Returns 0 with
  * malloc'd strings, or -1 with an error set (a RuntimeError for kernels that
  * print). */
 #define MKB_MLX_INPUT_FMT "in%d"
 #define MKB_MLX_OUTPUT_FMT "out%d"
 #define MKB_MLX_GRID_NAME "mkpy_grid"
 int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **body,
-                         char **header);
+                         char **header, char **name);
 
 /* A compiled kernel: the CUBIN for one architecture. */
 typedef struct {

@@ -125,20 +125,48 @@ static int inline_header(mkk_sbuf *b, const char *name, char (*seen)[64], int *n
     return rc;
 }
 
+/* MLX's dtype_to_cuda_type: the parameter types of the __global__ function it writes */
+static const char *mlx_cuda_type(mk_dtype t) {
+    switch (t) {
+    case MK_BOOL: return "bool";
+    case MK_UINT8: return "uint8_t";
+    case MK_UINT16: return "uint16_t";
+    case MK_UINT32: return "uint32_t";
+    case MK_UINT64: return "uint64_t";
+    case MK_INT8: return "int8_t";
+    case MK_INT16: return "int16_t";
+    case MK_INT32: return "int32_t";
+    case MK_INT64: return "int64_t";
+    case MK_FLOAT16: return "__half";
+    case MK_FLOAT32: return "float";
+    case MK_FLOAT64: return "double";
+    case MK_BFLOAT16: return "__nv_bfloat16";
+    default: return "mlx::core::cu::complex64_t";
+    }
+}
+
 int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **body,
-                         char **header) {
+                         char **header, char **name) {
     *body = NULL;
-    if (header) *header = NULL;
+    if (header) *header = *name = NULL;
     if (refuse_printing(k, c, "mkpy's CUDA translation", "") < 0) return -1;
     char *generated = NULL, *kname = NULL, *call = NULL;
     if (mkk_generate(k, c, inputs, &generated, &kname) < 0) return -1;
-    mkk_sbuf fn = {0}, b = {0}, h = {0};
+    mkk_sbuf fn = {0}, b = {0}, h = {0}, nm = {0};
     int rc = -1;
-    /* the Metal kernel function is global; MLX's __global__ function of the
-     * same name is in mlx::core::cu, where the body is */
-    mkk_sbf(&fn, "::%s", kname);
-    if (fn.failed || !(call = mkk_call_expr(k, c, inputs, fn.s, "a%d", NULL))) goto done;
-    mkk_sbf(&b, "    mkpy_thread_attrs t;\n    if (!::mkpy::mlx_thread_attrs(%s, t)) return;\n", MKB_MLX_GRID_NAME);
+    /* The body calls the Metal kernel function through a macro that the header defines: MLX
+     * searches the body for `<input>_shape` and the like, and the function's name holds the
+     * kernel's name, which could hold such a text. The function is global (`::`): MLX's
+     * __global__ function of the same name is in mlx::core::cu, where the body is. */
+    mkk_sbf(&fn, "#define MKPY_MLX_KERNEL ::%s\n", kname);
+    if (fn.failed || !(call = mkk_call_expr(k, c, inputs, "MKPY_MLX_KERNEL", "a%d", NULL))) goto done;
+    /* registers for the call's threadgroup, as mkpy_cuda_entry's __launch_bounds__ (program above):
+     * the header declares MLX's __global__ function with it; the body says which, so that it names
+     * the header too */
+    int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
+    while (threads < requested && threads < 1024) threads *= 2;
+    mkk_sbf(&b, "    // mkpy: blocks of at most %d threads (__launch_bounds__ in the header)\n", (int)threads);
+    mkk_sb(&b, "    mkpy_thread_attrs t;\n    if (!::mkpy::mlx_thread_attrs(" MKB_MLX_GRID_NAME ", t)) return;\n");
     int arg = 0;
     for (int i = 0; i < k->ninputs; i++) {
         mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_INPUT_FMT ";\n", arg++, i);
@@ -160,10 +188,33 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
         if (inline_header(&h, "mkpy_cuda.h", seen, &nseen, 0) < 0 ||
             program_body(&h, k, generated) < 0)
             goto done;
-        mkk_sb(&h, "#line 1 \"<mkpy entry, in MLX's cuda_kernel>\"\n");
-        if (h.failed) goto nomem;
+        /* MLX's __global__ function, declared as MLX will define it, with launch bounds: a declaration
+         * that did not match it would only declare an overload that nothing calls */
+        mkk_sb(&h, fn.s);
+        if (h.failed || b.failed) goto nomem;
+        /* the name MLX gets: the kernel's, and a hash of the program (MLX before 0.32.1 keyed its
+         * modules by the name alone, and two kernels may share a name) */
+        char hex[33];
+        mkb_hash_hex(h.s, b.s, hex);
+        mkk_sbf(&nm, "%s_%.16s", k->name, hex);
+        mkk_sbf(&h, "#line 1 \"<mkpy entry, in MLX's cuda_kernel>\"\nnamespace mlx::core::cu {\n"
+                    "__global__ void __launch_bounds__(%d) custom_kernel_%s(", (int)threads, nm.s ? nm.s : "");
+        for (int i = 0; i < k->ninputs; i++) {
+            mkk_sbf(&h, "const %s* " MKB_MLX_INPUT_FMT ", ", mlx_cuda_type(inputs[i]->dtype), i);
+            if (inputs[i]->ndim == 0) continue;
+            if (k->shape_info[i][0]) mkk_sbf(&h, "const __grid_constant__ Shape " MKB_MLX_INPUT_FMT "_shape, ", i);
+            if (k->shape_info[i][1])
+                mkk_sbf(&h, "const __grid_constant__ Strides " MKB_MLX_INPUT_FMT "_strides, ", i);
+            if (k->shape_info[i][2]) mkk_sbf(&h, "const __grid_constant__ int " MKB_MLX_INPUT_FMT "_ndim, ", i);
+        }
+        mkk_sb(&h, "const uint32_t* " MKB_MLX_GRID_NAME);
+        for (int i = 0; i < k->noutputs; i++)
+            mkk_sbf(&h, ", %s* " MKB_MLX_OUTPUT_FMT, mlx_cuda_type(c->output_dtypes[i]), i);
+        mkk_sb(&h, ");\n}\n");
+        if (h.failed || nm.failed) goto nomem;
         *header = h.s;
-        h.s = NULL;
+        *name = nm.s;
+        h.s = nm.s = NULL;
     }
     *body = b.s;
     b.s = NULL;
@@ -178,5 +229,6 @@ done:
     free(fn.s);
     free(b.s);
     free(h.s);
+    free(nm.s);
     return rc;
 }
