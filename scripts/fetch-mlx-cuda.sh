@@ -18,11 +18,11 @@ mkdir -p "$dest/a" "$dest/b"
     --platform manylinux_2_35_x86_64 --dest "$dest" "mlx==$VERSION" "mlx-cuda-13==$VERSION"
 whl=$(ls "$dest"/mlx_cuda_13-"$VERSION"-*.whl)
 front=$(ls "$dest"/mlx-"$VERSION"-cp312-*.whl)
-(cd "$dest" && sha256sum "$(basename "$whl")" "$(basename "$front")" > SHA256SUMS)
 rm -f "$dest"/a/* "$dest"/b/*
+(cd "$dest" && sha256sum "$(basename "$whl")" "$(basename "$front")" > a/SHA256SUMS)
 split -b 45M -d "$whl" "$dest/a/$(basename "$whl").part"
 mv "$dest/a/$(basename "$whl").part01" "$dest/b/"
 [ ! -e "$dest/a/$(basename "$whl").part02" ] || { echo "the wheel needs more than two parts" >&2; exit 1; }
 mv "$front" "$dest/a/"
-cp "$dest/SHA256SUMS" "$dest/a/"
+rm "$whl"
 ls -l "$dest/a" "$dest/b"
