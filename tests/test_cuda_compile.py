@@ -102,3 +102,36 @@ def test_compiled_once_per_architecture():
     for _ in range(3):
         assert run(k, x).tolist() == (x * 3).tolist()
     assert len(cuda_sources("cuda_once")) == 2
+
+
+def test_loops_poll_the_stop_word_and_barriers_are_numbered():
+    # Ctrl-C and MKPY_KERNEL_TIMEOUT stop a CUDA kernel through a word that every loop condition
+    # polls; barriers carry their site for the divergence check (mkpy_cuda.h). A constexpr
+    # helper's loop stays a constant expression.
+    header = "constexpr int log2i(int n) { int r = 0; while (n > 1) { n >>= 1; r++; } return r; }\n" \
+             "static_assert(log2i(8) == 3, \"constexpr\");\n"
+    src = """
+        uint l = thread_position_in_threadgroup.x;
+        threadgroup float t[64];
+        t[l] = inp[l];
+        for (uint i = 0; i < 2; i++) threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (;;) { if (l < 64) break; }
+        uint n = l;
+        do { n++; } while (n < 3);
+        float vs[2] = {1.0f, 2.0f};
+        for (float v : vs) n += uint(v);
+        metal::threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[l] = t[63 - l] + float(n - n) + float(log2i(8));
+    """
+    k = mx.fast.metal_kernel(name="cuda_polls", input_names=["inp"], output_names=["out"], source=src,
+                             header=header)
+    x = mx.arange(64, dtype=mx.float32)
+    assert run(k, x).tolist() == [63 - i + 3.0 for i in range(64)]
+    p = cuda_sources("cuda_polls")[0]
+    assert "while ( ::mkpy::poll(),n > 1)" in p  # the header's loop
+    assert "for (uint i = 0; ::mkpy::poll(), i < 2; i++) ::metal::threadgroup_barrier_at(0u)(" in p
+    assert "for (; ::mkpy::poll();)" in p
+    assert "while ( ::mkpy::poll(),n < 3);" in p
+    assert "for (float v : vs)" in p  # a range-for has no condition to poll
+    assert "metal::threadgroup_barrier_at(1u)(mem_flags::mem_threadgroup)" in p
+    assert "mkpy::barrier_init();" in p

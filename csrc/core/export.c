@@ -31,11 +31,6 @@
 #include "ops_quant.h"
 #include "transforms.h"
 
-/* (ops_index.c; declared here as only export uses it) */
-bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
-/* (ops_index.c, ops_shape.c) */
-bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
-bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
 /* (ops_fast.c) */
 bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
 bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);

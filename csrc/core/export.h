@@ -164,6 +164,23 @@ bool mk_xp_conv(const mk_prim *p, int *nd, int *stride, int *pad_lo, int *pad_hi
 bool mk_xp_qmm(const mk_prim *p, int *gs, int *bits, int *mode, bool *transpose);
 bool mk_xp_rowc(const mk_prim *p);
 bool mk_xp_full(const mk_prim *p);
+/* (for the GPU back-end's mx.fast evaluators: ops_fast.c, ops_reduce.c) */
+bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
+bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);
+bool mk_xp_sdpa(const mk_prim *p, float *scale, bool *causal, bool *has_mask, bool *mask_bool, bool *has_sinks);
+bool mk_xp_lastax(const mk_prim *p, int *kind, int64_t rows, int64_t n, int *nparts);
+/* a constant fill (zeros, ones, full with a number): the element's bytes */
+bool mk_xp_fill(const mk_prim *p, unsigned char pat[16]);
+/* an integer arange of dtype t: element i is (t)(start + i * step) */
+bool mk_xp_arange_int(const mk_prim *p, mk_dtype t, uint64_t *start, uint64_t *step);
+/* argmax (which 0) or argmin (1) over the dims red[] (row-major order) */
+bool mk_xp_argreduce(const mk_prim *p, int *which, bool *red);
+/* gather and scatter plans (ops_index.c); a scatter standing for MLX's
+ * (Dynamic)SliceUpdate (mk_scatter_slice) says so in *slice_update */
+bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
+bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
+bool mk_xp_scatter_slice(const mk_prim *p, bool *slice_update);
+bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
 
 
 /* ---- metal_kernel nodes <-> MLX's CustomKernel (csrc/kernel/xkernel.c) ---- */

@@ -1318,3 +1318,15 @@ bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base,
     *scale = rp->scale;
     return true;
 }
+
+/* the GPU back-end (backend/cuda/ops_fast.c): attention's params */
+bool mk_xp_sdpa(const mk_prim *p, float *scale, bool *causal, bool *has_mask, bool *mask_bool, bool *has_sinks) {
+    if (p->op != &sdpa_def) return false;
+    const sdpa_params *sp = p->params;
+    *scale = sp->scale;
+    *causal = sp->causal;
+    *has_mask = sp->has_mask;
+    *mask_bool = sp->mask_bool;
+    *has_sinks = sp->has_sinks;
+    return true;
+}

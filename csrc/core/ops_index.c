@@ -1601,3 +1601,8 @@ bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims) {
     memcpy(dims, g->dims, sizeof g->dims);
     return true;
 }
+bool mk_xp_scatter_slice(const mk_prim *p, bool *slice_update) {
+    if (p->op != &scatter_def) return false;
+    *slice_update = ((const gs_params *)p->params)->slice_update != 0;
+    return true;
+}

@@ -1796,6 +1796,20 @@ static int lastax_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int lastax_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef lastax_def = {"softmax", lastax_eval, NULL, lastax_vjp, lastax_jvp, lastax_vmap, false};
 
+/* the GPU back-end (backend/cuda/ops_fast.c): the row kind (0 logsumexp, 1
+ * softmax, 2 softmax in float16/bfloat16 without precise) and how a row of n
+ * elements in `rows` rows is split into parts (1: not split), as lastax_eval
+ * splits it */
+bool mk_xp_lastax(const mk_prim *p, int *kind, int64_t rows, int64_t n, int *nparts) {
+    if (p->op != &lastax_def) return false;
+    const lastax_params *lp = p->params;
+    *kind = lp->kind == LA_LSE ? 0 : lp->kind == LA_SOFTMAX ? 1 : 2;
+    int64_t want = n / MK_GRAIN;
+    if (want > 256) want = 256;
+    *nparts = rows >= SPLIT_ROWS_BELOW || want < 2 || lp->kind == LA_SOFTMAX_LOW ? 1 : (int)want;
+    return true;
+}
+
 static mk_array *lastax_node(lastax_kind kind, mk_array *x, int ndim, const int64_t *shape) {
     lastax_params *lp = malloc(sizeof *lp);
     if (!lp) return mk_nomem();
@@ -2132,6 +2146,15 @@ bool mk_xp_reduce(const mk_prim *p, int *which, bool *red) {
     if (p->op != &reduce_def) return false;
     const reduce_params *rp = p->params;
     *which = reduce_which(rp);
+    memcpy(red, rp->red, sizeof rp->red);
+    return true;
+}
+bool mk_xp_argreduce(const mk_prim *p, int *which, bool *red) {
+    if (p->op != &reduce_def) return false;
+    const reduce_params *rp = p->params;
+    const rkern *a0 = &arg_kernels[0][0];
+    if (rp->k < a0 || rp->k >= a0 + 2 * MK_NDTYPES) return false;
+    *which = (int)((rp->k - a0) / MK_NDTYPES);
     memcpy(red, rp->red, sizeof rp->red);
     return true;
 }

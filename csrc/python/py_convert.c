@@ -3,9 +3,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/pool.h"
 #include "core/types.h"
+#include "kernel/diag.h"
 #include "mkpy.h"
 
 extern const char *mkpy_public_name; /* py_dtype.c: "mkpy", or "mlx.core" (mkpy.as_mlx) */
@@ -78,8 +80,15 @@ PyObject *mkpy_wrap_list(mk_array **arrs, int n) {
  * (signal.signal installs its handler again). */
 static struct sigaction displaced_sigint;
 
+static volatile sig_atomic_t sigint_trace; /* MKPY_DEBUG=3: on_sigint says it ran (write is signal-safe) */
+
 static void on_sigint(int sig, siginfo_t *si, void *uc) {
     struct sigaction *d = &displaced_sigint;
+    if (sigint_trace) {
+        static const char msg[] = "[mkpy debug 3] SIGINT reached mkpy's handler\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+    }
     if (!(d->sa_flags & SA_SIGINFO) && d->sa_handler == SIG_IGN) return;
     mk_interrupt_raise();
     if (d->sa_flags & SA_SIGINFO) {
@@ -100,6 +109,7 @@ static void arm_sigint_locked(void) {
     if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigint) return;
     if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) return;
     displaced_sigint = cur;
+    sigint_trace = mkk_debug_level() >= 3;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigint;

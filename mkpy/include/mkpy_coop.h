@@ -28,7 +28,8 @@ inline const mkpy_coop_api *api = nullptr;
 
 } // namespace mkpy
 
-// The four points where kernel code meets the cooperative runtime. They are
+// The four points where kernel code meets the cooperative runtime (and a fifth, mkpy_sync_order,
+// that only mkpy's compiler pass calls). They are
 // named, never-inlined functions so that mkpy's region-splitting engine
 // (csrc/backend/cpu/cbs.c) finds them in the kernel's LLVM IR and turns each call
 // into a resume point; the fiber engine just calls through them.
@@ -47,6 +48,11 @@ __attribute__((noinline, weak, noduplicate, nomerge)) unsigned char *mkpy_sync_e
 __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_threadgroup_alloc(const void *addr, size_t size,
                                                                  const char *file, int line) {
     mkpy::api->threadgroup_alloc(addr, size, file, line);
+}
+// Never called from kernel code: mkpy's compiler pass puts a call before every point above in a
+// kernel built for the fiber engine (or the checker), with the point's rank in the control flow.
+__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_order(int rank, int wait) {
+    mkpy::api->order(rank, wait);
 }
 }
 

@@ -28,7 +28,73 @@
 #include "mkpy_launch.h"
 #include "mkpy_cuda_launch.h"
 
+// The host's words for this module (mkpy_cuda_launch.h): set when the module is loaded.
+extern "C" {
+__constant__ struct mkpy_cuda_globals mkpy_cuda_g;
+}
+
 namespace mkpy {
+
+// ------------------------------------------------------------ stop and report
+// Ctrl-C and MKPY_KERNEL_TIMEOUT cannot preempt a running CUDA kernel, and a
+// context reset waits for it: so the translation makes every loop condition
+// poll the stop word (`::mkpy::poll(), cond`), and barriers poll it too. A
+// thread that sees it set exits; threads that exited count as arrived at
+// later barriers, so the rest of the block follows at its next poll.
+__noinline__ void stop_now() { asm volatile("exit;"); }
+inline bool stop_requested() {
+    const volatile unsigned *s = (const volatile unsigned *)mkpy_cuda_g.stop;
+    return s && *s;
+}
+// constexpr, so that loops in constexpr helpers stay constant expressions
+inline constexpr bool poll() {
+    if (!__builtin_is_constant_evaluated() && stop_requested()) stop_now();
+    return true;
+}
+// The first problem found wins the claim and fills the host's report; the
+// stop word then ends the other threads.
+// Hosted by MLX's cuda_kernel (mkpy.cuda.metal_kernel) there is no report to fill
+// and no stop word (MLX does not set mkpy_cuda_g): the kernel traps, and MLX
+// raises CUDA's error at its next synchronization.
+inline void report(unsigned code, unsigned a, unsigned b, unsigned long long group) {
+#ifdef MKPY_CUDA_HOSTED
+    (void)code, (void)a, (void)b, (void)group;
+    __trap();
+#endif
+    unsigned *claim = (unsigned *)mkpy_cuda_g.claim;
+    volatile struct mkpy_cuda_report *r = (volatile struct mkpy_cuda_report *)mkpy_cuda_g.report;
+    if (claim && r && atomicCAS(claim, 0u, 1u) == 0u) {
+        r->site[0] = a;
+        r->site[1] = b;
+        r->group = group;
+        __threadfence_system();
+        r->code = code;
+        __threadfence_system();
+    }
+    volatile unsigned *s = (volatile unsigned *)mkpy_cuda_g.stop;
+    if (s) *s = 1u;
+    stop_now();
+}
+
+// Barrier divergence (Metal: undefined; the CPU engines: an error naming both
+// barriers). Each thread writes its barrier's site into the slot of this
+// barrier instance and reads it back after the barrier: a different value
+// means threads of the block met at different barriers. Two slots, used in
+// turn (each thread keeps its own parity), so that a fast thread's write for
+// the next barrier never lands before a slow thread's read of this one.
+__shared__ unsigned barrier_slot[2];
+__shared__ unsigned char barrier_parity[1024];
+// The thread's linear index in its block: threadIdx.x in mkpy's one-dimensional
+// blocks; MLX's cuda_kernel launches three-dimensional ones (hosted mode).
+inline unsigned block_thread() {
+#ifdef MKPY_CUDA_HOSTED
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+#else
+    return threadIdx.x;
+#endif
+}
+inline void barrier_init() { barrier_parity[block_thread()] = 0; }
+
 
 inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
 
@@ -105,6 +171,7 @@ inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     return thread_attrs(L.grid, L.tg, L.ngroups, b, threadIdx.x, t);
 }
 
+#ifdef MKPY_CUDA_HOSTED
 // Metal's attributes of this CUDA thread in a launch by MLX's cuda_kernel
 // (mkpy.cuda.metal_kernel): a block per threadgroup, blockIdx its position in
 // the grid of threadgroups, blockDim the threadgroup clamped to the grid and
@@ -117,8 +184,9 @@ inline bool mlx_thread_attrs(const uint32_t *grid, mkpy_thread_attrs &t) {
     const uint32_t tg[3] = {blockDim.x, blockDim.y, blockDim.z};
     const uint32_t n[3] = {gridDim.x, gridDim.y, gridDim.z};
     const uint32_t b[3] = {blockIdx.x, blockIdx.y, blockIdx.z};
-    return thread_attrs(g, tg, n, b, threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z), t);
+    return thread_attrs(g, tg, n, b, block_thread(), t);
 }
+#endif
 
 // ---- moving values of any plain type between lanes, 32 bits at a time
 template <class T>
@@ -223,6 +291,21 @@ inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncthreads();
 }
+// The translation turns `threadgroup_barrier(f)` into `threadgroup_barrier_at(site)(f)`.
+struct barrier_call {
+    unsigned site;
+    inline void operator()(mem_flags f = mem_flags::mem_none) const {
+        if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
+        const unsigned t = ::mkpy::block_thread(), p = ::mkpy::barrier_parity[t];
+        ::mkpy::barrier_slot[p] = site;
+        __syncthreads();
+        const unsigned seen = ::mkpy::barrier_slot[p];
+        ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
+        if (seen != site) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, blockIdx.x);
+        ::mkpy::poll();
+    }
+};
+inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }
 inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncwarp(__activemask());

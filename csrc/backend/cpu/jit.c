@@ -291,7 +291,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     if (prints) mkk_sb(&body, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
     int readonly_args = 0;
     sbuf call = {0};
-    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs) < 0 ||
+    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs, NULL) < 0 ||
         !(call.s = mkk_call_expr(k, c, inputs, kernel_name, "args[%d]", &readonly_args))) {
         free(body.s);
         return NULL;
@@ -941,7 +941,9 @@ int mkk_prepare(char *msg, size_t n) {
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-6"
+#define CBS_ENGINE_ID "engine=lockstep-7"
+/* ... and of cooperative kernels built through the pass for fibers */
+#define FIBER_ENGINE_ID "engine=fibers-ordered-1"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
@@ -952,15 +954,21 @@ static void cbs_pass_find(void) {
     if (access(path, X_OK) == 0 && realpath(path, real)) memcpy(cbs_pass_path, real, sizeof real);
 }
 
-/* The region-splitting pass is a program beside the package
- * (mkpy/mkpy-cbs-pass, linked with LLVM), run like the compiler. NULL when
- * it is not there (mkpy built without LLVM 15) or MKPY_ENGINE=fibers:
- * cooperative kernels then run on fibers. */
+/* The pass program is beside the package (mkpy/mkpy-cbs-pass, linked with
+ * LLVM), run like the compiler. NULL when it is not there (mkpy built
+ * without LLVM 15): cooperative kernels then run on fibers, built without it. */
+static const char *pass_program(void) {
+    pthread_once(&cbs_pass_once, cbs_pass_find);
+    return cbs_pass_path[0] ? cbs_pass_path : NULL;
+}
+
+/* The region-splitting pass for the lockstep engine: the pass program, NULL
+ * without it or with MKPY_ENGINE=fibers (cooperative kernels then run on
+ * fibers, still built through the pass for their release order). */
 static const char *cbs_pass(void) {
     const char *e = getenv("MKPY_ENGINE");
     if (e && strcmp(e, "fibers") == 0) return NULL;
-    pthread_once(&cbs_pass_once, cbs_pass_find);
-    return cbs_pass_path[0] ? cbs_pass_path : NULL;
+    return pass_program();
 }
 
 /* The two halves of cbs_object, timed for build's stage list (MKPY_DEBUG). */
@@ -1116,9 +1124,9 @@ static int recv_all(int fd, char *p, size_t n) {
 
 /* One request to a pass server: the pass's status (0 or 1) with *why set,
  * or -1 when the server died or misbehaved. */
-static int pass_ask(srvproc *s, int check, const char *bc, const char *obj, char **why) {
+static int pass_ask(srvproc *s, char mode, const char *bc, const char *obj, char **why) {
     char head[96];
-    int hn = snprintf(head, sizeof head, "%c %zu %zu\n", check ? 'K' : 'C', strlen(bc), strlen(obj));
+    int hn = snprintf(head, sizeof head, "%c %zu %zu\n", mode, strlen(bc), strlen(obj));
     if (send_all(s->fd, head, (size_t)hn) < 0 || send_all(s->fd, bc, strlen(bc)) < 0 ||
         send_all(s->fd, obj, strlen(obj)) < 0)
         return -1;
@@ -1148,24 +1156,25 @@ static int pass_ask(srvproc *s, int check, const char *bc, const char *obj, char
  * else as a program of its own (when a debugging variable that the pass
  * reads is set: a server would not see a later change). Returns as
  * run_capture. */
-static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why) {
+static int pass_run(const char *program, char mode, const char *bc_path, const char *obj_path, char **why) {
     *why = NULL;
     if (!getenv("MKPY_CBS_DUMP") && !getenv("MKPY_CBS_TRACE") && !getenv("MKPY_NO_PASS_SERVER")) {
         srvproc *s = srv_take(SRV_PASS);
         int rc = -1;
-        if (s && (rc = pass_ask(s, check, bc_path, obj_path, why)) < 0) {
+        if (s && (rc = pass_ask(s, mode, bc_path, obj_path, why)) < 0) {
             srv_end(s); /* an idle server that went away: a fresh one */
             s = NULL;
         }
         char *argv[] = {(char *)program, "--serve", NULL};
-        if (!s && (s = srv_start(argv, NULL))) rc = pass_ask(s, check, bc_path, obj_path, why);
+        if (!s && (s = srv_start(argv, NULL))) rc = pass_ask(s, mode, bc_path, obj_path, why);
         if (s) {
             srv_give(SRV_PASS, s, rc >= 0);
             return rc; /* -1: the server died on this kernel, the pass failed */
         }
     }
-    char *argv[] = {(char *)program, check ? "--check" : (char *)bc_path, check ? (char *)bc_path : (char *)obj_path,
-                    check ? (char *)obj_path : NULL, NULL};
+    char *flag = mode == 'K' ? "--check" : mode == 'F' ? "--fibers" : NULL;
+    char *argv[] = {(char *)program, flag ? flag : (char *)bc_path, flag ? (char *)bc_path : (char *)obj_path,
+                    flag ? (char *)obj_path : NULL, NULL};
     return run_capture(argv, why);
 }
 
@@ -1277,12 +1286,17 @@ static int cc_run(char *const argv[], char **output) {
 }
 
 /* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
- * -> mkpy-cbs-pass -> object at obj_path. Returns 0; the compiler's failure (diag
- * set: the kernel is wrong); or CBS_DECLINED when the pass cannot take the
- * kernel (it is then built for fibers). */
+ * -> mkpy-cbs-pass -> object at obj_path. Mode 'C': the lockstep engine's
+ * object, or when the pass declines it (the reason in `declined`) the fiber
+ * engine's from the same bitcode; 'F': the fiber engine's (its runtime
+ * points in the program's order, mkk_fiber_build), for MKPY_ENGINE=fibers
+ * and printing kernels; 'K': the checker's instrumented object. Returns 0;
+ * the compiler's failure (diag set: the kernel is wrong); or CBS_DECLINED
+ * when the pass made no object (the kernel is then built without it, for
+ * fibers in the text's order). */
 #define CBS_DECLINED (-1000)
-static int cbs_object(const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
-                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n, int check) {
+static int cbs_object(char mode, const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
+                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n) {
     char bc_path[4600];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
     uint64_t t0 = mkk_now_ns();
@@ -1301,27 +1315,34 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     free(*diag);
     *diag = NULL;
     snprintf(obj_path, n, "%s.o", tmp_base);
-    const char *program = cbs_pass();
+    pthread_once(&cbs_pass_once, cbs_pass_find);
+    const char *program = cbs_pass_path;
     char *why = NULL;
-    if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
-        pthread_once(&cbs_pass_once, cbs_pass_find);
-        program = cbs_pass_path;
-    }
     uint64_t t1 = mkk_now_ns();
     cbs_front_ns = t1 - t0;
-    rc = pass_run(program, check, bc_path, obj_path, &why);
-    cbs_pass_ns = mkk_now_ns() - t1;
-    unlink(bc_path);
-    if (rc != 0) {
-        /* the pass declined (or failed): fibers run the kernel */
-        unlink(obj_path);
-        obj_path[0] = 0;
-        snprintf(declined, declined_n, "%s: %s", check ? "its instrumentation failed" : "the lockstep engine cannot take it",
+    rc = pass_run(program, mode, bc_path, obj_path, &why);
+    if (rc != 0 && mode == 'C') {
+        /* the lockstep engine cannot take it: the fiber engine's object, in order */
+        snprintf(declined, declined_n, "the lockstep engine cannot take it: %s",
                  rc < 0 ? "its compiler pass failed" : why && why[0] ? why : "no reason given");
         free(why);
+        why = NULL;
+        unlink(obj_path);
+        if (pass_run(program, 'F', bc_path, obj_path, &why) == 0) rc = 0;
+    } else if (rc != 0) {
+        snprintf(declined, declined_n, "%s: %s",
+                 mode == 'K' ? "its instrumentation failed" : "the fiber engine's pass failed",
+                 rc < 0 ? "its compiler pass failed" : why && why[0] ? why : "no reason given");
+    }
+    cbs_pass_ns = mkk_now_ns() - t1;
+    unlink(bc_path);
+    free(why);
+    if (rc != 0) {
+        /* no object from the pass: the kernel is built without it, for fibers */
+        unlink(obj_path);
+        obj_path[0] = 0;
         return CBS_DECLINED;
     }
-    free(why);
     return 0;
 }
 
@@ -1551,6 +1572,9 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     const bool prints = k->prints;
     /* printing needs each message's thread, which the fiber engine knows */
     const int cooperative = !check && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass() != NULL && !prints;
+    /* the other cooperative kernels (MKPY_ENGINE=fibers, printing ones) go
+     * through the pass too, for the fiber engine's release order */
+    const int fibers_pass = !check && !cooperative && mkk_is_cooperative((mkk_kernel *)k) && pass_program() != NULL;
     char pass_id[4600] = "";
     if (check) {
         pthread_once(&cbs_pass_once, cbs_pass_find);
@@ -1564,7 +1588,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         }
         file_identity(cbs_pass_path, pass_id, sizeof pass_id);
     }
-    if (cooperative) file_identity(cbs_pass(), pass_id, sizeof pass_id); /* the pass's build, too */
+    if (cooperative || fibers_pass) file_identity(pass_program(), pass_id, sizeof pass_id); /* the pass's build, too */
     size_t klen = strlen(mflags) + strlen(program) + strlen(identity) + sizeof pass_id + 64;
     char *pkey = malloc(klen);
     full_key = malloc(klen);
@@ -1573,7 +1597,8 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         mk_nomem();
         goto done;
     }
-    snprintf(pkey, klen, "%s%s%s\n%s", mflags, check ? " checker " : cooperative ? " " CBS_ENGINE_ID " " : "",
+    snprintf(pkey, klen, "%s%s%s\n%s", mflags,
+             check ? " checker " : cooperative ? " " CBS_ENGINE_ID " " : fibers_pass ? " " FIBER_ENGINE_ID " " : "",
              pass_id, program);
     char hex[33];
     mkb_hash_hex(pkey, identity, hex);
@@ -1639,19 +1664,24 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     if (!check && prints && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass())
         snprintf(declined, sizeof declined, "the kernel prints (os_log/printf): the fiber engine knows each message's "
                                             "thread");
-    int rc = cooperative || check ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
-                                               declined, sizeof declined, check)
-                                  : CBS_DECLINED;
+    int rc = cooperative || check || fibers_pass
+                 ? cbs_object(check ? 'K' : cooperative ? 'C' : 'F', mflags, &pch, tmp_base, cpp_path, obj_path,
+                              sizeof obj_path, &diag, declined, sizeof declined)
+                 : CBS_DECLINED;
     if (check && rc == CBS_DECLINED) { /* the checker cannot run it uninstrumented */
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: the checker mode could not instrument it (%s). "
                      "Kernel called at %s", k->name, declined, c->call_site ? c->call_site : "?");
         unlink(cpp_path);
         goto done;
     }
-    if (cooperative || check) {
+    if (cooperative || check || fibers_pass) {
         stage_add(&st, "clang front end", cbs_front_ns);
         if (cbs_pass_ns)
-            stage_add(&st, rc == CBS_DECLINED ? "lockstep pass (declined)" : "lockstep pass, optimisation, code generation",
+            stage_add(&st,
+                      rc == CBS_DECLINED ? (fibers_pass ? "fiber pass (failed)" : "lockstep pass (declined)")
+                      : cooperative && declined[0] ? "lockstep pass (declined), fiber pass, optimisation, code generation"
+                      : fibers_pass                ? "fiber pass, optimisation, code generation"
+                                                   : "lockstep pass, optimisation, code generation",
                       cbs_pass_ns);
     }
     stage_mark(&st, NULL);
@@ -1953,6 +1983,14 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         memset(&fn, 0, sizeof fn);
     }
     return fn;
+}
+
+int mkb_cpu_kernel_compile(mkk_kernel *k, mkk_call *c, mk_array *const *inputs, const char *generated,
+                           const char *kernel_name) {
+    mkk_compiled fn = jit_cpu(k, c, inputs, generated, kernel_name);
+    if (!fn.entry) return -1;
+    mkk_jit_release(&fn);
+    return 0;
 }
 
 void mkk_jit_release(mkk_compiled *fn) {

@@ -6,12 +6,15 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../../../mkpy/include/mkpy_cuda_launch.h"
 #include "core/pool.h"
+#include "kernel/diag.h"
 
 mkb_cuda_api mkb_cu;
 
@@ -124,6 +127,59 @@ static bool sticky(CUresult r) { return r == 700 || (r >= 702 && r <= 719 && r !
 
 static void free_cache_locked(void);
 static void forget_cache_locked(void);
+
+/* The words that kernels reach through their module's mkpy_cuda_g
+ * (mkpy_cuda_launch.h), made once per context generation: the stop and
+ * claim words in device memory, the report in mapped host memory, and a
+ * stream that does not wait for the default stream, to set the stop word
+ * while a kernel runs. Guarded by cu.mu; a reset frees them with the context. */
+static struct {
+    unsigned gen; /* cu.gen + 1 when made; 0: not made */
+    CUstream side;
+    CUdeviceptr words; /* [0] stop, [1] claim */
+    struct mkpy_cuda_report *report;
+    CUdeviceptr report_dev;
+} st;
+
+static int status_locked(void) {
+    if (st.gen == cu.gen + 1) return 0;
+    st.gen = 0;
+    void *host = NULL;
+    CUresult r = mkb_cu.cuStreamCreate(&st.side, 0x1 /* CU_STREAM_NON_BLOCKING */);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemAlloc_v2(&st.words, 8);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemsetD32_v2(st.words, 0, 2);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemHostAlloc(&host, sizeof *st.report, 0x02 /* CU_MEMHOSTALLOC_DEVICEMAP */);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemHostGetDevicePointer_v2(&st.report_dev, host, 0);
+    if (r != CUDA_SUCCESS) return mkb_cuda_check(r, "making the kernels' stop word and report");
+    st.report = host;
+    memset(st.report, 0, sizeof *st.report);
+    st.gen = cu.gen + 1;
+    return 0;
+}
+
+int mkb_cuda_globals(struct mkpy_cuda_globals *g) {
+    pthread_mutex_lock(&cu.mu);
+    int rc = status_locked();
+    if (rc == 0) {
+        g->stop = st.words;
+        g->claim = st.words + 4;
+        g->report = st.report_dev;
+    }
+    pthread_mutex_unlock(&cu.mu);
+    return rc;
+}
+
+bool mkb_cuda_take_report(struct mkpy_cuda_report *out) {
+    pthread_mutex_lock(&cu.mu);
+    bool have = st.gen == cu.gen + 1 && ((volatile struct mkpy_cuda_report *)st.report)->code != 0;
+    if (have) {
+        memcpy(out, (const void *)st.report, sizeof *out);
+        memset(st.report, 0, sizeof *st.report);
+        mkb_cu.cuMemsetD32_v2(st.words, 0, 2); /* the stop word the reporter set, and the claim */
+    }
+    pthread_mutex_unlock(&cu.mu);
+    return have;
+}
 /* Resets the primary context after a sticky error: all device memory of the
  * old context is gone; buffers notice by their generation. */
 static void reset_context(void) {
@@ -344,7 +400,63 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* Sets the stop word from the side stream and waits up to `grace` seconds for
+ * the default stream to drain (every loop and barrier of a kernel polls the
+ * word). 1: stopped, the word cleared again; 0: still running (a kernel
+ * stuck outside any loop); -1: the launch failed on its own (error set). */
+static int stop_running(const char *what, const char *site, double grace) {
+    pthread_mutex_lock(&cu.mu);
+    bool have = status_locked() == 0 && mkb_cu.cuMemsetD32Async(st.words, 1, 1, st.side) == CUDA_SUCCESS;
+    CUdeviceptr words = st.words;
+    pthread_mutex_unlock(&cu.mu);
+    mkk_debug(3, "stop word set for %s (%d)", what, (int)have);
+    if (!have) {
+        mk_error_clear();
+        return 0;
+    }
+    const uint64_t t0 = now_ns();
+    for (;;) {
+        CUresult r = mkb_cu.cuStreamQuery(NULL);
+        if (r == CUDA_SUCCESS) break;
+        if (r != CUDA_ERROR_NOT_READY) {
+            char w[512];
+            snprintf(w, sizeof w, "%s failed on the GPU (called at %s)", what, site ? site : "?");
+            return mkb_cuda_check(r, w);
+        }
+        if ((double)(now_ns() - t0) > grace * 1e9) {
+            mkk_debug(1, "%s did not stop within %g s of the stop word: the context is reset", what, grace);
+            return 0;
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    mkk_debug(2, "%s stopped %.1f ms after the stop word was set", what, (double)(now_ns() - t0) / 1e6);
+    pthread_mutex_lock(&cu.mu);
+    mkb_cu.cuStreamSynchronize(st.side);
+    mkb_cu.cuMemsetD32_v2(words, 0, 2);
+    if (st.report) memset(st.report, 0, sizeof *st.report);
+    pthread_mutex_unlock(&cu.mu);
+    return 1;
+}
+
+static int wait_unmasked(const char *what, const char *site);
+
+/* Ctrl-C must reach this thread while it waits: a thread that has SIGINT
+ * blocked (seen on the GPU machine after a kernel had run: the driver's
+ * doing) would leave the signal pending, unseen, for as long as the kernel
+ * runs. The mask is restored after. */
 int mkb_cuda_wait(const char *what, const char *site) {
+    sigset_t intr, old;
+    sigemptyset(&intr);
+    sigaddset(&intr, SIGINT);
+    const bool masked = pthread_sigmask(SIG_UNBLOCK, &intr, &old) == 0 && sigismember(&old, SIGINT);
+    if (masked) mkk_debug(3, "SIGINT was blocked in the thread waiting for %s: unblocked while it waits", what);
+    const int rc = wait_unmasked(what, site);
+    if (masked) pthread_sigmask(SIG_BLOCK, &intr, NULL);
+    return rc;
+}
+
+static int wait_unmasked(const char *what, const char *site) {
     if (mkb_cuda_enter() < 0) return -1;
     const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
     double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
@@ -359,20 +471,26 @@ int mkb_cuda_wait(const char *what, const char *site) {
             return mkb_cuda_check(r, w);
         }
         const uint64_t t = now_ns();
-        if (mk_interrupted()) {
-            reset_context(); /* a running kernel cannot be stopped otherwise */
-            mk_error_set(MK_ERR_INTERRUPT,
-                         "[metal_kernel] %s was interrupted (the GPU context was reset to stop it; arrays that "
-                         "lived only in GPU memory are lost). Called at %s",
-                         what, site ? site : "?");
-            return -1;
-        }
-        if (timeout > 0 && (double)(t - t0) > timeout * 1e9) {
-            reset_context();
-            mk_error_set(MK_ERR_RUNTIME,
-                         "[metal_kernel] %s ran longer than MKPY_KERNEL_TIMEOUT (%g s) and was stopped, as a GPU's "
-                         "watchdog stops it (the GPU context was reset). Called at %s",
-                         what, timeout, site ? site : "?");
+        const bool interrupted = mk_interrupted();
+        if ((polls & 1023) == 1023 && mkk_debug_level() >= 3)
+            mkk_debug(3, "waiting for %s: %.2f s, interrupted %d", what, (double)(t - t0) / 1e9, (int)interrupted);
+        if (interrupted || (timeout > 0 && (double)(t - t0) > timeout * 1e9)) {
+            /* the kernel stops at its next loop condition or barrier; one stuck
+             * elsewhere only ends with the context (a reset) */
+            const int stopped = stop_running(what, site, 2.0);
+            if (stopped < 0) return -1;
+            if (!stopped) reset_context();
+            const char *how = stopped ? "the GPU stopped it at its next loop or barrier"
+                                      : "the GPU context was reset to stop it; arrays that lived only in GPU memory "
+                                        "are lost";
+            if (interrupted)
+                mk_error_set(MK_ERR_INTERRUPT, "[metal_kernel] %s was interrupted (%s). Called at %s", what, how,
+                             site ? site : "?");
+            else
+                mk_error_set(MK_ERR_RUNTIME,
+                             "[metal_kernel] %s ran longer than MKPY_KERNEL_TIMEOUT (%g s) and was stopped, as a "
+                             "GPU's watchdog stops it (%s). Called at %s",
+                             what, timeout, how, site ? site : "?");
             return -1;
         }
         /* spin briefly (a launch takes microseconds), then sleep in small steps */

@@ -27,12 +27,12 @@ static int refuse_printing(const mkk_kernel *k, const mkk_call *c, const char *w
 }
 
 /* The translated kernel with #line markers naming the kernel's header, signature and source. */
-static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated) {
+static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, int *nbarriers) {
     char fh[600], fg[600], fs[600];
     snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
     snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
     snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
-    return mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs);
+    return mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, nbarriers);
 }
 
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
@@ -42,7 +42,8 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     mkk_sbuf b = {0};
     mkk_sb(&b, "#include \"mkpy_cuda.h\"\n");
     char *call = NULL;
-    if (program_body(&b, k, generated) < 0 ||
+    int nbarriers = 0;
+    if (program_body(&b, k, generated, &nbarriers) < 0 ||
         !(call = mkk_call_expr(k, c, inputs, kernel_name, "a%d", NULL))) {
         free(b.s);
         return NULL;
@@ -57,6 +58,7 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     const int nargs = mkk_nargs(k, c, inputs);
     for (int i = 0; i < nargs; i++) mkk_sbf(&b, ", void *a%d", i);
     mkk_sb(&b, ") {\n    mkpy_thread_attrs t;\n    if (!mkpy::cuda_thread_attrs(L, t)) return;\n    ");
+    if (nbarriers) mkk_sb(&b, "mkpy::barrier_init();\n    ");
     mkk_sb(&b, call);
     mkk_sb(&b, "}\n");
     free(call);
@@ -177,26 +179,28 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
         if (k->shape_info[i][2]) mkk_sbf(&b, "    void *a%d = (void *)&" MKB_MLX_INPUT_FMT "_ndim;\n", arg++, i);
     }
     for (int i = 0; i < k->noutputs; i++) mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_OUTPUT_FMT ";\n", arg++, i);
-    mkk_sb(&b, "    ");
+    /* the header says whether the kernel's barriers need their per-thread state */
+    mkk_sb(&b, "    MKPY_MLX_BARRIER_INIT;\n    ");
     mkk_sb(&b, call);
     if (b.failed) goto nomem;
     if (header) {
         char seen[32][64];
-        int nseen = 0;
+        int nseen = 0, nbarriers = 0;
         /* the runtime's `#pragma clang ...` lines mean nothing to NVRTC */
         mkk_sb(&h, "#pragma nv_diag_suppress 161\n#define MKPY_CUDA_HOSTED 1\n");
         if (inline_header(&h, "mkpy_cuda.h", seen, &nseen, 0) < 0 ||
-            program_body(&h, k, generated) < 0)
+            program_body(&h, k, generated, &nbarriers) < 0)
             goto done;
-        /* MLX's __global__ function, declared as MLX will define it, with launch bounds: a declaration
-         * that did not match it would only declare an overload that nothing calls */
         mkk_sb(&h, fn.s);
+        mkk_sbf(&h, "#define MKPY_MLX_BARRIER_INIT %s\n", nbarriers ? "::mkpy::barrier_init()" : "(void)0");
         if (h.failed || b.failed) goto nomem;
         /* the name MLX gets: the kernel's, and a hash of the program (MLX before 0.32.1 keyed its
          * modules by the name alone, and two kernels may share a name) */
         char hex[33];
         mkb_hash_hex(h.s, b.s, hex);
         mkk_sbf(&nm, "%s_%.16s", k->name, hex);
+        /* MLX's __global__ function, declared as MLX will define it, with launch bounds (a
+         * declaration that did not match would make MLX's name expression ambiguous) */
         mkk_sbf(&h, "#line 1 \"<mkpy entry, in MLX's cuda_kernel>\"\nnamespace mlx::core::cu {\n"
                     "__global__ void __launch_bounds__(%d) custom_kernel_%s(", (int)threads, nm.s ? nm.s : "");
         for (int i = 0; i < k->ninputs; i++) {
