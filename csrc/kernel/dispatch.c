@@ -162,12 +162,8 @@ static void metal_words(mkk_kernel *k, mkk_call *c, mk_array *const *in, const c
     free(gpu);
 }
 
-static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
-    kernel_params *kp = p->params;
-    mkk_kernel *k = kp->k;
-    mkk_call *c = kp->c;
-    int rc = -1;
-    char *generated = NULL, *kname = NULL;
+int mkk_check_call(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, mkk_launch *plan,
+                   uint64_t *plan_total) {
     /* constructs Metal's compiler rejects: a compile error, as on a Mac */
     if (k->metal_error) {
         mk_error_set(MK_ERR_RUNTIME,
@@ -177,9 +173,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         return -1;
     }
     /* launch checks, as MLX's eval_gpu, in 64 bits */
-    mkk_launch plan;
-    uint64_t plan_total;
-    if (mkk_plan_launch(k->name, c->grid, c->threadgroup, &plan, &plan_total) < 0) return -1;
+    if (mkk_plan_launch(k->name, c->grid, c->threadgroup, plan, plan_total) < 0) return -1;
     /* Metal's buffer argument table has 31 entries */
     {
         int nbuf = k->noutputs;
@@ -193,7 +187,18 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             return -1;
         }
     }
+    return 0;
+}
 
+static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    kernel_params *kp = p->params;
+    mkk_kernel *k = kp->k;
+    mkk_call *c = kp->c;
+    int rc = -1;
+    char *generated = NULL, *kname = NULL;
+    mkk_launch plan;
+    uint64_t plan_total;
+    if (mkk_check_call(k, c, in, &plan, &plan_total) < 0) return -1;
     if (mkk_generate(k, c, in, &generated, &kname) < 0) goto done;
     {
         /* a GPU back-end, when the node's stream is a GPU's and one is active;

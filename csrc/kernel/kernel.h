@@ -173,6 +173,13 @@ typedef uint64_t (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_l
 int mkk_plan_launch(const char *kernel_name, const int64_t grid[3], const int64_t threadgroup[3], mkk_launch *L,
                     uint64_t *total);
 
+/* The checks of one call that a Mac makes when the kernel is built and
+ * dispatched: a construct Metal's compiler rejects (k->metal_error), Metal's
+ * launch rules (mkk_plan_launch, filling *plan and *total) and the 31 entries
+ * of Metal's buffer table. Inputs are read for their ndim only. Returns 0, or
+ * -1 with a RuntimeError or ValueError naming the kernel. */
+int mkk_check_call(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, mkk_launch *plan, uint64_t *total);
+
 typedef struct {
     mkk_entry_fn entry;   /* whole threadgroups, thread after thread */
     mkk_thread_fn thread; /* one thread, for the cooperative scheme on fibers */
