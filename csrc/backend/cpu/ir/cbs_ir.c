@@ -439,9 +439,9 @@ typedef struct {
     long index;
 } mem_obj;
 
-static mem_obj underlying(pass *p, LLVMValueRef v) {
-    mem_obj o = {OBJ_UNKNOWN, NULL, -1};
-    for (int depth = 0; depth < 64; depth++) {
+/* The pointer v is an offset of, through GEPs and casts (stopping at `stop`). */
+static LLVMValueRef pointer_root(LLVMValueRef v, LLVMValueRef stop) {
+    for (int depth = 0; depth < 64 && v != stop; depth++) {
         if (LLVMIsAGetElementPtrInst(v) || LLVMIsABitCastInst(v) || LLVMIsAAddrSpaceCastInst(v)) {
             v = LLVMGetOperand(v, 0);
             continue;
@@ -455,6 +455,12 @@ static mem_obj underlying(pass *p, LLVMValueRef v) {
         }
         break;
     }
+    return v;
+}
+
+static mem_obj underlying(pass *p, LLVMValueRef v) {
+    mem_obj o = {OBJ_UNKNOWN, NULL, -1};
+    v = pointer_root(v, NULL);
     if (LLVMIsAAllocaInst(v)) {
         o.kind = OBJ_PRIVATE;
         return o;
@@ -2053,21 +2059,8 @@ enum { BASE_FRAME = 1, BASE_OTHER = 2 };
 
 /* What the pointer v is based on: BASE_FRAME, BASE_OTHER or 0 (unknown). */
 static int pointer_base(pass *p, LLVMValueRef v, LLVMValueRef frame) {
-    for (int depth = 0; depth < 64; depth++) {
-        if (v == frame) return BASE_FRAME;
-        if (LLVMIsAGetElementPtrInst(v) || LLVMIsABitCastInst(v) || LLVMIsAAddrSpaceCastInst(v)) {
-            v = LLVMGetOperand(v, 0);
-            continue;
-        }
-        if (LLVMIsAConstantExpr(v)) {
-            LLVMOpcode op = LLVMGetConstOpcode(v);
-            if (op == LLVMGetElementPtr || op == LLVMBitCast || op == LLVMAddrSpaceCast) {
-                v = LLVMGetOperand(v, 0);
-                continue;
-            }
-        }
-        break;
-    }
+    v = pointer_root(v, frame);
+    if (v == frame) return BASE_FRAME;
     if (LLVMIsAAllocaInst(v) || LLVMIsAGlobalVariable(v)) return BASE_OTHER;
     if (LLVMIsAArgument(v)) return v == LLVMGetParam(p->f, 5) ? 0 : BASE_OTHER; /* ctx itself: the runtime's */
     if (LLVMIsALoadInst(v)) {
