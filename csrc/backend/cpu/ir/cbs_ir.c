@@ -2848,7 +2848,8 @@ int mkk_ir_order_sites(LLVMContextRef cx, LLVMModuleRef m, LLVMValueRef f, char 
             if (!LLVMIsAFunction(c) || (!LLVMIsDeclaration(c) && reaches_sync(p, c, seen, &nseen))) {
                 free(seen);
                 return mkk_ir_fail(p, "a barrier or SIMD-group function is reached through a call that cannot be "
-                                      "inlined") - 1; /* -2: it could not be ranked in place */
+                                      "inlined (%s)", LLVMIsAFunction(c) ? mkk_ir_name(c) : "a function pointer") -
+                       1; /* -2: it could not be ranked in place */
             }
         }
     free(seen);
@@ -2950,7 +2951,7 @@ int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t
             }
         }
     free(seen);
-    int r;
+    int r = -2;
     if (nk == 1) {
         for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
             const char *n = mkk_ir_name(fn);
@@ -2958,10 +2959,15 @@ int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t
                 strncmp(n, "mkpy_sync_", 10) != 0)
                 force_inline(p, fn);
         }
-        if (run_inliner(p, "always-inline,function(simplifycfg)") < 0) goto done;
+        /* SROA turns the runtime header's function pointers (take()'s `pick`)
+         * back into direct calls, as in the checker's pass */
+        if (run_inliner(p, "always-inline,function(sroa,instsimplify,simplifycfg)") < 0) goto done;
         r = mkk_ir_order_sites(p->cx, p->m, kern, why, whyn);
-    } else {
-        /* not one kernel function: everything into the entry, as for the lockstep engine */
+    }
+    if (nk != 1 || r == -2) {
+        /* not one kernel function, or a point still behind a call: everything
+         * into the entry and O2, as for the lockstep engine */
+        why[0] = 0;
         if (inline_all(p) < 0) goto done;
         r = mkk_ir_order_sites(p->cx, p->m, p->f, why, whyn);
     }
