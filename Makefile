@@ -41,11 +41,13 @@ bench: build
 # MKPY_FUZZ_ENGINE_SECONDS per seed): random well-defined kernels on the lockstep engine, the
 # fiber engine and the checker, for FUZZ_SECONDS (or FUZZ_KERNELS kernels); FUZZ_SEED replays a
 # run. A disagreement is reduced and printed as an entry for tests/data/fuzz_regressions.json.
+# FUZZ_JOBS runs that many fuzz processes (seeds derived from FUZZ_SEED; one summary).
 FUZZ_SECONDS ?= 600
 FUZZ_KERNELS ?=
 FUZZ_SEED ?=
+FUZZ_JOBS ?= 1
 fuzz-engine: build
-	PYTHONPATH=. nice $(PYTHON) tests/kernel_fuzz.py $(if $(FUZZ_KERNELS),--kernels $(FUZZ_KERNELS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
+	PYTHONPATH=. nice $(PYTHON) tests/kernel_fuzz.py $(if $(FUZZ_KERNELS),--kernels $(FUZZ_KERNELS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --jobs $(FUZZ_JOBS)
 
 # A longer multi-threaded run (by hand, never part of `make test`): 8 threads mixing ops,
 # shared lazy graphs, cached and new kernels and short-lived threads, printing RSS,
@@ -95,7 +97,7 @@ clean:
 # On a machine with an NVIDIA GPU (never in CI): the GPU back-end's own tests, then the kernel
 # test files with GPU streams on the GPU (they compare against NumPy and the CPU engine's
 # documented results). MKPY_REQUIRE_GPU=1 turns a missing GPU into a failure.
-GPU_TESTS ?= tests/test_gpu.py tests/test_gpu_ops.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
+GPU_TESTS ?= tests/test_gpu.py tests/test_gpu_ops.py tests/test_gpu_fast.py tests/test_gpu_idx.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
 	tests/test_simdgroup_matrix.py tests/test_kernel_exec.py tests/test_kernel_errors.py tests/test_kernel_parity.py \
 	tests/test_runtime_header.py tests/test_fuzz_regressions.py
 test-gpu: build

@@ -8,6 +8,10 @@ written in CUDA and run by CuPy (RawKernel, cuBLAS), measured side by side in on
   first      a new kernel's first result against a new RawKernel's first call
   cpu rows   the kernels section's tree reduction and simd_sum row sum: the GPU against the CPU
              engine on this machine's cores (a child process with MKPY_GPU=cpu)
+  fast       mx.fast on a 7B-like layer in float16 (rms_norm, rope, attention prefill and decode,
+             softmax): the GPU's evaluators against the CPU's on this machine's cores (a child
+             process with MKPY_GPU=cpu; both give the same bits), and prefill attention against
+             the same graph in CuPy (cuBLAS GEMMs and a softmax: the speed that bit-equality costs)
 
 mkpy is timed as kernel call + mx.eval (the eval waits for the GPU); CuPy as the launch plus
 cupy.cuda.Device().synchronize(). Absolute times are given for the GPU only.
@@ -86,6 +90,7 @@ EXP_VS_CUDA = Target(">= 0.9x the CUDA kernel", ratio_min=0.9)
 CALL_VS_CUPY = Target("<= CuPy", ratio_min=1.0)
 FIRST_VS_CUPY = Target("<= CuPy", ratio_min=1.0)
 CPU_ROWS = Target(">= 10x the CPU engine", ratio_min=10.0)
+FAST_VS_CPU = Target(">= 5x the CPU's evaluators", ratio_min=5.0)
 
 
 def _cupy():
@@ -299,6 +304,80 @@ def _cpu_rows(rows, quick):
                         check=gpu["ok"] and cpu["ok"]))
 
 
+# (B, heads, kv heads, head dim) of a 7B-like layer; prefill over 2048 tokens, decode one
+# token against 4096
+FAST_H, FAST_KV, FAST_D = 32, 8, 128
+
+
+def fast_cases():
+    """The mx.fast graphs the fast rows time, as {name: fn}, inputs evaluated."""
+    f16 = mx.float16
+    x = mx.random.normal((2048, 4096)).astype(f16)
+    w = mx.random.normal((4096,)).astype(f16)
+    q = mx.random.normal((1, FAST_H, 2048, FAST_D)).astype(f16)
+    k = mx.random.normal((1, FAST_KV, 2048, FAST_D)).astype(f16)
+    v = mx.random.normal((1, FAST_KV, 2048, FAST_D)).astype(f16)
+    qd = mx.random.normal((1, FAST_H, 1, FAST_D)).astype(f16)
+    kd = mx.random.normal((1, FAST_KV, 4096, FAST_D)).astype(f16)
+    vd = mx.random.normal((1, FAST_KV, 4096, FAST_D)).astype(f16)
+    s = mx.random.normal((4096, 4096))
+    mx.eval(x, w, q, k, v, qd, kd, vd, s)
+    sc = FAST_D ** -0.5
+    F = mx.fast
+    return {
+        "rms_norm 2048x4096": lambda: F.rms_norm(x, w, 1e-5),
+        "rope 32x2048x128": lambda: F.rope(q, FAST_D, traditional=False, base=10000.0, scale=1.0, offset=7),
+        "sdpa prefill 2048, 32/8 heads": lambda: F.scaled_dot_product_attention(q, k, v, scale=sc, mask="causal"),
+        "sdpa decode 1 of 4096": lambda: F.scaled_dot_product_attention(qd, kd, vd, scale=sc),
+        "softmax 4096x4096 float32": lambda: mx.softmax(s, axis=-1, precise=True),
+    }
+
+
+def fast_times(budget):
+    """Best seconds of each fast case on whichever back-end this process has."""
+    fns = {name: (lambda f=fn: mx.eval(f())) for name, fn in fast_cases().items()}
+    return compare(fns, budget_s=budget, min_reps=2, max_reps=5)
+
+
+def _fast_rows(cp, rows, quick):
+    mx.random.seed(0)
+    gpu = fast_times(1.0 if quick else 3.0)
+    env = dict(os.environ, MKPY_GPU="cpu")
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, os.path.join(here, "bench_gpu.py"), "--fast-child"], env=env,
+                         capture_output=True, text=True, timeout=1800)
+    try:
+        cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    except Exception:
+        cpu = {}
+    for name, t in gpu.items():
+        rows.append(row(SECTION, name + " (GPU vs CPU)", value=t, value_text=fmt_time(t),
+                        ref_name="CPU evaluators, %d cores" % os.cpu_count(), ref_value=cpu.get(name),
+                        ref_text=fmt_time(cpu.get(name)), ratio=time_ratio(t, cpu.get(name)), target=FAST_VS_CPU))
+    # prefill attention in CuPy: cuBLAS GEMMs (tensor cores) and a softmax, GQA by repeating kv heads
+    rng = np.random.default_rng(0)
+    T, rep = 2048, FAST_H // FAST_KV
+    q = cp.asarray(rng.standard_normal((FAST_H, T, FAST_D)).astype(np.float16))
+    k = cp.asarray(np.repeat(rng.standard_normal((FAST_KV, T, FAST_D)).astype(np.float16), rep, axis=0))
+    v = cp.asarray(np.repeat(rng.standard_normal((FAST_KV, T, FAST_D)).astype(np.float16), rep, axis=0))
+    causal = cp.asarray(np.triu(np.full((T, T), -np.inf, np.float32), 1))
+
+    def run_cp():
+        sc = cp.matmul(q, k.transpose(0, 2, 1)).astype(cp.float32) * (FAST_D ** -0.5) + causal
+        p = cp.exp(sc - sc.max(axis=-1, keepdims=True))
+        p = (p / p.sum(axis=-1, keepdims=True)).astype(cp.float16)
+        cp.matmul(p, v)
+        cp.cuda.Device().synchronize()
+
+    run_cp()
+    ref = compare({"cupy": run_cp}, budget_s=1.0 if quick else 3.0)["cupy"]
+    name = "sdpa prefill 2048, 32/8 heads"
+    rows.append(row(SECTION, name + " (vs cuBLAS)", value=gpu[name], value_text=fmt_time(gpu[name]),
+                    ref_name="CuPy: cuBLAS GEMMs + softmax", ref_value=ref, ref_text=fmt_time(ref),
+                    ratio=time_ratio(gpu[name], ref), target=None,
+                    note="in-order float sums (bit-equal to the CPU) against tensor cores"))
+
+
 def run(opts):
     if not mx.cuda.is_available():
         progress("gpu: no CUDA GPU here (mx.cuda.is_available() is False): section skipped")
@@ -314,7 +393,8 @@ def run(opts):
              ("hgemm", lambda: _hgemm_row(cp, 4096, rows, quick)),
              ("exp", lambda: _exp_row(cp, 1 << 28, rows, quick)),
              ("call", lambda: _call_rows(cp, rows, quick)),
-             ("cpu rows", lambda: _cpu_rows(rows, quick))]
+             ("cpu rows", lambda: _cpu_rows(rows, quick)),
+             ("fast", lambda: _fast_rows(cp, rows, quick))]
     for name, step in steps:
         progress("gpu: " + name)
         try:
@@ -328,6 +408,10 @@ def run(opts):
 if __name__ == "__main__":
     if "--coop-child" in sys.argv:
         print(json.dumps(coop_times(2.0)))
+        sys.exit(0)
+    if "--fast-child" in sys.argv:
+        mx.random.seed(0)
+        print(json.dumps(fast_times(3.0)))
         sys.exit(0)
     import types
     rs = run(types.SimpleNamespace(quick="--quick" in sys.argv))

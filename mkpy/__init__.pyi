@@ -234,7 +234,7 @@ class array:
     def __dlpack__(self, *, stream: StreamOrDevice = None, max_version: Any = None, dl_device: Any = None, copy: Optional[bool] = None) -> Any:
         """A DLPack capsule viewing the array's memory."""
     def __dlpack_device__(self) -> Any:
-        """(1, 0): the CPU."""
+        """(1, 0): the CPU; (8, 0), Metal, in the stand-in mode (mkpy.as_mlx), as MLX with Metal."""
     def abs(self, *, stream: StreamOrDevice = None) -> array:
         """See mkpy.abs."""
     def all(self, axis: Union[None, int, Sequence[int]] = None, keepdims: bool = False, *, stream: StreamOrDevice = None) -> array:

@@ -32,21 +32,27 @@ fuzzing of the engines"):
   Their lane and delta arguments are SIMD-group uniform.
 * No SIMD-group function or barrier where the active lanes of one call could come from two
   iterations of a loop: not under a per-thread ``if`` inside a loop, not after a per-thread
-  ``continue``, not in a per-thread loop inside another loop. (Both CPU engines match lanes by
-  call site, and a GPU by iteration; the kernels here have one answer either way.)
+  ``continue``, not in a per-thread loop inside another loop. (Both CPU engines now keep
+  iterations apart, as a GPU's reconvergence does: docs/design.md, "the fiber engine's release
+  order". The rule stays until the CUDA reference's ``__activemask()`` is known to agree there.)
 * No ``return`` and no partial threadgroups.
 
 Engines are callables ``run(batch) -> [result per launch]`` (``Engine``); the defaults run the
 lockstep engine, the fiber engine (``MKPY_ENGINE=fibers``) and the checker (``MKPY_CHECK=1``),
-each in a worker process, so a crash or a hang is a result rather than the end of the run. A GPU
-engine (a real warp as the reference) is one more entry in ``default_engines()``.
+each in a worker process, so a crash or a hang is a result rather than the end of the run. Where
+``mx.cuda.is_available()``, the CUDA back-end on the GPU (``--gpu``, a real warp as the reference
+for the SIMD-group functions) is one more; without a GPU, a fourth worker compiles every kernel
+for CUDA sm_80 with NVRTC too (``--nvrtc``), so the CUDA target's translation is checked anyway.
 
 Several kernels share one compile: a batch is one kernel whose bodies are the cases of a
 ``switch`` on an input, launched once per body.
 
-Command line: ``python tests/kernel_fuzz.py --seconds 600 [--seed N] [--kernels N]`` (``make
-fuzz-engine``). A failure is reduced and printed as a regression case for
-tests/fuzz_regressions.json.
+Command line: ``python tests/kernel_fuzz.py --seconds 600 [--seed N] [--kernels N] [--jobs N]``
+(``make fuzz-engine``). A failure is reduced and printed as a regression case for
+tests/data/fuzz_regressions.json. ``--jobs N`` runs N processes, each with a seed derived from
+the run's seed (all printed at the start; a job's seed replays it alone) and a kernel cache of
+its own; their lines are prefixed ``[job J]`` and one summary counts them all. Ctrl-C (or
+SIGTERM) stops a run with its counts printed.
 """
 import argparse
 import json
@@ -327,9 +333,12 @@ class Gen:
             # two sides run on different threads of the same barrier interval, so a write on one side
             # and a read of another thread's element on the other would race (the fuzzer's own
             # seed 777 generated such a kernel, which the checker rightly reported)
+            # (but a then side with a barrier has a threadgroup-uniform condition, and closed the
+            # phase only on its own path: then the else side starts from the phase before the if;
+            # seed 494878968 batch 171 made a racy kernel when it started after that barrier)
             tgt = {k: set(v) for k, v in tg.items()}
             then = self.block(inner, scope, tgt, depth + 1)
-            tge = {k: set(v) for k, v in tgt.items()}
+            tge = {k: set(v) for k, v in (tg if any(self.has_barrier(x) for x in then) else tgt).items()}
             els = self.block(inner, scope, tge, depth + 1) if r.random() < 0.4 else []
             for k in tg:
                 tg[k] |= tgt[k] | tge[k]
@@ -661,11 +670,15 @@ def kernel_text(case):
 # --------------------------------------------------------------------------- engines
 
 def worker_main():
-    """A worker process: reads pickled batches on stdin, answers one result list per batch."""
+    """A worker process: reads pickled batches on stdin, answers one result list per batch.
+    MKPY_FUZZ_DEVICE=gpu: the GPU engine, which checks before each batch that the CUDA back-end is
+    still there (after a fault CUDA refuses the process's context and GPU streams would quietly run
+    on the CPU) and ends after any error, so that the next batch starts with a fresh context."""
     import numpy as np
 
     import mkpy as mx
 
+    gpu = os.environ.get("MKPY_FUZZ_DEVICE") == "gpu"
     inp, outp = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr
     cache = {}
@@ -675,41 +688,54 @@ def worker_main():
             return
         (n,) = struct.unpack("<Q", head)
         b = pickle.loads(inp.read(n))
-        key = (b["header"], b["source"], b["single"])
-        k = cache.get(key)
-        if k is None:
-            k = mx.fast.metal_kernel(name="fz", input_names=["data"] if b["single"] else ["data", "sel"],
-                                     output_names=["out"], source=b["source"], header=b["header"])
-            cache.clear()
-            cache[key] = k
-        tdt = getattr(mx, b["T"])
         res = []
-        for L in b["launches"]:
+        if gpu and not mx.cuda.is_available():
+            res = [("error", "the GPU is not available in this worker")] * len(b["launches"])
+        else:
+            key = (b["header"], b["source"], b["single"])
+            k = cache.get(key)
+            if k is None:
+                k = mx.fast.metal_kernel(name="fz", input_names=["data"] if b["single"] else ["data", "sel"],
+                                         output_names=["out"], source=b["source"], header=b["header"])
+                cache.clear()
+                cache[key] = k
+            tdt = getattr(mx, b["T"])
+        for L in b["launches"] if not res else []:
             try:
                 ins = [mx.array(np.array(L["data"], dtype=np.uint32))]
                 if not b["single"]:
                     ins.append(mx.array(np.array([L["sel"]], dtype=np.uint32)))
+                # metal_kernel runs on GPU streams only (as MLX's); the CPU engines' workers have
+                # MKPY_GPU=cpu, so there the GPU stream is the CPU back-end's
                 o, = k(inputs=ins, template=[("K", b["K"]), ("T", tdt)], grid=L["grid"], threadgroup=L["tg"],
-                       output_shapes=[(L["n"],)], output_dtypes=[mx.uint32])
+                       output_shapes=[(L["n"],)], output_dtypes=[mx.uint32], stream=mx.gpu)
                 res.append(("ok", np.array(o).tobytes()))
             except Exception as e:  # noqa: BLE001 - every failure is a result to compare
                 res.append(("error", "%s: %s" % (type(e).__name__, str(e)[:2000])))
         data = pickle.dumps(res)
         outp.write(struct.pack("<Q", len(data)) + data)
         outp.flush()
+        if gpu and any(st != "ok" for st, _ in res):
+            return
+
+
+# the environment variables an engine's worker gets only from its Engine (never from the caller's
+# environment): they choose the engine
+ENGINE_ENV = ("MKPY_CHECK", "MKPY_ENGINE", "MKPY_GPU", "MKPY_CUDA_COMPILE_CHECK", "MKPY_FUZZ_DEVICE")
 
 
 class Engine:
     """A named way to run a batch: ``engine(batch)`` returns one (status, bytes-or-message) per
-    launch. This one runs a worker process with extra environment variables."""
+    launch. This one runs a worker process with extra environment variables. `restart`: the
+    worker ends after a batch with an error (the GPU engine's does: a fault spoils its context),
+    and the next batch starts a new one."""
 
-    def __init__(self, name, env, timeout=600):
-        self.name, self.env, self.timeout, self.p = name, env, timeout, None
+    def __init__(self, name, env, timeout=600, restart=False):
+        self.name, self.env, self.timeout, self.p, self.restart = name, env, timeout, None, restart
 
     def start(self):
-        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_KERNEL_TIMEOUT="30", **self.env)
-        env.pop("MKPY_CHECK", None) if "MKPY_CHECK" not in self.env else None
-        env.pop("MKPY_ENGINE", None) if "MKPY_ENGINE" not in self.env else None
+        env = {k: v for k, v in os.environ.items() if k not in ENGINE_ENV}
+        env.update(PYTHONPATH=ROOT, MKPY_KERNEL_TIMEOUT="30", **self.env)
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, env=env, cwd=ROOT)
 
@@ -735,7 +761,10 @@ class Engine:
             self.stop()
             return [("crash", "worker %s" % ("hung" if not r else "crashed"))] * n
         (m,) = struct.unpack("<Q", head)
-        return pickle.loads(self.p.stdout.read(m))
+        res = pickle.loads(self.p.stdout.read(m))
+        if self.restart and any(st != "ok" for st, _ in res):
+            self.stop()
+        return res
 
     def __call__(self, batch):
         self.send(batch)
@@ -751,19 +780,60 @@ class Engine:
             self.p = None
 
 
-def default_engines():
-    """The engines to compare. A GPU back-end joins as one more worker (a real warp as the
-    reference) when mkpy reports one."""
-    engines = [Engine("lockstep", {}), Engine("fibers", {"MKPY_ENGINE": "fibers"}),
-               Engine("checker", {"MKPY_CHECK": "1"})]
+PROBE = """
+import json, os
+import mkpy as mx
+gpu = mx.cuda.is_available()
+why = None
+if not gpu:
+    # NVRTC without a GPU (make deps unpacks it into mkpy/_nvrtc): the compile-check mode on a
+    # one-line kernel, as tests/conftest.py probes it
+    os.environ["MKPY_CUDA_COMPILE_CHECK"] = "sm_80"
+    k = mx.fast.metal_kernel(name="nvrtc_probe", input_names=["a"], output_names=["o"], source="o[0] = a[0];")
     try:
-        out = subprocess.run([sys.executable, "-c", "import mkpy as mx; print(hasattr(mx, 'cuda') and "
-                              "mx.cuda.is_available())"], env=dict(os.environ, PYTHONPATH=ROOT),
-                             capture_output=True, text=True, timeout=120).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    if out == "True":
-        engines.append(Engine("cuda", {"MKPY_FUZZ_DEVICE": "gpu"}))
+        mx.eval(k(inputs=[mx.array([1.0])], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
+                  output_dtypes=[mx.float32])[0])
+    except RuntimeError as e:
+        why = str(e).splitlines()[0]
+print(json.dumps({"gpu": gpu, "nvrtc": gpu or why is None, "why": why}))
+"""
+
+
+def probe_targets():
+    """What this machine has besides the CPU: {"gpu": bool, "nvrtc": bool, "why": reason or None}."""
+    env = {k: v for k, v in os.environ.items() if k not in ENGINE_ENV}
+    try:
+        out = subprocess.run([sys.executable, "-c", PROBE], env=dict(env, PYTHONPATH=ROOT), capture_output=True,
+                             text=True, timeout=300)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {"gpu": False, "nvrtc": False, "why": "the probe failed"}
+
+
+def default_engines(gpu=None, nvrtc=None, log=None):
+    """The engines to compare: the lockstep engine, the fiber engine and the checker, on the CPU
+    back-end (MKPY_GPU=cpu: metal_kernel runs on GPU streams, which would otherwise be the GPU's).
+    `gpu` (None: when mkpy finds one): the CUDA back-end on the GPU joins, a real warp being the
+    reference for simd_*/quad_* semantics. `nvrtc` (None: when there is no GPU and NVRTC loads):
+    a fourth worker, fibers with MKPY_CUDA_COMPILE_CHECK=sm_80, compiles every kernel for the CUDA
+    target too, so a kernel NVRTC refuses is a finding even without a GPU."""
+    cpu = {"MKPY_GPU": "cpu"}
+    engines = [Engine("lockstep", dict(cpu)), Engine("fibers", dict(cpu, MKPY_ENGINE="fibers")),
+               Engine("checker", dict(cpu, MKPY_CHECK="1"))]
+    have = probe_targets() if gpu is not False or nvrtc is not False else {"gpu": False, "nvrtc": False}
+    if gpu and not have["gpu"]:
+        raise RuntimeError("--gpu: mkpy finds no GPU here (mx.cuda.is_available() is False)")
+    use_gpu = have["gpu"] if gpu is None else gpu
+    if use_gpu:
+        engines.append(Engine("cuda", {"MKPY_FUZZ_DEVICE": "gpu"}, restart=True))
+    if nvrtc and not have["nvrtc"]:
+        raise RuntimeError("--nvrtc: NVRTC cannot compile here: %s" % have.get("why"))
+    if nvrtc or (nvrtc is None and not use_gpu and have["nvrtc"]):
+        engines.append(Engine("nvrtc", dict(cpu, MKPY_ENGINE="fibers", MKPY_CUDA_COMPILE_CHECK="sm_80")))
+    if log:
+        log("engines: %s%s" % (", ".join(e.name for e in engines),
+                               "" if use_gpu or have.get("nvrtc") or nvrtc is False
+                               else " (no CUDA compile check: %s)" % have.get("why")))
     return engines
 
 
@@ -771,6 +841,15 @@ def run_all(engines, batch):
     for e in engines:
         e.send(batch)
     return {e.name: e.receive(batch) for e in engines}
+
+
+def against_gpu(results, i):
+    """With a GPU engine: which engines differ from the real warp (the reference), as text."""
+    if "cuda" not in results:
+        return ""
+    ref = results["cuda"][i]
+    off = [n for n, r in results.items() if n != "cuda" and r[i] != ref]
+    return "; %s differ%s from the GPU (the reference)" % (", ".join(off) or "none", "" if len(off) > 1 else "s")
 
 
 def verdict(results, i):
@@ -919,15 +998,19 @@ def reduce_case(case, engines, want, log=print, group=4, max_batches=400):
 # --------------------------------------------------------------------------- the driver
 
 def fuzz(seconds=None, kernels=None, seed=None, per_compile=16, engines=None, log=print, reduce=True,
-         stop_on_failure=False):
+         stop_on_failure=False, stats=None, gpu=None, nvrtc=None):
     """Runs batches until `seconds` or `kernels` are spent. Returns (kernels run, failures), each
-    failure a dict with the case (reduced when `reduce`) and the engines' answers."""
+    failure a dict with the case (reduced when `reduce`) and the engines' answers. `stats`, a
+    dict, is kept up to date as the run goes (kernels, compiles, failures, seconds), so that an
+    interrupted run can still report its counts. `gpu` and `nvrtc`: see default_engines."""
     seed = random.randrange(1 << 31) if seed is None else seed
     rng = random.Random(seed)
     own = engines is None
-    engines = engines or default_engines()
+    engines = engines or default_engines(gpu, nvrtc, log)
     t0 = time.time()
     count, failures, nb = 0, [], 0
+    stats = {} if stats is None else stats
+    stats.update(kernels=0, compiles=0, failures=failures, seconds=0.0, seed=seed)
     try:
         while True:
             if seconds is not None and time.time() - t0 >= seconds:
@@ -942,11 +1025,12 @@ def fuzz(seconds=None, kernels=None, seed=None, per_compile=16, engines=None, lo
             res = run_all(engines, batch)
             nb += 1
             count += len(cases)
+            stats.update(kernels=count, compiles=nb, seconds=time.time() - t0)
             for j, c in enumerate(cases):
                 v = verdict(res, j)
                 if v is None:
                     continue
-                log("seed %d batch %d case %d: engines disagree: %s" % (seed, nb, j, v))
+                log("seed %d batch %d case %d: engines disagree: %s%s" % (seed, nb, j, v, against_gpu(res, j)))
                 for name, r in res.items():
                     log("  %s: %s" % (name, r[j][1][:300] if r[j][0] != "ok" else "ok"))
                 alone = run_all(engines, batch_of([c]))
@@ -1004,13 +1088,118 @@ def bless(path):
     return 1 if keep else 0
 
 
+def job_seed(seed, job):
+    """The seed of job `job` of a --jobs run started with `seed` (job 0 of a one-job run keeps it)."""
+    return random.Random("kernel fuzz %d job %d" % (seed, job)).randrange(1 << 31)
+
+
+def failure_json(f):
+    return {"case": f["case"].to_json(), "verdict": repr(f["verdict"]), "seed": f["seed"]}
+
+
+def run_one(a, seed, log):
+    """One fuzz process's run (the whole run, or one job of a --jobs run): a summary dict with the
+    kernels, compiles, seconds and failures (JSON-ready), also when interrupted."""
+    stats = {}
+    interrupted = False
+    try:
+        fuzz(a.seconds, a.kernels, seed, a.per_compile, reduce=not a.no_reduce, log=log, stats=stats, gpu=a.gpu,
+             nvrtc=a.nvrtc)
+    except KeyboardInterrupt:
+        interrupted = True
+    return {"seed": seed, "kernels": stats.get("kernels", 0), "compiles": stats.get("compiles", 0),
+            "seconds": stats.get("seconds", 0.0), "failures": [failure_json(f) for f in stats.get("failures", [])],
+            "interrupted": interrupted}
+
+
+def run_jobs(a, seed):
+    """--jobs N: N processes of this script, each with its own seed (job_seed) and kernel cache
+    folder, their output lines prefixed with the job's number; returns their summaries merged."""
+    import shutil
+    import signal
+    import threading
+
+    top = tempfile.mkdtemp(prefix="mkpy-fuzz-jobs-")
+    procs, lock = [], threading.Lock()
+    env = dict(os.environ)
+    # a launch here is at most a few hundred threads: one pool thread per engine worker keeps N jobs
+    # from starting N x engines x cores threads
+    env.setdefault("MKPY_NUM_THREADS", "1")
+
+    def pump(j, stream):
+        for line in iter(stream.readline, ""):
+            with lock:
+                print("[job %d] %s" % (j, line.rstrip("\n")), flush=True)
+
+    try:
+        for j in range(a.jobs):
+            s = job_seed(seed, j)
+            cmd = [sys.executable, os.path.abspath(__file__), "--seed", str(s), "--per-compile", str(a.per_compile),
+                   "--job-result", os.path.join(top, "job%d.json" % j)]
+            if a.seconds is not None:
+                cmd += ["--seconds", str(a.seconds)]
+            if a.kernels is not None:
+                cmd += ["--kernels", str(a.kernels // a.jobs + (j < a.kernels % a.jobs))]
+            if a.no_reduce:
+                cmd.append("--no-reduce")
+            for flag in ("gpu", "nvrtc"):
+                if getattr(a, flag) is not None:
+                    cmd.append("--%s%s" % ("" if getattr(a, flag) else "no-", flag))
+            os.makedirs(os.path.join(top, "cache%d" % j))
+            # a session of its own: a terminal's Ctrl-C reaches this process only, which passes it on
+            # once, and each job then stops and writes what it did
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 env=dict(env, MKPY_CACHE_DIR=os.path.join(top, "cache%d" % j)),
+                                 start_new_session=True)
+            t = threading.Thread(target=pump, args=(j, p.stdout), daemon=True)
+            t.start()
+            procs.append((p, t))
+        try:
+            for p, t in procs:
+                p.wait()
+                t.join()
+        except KeyboardInterrupt:
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            for p, t in procs:
+                p.wait()
+                t.join()
+        out = []
+        for j, (p, _) in enumerate(procs):
+            path = os.path.join(top, "job%d.json" % j)
+            if os.path.exists(path):
+                with open(path) as fh:
+                    out.append(json.load(fh))
+            else:  # the job itself died: that is a finding too
+                out.append({"seed": job_seed(seed, j), "kernels": 0, "compiles": 0, "seconds": 0.0,
+                            "failures": [{"case": None, "verdict": "job %d exited with %s and no result" %
+                                          (j, p.returncode), "seed": job_seed(seed, j)}]})
+        return out
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--seconds", type=float, default=None)
-    ap.add_argument("--kernels", type=int, default=None)
+    ap.add_argument("--kernels", type=int, default=None, help="generated kernels in all (shared among the jobs)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="fuzz processes, each with its own seed (printed; replay one with --seed) and kernel cache")
+    ap.add_argument("--job-result", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--per-compile", type=int, default=2)
+    ap.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=None,
+                    help="run every kernel on the GPU too (mkpy's CUDA back-end), the reference for simd_*/quad_* "
+                         "(default: when mx.cuda.is_available())")
+    ap.add_argument("--nvrtc", action=argparse.BooleanOptionalAction, default=None,
+                    help="compile every kernel for CUDA sm_80 with NVRTC too (default: when there is no GPU and NVRTC "
+                         "loads)")
     ap.add_argument("--no-reduce", action="store_true")
     ap.add_argument("--save", metavar="FILE", default=None,
                     help="append each reduced failure to FILE (a JSON list) for --bless")
@@ -1029,21 +1218,56 @@ def main():
         h, s = kernel_text(c)
         print("// tg %s groups %s\n// header\n%s// source\n%s" % (c.tg, c.ngroups, h, s))
         return 0
+    if a.jobs < 1:
+        ap.error("--jobs must be at least 1")
     if a.seconds is None and a.kernels is None:
         a.seconds = 60
-    print("kernel fuzz: seed %d" % seed, flush=True)
-    os.environ.setdefault("MKPY_CACHE_DIR", tempfile.mkdtemp(prefix="mkpy-fuzz-cache-"))
-    n, fails = fuzz(a.seconds, a.kernels, seed, a.per_compile, reduce=not a.no_reduce,
-                    log=lambda m: print(m, flush=True))
-    print("kernel fuzz: %d kernels, %d disagreements (seed %d)" % (n, len(fails), seed), flush=True)
+    t0 = time.time()
+    if a.jobs > 1:
+        import signal
+
+        def term(*_):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, term)  # `timeout` and `kill` stop the jobs as Ctrl-C does
+        print("kernel fuzz: seed %d, %d jobs (seeds %s)" %
+              (seed, a.jobs, " ".join(str(job_seed(seed, j)) for j in range(a.jobs))), flush=True)
+        results = run_jobs(a, seed)
+    else:
+        print("kernel fuzz: seed %d" % seed, flush=True)
+        own_cache = None
+        if "MKPY_CACHE_DIR" not in os.environ:
+            own_cache = os.environ["MKPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="mkpy-fuzz-cache-")
+        try:
+            results = [run_one(a, seed, lambda m: print(m, flush=True))]
+        finally:
+            if own_cache:
+                import shutil
+
+                shutil.rmtree(own_cache, ignore_errors=True)
+        if a.job_result:  # one job of a --jobs run: the parent merges
+            with open(a.job_result + ".tmp", "w") as fh:
+                json.dump(results[0], fh)
+            os.replace(a.job_result + ".tmp", a.job_result)
+            return 1 if results[0]["failures"] else 0
+    fails = [f for r in results for f in r["failures"]]
+    n = sum(r["kernels"] for r in results)
+    nc = sum(r["compiles"] for r in results)
+    stopped = [r["seed"] for r in results if r.get("interrupted")]
+    print("kernel fuzz: %d kernels in %d compiles, %.0f s, %d disagreements (seed %d%s)%s" %
+          (n, nc, time.time() - t0, len(fails), seed, ", %d jobs" % a.jobs if a.jobs > 1 else "",
+           ", interrupted" if stopped else ""), flush=True)
+    for f in fails:
+        print("  disagreement at seed %d: %s (replay: python tests/kernel_fuzz.py --seed %d)" %
+              (f["seed"], f["verdict"], f["seed"]), flush=True)
     if a.save and fails:
         old = json.load(open(a.save)) if os.path.exists(a.save) else []
-        for i, f in enumerate(fails):
-            old.append({"name": "seed%d_%d" % (seed, i), "note": "engines disagreed: %s" % (f["verdict"],),
-                        "case": f["case"].to_json()})
+        for i, f in enumerate(x for x in fails if x["case"] is not None):
+            old.append({"name": "seed%d_%d" % (f["seed"], i), "note": "engines disagreed: %s" % f["verdict"],
+                        "case": f["case"]})
         with open(a.save, "w") as fh:
             json.dump(old, fh, indent=1)
-    return 1 if fails else 0
+    return 1 if fails else 130 if stopped else 0
 
 
 if __name__ == "__main__":

@@ -909,3 +909,37 @@ def test_gpu_stream_scatter_refuses_8_byte_outputs():
     c[mx.array([1])] = 1j
     with pytest.raises(ValueError, match="Does not support complex64"):
         mx.eval(c)
+
+
+def test_at_add_single_elements_every_layout_matches_sequential():
+    # rows of one element through the pipelined path (more rows than one block of targets):
+    # one or two index arrays, 1-D or 2-D (update offsets as a stride or as a list), strided,
+    # broadcast and negative indices, a slice before the index; float sums bit-identical
+    rng = np.random.default_rng(11)
+    n = 150_000
+    i1 = rng.integers(-64, 64, n)
+    v = rng.standard_normal(n).astype(np.float32)
+    want = np.zeros(64, np.float32)
+    np.add.at(want, i1, v)
+    check(mx.zeros((64,)).at[mx.array(i1)].add(mx.array(v)), want)
+    # strided index and updates (every other element of larger arrays)
+    i2 = rng.integers(0, 64, 2 * n)
+    v2 = rng.standard_normal(2 * n).astype(np.float32)
+    want = np.zeros(64, np.float32)
+    np.add.at(want, i2[::2], v2[::2])
+    check(mx.zeros((64,)).at[mx.array(i2)[::2]].add(mx.array(v2)[::2]), want)
+    # a broadcast update
+    want = np.zeros(64, np.float32)
+    np.add.at(want, i1, np.float32(0.1))
+    check(mx.zeros((64,)).at[mx.array(i1)].add(mx.array(np.float32(0.1))), want)
+    # 2-D index arrays (two loop dimensions), two of them into a 2-D target
+    a = rng.integers(0, 8, (300, 500))
+    b = rng.integers(-8, 8, (300, 500))
+    v3 = rng.standard_normal((300, 500)).astype(np.float32)
+    want = np.zeros((8, 8), np.float32)
+    np.add.at(want, (a, b), v3)
+    check(mx.zeros((8, 8)).at[mx.array(a), mx.array(b)].add(mx.array(v3)), want)
+    # a slice before the index: rows of one element, target stride 8 apart
+    want = np.zeros((1, 64), np.float32)
+    np.add.at(want, (slice(None), i1), v[None, :])
+    check(mx.zeros((1, 64)).at[:, mx.array(i1)].add(mx.array(v[None, :])), want)

@@ -4,6 +4,7 @@ Each check runs in a child interpreter, as the mode changes the process (an impo
 reprs printing mlx.core). MLX's own compiled core is never imported: the children hide any
 installed `mlx` package, except the venv of MLX's Python package without its core
 (MKPY_TEST_MLX_VENV, made by `make test`), whose tests skip with the reason where it is missing."""
+import glob
 import os
 import subprocess
 import sys
@@ -83,6 +84,35 @@ def test_environment_variable_at_import_mkpy():
     assert out == "mkpy.float32\nno mlx\n"
 
 
+def test_dlpack_device_is_metal_as_mlx_with_metal():
+    # MLX reports Metal (8) whenever mx.metal.is_available(); its tests check the pair. Capsules
+    # hold host memory in both modes, and asking for the CPU (MLX's tests do) works.
+    out = ok(run("""
+        import numpy as np
+        import mkpy
+        a = mkpy.array([1.0, 2.0])
+        print(a.__dlpack_device__(), np.from_dlpack(a).tolist())
+        mkpy.as_mlx()
+        import mlx.core as mx
+        b = mx.array([[1, 2], [3, 4]]).T
+        assert mx.metal.is_available()
+        print(b.__dlpack_device__(), a.__dlpack_device__(), np.from_dlpack(b).tolist())
+        print(np.from_dlpack(type("Cpu", (), {"__dlpack_device__": lambda s: (1, 0),
+              "__dlpack__": lambda s, **k: b.__dlpack__(dl_device=(1, 0))})()).tolist())
+        print(mx.from_dlpack(b).tolist())
+        for dev in ((8, 0), (2, 0), (4, 0)):
+            try:
+                b.__dlpack__(dl_device=dev)
+            except BufferError as e:
+                print(e)
+    """))
+    assert out.splitlines() == [
+        "(1, 0) [1.0, 2.0]", "(8, 0) (8, 0) [[1, 3], [2, 4]]", "[[1, 3], [2, 4]]", "[[1, 3], [2, 4]]",
+        "Metal DLPack export is not available: mkpy's arrays are in host memory (export them with "
+        "dl_device=(1, 0)).", "CUDA DLPack export is not supported.",
+        "Cannot export mlx array to requested DLPack device."]
+
+
 def test_without_mlx_package_nn_names_pip_install_mlx():
     out = ok(run("""
         import mkpy
@@ -144,7 +174,9 @@ def test_pytest_plugin_is_on_before_conftest(tmp_path):
 def mlx_venv_python():
     venv = os.environ.get("MKPY_TEST_MLX_VENV", "")
     py = os.path.join(venv, "bin", "python")
-    if not venv or not os.path.exists(py):
+    # a venv whose `pip install mlx` failed (no PyPI) exists without the package
+    has_nn = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "mlx", "nn", "__init__.py"))
+    if not venv or not os.path.exists(py) or not has_nn:
         pytest.skip("no venv with MLX's Python package (MKPY_TEST_MLX_VENV, made by `make test`; "
                     "needs PyPI): mlx.nn through the stand-in is not tested")
     return py

@@ -279,6 +279,10 @@ SHAPELESS_OPS = {
     "sdpa": _sdpa(),
     "sdpa_causal": _sdpa("causal"),
     "sdpa_array_mask": _sdpa(mx.zeros((3, 3))),
+    "unflatten": lambda x: mx.unflatten(x, -1, (2, 2)),
+    "unflatten_infer": lambda x: mx.unflatten(x, 2, (-1, 2)) * 2,
+    "unflatten_flatten": lambda x: mx.flatten(mx.unflatten(x, 2, (2, -1)), 0, 1),
+    "hadamard_transform": lambda x: mx.hadamard_transform(x),
 }
 # the last dim stays 4 (the weights above are constants of 4); the other dims change
 SHAPE_PAIRS = [((2, 3, 4), (2, 5, 4)), ((2, 3, 4), (3, 3, 4))]
@@ -298,6 +302,19 @@ def test_shapeless_output_shapes_follow_the_inputs(name):
             assert got.shape == want.shape, (name, shape)
             np.testing.assert_allclose(np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32)),
                                        rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("n", [12, 20, 56])
+def test_shapeless_hadamard_of_m_times_power_of_two(n):
+    # the H_m mixing step too: the leading dims follow the input (MLX's Hadamard primitive)
+    c = mx.compile(lambda x: mx.hadamard_transform(x, scale=0.5), shapeless=True)
+    rng = np.random.default_rng(n)
+    for shape in ((2, 3, n), (4, 1, n), (1, 6, n), (2, 3, n)):
+        x = mx.array(rng.standard_normal(shape).astype(np.float32))
+        got = c(x)
+        assert got.shape == shape
+        np.testing.assert_allclose(np.array(got), np.array(mx.hadamard_transform(x, scale=0.5)), rtol=1e-5,
+                                   atol=1e-5)
 
 
 def test_shapeless_softmax_of_the_issue():

@@ -102,3 +102,23 @@ def test_compiled_once_per_architecture():
     for _ in range(3):
         assert run(k, x).tolist() == (x * 3).tolist()
     assert len(cuda_sources("cuda_once")) == 2
+
+
+def test_barriers_are_numbered_for_the_divergence_check():
+    # each threadgroup_barrier carries its site (mkpy_cuda.h checks that a block's threads meet at
+    # one site); a qualified call keeps its qualifier
+    src = """
+        uint l = thread_position_in_threadgroup.x;
+        threadgroup float t[64];
+        t[l] = inp[l];
+        for (uint i = 0; i < 2; i++) threadgroup_barrier(mem_flags::mem_threadgroup);
+        metal::threadgroup_barrier(mem_flags::mem_threadgroup);
+        out[l] = t[63 - l];
+    """
+    k = mx.fast.metal_kernel(name="cuda_sites", input_names=["inp"], output_names=["out"], source=src)
+    x = mx.arange(64, dtype=mx.float32)
+    assert run(k, x).tolist() == [63.0 - i for i in range(64)]
+    p = cuda_sources("cuda_sites")[0]
+    assert "for (uint i = 0; i < 2; i++) ::metal::threadgroup_barrier_at(0u)(mem_flags::mem_threadgroup);" in p
+    assert " metal::threadgroup_barrier_at(1u)(mem_flags::mem_threadgroup);" in p
+    assert "mkpy::barrier_init();" in p

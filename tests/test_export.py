@@ -61,6 +61,7 @@ def test_gather_scatter_along_axis_and_searchsorted(tmp_path):
     seq, v = mx.array([0.0, 1.0, 2.0, 3.0]), mx.array([0.5, 2.0, 7.0])
     mx.export_function(p, lambda s, q: mx.searchsorted(s, q, side="right"), seq, v)
     assert mx.import_function(p)(seq, v)[0].tolist() == [1, 3, 4]
+    assert b"SearchSorted" in open(p, "rb").read()  # MLX's primitive, one node
 
 
 def test_kwargs_and_ordering(tmp_path):
@@ -94,6 +95,21 @@ def test_shapeless(tmp_path):
     mx.export_function(p, fn, x, w, shapeless=True)
     with pytest.raises(ValueError):
         mx.import_function(p)(mx.ones((3, 4)), w)
+
+
+def test_shapeless_flatten_and_unflatten_follow_the_input(tmp_path):
+    # exported as MLX's Flatten and Unflatten: a shapeless import keeps the other dims of the input
+    p = path_in(tmp_path)
+    fn = lambda x: (mx.flatten(mx.unflatten(x, -1, (2, -1)), 0, 1) * 2, mx.unflatten(x, 0, (1, -1)) + 1)
+    mx.export_function(p, fn, mx.ones((2, 3, 4)), shapeless=True)
+    data = open(p, "rb").read()
+    assert b"Unflatten" in data and b"Flatten" in data
+    f = mx.import_function(p)
+    for shape in ((2, 3, 4), (2, 1, 4), (2, 7, 4)):  # the split axes keep their traced sizes, as MLX
+        x = mx.array(np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32))
+        for got, want in zip(f(x), fn(x)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6, atol=1e-6)
 
 
 def test_exporter_multiple_traces_and_shared_constant(tmp_path):

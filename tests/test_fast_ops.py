@@ -4,7 +4,8 @@ obtained from MLX 0.32.4 (CPU).
 
 MLX's CPU back end runs these ops as graphs of ordinary ops: sums are sequential in
 float32, each op rounds to the array's dtype. The norm references below replay those
-steps in NumPy float32 and must match to the bit; rope and attention use MLX's own
+steps in NumPy float32 with mkpy's own mean (a fused norm gives the bits of its composition,
+as in MLX) and must match to the bit; rope and attention use MLX's own
 exp/sin/cos, so they are compared with float64 references within tolerance, plus
 exact values baked from MLX for small inputs."""
 import inspect
@@ -61,11 +62,29 @@ def npv(a):
     return np.array(a)
 
 
-def seqsum(a):
-    """Sequential float32 sums over the last axis, keepdims (MLX's CPU reduction)."""
-    if a.shape[-1] == 0:
-        return np.zeros(a.shape[:-1] + (1,), F32)
-    return np.cumsum(a, axis=-1, dtype=F32)[..., -1:]
+def lanesum(a):
+    """mkpy's float32 sums over the last axis of rows shorter than 32768, keepdims: under 16
+    terms in order in double; else each block of 1024 in 8 float lanes (each in order, then
+    added in order, then the block's tail), the blocks' sums added in order in double."""
+    a = np.asarray(a, F32)
+    n = a.shape[-1]
+    if n < 16:
+        return np.cumsum(a, axis=-1, dtype=np.float64)[..., -1:].astype(F32) if n else \
+            np.zeros(a.shape[:-1] + (1,), F32)
+    total = np.zeros(a.shape[:-1], np.float64)
+    with np.errstate(all="ignore"):
+        for b in range(0, n, 1024):
+            m = min(1024, n - b)
+            full = m - m % 8
+            blk = a[..., b:b + full].reshape(a.shape[:-1] + (full // 8, 8))
+            lanes = np.cumsum(blk, axis=-2, dtype=F32)[..., -1, :] if full else np.zeros(a.shape[:-1] + (8,), F32)
+            t = lanes[..., 0]
+            for k in range(1, 8):
+                t = t + lanes[..., k]
+            for i in range(b + full, b + m):
+                t = t + a[..., i]
+            total = total + t.astype(np.float64)
+    return total.astype(F32)[..., None]
 
 
 def assert_same(got, exp):
@@ -89,13 +108,13 @@ def test_signatures(name, sig):
 
 
 def ref_norm(x, w, b, eps, dt, layer):
-    """MLX's fallback: float32 stats, cast to dt, then * w and + b in dt."""
+    """MLX's fallback: float32 stats (mkpy's mean), cast to dt, then * w and + b in dt."""
     n = x.shape[-1]
     inv = F32(1.0 / n) if n else F32(np.inf)
     with np.errstate(all="ignore"):
         if layer:
-            x = x - seqsum(x) * inv
-        y = x * (F32(1) / np.sqrt(seqsum(x * x) * inv + F32(eps)))
+            x = x - lanesum(x) * inv
+        y = x * (F32(1) / np.sqrt(lanesum(x * x) * inv + F32(eps)))
         y = rnd(y, dt)
         if w is not None:
             y = rnd(y * w, dt)
@@ -104,7 +123,7 @@ def ref_norm(x, w, b, eps, dt, layer):
     return y
 
 
-NORM_SHAPES = [(7,), (3, 5, 33), (2, 3, 4, 64), (4, 1000), (1, 1)]
+NORM_SHAPES = [(7,), (3, 5, 33), (2, 3, 4, 64), (4, 1000), (1, 1), (2, 4099)]
 
 
 @pytest.mark.parametrize("dt", FLOATS)
@@ -129,6 +148,30 @@ def test_layer_norm(dt, shape):
                                  None if bias is None else arr(bias, dt), 1e-4)
         assert dname(out) == dt and out.shape == shape
         assert_same(npv(out), ref_norm(x, weight, bias, 1e-4, dt, True))
+
+
+def composed_norm(x, w, b, eps, layer):
+    """MLX's fallback graph written with mkpy's ops (MLX's test_fast compares the fused ops with it)."""
+    y = x.astype(mx.float32)
+    if layer:
+        y = y - y.mean(-1, keepdims=True)
+    y = y * mx.rsqrt(y.square().mean(-1, keepdims=True) + eps)
+    y = y.astype(x.dtype if w is None else w.dtype)
+    if w is not None:
+        y = y * w
+    return y if b is None else y + b
+
+
+@pytest.mark.parametrize("shape", [(4099,), (2, 4099), (3, 1025), (1, 70001), (2, 100000), (130, 300)])
+def test_norm_is_its_composition(shape):
+    # the same bits as the composition, also where mean() splits a long row into parts (the
+    # wide range of magnitudes makes the grouping of the terms show in the sums' bits)
+    x = mx.array((randn(shape, 13, 2) + 1) * np.exp(randn(shape, 113, 2)))
+    w = mx.array(randn(shape[-1:], 12))
+    b = mx.array(randn(shape[-1:], 13))
+    assert_same(npv(mx.fast.rms_norm(x, w, 1e-5)), npv(composed_norm(x, w, None, 1e-5, False)))
+    assert_same(npv(mx.fast.rms_norm(x, None, 1e-5)), npv(composed_norm(x, None, None, 1e-5, False)))
+    assert_same(npv(mx.fast.layer_norm(x, w, b, 1e-5)), npv(composed_norm(x, w, b, 1e-5, True)))
 
 
 def test_norm_eps_and_constant_rows():

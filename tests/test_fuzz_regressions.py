@@ -2,7 +2,8 @@
 hand, and the fuzzer's reduced cases (tests/data/fuzz_regressions.json, written by
 tests/kernel_fuzz.py's reducer). Each runs on the lockstep engine and under the checker (which
 runs cooperative kernels on fibers) and must give the value Metal gives, stored with the case;
-test_kernel_engine.py's subprocess runs cover MKPY_ENGINE=fibers for the corpus."""
+the fuzzer's cases also run with MKPY_ENGINE=fibers. (On a machine with a GPU, `engine` is the
+GPU: metal_kernel runs on the default GPU stream.)"""
 import json
 import os
 import sys
@@ -20,10 +21,10 @@ with open(os.path.join(HERE, "data", "fuzz_regressions.json")) as f:
     CASES = json.load(f)
 
 
-def run_case(entry):
+def run_case(entry, mode="engine"):
     case = kernel_fuzz.Case.from_json(entry["case"])
     header, source = kernel_fuzz.kernel_text(case)
-    k = mx.fast.metal_kernel(name="fz_" + entry["name"], input_names=["data"], output_names=["out"],
+    k = mx.fast.metal_kernel(name="fz_%s_%s" % (entry["name"], mode), input_names=["data"], output_names=["out"],
                              source=source, header=header)
     n = int(np.prod(case.grid()))
     o, = k(inputs=[mx.array(np.array(case.data, dtype=np.uint32))],
@@ -32,15 +33,13 @@ def run_case(entry):
     return np.array(o)
 
 
-@pytest.mark.parametrize("checked", [False, True], ids=["engine", "checker"])
+@pytest.mark.parametrize("mode", ["engine", "fibers", "checker"])
 @pytest.mark.parametrize("entry", CASES, ids=[c["name"] for c in CASES])
-def test_reduced_case(entry, checked, request):
-    if entry.get("known_fiber_bug") and checked:
-        # a fiber-engine bug the fuzzer found, not fixed yet (the checker runs on fibers): strict, so
-        # the fix shows up as XPASS
-        request.applymarker(pytest.mark.xfail(strict=True, reason="known fiber-engine bug: " + entry["note"]))
-    with mx.metal.check(checked):
-        got = run_case(entry)
+def test_reduced_case(entry, mode, monkeypatch):
+    if mode == "fibers":
+        monkeypatch.setenv("MKPY_ENGINE", "fibers")
+    with mx.metal.check(mode == "checker"):
+        got = run_case(entry, mode)
     assert got.tolist() == entry["expected"], entry["note"]
 
 

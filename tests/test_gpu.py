@@ -190,6 +190,10 @@ def spin():
 
 
 def test_ctrl_c_stops_a_long_kernel():
+    # another kernel first: the hang seen once came only after one had run
+    np.testing.assert_array_equal(np.array(double(mx.arange(4, dtype=mx.float32))), [1, 3, 5, 7])
+    # Python's handler, also when the test process was started with SIGINT ignored (a background job)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     t = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     t.start()
     try:
@@ -197,6 +201,7 @@ def test_ctrl_c_stops_a_long_kernel():
             mx.eval(spin())
     finally:
         t.cancel()
+        signal.signal(signal.SIGINT, old)
     np.testing.assert_array_equal(np.array(double(mx.arange(4, dtype=mx.float32))), [1, 3, 5, 7])
 
 
@@ -214,8 +219,40 @@ def test_the_kernel_timeout_stops_a_long_kernel():
             mx.eval(o)
         except RuntimeError as e:
             print("raised:", e)
+        print("after:", mx.cuda.is_available(), (mx.arange(3) * 2).tolist())
     """, env={"MKPY_KERNEL_TIMEOUT": "0.5"})
     assert "raised:" in r.stdout and "MKPY_KERNEL_TIMEOUT" in r.stdout, (r.stdout, r.stderr)
+    assert "context was reset" in r.stdout, r.stdout
+    assert "after: True [0, 2, 4]" in r.stdout, r.stdout
+
+
+def test_compile_errors_use_the_words_of_metals_compiler():
+    # NVRTC words diagnostics its own way; Metal's compiler is clang, as the CPU back-end's
+    k = mx.fast.metal_kernel(name="gpu_undeclared", input_names=["x"], output_names=["o"],
+                             source="uint i = thread_position_in_grid.x;\no[i] = y[i];")
+    o, = k(inputs=[mx.ones((4,))], grid=(4, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(4,)],
+           output_dtypes=[mx.float32])
+    with pytest.raises(RuntimeError) as e:
+        mx.eval(o)
+    assert "use of undeclared identifier 'y'" in str(e.value) and "<kernel gpu_undeclared source>:2" in str(e.value)
+
+
+def test_divergent_barriers_raise_on_the_gpu_and_the_gpu_goes_on():
+    k = mx.fast.metal_kernel(name="gpu_diverge", input_names=["x"], output_names=["o"], source="""
+        uint l = thread_position_in_threadgroup.x;
+        if (l < 40) threadgroup_barrier(mem_flags::mem_threadgroup);
+        else threadgroup_barrier(mem_flags::mem_threadgroup);
+        o[thread_position_in_grid.x] = x[thread_position_in_grid.x];""")
+    for _ in range(2):
+        o, = k(inputs=[mx.ones((256,))], grid=(256, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(256,)],
+               output_dtypes=[mx.float32])
+        with pytest.raises(RuntimeError) as e:
+            mx.eval(o)
+        msg = str(e.value)
+        assert "(GPU)" in msg and "different barriers" in msg, msg
+        assert "<kernel gpu_diverge source>:3:" in msg and "<kernel gpu_diverge source>:4:" in msg, msg
+    assert mx.cuda.is_available()
+    np.testing.assert_array_equal(np.array(double(mx.arange(4, dtype=mx.float32))), [1, 3, 5, 7])
 
 
 def test_mkpy_gpu_cpu_keeps_the_cpu_back_end():

@@ -8,14 +8,12 @@ sums and products, within their dtype's tolerance. Skipped without a GPU
 unless MKPY_REQUIRE_GPU=1.
 """
 import os
-import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import mkpy as mx
+from gpu_compare import collector, cpu_results, mismatches
 
 if not mx.cuda.is_available() and not os.environ.get("MKPY_GPU_OPS_CHILD"):
     if os.environ.get("MKPY_REQUIRE_GPU") == "1":
@@ -51,11 +49,12 @@ def _values(dtype, n, seed):
         v = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
         small = rng.integers(max(info.min, -9), 10, n).astype(dtype)
         v[n // 2:] = small[n // 2:]  # small divisors and shift counts
-        sp = np.array([s for s in special if info.min <= s <= info.max], dtype=dtype)
+        sp = np.array([s for s in special if info.min <= s <= info.max], dtype=dtype)[:n]
         v[:len(sp)] = sp
         return v
     special = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-30, 70000.0, -3e9, 1e20,
                0.999, -0.999, 88.5, -88.5, 300.7, -129.5]
+    special = special[:n]
     v = rng.standard_normal(n).astype(np.float32) * 4
     v[: len(special)] = special
     if dtype == "complex64":
@@ -76,19 +75,7 @@ def _arr(dtype, shape, seed):
 
 def compute():
     """Every case's result as NumPy (bfloat16 as its bits), keyed by name."""
-    out = {}
-
-    def put(key, fn):
-        try:
-            r = fn()
-            mx.eval(r)
-        except (ValueError, TypeError, RuntimeError) as e:
-            out[key] = ("error", type(e).__name__)
-            return
-        if r.dtype == mx.bfloat16:
-            out[key] = ("bf16", np.array(r.view(mx.uint16)))
-        else:
-            out[key] = ("ok", np.array(r))
+    out, put = collector()
 
     for dt in DTYPES:
         x = _arr(dt, (5, 37), 1)
@@ -132,28 +119,9 @@ def compute():
     return out
 
 
-def _cpu_results():
-    code = ("import pickle, sys; sys.path.insert(0, %r); import test_gpu_ops as t; "
-            "sys.stdout.buffer.write(pickle.dumps(t.compute()))" % os.path.dirname(__file__))
-    env = dict(os.environ, MKPY_GPU="cpu", MKPY_REQUIRE_GPU="0", MKPY_GPU_OPS_CHILD="1")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    return pickle.loads(r.stdout)
-
-
 @pytest.fixture(scope="module")
 def both():
-    return compute(), _cpu_results()
-
-
-def _same_bits(a, b):
-    if a.dtype.kind in "fc":
-        na, nb = np.isnan(a), np.isnan(b)
-        if not np.array_equal(na, nb):
-            return False
-        view = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-        return np.array_equal(np.where(na, 0, a).view(view), np.where(nb, 0, b).view(view))
-    return np.array_equal(a, b)
+    return compute(), cpu_results("test_gpu_ops")
 
 
 def _tolerance(key, dtype):
@@ -171,37 +139,7 @@ def _tolerance(key, dtype):
 
 def test_every_op_and_dtype_matches_the_cpu(both):
     gpu, cpu = both
-    assert gpu.keys() == cpu.keys()
-    bad = []
-    for key, (gk, g) in gpu.items():
-        ck, c = cpu[key]
-        if gk == "error" or ck == "error":
-            if (gk, g) != (ck, c):
-                bad.append((key, "error mismatch", g, c))
-            continue
-        if gk == "bf16":
-            if _same_bits(g, c):
-                continue
-            g = (g.astype(np.uint32) << 16).view(np.float32)
-            c = (c.astype(np.uint32) << 16).view(np.float32)
-            tol = _tolerance(key, np.dtype(np.float32))
-            tol = tol and 1e-2
-        else:
-            if g.shape != c.shape or g.dtype != c.dtype:
-                bad.append((key, "shape/dtype", g.shape, c.shape))
-                continue
-            if _same_bits(g, c):
-                continue
-            tol = _tolerance(key, g.dtype)
-            if tol and g.dtype == np.float16:
-                tol = 2e-3
-        if tol is None:
-            bad.append((key, "not bit-exact", g.ravel()[:8], c.ravel()[:8]))
-            continue
-        try:
-            np.testing.assert_allclose(g, c, rtol=tol, atol=1e-6, equal_nan=True)
-        except AssertionError as e:
-            bad.append((key, "beyond tolerance", str(e)[:300]))
+    bad = mismatches(gpu, cpu, _tolerance)
     assert not bad, "\n".join(map(str, bad[:40])) + f"\n({len(bad)} cases)"
 
 

@@ -129,3 +129,35 @@ def test_arithmetic_matches_numpy_broadcast(here):
         np.testing.assert_array_equal(np.array(here["b_mul_bcast"], np.uint16).view(np.float16), a * np.float16(0.1))
         np.testing.assert_array_equal(np.array(here["b_sub_bcast_left"], np.uint16).view(np.float16),
                                       np.float16(3.0) - b)
+
+
+EXP_CHILD = r"""
+import json, sys
+import numpy as np
+import mkpy as mx
+a = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+out = {"all": np.array(mx.exp(mx.array(a))).view(np.uint16).tolist(),
+       # an odd length at an odd offset: every vector tail of the one-pass kernel
+       "tails": [np.array(mx.exp(mx.array(a[k:k + n]))).view(np.uint16).tolist()
+                 for k, n in ((3, 1), (5, 7), (11, 9), (1, 15), (2, 17), (1000, 31), (31000, 40001))]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("level", ["avx2", "avx512"])
+def test_exp_one_pass_kernel_at_each_level(software, level):
+    """float16 exp has a one-pass kernel per instruction-set level (half_fast.c): every float16
+    input gives the software path's bits (a NaN by NaN-ness, as above), also at odd offsets and
+    lengths, where the vectors have tails."""
+    env = dict(os.environ, MKPY_ISA=level, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("MKPY_NO_F16C", None)
+    p = subprocess.run([sys.executable, "-c", EXP_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    want = np.array(software["u_exp"], np.uint16)
+    nan = np.isnan(want.view(np.float16))
+    h = np.array(got["all"], np.uint16)
+    np.testing.assert_array_equal(np.isnan(h.view(np.float16)), nan)
+    np.testing.assert_array_equal(h[~nan], want[~nan])
+    for (k, n), t in zip(((3, 1), (5, 7), (11, 9), (1, 15), (2, 17), (1000, 31), (31000, 40001)), got["tails"]):
+        np.testing.assert_array_equal(np.array(t, np.uint16), h[k:k + n])

@@ -986,6 +986,7 @@ STACK_SRC = """
 """
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU back-end's own behaviour
 def test_stack_overflow_is_an_error_and_the_process_survives():
     x = mx.array(np.arange(32, dtype=np.float32))
     n = 256 * 1024 // 4                 # 256 KiB: over the 128 KiB of a cooperative thread
@@ -1249,6 +1250,7 @@ WILD = mx.fast.metal_kernel(
     """)
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU back-end's own behaviour
 def test_wild_pointer_in_a_cooperative_kernel_is_an_error_and_the_workers_recover():
     x = np.arange(64 * 8, dtype=np.float32)
     for _ in range(2):
@@ -1555,6 +1557,7 @@ def test_sinkhorn_knopp_loop_template(groups):
 
 
 @pytest.mark.skipif(os.environ.get("MKPY_ENGINE", "") == "fibers", reason="MKPY_ENGINE=fibers")
+@pytest.mark.usefixtures("cpu_device")  # the CPU back-end's own behaviour
 def test_sinkhorn_engines_and_the_compile_budget(capfd):
     # hundreds of barriers: the lockstep pass stops at its compile budget and says so
     if mx.metal.is_check_enabled():

@@ -21,8 +21,10 @@ def run(kernel, inputs, grid, tg, shapes, dtypes=None, **kw):
 
 
 def engine_of(kernel, inputs, grid, tg, shapes, capfd, dtypes=None):
-    """Runs with verbose=True and returns the engine line it printed."""
-    run(kernel, inputs, grid, tg, shapes, dtypes, verbose=True)
+    """Runs with verbose=True on the CPU (the engines are the CPU back-end's; on a machine with a
+    GPU the other calls of these tests run there) and returns the engine line it printed."""
+    with mx.stream(mx.cpu):
+        run(kernel, inputs, grid, tg, shapes, dtypes, verbose=True)
     out = capfd.readouterr().out
     return [line for line in out.splitlines() if line.startswith("mkpy: kernel")][-1]
 
@@ -280,7 +282,7 @@ def test_divergent_barriers_name_the_engine():
         if (l < 16) threadgroup_barrier(mem_flags::mem_threadgroup);
         else threadgroup_barrier(mem_flags::mem_threadgroup);
         y[l] = x[l];""")
-    with pytest.raises(RuntimeError, match=r"\(lockstep engine\).*different barriers"):
+    with pytest.raises(RuntimeError, match=r"\(lockstep engine\).*different barriers"), mx.stream(mx.cpu):
         run(k, [mx.ones(32)], (32, 1, 1), (32, 1, 1), [(32,)])
 
 
@@ -311,7 +313,7 @@ def test_mkpy_engine_fibers_runs_the_same_numbers():
             "mx.eval(y); print(np.array(y).tolist())\n")
     outs = {}
     for engine in ("fibers", "lockstep"):
-        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE=engine)
+        env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE=engine, MKPY_GPU="cpu")
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         outs[engine] = r.stdout
@@ -325,8 +327,71 @@ def test_mkpy_engine_fibers_runs_the_same_numbers():
 def test_the_kernel_corpus_under_fibers():
     """The corpus (tests/test_kernel_corpus.py) runs under the lockstep engine in the
     suite; here it runs again with every cooperative kernel on fibers."""
-    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE="fibers")
+    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_ENGINE="fibers", MKPY_GPU="cpu")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                         os.path.join(ROOT, "tests", "test_kernel_corpus.py")],
                        env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+# ------------------------------------------- the fiber engine's release order (issue #25)
+# Fibers used to release waiting SIMD-group calls in the order of the program text, header first,
+# and to match lanes by the call's text position. Now mkpy's compiler pass gives every call its
+# rank in the inlined control flow (the lockstep engine's order), and loops with SIMD-group calls
+# a wait at their latch. Each kernel runs on the three CPU engines, which must give what a GPU
+# gives.
+
+@pytest.fixture(params=["lockstep", "fibers", "checker"])
+def cpu_engine(request, monkeypatch):
+    if request.param == "fibers":
+        monkeypatch.setenv("MKPY_ENGINE", "fibers")
+    else:
+        monkeypatch.delenv("MKPY_ENGINE", raising=False)
+    with mx.metal.check(request.param == "checker"):
+        yield request.param
+
+
+def lanes_kernel(name, engine, source, header=""):
+    k = mx.fast.metal_kernel(name="%s_%s" % (name, engine), input_names=["x"], output_names=["y"], source=source,
+                             header=header)
+    y, = run(k, [mx.zeros(1, dtype=mx.uint32)], (32, 1, 1), (32, 1, 1), [(32,)], [mx.uint32])
+    return y
+
+
+def test_header_simd_call_after_a_divergent_if_waits_for_the_branch(cpu_engine):
+    # the fuzzer's seed 777 case, by hand: the helper's call comes after the if in the program,
+    # so lane 0 (which skipped the branch) meets the other lanes there: the whole SIMD-group
+    y = lanes_kernel("order_after_if", cpu_engine, header="""
+        inline uint active() { return uint(static_cast<simd_vote::vote_t>(simd_active_threads_mask())); }""",
+                     source="""
+        uint lane = thread_index_in_simdgroup;
+        uint m = 0;
+        if (lane != 0) m = simd_max(lane);
+        y[lane] = active() + m * 0u + x[0];""")
+    np.testing.assert_array_equal(y, np.full(32, 0xFFFFFFFF, np.uint32))
+
+
+def test_one_helper_called_from_two_places_is_two_call_sites(cpu_engine):
+    # the same simd_sum text, reached from both sides of a divergent if: two calls on a GPU
+    y = lanes_kernel("order_two_sites", cpu_engine, header="inline uint count() { return simd_sum(1u); }",
+                     source="""
+        uint lane = thread_index_in_simdgroup;
+        uint a = 0, b = 0;
+        if (lane < 8) a = count(); else b = count();
+        y[lane] = a * 100u + b + x[0];""")
+    np.testing.assert_array_equal(y, np.where(np.arange(32) < 8, 800, 24).astype(np.uint32))
+
+
+def test_a_lane_that_continues_waits_for_its_iteration(cpu_engine):
+    # lane t skips iteration t; the others' simd_sum of that iteration counts 31 lanes, and the lane
+    # that continued does not join them from the next iteration
+    y = lanes_kernel("order_latch", cpu_engine, source="""
+        uint lane = thread_index_in_simdgroup;
+        uint r = 0;
+        for (uint t = x[0]; t < 4u; ++t) {
+            if (lane == t) continue;
+            r = r * 100u + simd_sum(1u);
+        }
+        y[lane] = r;""")
+    want = [int("".join("31" for t in range(4) if t != lane)) for lane in range(32)]
+    np.testing.assert_array_equal(y, np.array(want, np.uint32))

@@ -131,6 +131,7 @@ def _unused_cooperative_refusal():
         mx.eval(out)
 
 
+@pytest.mark.usefixtures("cpu_device")  # the CPU back-end's own behaviour
 def test_missing_compiler_names_mkpy_cxx(tmp_path):
     code = (
         "import mkpy as mx\n"
@@ -142,7 +143,7 @@ def test_missing_compiler_names_mkpy_cxx(tmp_path):
         "    print('ERR', e)\n"
         "print((mx.array([1]) + 1).tolist())\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_CXX=str(tmp_path / "no-such-clang"),
+    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_GPU="cpu", MKPY_CXX=str(tmp_path / "no-such-clang"),
                MKPY_CACHE_DIR=str(tmp_path / "cache"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr

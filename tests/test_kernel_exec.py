@@ -336,6 +336,7 @@ def test_loads_just_outside_a_large_buffer_read_zeros_and_stores_fault():
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not os.path.exists("/usr/lib/x86_64-linux-gnu/libmvec.so.1"),
                     reason="libmvec's vector math is used on x86-64 glibc only")
+@pytest.mark.usefixtures("cpu_device")  # the CPU back-end's own behaviour
 def test_barrier_free_exp_kernel_is_vectorised_across_threads():
     """The plain loop vectorises across GPU threads: the object calls glibc's vector expf."""
     k = mx.fast.metal_kernel(name="vectorised_probe", input_names=["a"], output_names=["o"],

@@ -277,6 +277,9 @@ def test_a_global_constructor_that_works_still_runs():
 
 RUNAWAY = """
 import os, sys, time, signal
+# Ctrl-C raises KeyboardInterrupt even when this process was started with SIGINT ignored
+# (Python then installs no handler: `make test &` from a script, nohup)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import mkpy as mx
 kind = sys.argv[1]
 coop = "threadgroup_barrier(mem_flags::mem_threadgroup);" if kind == "coop" else ""

@@ -144,6 +144,51 @@ def test_searchsorted():
         close(mx.searchsorted(mx.array(s2), mx.array(v2), side=side), np.searchsorted(s2, v2, side=side))
 
 
+def test_searchsorted_is_one_binary_search_per_value():
+    # MLX's SearchSorted primitive: views of either input, every dtype, sort's order
+    rng = np.random.default_rng(3)
+    s = np.sort(rng.standard_normal(1001).astype(np.float32))
+    v = (rng.standard_normal((7, 40)) * 2).astype(np.float32)
+    S, V = mx.array(np.stack([s, s])), mx.array(v)
+    for side in ("left", "right"):
+        close(mx.searchsorted(S[1], V.T[::3], side=side), np.searchsorted(s, v.T[::3], side=side))
+        close(mx.searchsorted(S[0, ::2], mx.broadcast_to(V[2], (3, 40)), side=side),
+              np.searchsorted(s[::2], np.broadcast_to(v[2], (3, 40)), side=side))
+        close(mx.searchsorted(S[0, ::-1][::-1], V, side=side), np.searchsorted(s, v, side=side))
+    for dt in (mx.int8, mx.uint16, mx.int64, mx.float16, mx.bfloat16):
+        seq = mx.array([0, 0, 1, 1, 3]).astype(dt)
+        close(mx.searchsorted(seq, mx.array([1, 0, 3]).astype(dt)), [2, 0, 4])
+        close(mx.searchsorted(seq, mx.array([1, 0, 3]).astype(dt), side="right"), [4, 2, 5])
+    b = mx.array([False, False, True])
+    close(mx.searchsorted(b, mx.array([True, False])), [2, 0])
+    close(mx.searchsorted(b, mx.array([True, False]), side="right"), [3, 2])
+    c = mx.array([1 + 1j, 1 + 2j, 2 + 0j], mx.complex64)  # lexicographic, as sort
+    close(mx.searchsorted(c, mx.array([1 + 1.5j, 2 + 0j], mx.complex64)), [1, 2])
+    assert mx.searchsorted(mx.array([1, 2], mx.int32), mx.array(1.5, mx.float32)).item() == 1  # promoted
+
+
+def test_searchsorted_transformations():
+    seq = mx.arange(8, dtype=mx.float32)
+    vs = mx.array(np.random.default_rng(4).uniform(0, 10, (3, 5)).astype(np.float32))
+    assert mx.array_equal(mx.vmap(lambda x: mx.searchsorted(seq, x))(vs), mx.searchsorted(seq, vs))
+    assert mx.array_equal(mx.vmap(lambda x: mx.searchsorted(seq, x), in_axes=1, out_axes=1)(vs),
+                          mx.searchsorted(seq, vs))
+    # MLX's SearchSorted has no batching rule for the sequence
+    with pytest.raises(ValueError, match="Cannot vmap over the sorted sequence"):
+        mx.vmap(lambda s: mx.searchsorted(s, mx.array([1.0])))(mx.zeros((3, 4)))
+    with pytest.raises(ValueError, match="Cannot vmap over the sorted sequence"):
+        mx.vmap(lambda s, x: mx.searchsorted(s, x))(mx.zeros((3, 4)), vs[:, :2])
+    # no gradient flows through it (MLX's vjp and jvp are zeros)
+    f = lambda x: (mx.searchsorted(x, x * 0.5).astype(mx.float32) * x).sum()
+    close(mx.grad(f)(mx.array([1.0, 2.0, 4.0])), np.array([0.0, 0.0, 1.0]))
+    _, t = mx.jvp(lambda x: mx.searchsorted(x, mx.array([1.5])), [mx.array([1.0, 2.0])], [mx.ones(2)])
+    assert t[0].tolist() == [0] and t[0].dtype == mx.uint32
+    # compiled and shapeless: the output follows the values
+    g = mx.compile(lambda s, x: mx.searchsorted(s, x, side="right"), shapeless=True)
+    close(g(seq, vs), np.searchsorted(np.arange(8), np.array(vs), side="right"))
+    close(g(seq, vs[0]), np.searchsorted(np.arange(8), np.array(vs[0]), side="right"))
+
+
 def test_dtype_queries():
     assert mx.result_type(mx.int8, mx.uint8) == mx.int16
     assert mx.result_type(mx.array([1.0]), mx.int32) == mx.float32

@@ -8,6 +8,7 @@ bfloat16 reductions (widened by a shift into the float32 kernels) give the
 bits of the float32 kernels on the widened input."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -185,10 +186,32 @@ def software():
     return json.loads(p.stdout.splitlines()[-1])
 
 
+ARITH = re.compile(r"_(sum|prod|mean|cumsum|cumprod)(_|$)")
+
+
+def nan_bits(b, half):
+    return (b & 0x7C00) == 0x7C00 and b & 0x3FF if half else (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF
+
+
+def same_bits(key, a, b):
+    """Equal bits; where sums and products give NaN, equal NaN-ness: when two NaNs meet (a NaN of the
+    data and the one inf * 0 makes), the result is the first source operand of the instruction, an
+    operand order the compiler picks per kernel (gcc 14 picked other orders for the float16 and the
+    float32 product kernels: 0x7e00 against 0xfe00). Selections (max, min, args, cummax) keep their
+    bits, a signalling NaN too."""
+    a, b = (a, b) if isinstance(a, list) else ([a], [b])
+    if a == b:
+        return True
+    if len(a) != len(b) or not ARITH.search(key):
+        return False
+    half = max(a + b) <= 0xFFFF  # float16 bits (a float32 NaN is above 0xFFFF)
+    return all(x == y or (nan_bits(x, half) and nan_bits(y, half)) for x, y in zip(a, b))
+
+
 def test_same_bits_as_the_software_path(software):
     here = json.loads(json.dumps(compute()))
     assert here.keys() == software.keys()
-    bad = [k for k in here if here[k] != software[k]]
+    bad = [k for k in here if not same_bits(k, here[k], software[k])]
     assert not bad, bad[:10]
 
 

@@ -39,6 +39,10 @@ typedef struct mkb_backend {
      * user's call site. */
     int (*kernel_eval)(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out, const char *generated,
                        const char *kernel_name, const mkk_launch *plan, uint64_t groups);
+    /* Compiles a call's program without running it: 0, or -1 with the compile
+     * error (the CPU's: clang's diagnostics, the words Metal's compiler uses). */
+    int (*kernel_compile)(mkk_kernel *k, mkk_call *c, mk_array *const *in, const char *generated,
+                          const char *kernel_name);
     /* Waits for the device's queued work. Returns 0 or -1 with an error. */
     int (*synchronize)(void);
     /* True once the device cannot be used any more in this process (NULL:

@@ -765,20 +765,43 @@ void mk_set_view(mk_array *out, const mk_array *in, int64_t offset, const int64_
 
 static _Thread_local int trace_depth;
 
-bool mk_donate(mk_prim *p, mk_array *out, mk_array *in) {
-    mk_buffer *b = in->buf;
+/* What both donations need: nothing but the node sees in or its buffer,
+ * which is dense, starts at in and holds exactly out's bytes, and no trace
+ * keeps inputs. */
+static bool donatable(const mk_array *in, const mk_array *out) {
+    const mk_buffer *b = in->buf;
     size_t isz = mk_dtype_size(in->dtype);
-    if (trace_depth || !b || b->release || b->dev || in->offset != 0 || !(in->flags & MK_ROW_CONTIG) ||
-        in->size != out->size || isz != mk_dtype_size(out->dtype) || b->nbytes != (size_t)in->size * isz ||
-        atomic_load_explicit(&in->refcnt, memory_order_acquire) != 1 ||
-        atomic_load_explicit(&b->refcnt, memory_order_acquire) != 1 ||
-        atomic_load_explicit(&in->prim, memory_order_acquire) != NULL)
-        return false;
+    return !trace_depth && b && in->offset == 0 && (in->flags & MK_ROW_CONTIG) && in->size == out->size &&
+           isz == mk_dtype_size(out->dtype) && b->nbytes == (size_t)in->size * isz &&
+           atomic_load_explicit(&in->refcnt, memory_order_acquire) == 1 &&
+           atomic_load_explicit(&b->refcnt, memory_order_acquire) == 1 &&
+           atomic_load_explicit(&in->prim, memory_order_acquire) == NULL;
+}
+
+static void take_buffer(mk_prim *p, mk_array *out, mk_buffer *b) {
     mk_buffer_incref(b);
     if (out->buf) mk_buffer_decref(out->buf);
     out->buf = b;
     mk_set_row_contiguous(out);
     if (p) p->donated = true;
+}
+
+bool mk_donate(mk_prim *p, mk_array *out, mk_array *in) {
+    if (!donatable(in, out) || in->buf->release || in->buf->dev) return false;
+    take_buffer(p, out, in->buf);
+    return true;
+}
+
+bool mk_donate_device(mk_prim *p, mk_array *out, mk_array *in, const mk_devmem_ops *ops) {
+    mk_buffer *b = in->buf;
+    if (!donatable(in, out) || (b->release && b->release != device_buffer_release) || !b->dev || b->devops != ops ||
+        !(atomic_load_explicit(&b->where, memory_order_acquire) & MK_ON_DEVICE))
+        return false;
+    /* nothing else holds the buffer: the host copy, if any, is stale from now on */
+    pthread_mutex_lock(&devcopy_mu);
+    atomic_store_explicit(&b->where, MK_ON_DEVICE, memory_order_release);
+    pthread_mutex_unlock(&devcopy_mu);
+    take_buffer(p, out, b);
     return true;
 }
 

@@ -275,6 +275,12 @@ int mk_alloc_out(mk_array *out);
 bool mk_donate(mk_prim *p, mk_array *out, mk_array *in);
 /* mk_donate, else mk_alloc_out. Returns 0 or -1. */
 int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in);
+/* mk_donate for a GPU evaluator: the same conditions, except that the
+ * buffer's bytes must be valid on the device `ops` (its own device buffer,
+ * or mkpy's host memory with a device copy). The output takes the buffer
+ * and only its device copy stays valid (the evaluator writes there; a later
+ * host read copies down again). */
+bool mk_donate_device(mk_prim *p, mk_array *out, mk_array *in, const mk_devmem_ops *ops);
 
 /* Asynchronous evaluators (communication, core/distributed.c). Inside its
  * evaluator an op calls mk_async_begin(p), hands the token to another

@@ -31,11 +31,6 @@
 #include "ops_quant.h"
 #include "transforms.h"
 
-/* (ops_index.c; declared here as only export uses it) */
-bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
-/* (ops_index.c, ops_shape.c) */
-bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
-bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
 /* (ops_fast.c) */
 bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
 bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);
@@ -785,6 +780,18 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         out_ids[0] = r;
         return 0;
     }
+    int fs, fe, ua, un;
+    if (mk_xp_reshape_kind(p, &fs, &fe, &ua, &un)) {
+        /* MLX's Flatten and Unflatten, whose shapes follow the input in a shapeless import */
+        if (fs >= 0) {
+            xs_int(&st, MK_XS_INT, fs);
+            xs_int(&st, MK_XS_INT, fe);
+            return emit(cx, "Flatten", &st, 1, ids, 1, &od, out_ids) ? 0 : -1;
+        }
+        xs_int(&st, MK_XS_INT, ua);
+        if (xs_vec(&st, un, o->shape + ua) < 0) return -1;
+        return emit(cx, "Unflatten", &st, 1, ids, 1, &od, out_ids) ? 0 : -1;
+    }
     if (mk_xp_reshape(p, &ia)) {
         int64_t shape[MK_MAX_NDIM];
         memcpy(shape, o->shape, (size_t)o->ndim * sizeof *shape);
@@ -841,6 +848,10 @@ static int map_prim(xctx *cx, mk_prim *p, mk_array *const *outs, uint64_t *out_i
         if (ia >= 2) xs_int(&st, MK_XS_INT, kth);
         xs_int(&st, MK_XS_INT, ib);
         return emit(cx, sn[ia], &st, 1, ids, 1, &od, out_ids) ? 0 : -1;
+    }
+    if (mk_xp_searchsorted(p, &ba)) {
+        xs_int(&st, MK_XS_BOOL, ba);
+        return emit(cx, "SearchSorted", &st, 2, ids, 1, &od, out_ids) ? 0 : -1;
     }
     if (mk_xp_scan(p, &ia, &ib, &ba, &bb)) {
         static const int smap[5] = {[MK_SCAN_SUM] = 2, [MK_SCAN_PROD] = 3, [MK_SCAN_MAX] = 0, [MK_SCAN_MIN] = 1,
@@ -1930,11 +1941,7 @@ static mk_array *build(const mk_xnode *n, mk_array *const *in) {
         int a = (int)s[0].i;
         if (a < 0) a += x->ndim;
         if (a < 0 || a >= x->ndim || x->ndim - 1 + k > MK_MAX_NDIM) goto bad_state;
-        int m = 0;
-        for (int d = 0; d < a; d++) v[m++] = x->shape[d];
-        for (int j = 0; j < k; j++) v[m++] = v2[j];
-        for (int d = a + 1; d < x->ndim; d++) v[m++] = x->shape[d];
-        return mk_reshape(x, m, v);
+        return mk_unflatten(x, a, (int)k, v2);
     }
     if (!strcmp(nm, "Slice")) {
         mk_array *x = in[0];

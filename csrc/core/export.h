@@ -152,18 +152,38 @@ bool mk_xp_reduce(const mk_prim *p, int *which, bool *red);
 bool mk_xp_view(const mk_prim *p, int *map, int64_t *mult, int64_t *start);
 /* infer: the dim inferred from the size (-1 in the shape), or -1 */
 bool mk_xp_reshape(const mk_prim *p, int *infer);
+/* a flatten (fs..fe merged) or an unflatten (axis ua split into un dims); false for other reshapes */
+bool mk_xp_reshape_kind(const mk_prim *p, int *fs, int *fe, int *ua, int *un);
 bool mk_xp_gemm(const mk_prim *p, float *alpha, float *beta, bool *has_c);
 bool mk_xp_take_axis(const mk_prim *p, int *axis);
 bool mk_xp_put_axis(const mk_prim *p, int *axis, int *scatter_op);
 bool mk_xp_concat(const mk_prim *p, int *axis);
 /* kind: 0 sort, 1 argsort, 2 partition, 3 argpartition */
 bool mk_xp_sort(const mk_prim *p, int *kind, int *axis, int64_t *kth);
+bool mk_xp_searchsorted(const mk_prim *p, bool *right);
 bool mk_xp_scan(const mk_prim *p, int *op, int *axis, bool *reverse, bool *inclusive);
 bool mk_xp_conv(const mk_prim *p, int *nd, int *stride, int *pad_lo, int *pad_hi, int *kdil, int *idil, int *groups,
                 bool *flip);
 bool mk_xp_qmm(const mk_prim *p, int *gs, int *bits, int *mode, bool *transpose);
 bool mk_xp_rowc(const mk_prim *p);
 bool mk_xp_full(const mk_prim *p);
+/* a constant fill (zeros, ones, full with a number): the element's bytes */
+bool mk_xp_fill(const mk_prim *p, unsigned char pat[16]);
+/* an integer arange of dtype t: element i is (t)(start + i * step) */
+bool mk_xp_arange_int(const mk_prim *p, mk_dtype t, uint64_t *start, uint64_t *step);
+/* argmax (which 0) or argmin (1) over the dims red[] (row-major order) */
+bool mk_xp_argreduce(const mk_prim *p, int *which, bool *red);
+/* gather and scatter plans (ops_index.c); a scatter standing for MLX's
+ * (Dynamic)SliceUpdate (mk_scatter_slice) says so in *slice_update */
+bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims);
+bool mk_xp_scatter(const mk_prim *p, int *op, int *narr, int *bpos, mk_index_dim *dims);
+bool mk_xp_scatter_slice(const mk_prim *p, bool *slice_update);
+bool mk_xp_pad(const mk_prim *p, int *mode, int64_t (*pad)[2]);
+/* (for the GPU back-end's mx.fast evaluators: ops_fast.c, ops_reduce.c) */
+bool mk_xp_norm(const mk_prim *p, bool *layer, float *eps);
+bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base, float *scale);
+bool mk_xp_sdpa(const mk_prim *p, float *scale, bool *causal, bool *has_mask, bool *mask_bool, bool *has_sinks);
+bool mk_xp_lastax(const mk_prim *p, int *kind, int64_t rows, int64_t n, int *nparts);
 
 
 /* ---- metal_kernel nodes <-> MLX's CustomKernel (csrc/kernel/xkernel.c) ---- */

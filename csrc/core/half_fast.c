@@ -12,6 +12,7 @@
 #define MK_HAVE_F16C_BUILD 1
 #endif
 
+#include "mlx_math.h"
 #include "simd.h"
 
 atomic_int mk_isa_cached;
@@ -124,4 +125,114 @@ void mk_f32_to_f16_run(const float *src, mk_f16 *dst, int64_t n) {
     }
 #endif
     for (int64_t i = 0; i < n; i++) dst[i] = mk_f32_to_f16(src[i]);
+}
+
+/* ---- exp over float16 (mk_f16_exp_run) ----
+ * MLX's exp (mk_mlx_expf) on the widened input, rounded to float16, in one
+ * pass of registers: no float32 buffer, and fewer instructions per lane than
+ * the float32 kernel, which keeps steps that cannot change a float16 result:
+ *  - finite inputs only; a vector holding an inf or NaN goes through the
+ *    float32 path (exp16_generic), which is what the caller would run;
+ *  - the clamp of y = x * log2(e) to [-200, 200] and the selects for
+ *    |x| > 88 go: AVX-512's vscalefps(p, n) = p * 2^n saturates to 0 or inf
+ *    by itself; on AVX2, y is clamped to [-127, 128], whose ends give the
+ *    exponent bits of 0 and of inf, so the result is 0 or inf there as well.
+ *  - the move of a tie (y exactly halfway between integers) up: y = x *
+ *    log2(e) in float32 is never halfway for a finite float16 x with
+ *    |y| <= 200 (every one of them checked), so round-to-nearest-even is
+ *    the kernel's rounding.
+ * For |x| <= 88 both compute the float32 kernel's value exactly (the same
+ * IEEE operations: the multiply, the rounding, six FMAs, the scaling by an
+ * exact power of two); beyond, float32's result is below half of float16's
+ * smallest subnormal or above its largest finite, and so is this one.
+ * tests/test_half_f16c.py compares every float16 input with the software
+ * path at each instruction-set level. */
+static void exp16_generic(const mk_f16 *src, mk_f16 *dst, int64_t n) {
+    float t[16];
+    mk_f16_to_f32_run(src, 1, t, n);
+    for (int64_t i = 0; i < n; i++) t[i] = mk_mlx_expf(t[i]);
+    mk_f32_to_f16_run(t, dst, n);
+}
+
+#ifdef MK_HAVE_F16C_BUILD
+#define EXP16_POLY(FMA, f, p)                                                                          \
+    p = FMA(SET1(MK_EXP_C6), f, SET1(MK_EXP_C5));                                                      \
+    p = FMA(p, f, SET1(MK_EXP_C4));                                                                    \
+    p = FMA(p, f, SET1(MK_EXP_C3));                                                                    \
+    p = FMA(p, f, SET1(MK_EXP_C2));                                                                    \
+    p = FMA(p, f, SET1(MK_EXP_C1));                                                                    \
+    p = FMA(p, f, SET1(MK_EXP_C0))
+
+#define SET1 _mm512_set1_ps
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static inline bool
+exp16_x16(const mk_f16 *src, mk_f16 *dst) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)src);
+    const __m256i em = _mm256_set1_epi16(0x7c00);
+    if (_mm256_cmpeq_epi16_mask(_mm256_and_si256(h, em), em)) return false;
+    __m512 y = _mm512_mul_ps(_mm512_cvtph_ps(h), SET1(MK_EXP_LOG2E));
+    __m512 ip = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(y, ip), p;
+    EXP16_POLY(_mm512_fmadd_ps, f, p);
+    __m512 r = _mm512_scalef_ps(p, ip);
+    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return true;
+}
+#undef SET1
+
+#define SET1 _mm256_set1_ps
+__attribute__((target("avx2,fma,f16c"))) static inline bool exp16_x8(const mk_f16 *src, mk_f16 *dst) {
+    __m128i h = _mm_loadu_si128((const __m128i *)src);
+    const __m128i em = _mm_set1_epi16(0x7c00);
+    if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, em), em))) return false;
+    __m256 y = _mm256_mul_ps(_mm256_cvtph_ps(h), SET1(MK_EXP_LOG2E));
+    y = _mm256_min_ps(_mm256_max_ps(y, SET1(-127.0f)), SET1(128.0f));
+    __m256 ip = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_sub_ps(y, ip), p;
+    EXP16_POLY(_mm256_fmadd_ps, f, p);
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(ip), _mm256_set1_epi32(127)), 23);
+    __m256 r = _mm256_mul_ps(_mm256_castsi256_ps(bits), p);
+    _mm_storeu_si128((__m128i *)dst, _mm256_cvtps_ph(r, 0));
+    return true;
+}
+#undef SET1
+
+/* W lanes at a time; the tail through a zero-padded block */
+#define EXP16_LOOP(W, BODY)                                                                            \
+    {                                                                                                  \
+        int64_t i = 0;                                                                                 \
+        for (; i + W <= n; i += W)                                                                     \
+            if (!BODY(src + i, dst + i)) exp16_generic(src + i, dst + i, W);                           \
+        if (i < n) {                                                                                   \
+            mk_f16 a[W] = {{0}}, b[W];                                                                 \
+            memcpy(a, src + i, (size_t)(n - i) * sizeof *a);                                           \
+            if (!BODY(a, b)) exp16_generic(a, b, W);                                                   \
+            memcpy(dst + i, b, (size_t)(n - i) * sizeof *b);                                           \
+        }                                                                                              \
+    }
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static void exp16_512(const mk_f16 *src,
+                                                                                          mk_f16 *dst, int64_t n)
+    EXP16_LOOP(16, exp16_x16)
+__attribute__((target("avx2,fma,f16c"))) static void exp16_256(const mk_f16 *src, mk_f16 *dst, int64_t n)
+    EXP16_LOOP(8, exp16_x8)
+#undef EXP16_LOOP
+#endif
+
+bool mk_f16_exp_run(const mk_f16 *src, mk_f16 *dst, int64_t n) {
+#ifdef MK_HAVE_F16C_BUILD
+    if (mk_f16c()) {
+        int isa = mk_isa();
+        if (isa >= MK_ISA_AVX512) {
+            exp16_512(src, dst, n);
+            return true;
+        }
+        if (isa >= MK_ISA_AVX2) {
+            exp16_256(src, dst, n);
+            return true;
+        }
+    }
+#endif
+    (void)src;
+    (void)dst;
+    (void)n;
+    return false;
 }

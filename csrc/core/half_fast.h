@@ -20,5 +20,10 @@ bool mk_f16c(void);
 void mk_f16_to_f32_run(const mk_f16 *src, int64_t ss, float *dst, int64_t n);
 /* dst[i] = half(src[i]) for i < n, dense. */
 void mk_f32_to_f16_run(const float *src, mk_f16 *dst, int64_t n);
+/* dst[i] = exp(src[i]) for i < n, dense float16: the bits of MLX's exp in
+ * float32 rounded to float16 (as the F16C path through the float32 kernel),
+ * in one pass. Returns false (nothing done) where the CPU has no AVX2, FMA
+ * and F16C or the F16C path is off. */
+bool mk_f16_exp_run(const mk_f16 *src, mk_f16 *dst, int64_t n);
 
 #endif

@@ -38,6 +38,11 @@ void mk_broadcast_strides(const mk_array *a, int out_ndim, const int64_t *out_sh
 /* dst[i * ds] = src[i * ss] for i < n, elements of sz bytes (strides in elements). */
 void mk_copy_elems(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, size_t sz);
 
+/* memcpy through non-temporal stores (x86-64; plain memcpy elsewhere): for copies of several
+ * MiB that are read later, if at all, from memory anyway. No read for ownership of the
+ * destination's lines, so a third less memory traffic than memcpy's cached stores. */
+void mk_copy_stream(char *dst, const char *src, size_t n);
+
 /* Default number of elements below which an op runs on one thread. */
 #define MK_GRAIN 32768
 

@@ -23,9 +23,18 @@
 
 /* exp via 2^x: a degree-6 polynomial for the fraction and the exponent bits
  * for the integer part; nan stays nan, x > 88 gives inf, x < -88 gives 0. */
+/* its constants, shared with the float16 kernel of half_fast.c */
+#define MK_EXP_LOG2E 1.442695f
+#define MK_EXP_C6 1.535336188319500e-4f
+#define MK_EXP_C5 1.339887440266574e-3f
+#define MK_EXP_C4 9.618437357674640e-3f
+#define MK_EXP_C3 5.550332471162809e-2f
+#define MK_EXP_C2 2.402264791363012e-1f
+#define MK_EXP_C1 6.931472028550421e-1f
+#define MK_EXP_C0 1.000000000000000f
 MK_MATH_INLINE float mk_mlx_expf(float x) {
     /* branch-free, so loops over it vectorise: the special cases are selects */
-    float y = x * 1.442695f;
+    float y = x * MK_EXP_LOG2E;
     /* keeps the int conversion defined: a nan becomes -200 (the result is x then, below) */
     float yc = y > 200.0f ? 200.0f : y >= -200.0f ? y : -200.0f;
     /* MLX takes floor((double)y + 0.5): y rounded half up. In float, exactly:
@@ -33,13 +42,13 @@ MK_MATH_INLINE float mk_mlx_expf(float x) {
     float ipart = rintf(yc);
     ipart += (yc - ipart == 0.5f) ? 1.0f : 0.0f;
     float fpart = yc - ipart;
-    float p = 1.535336188319500e-4f;
-    p = fmaf(p, fpart, 1.339887440266574e-3f);
-    p = fmaf(p, fpart, 9.618437357674640e-3f);
-    p = fmaf(p, fpart, 5.550332471162809e-2f);
-    p = fmaf(p, fpart, 2.402264791363012e-1f);
-    p = fmaf(p, fpart, 6.931472028550421e-1f);
-    p = fmaf(p, fpart, 1.000000000000000f);
+    float p = MK_EXP_C6;
+    p = fmaf(p, fpart, MK_EXP_C5);
+    p = fmaf(p, fpart, MK_EXP_C4);
+    p = fmaf(p, fpart, MK_EXP_C3);
+    p = fmaf(p, fpart, MK_EXP_C2);
+    p = fmaf(p, fpart, MK_EXP_C1);
+    p = fmaf(p, fpart, MK_EXP_C0);
     uint32_t bits = (uint32_t)((int32_t)ipart + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);

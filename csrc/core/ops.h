@@ -85,6 +85,8 @@ typedef enum {
 /* axes: the axes to reduce (negative allowed); naxes < 0 means all axes. */
 mk_array *mk_reduce(mk_reduce_op op, mk_array *x, int naxes, const int *axes, bool keepdims);
 mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims);
+/* The float32 sum mk_reduce gives for one of `rows` contiguous rows of n floats (last axis). */
+float mk_sum_row_f32(const float *x, int64_t n, int64_t rows);
 mk_array *mk_var(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
 mk_array *mk_std(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
 mk_array *mk_logsumexp(mk_array *x, int naxes, const int *axes, bool keepdims);
@@ -104,6 +106,8 @@ mk_array *mk_moveaxis(mk_array *x, int src, int dst);
 mk_array *mk_expand_dims(mk_array *x, int naxes, const int *axes);
 mk_array *mk_squeeze(mk_array *x, int naxes, const int *axes); /* naxes < 0: all size-1 */
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis);
+/* MLX's unflatten: axis split into shape (one -1 inferred); the other dims follow a shapeless replay. */
+mk_array *mk_unflatten(mk_array *x, int axis, int ndim, const int64_t *shape);
 mk_array *mk_broadcast_to(mk_array *x, int ndim, const int64_t *shape);
 /* The diagonals at offset between axis1 and axis2 (a view; the diagonal is the
  * last dim of the result), and MLX's diag: 1-D -> matrix with x on diagonal k,
@@ -248,6 +252,10 @@ mk_array *mk_argsort(mk_array *x, int axis, bool has_axis); /* uint32 */
 mk_array *mk_partition(mk_array *x, int kth, int axis, bool has_axis);
 mk_array *mk_argpartition(mk_array *x, int kth, int axis, bool has_axis);
 mk_array *mk_topk(mk_array *x, int k, int axis, bool has_axis);
+/* MLX's SearchSorted: for each value, the number of elements of the 1-D sorted
+ * sequence below it (right: not above it), in sort's order (nan last); uint32
+ * of the values' shape. */
+mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right);
 typedef enum { MK_SCAN_SUM, MK_SCAN_PROD, MK_SCAN_MAX, MK_SCAN_MIN, MK_SCAN_LOGADDEXP } mk_scan_op;
 /* cumsum (bool gives int32), cumprod, cummax, cummin, logcumsumexp (integers
  * and bool become float32 first). */

@@ -505,3 +505,24 @@ mk_array *mk_triu(mk_array *x, int64_t k) { return trimask("triu", x, k, true); 
 /* ---- export accessors (export.h) ---- */
 #include "export.h"
 bool mk_xp_full(const mk_prim *p) { return p->op == &full_def; }
+bool mk_xp_fill(const mk_prim *p, unsigned char pat[16]) {
+    if (p->op != &fill_def) return false;
+    memcpy(pat, ((const fill_params *)p->params)->pat, 16);
+    return true;
+}
+bool mk_xp_arange_int(const mk_prim *p, mk_dtype t, uint64_t *start, uint64_t *step) {
+    if (p->op != &arange_def) return false;
+    const arange_params *a = p->params;
+    switch (t) {
+#define ARANGE_START(E, s, S, R)                                                                       \
+    case E: {                                                                                          \
+        S s0 = CONV_##s(a->start), s1 = CONV_##s(a->start + a->step);                                  \
+        *start = (uint64_t)s0;                                                                         \
+        *step = (uint64_t)s1 - (uint64_t)s0;                                                           \
+        return true;                                                                                   \
+    }
+        MK_INT_TYPES(ARANGE_START)
+#undef ARANGE_START
+    default: return false;
+    }
+}

@@ -237,29 +237,32 @@ mk_array *mk_hadamard(mk_array *x, bool has_scale, float scale) {
             return NULL;
         }
     }
-    /* the butterflies run in float32 (MLX computes in float), then round once */
+    /* the butterflies run in float32 (MLX computes in float), then round once; the last axis
+     * is split and merged again (unflatten, flatten), so that the other dims follow the
+     * input in a shapeless compile, as MLX's Hadamard primitive */
     mk_array *cur = mk_ar_cast(&A, x, MK_FLOAT32);
-    int64_t rows = x->size / p2;
+    int last = x->ndim - 1; /* n > 1: x has a last axis */
     for (int64_t h = 1; h < p2 && cur; h *= 2) {
-        int64_t shp[4] = {rows, p2 / (2 * h), 2, h};
-        mk_array *v = mk_ar_reshape(&A, cur, 4, shp), *parts[2] = {NULL, NULL};
-        if (!v || mk_split_sections(v, 2, 2, parts) < 0) {
+        int64_t shp[3] = {n / (2 * h), 2, h}; /* m blocks of p2, each in butterflies */
+        mk_array *v = KEEP(mk_unflatten(cur, last, 3, shp)), *parts[2] = {NULL, NULL};
+        if (!v || mk_split_sections(v, 2, last + 1, parts) < 0) {
             cur = NULL;
             break;
         }
         KEEP(parts[0]);
         KEEP(parts[1]);
         mk_array *both[2] = {mk_ar_add(&A, parts[0], parts[1]), mk_ar_sub(&A, parts[0], parts[1])};
-        cur = both[0] && both[1] ? KEEP(mk_concatenate(2, both, 2, true)) : NULL;
+        cur = both[0] && both[1] ? KEEP(mk_concatenate(2, both, last + 1, true)) : NULL;
+        cur = cur ? KEEP(mk_flatten(cur, last, last + 2)) : NULL;
     }
     if (cur && m > 1) {
         /* index i of the row is (i / 2^k, i % 2^k): H_m mixes the first one */
-        int64_t shp[3] = {x->size / n, m, p2};
+        int64_t shp[2] = {m, p2};
         mk_array *hm = KEEP(hadamard_matrix_array(m));
-        cur = hm ? mk_ar_matmul(&A, hm, mk_ar_reshape(&A, cur, 3, shp)) : NULL;
+        cur = hm ? mk_ar_matmul(&A, hm, KEEP(mk_unflatten(cur, last, 2, shp))) : NULL;
+        cur = cur ? KEEP(mk_flatten(cur, last, last + 1)) : NULL;
     }
     if (cur) cur = mk_ar_mul(&A, cur, f32(&A, scale));
-    cur = mk_ar_reshape(&A, cur, x->ndim, x->shape);
     r = mk_ar_out(mk_ar_cast(&A, cur, dt));
     mk_ar_free(&A);
     return r;
@@ -594,48 +597,6 @@ mk_array *mk_dynamic_slice_update(mk_array *x, mk_array *update, mk_array *start
     if (!u) goto done;
     r = mk_scatter_slice(x, dims, naxes, idx, u);
 done:
-    mk_ar_free(&A);
-    return r;
-}
-
-/* ------------------------------------------------------------- searchsorted */
-
-mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right) {
-    if (seq->ndim != 1) {
-        mk_error_set(MK_ERR_VALUE, "[searchsorted] The sorted sequence must be 1-D but has %d dimensions.",
-                     seq->ndim);
-        return NULL;
-    }
-    if (seq->size > (int64_t)UINT32_MAX) {
-        mk_error_set(MK_ERR_VALUE,
-                     "[searchsorted] The sorted sequence has %lld elements, more than the uint32 output can index.",
-                     (long long)seq->size);
-        return NULL;
-    }
-    mk_dtype dt = mk_promote(seq->dtype, values->dtype);
-    mk_arena A = {0};
-    /* the count of elements below the value (left) or not above it (right),
-     * in blocks of values so that the comparison matrix stays small */
-    mk_array *s = mk_ar_cast(&A, seq, dt), *v = mk_ar_cast(&A, values, dt);
-    int64_t vs[MK_MAX_NDIM + 1];
-    int vn = v ? v->ndim : 0;
-    if (v) memcpy(vs, v->shape, vn * sizeof *vs);
-    vs[vn] = 1;
-    mk_array *ve = mk_ar_reshape(&A, v, vn + 1, vs);
-    mk_array *cmp = mk_ar_bin(&A, right ? MK_BINARY_less_equal : MK_BINARY_less, s, ve);
-    if (mk_is_inexact(dt)) {
-        /* sort's order: NaN after everything */
-        mk_array *vnan = mk_ar_un(&A, MK_UNARY_isnan, ve);
-        if (right)
-            cmp = mk_ar_bin(&A, MK_BINARY_logical_or, cmp, vnan);
-        else
-            cmp = mk_ar_bin(&A, MK_BINARY_logical_or, cmp,
-                            mk_ar_bin(&A, MK_BINARY_logical_and, vnan,
-                                      mk_ar_un(&A, MK_UNARY_logical_not, mk_ar_un(&A, MK_UNARY_isnan, s))));
-    }
-    int last = -1;
-    mk_array *cnt = cmp ? KEEP(mk_reduce(MK_REDUCE_SUM, cmp, 1, &last, false)) : NULL;
-    mk_array *r = mk_ar_out(mk_ar_cast(&A, cnt, MK_UINT32));
     mk_ar_free(&A);
     return r;
 }

@@ -1,6 +1,6 @@
 /* Ops MLX's tests use that compose the other families' ops (ops_extra.c):
  * windows, divmod, as_strided, hadamard_transform, median, roll, kron,
- * dynamic slices, searchsorted, count_nonzero, logical_xor, trunc, flip,
+ * dynamic slices, count_nonzero, logical_xor, trunc, flip,
  * meshgrid, nan_to_num, diff, trace, vecdot and depends. Each follows MLX's
  * composition, so dtypes, shapes and messages are MLX's. */
 #ifndef MK_OPS_EXTRA_H
@@ -30,7 +30,6 @@ mk_array *mk_kron(mk_array *a, mk_array *b);
 mk_array *mk_dynamic_slice(mk_array *x, mk_array *start, int naxes, const int *axes, int nsize,
                            const int64_t *sizes);
 mk_array *mk_dynamic_slice_update(mk_array *x, mk_array *update, mk_array *start, int naxes, const int *axes);
-mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right);
 mk_array *mk_count_nonzero(mk_array *x, int naxes, const int *axes, bool keepdims);
 mk_array *mk_logical_xor(mk_array *a, mk_array *b);
 mk_array *mk_trunc(mk_array *x);

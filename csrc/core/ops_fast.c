@@ -7,10 +7,13 @@
  * each dot product in order), and its own float32 exp, sin and cos. Here each
  * op is one lazy node whose evaluator does the same arithmetic in one pass,
  * rounding where MLX's graph rounds, so results are MLX's bit for bit
- * (checked against MLX 0.32.4 on Linux).
+ * (checked against MLX 0.32.4 on Linux). The norms' means are the exception:
+ * they are mkpy's own mean() (whose float sums are blocked and more accurate
+ * than MLX's sequential ones), so that a norm gives the bits of its
+ * composition in mkpy, as in MLX (MLX's tests compare the two).
  *
  * Rows run in parallel on the pool. Sequential sums stay in order but still
- * run fast: the norms run several rows' chains side by side; attention packs
+ * run fast: attention packs
  * each kv head's keys into panels of 16 and vectorises across keys (scores)
  * and value columns (output), never along the summed axis. */
 #include <float.h>
@@ -142,15 +145,16 @@ static mk_cast_fn cast_fn(mk_dtype from, mk_dtype to) {
  *   rms_norm:   x = float32(x); y = x * rsqrt(mean(x^2) + eps)
  *   layer_norm: x = float32(x); c = x - mean(x); y = c * rsqrt(mean(c^2) + eps)
  * then y is cast to the output dtype, multiplied by the weight and added to
- * the bias in that dtype (each step rounding). Means are sequential float
- * sums times float(1/n). */
+ * the bias in that dtype (each step rounding). Means are the sums mean()
+ * makes (mk_sum_row_f32: float lanes per block into a double) times
+ * float(1/n), so the fused op gives the bits of that composition in mkpy, as
+ * MLX's CPU fast.rms_norm gives its composition's (whose sums are sequential
+ * in float32: MLX's x86-64 CPU build has no SIMD reductions). */
 
 typedef struct {
     int layer; /* layer_norm (else rms_norm) */
     float eps;
 } norm_params;
-
-#define NORM_RB 8 /* rows whose sums run side by side */
 
 /* y = RND((x - mu) * r), then * w, + b, stored in S. */
 #define NORM_OUT(name, S, R, LD, ST, RND, ATTR)                                                        \
@@ -197,23 +201,12 @@ static const norm_out_fn norm_out[MK_NDTYPES] = {
     [MK_FLOAT64] = norm_out_f64,
 };
 
-/* Sequential float sums of NORM_RB rows at once: of x (sq = 0), or of
- * (x - mu)^2 (sq = 1), each in its own chain. */
-static void norm_sums(const float *const *p, int64_t n, const float *mu, int sq, float *acc) {
-    float a[NORM_RB] = {0};
-    if (sq) {
-        float m[NORM_RB];
-        for (int r = 0; r < NORM_RB; r++) m[r] = mu[r];
-        for (int64_t i = 0; i < n; i++)
-            for (int r = 0; r < NORM_RB; r++) {
-                float d = p[r][i] - m[r];
-                a[r] += d * d;
-            }
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            for (int r = 0; r < NORM_RB; r++) a[r] += p[r][i];
+/* The terms of the variance's sum: (x - mu)^2, each rounded to float. */
+static void norm_terms(const float *x, int64_t n, float mu, float *t) {
+    for (int64_t i = 0; i < n; i++) {
+        float d = x[i] - mu;
+        t[i] = d * d;
     }
-    for (int r = 0; r < NORM_RB; r++) acc[r] = a[r];
 }
 
 typedef struct {
@@ -221,8 +214,7 @@ typedef struct {
     const mk_array *x, *w, *b;
     mk_array *out;
     int64_t n, rows, st;
-    int rb;       /* rows per block (<= NORM_RB) */
-    float *tmp;   /* rb * n floats per thread */
+    float *tmp;   /* 2 * n floats per thread: the row in float32, the terms of its sum */
     float invn;
 } norm_ctx;
 
@@ -240,32 +232,21 @@ static void norm_job(void *c_, int ith, int nth) {
     size_t osz = mk_dtype_size(c->out->dtype);
     const void *w = c->w ? mk_data(c->w) : NULL, *b = c->b ? mk_data(c->b) : NULL;
     int64_t ws = c->w ? c->w->strides[0] : 0, bs = c->b ? c->b->strides[0] : 0;
-    float *tmp = c->tmp + (size_t)ith * c->rb * n;
+    float *row = c->tmp + (size_t)ith * 2 * n, *terms = row + n;
     int64_t r0 = c->rows * ith / nth, r1 = c->rows * (ith + 1) / nth;
-    for (int64_t r = r0; r < r1; r += c->rb) {
-        int nr = r1 - r < c->rb ? (int)(r1 - r) : c->rb;
-        const float *p[NORM_RB];
-        for (int k = 0; k < nr; k++) {
-            const char *src = elem_ptr(x, row_offset(x, nd, r + k));
-            if (direct) {
-                p[k] = (const float *)src;
-            } else {
-                to_f32(src, c->st, tmp + (size_t)k * n, 1, n);
-                p[k] = tmp + (size_t)k * n;
-            }
+    for (int64_t r = r0; r < r1; r++) {
+        const char *src = elem_ptr(x, row_offset(x, nd, r));
+        const float *p = (const float *)src;
+        if (!direct) {
+            to_f32(src, c->st, row, 1, n);
+            p = row;
         }
-        for (int k = nr; k < NORM_RB; k++) p[k] = p[nr - 1]; /* spare chains repeat the last row */
-        float mu[NORM_RB] = {0}, s[NORM_RB];
-        if (c->p->layer) {
-            norm_sums(p, n, mu, 0, s);
-            for (int k = 0; k < NORM_RB; k++) mu[k] = s[k] * c->invn;
-        }
-        norm_sums(p, n, mu, 1, s);
-        for (int k = 0; k < nr; k++) {
-            float var = s[k] * c->invn + c->p->eps;
-            float rs = 1.0f / sqrtf(var);
-            out_fn(p[k], n, mu[k], rs, w, ws, b, bs, (char *)mk_data(c->out) + (r + k) * n * (int64_t)osz);
-        }
+        /* sums as mean() makes them (mk_sum_row_f32), times float(1/n) */
+        float mu = c->p->layer ? mk_sum_row_f32(p, n, c->rows) * c->invn : 0.0f;
+        norm_terms(p, n, mu, terms);
+        float var = mk_sum_row_f32(terms, n, c->rows) * c->invn + c->p->eps;
+        float rs = 1.0f / sqrtf(var);
+        out_fn(p, n, mu, rs, w, ws, b, bs, (char *)mk_data(c->out) + r * n * (int64_t)osz);
     }
 }
 
@@ -285,10 +266,8 @@ static int norm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     c.rows = x->size / c.n;
     c.st = x->strides[x->ndim - 1];
     c.invn = (float)(1.0 / (double)c.n);
-    int64_t rb = 262144 / c.n;
-    c.rb = rb < 1 ? 1 : rb > NORM_RB ? NORM_RB : (int)rb;
-    int nth = threads_for(x->size * 4, (c.rows + c.rb - 1) / c.rb);
-    c.tmp = malloc((size_t)nth * c.rb * c.n * sizeof(float));
+    int nth = threads_for(x->size * 4, c.rows);
+    c.tmp = malloc((size_t)nth * 2 * c.n * sizeof(float));
     if (!c.tmp) {
         mk_nomem();
         return -1;
@@ -1316,5 +1295,17 @@ bool mk_xp_rope(const mk_prim *p, int64_t *dims, bool *traditional, float *base,
     *traditional = rp->traditional;
     *base = rp->base;
     *scale = rp->scale;
+    return true;
+}
+
+/* the GPU back-end (backend/cuda/ops_fast.c): attention's params */
+bool mk_xp_sdpa(const mk_prim *p, float *scale, bool *causal, bool *has_mask, bool *mask_bool, bool *has_sinks) {
+    if (p->op != &sdpa_def) return false;
+    const sdpa_params *sp = p->params;
+    *scale = sp->scale;
+    *causal = sp->causal;
+    *has_mask = sp->has_mask;
+    *mask_bool = sp->mask_bool;
+    *has_sinks = sp->has_sinks;
     return true;
 }

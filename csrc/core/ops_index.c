@@ -27,6 +27,7 @@
 #include "stream.h"
 #include "transforms.h"
 #include "pool.h"
+#include "simd.h"
 #include "types.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -257,53 +258,79 @@ static void w_advance(const walker *w, wpos *s, int64_t n) {
     w_next(w, s);
 }
 
-/* The targets (as w_target) and other offsets of the n rows from s on, one
- * run of the innermost dim at a time with a typed loop per index array; s
- * moves past them. */
+/* t[i] = t0 + i * ts for i < n */
+MK_SIMD_CLONES(static void, fill_affine, (int64_t *restrict t, int64_t t0, int64_t ts, int64_t n), (t, t0, ts, n), {
+    for (int64_t i = 0; i < n; i++) t[i] = t0 + i * ts;
+})
+
+/* The targets of n rows of one run for one index array q (stride st, normalised against len,
+ * times the target stride as), added to a base: t0 + i * ts for the first array (first), t[i]
+ * for the others. Clamped into range for a gather; for a scatter a dropped row (an index out
+ * of range, or t[i] already -1) gets -1. One loop per index type, with the dense unit-stride
+ * case apart, so that they vectorise (the AVX2 clone). */
+#define FILL_LOOP(Q, BASE, ADD)                                                                        \
+    for (int64_t i = 0; i < n; i++) {                                                                  \
+        int64_t v = Q;                                                                                 \
+        if (clamp) {                                                                                   \
+            t[i] = BASE + clamp_index(v, len) * as;                                                    \
+        } else {                                                                                       \
+            v = norm_index(v, len);                                                                    \
+            t[i] = (!first && t[i] < 0) || v < 0 ? -1 : BASE + ADD;                                    \
+        }                                                                                              \
+    }
+#define FILL_RUN(T, CONV)                                                                              \
+    {                                                                                                  \
+        const T *restrict q = (const T *)p;                                                            \
+        if (first && st == 1 && ts == 0 && as == 1 && !clamp)                                          \
+            FILL_LOOP(CONV(q[i]), t0, v)                                                               \
+        else if (first)                                                                                \
+            FILL_LOOP(CONV(q[i * st]), (t0 + i * ts), v * as)                                          \
+        else                                                                                           \
+            FILL_LOOP(CONV(q[i * st]), t[i], v * as)                                                   \
+        return;                                                                                        \
+    }
+#define PLAIN(v) ((int64_t)(v))
+#define U64(v) ((v) > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(v))
+MK_SIMD_CLONES(static void, fill_index,
+               (int64_t *restrict t, const char *p, mk_dtype type, int64_t st, int64_t n, int64_t len, int64_t as,
+                bool clamp, bool first, int64_t t0, int64_t ts),
+               (t, p, type, st, n, len, as, clamp, first, t0, ts), {
+                   switch (type) {
+                   case MK_UINT8: FILL_RUN(uint8_t, PLAIN)
+                   case MK_UINT16: FILL_RUN(uint16_t, PLAIN)
+                   case MK_UINT32: FILL_RUN(uint32_t, PLAIN)
+                   case MK_UINT64: FILL_RUN(uint64_t, U64)
+                   case MK_INT8: FILL_RUN(int8_t, PLAIN)
+                   case MK_INT16: FILL_RUN(int16_t, PLAIN)
+                   case MK_INT32: FILL_RUN(int32_t, PLAIN)
+                   case MK_INT64: FILL_RUN(int64_t, PLAIN)
+                   default: return;
+                   }
+               })
+#undef FILL_LOOP
+#undef FILL_RUN
+#undef PLAIN
+#undef U64
+
+/* Whether the update offset of row r is r * w_ustride(w) (one loop dimension or none): the
+ * rows of one element then pass their updates as a stride, not a list (oth NULL). */
+static bool w_affine(const walker *w) { return w->nout <= 1; }
+static int64_t w_ustride(const walker *w) { return w->nout == 1 ? w->os[0] : 0; }
+
+/* The targets (as w_target) and other offsets (unless oth is NULL) of the n rows from s on,
+ * one run of the innermost dim at a time; s moves past them. */
 static void w_fill(const walker *w, wpos *s, int64_t n, bool clamp, int64_t *tgt, int64_t *oth) {
     int L = w->nout - 1;
     int64_t done = 0;
     while (done < n) {
         int64_t run = L < 0 ? 1 : w->shape[L] - s->c[L];
         if (run > n - done) run = n - done;
-        int64_t ts = L < 0 ? 0 : w->ts[L], os = L < 0 ? 0 : w->os[L];
-        int64_t *t = tgt + done, *o = oth + done, t0 = w->tconst + s->t;
-        for (int64_t i = 0; i < run; i++) {
-            t[i] = t0 + i * ts;
-            o[i] = s->o + i * os;
-        }
-        for (int k = 0; k < w->narr; k++) {
-            const char *p = w->idata[k] + s->i[k] * (int64_t)w->isz[k];
-            int64_t st = L < 0 ? 0 : w->is[k][L], len = w->alen[k], as = w->astride[k];
-#define RUN(T, CONV)                                                                                   \
-    {                                                                                                  \
-        const T *q = (const T *)p;                                                                     \
-        if (clamp)                                                                                     \
-            for (int64_t i = 0; i < run; i++) t[i] += clamp_index(CONV(q[i * st]), len) * as;         \
-        else                                                                                           \
-            for (int64_t i = 0; i < run; i++) {                                                        \
-                int64_t v = norm_index(CONV(q[i * st]), len);                                          \
-                t[i] = t[i] < 0 || v < 0 ? -1 : t[i] + v * as;                                         \
-            }                                                                                          \
-        break;                                                                                         \
-    }
-#define PLAIN(v) ((int64_t)(v))
-#define U64(v) ((v) > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(v))
-            switch (w->itype[k]) {
-            case MK_UINT8: RUN(uint8_t, PLAIN)
-            case MK_UINT16: RUN(uint16_t, PLAIN)
-            case MK_UINT32: RUN(uint32_t, PLAIN)
-            case MK_UINT64: RUN(uint64_t, U64)
-            case MK_INT8: RUN(int8_t, PLAIN)
-            case MK_INT16: RUN(int16_t, PLAIN)
-            case MK_INT32: RUN(int32_t, PLAIN)
-            case MK_INT64: RUN(int64_t, PLAIN)
-            default: break;
-            }
-#undef RUN
-#undef PLAIN
-#undef U64
-        }
+        int64_t *t = tgt + done, t0 = w->tconst + s->t, ts = L < 0 ? 0 : w->ts[L];
+        if (oth) fill_affine(oth + done, s->o, L < 0 ? 0 : w->os[L], run);
+        if (w->narr == 0) fill_affine(t, t0, ts, run);
+        for (int k = 0; k < w->narr; k++)
+            fill_index(t, w->idata[k] + s->i[k] * (int64_t)w->isz[k], w->itype[k], L < 0 ? 0 : w->is[k][L], run,
+                       w->alen[k], w->astride[k], clamp, k == 0, t0, ts);
         w_advance(w, s, run);
         done += run;
     }
@@ -458,34 +485,47 @@ typedef void (*scatter_fn)(char *d, int64_t ds, const char *u, int64_t us, int64
 
 SCATTER_OPS(SK)
 
-/* one element per row: d[t[i]] op= u[o[i]] for the rows whose target lies
- * in [lo, hi), in order */
-typedef void (*scatter1_fn)(char *d, const char *u, const int64_t *t, const int64_t *o, int64_t n, int64_t lo,
-                            int64_t hi);
+/* one element per row: d[t[i]] op= u[o[i]] (u[i * os] when o is NULL) for the rows whose
+ * target lies in [lo, hi), in order */
+typedef void (*scatter1_fn)(char *d, const char *u, const int64_t *t, const int64_t *o, int64_t os, int64_t n,
+                            int64_t lo, int64_t hi);
+#define SC1_LOOP(F, UIDX)                                                                              \
+    for (int64_t i = 0; i < n; i++) {                                                                  \
+        int64_t k = t[i];                                                                              \
+        if (k < lo || k >= hi) continue;                                                               \
+        F(d, u, k, UIDX);                                                                              \
+    }
+#define SC1_BODY(F)                                                                                    \
+    if (o)                                                                                             \
+        SC1_LOOP(F, o[i])                                                                              \
+    else if (os == 1)                                                                                  \
+        SC1_LOOP(F, i)                                                                                 \
+    else                                                                                               \
+        SC1_LOOP(F, i * os)
 #define SK1(E, s, S, R, op, EXPR)                                                                      \
-    static void sc1_##op##_##s(char *d_, const char *u_, const int64_t *t, const int64_t *o, int64_t n, \
-                               int64_t lo, int64_t hi) {                                               \
+    static inline void sc1e_##op##_##s(S *d, const S *u, int64_t k, int64_t j) {                       \
         typedef S st;                                                                                  \
-        st *d = (st *)d_;                                                                              \
-        const st *u = (const st *)u_;                                                                  \
-        for (int64_t i = 0; i < n; i++) {                                                              \
-            int64_t k = t[i];                                                                          \
-            if (k < lo || k >= hi) continue;                                                           \
-            R x = MK_LOAD_##s(&d[k]), y = MK_LOAD_##s(&u[o[i]]);                                       \
-            MK_STORE_##s(&d[k], (EXPR));                                                               \
-        }                                                                                              \
+        (void)sizeof(st);                                                                              \
+        R x = MK_LOAD_##s(&d[k]), y = MK_LOAD_##s(&u[j]);                                              \
+        MK_STORE_##s(&d[k], (EXPR));                                                                   \
+    }                                                                                                  \
+    static void sc1_##op##_##s(char *d_, const char *u_, const int64_t *t, const int64_t *o, int64_t os, \
+                               int64_t n, int64_t lo, int64_t hi) {                                    \
+        S *d = (S *)d_;                                                                                \
+        const S *u = (const S *)u_;                                                                    \
+        SC1_BODY(sc1e_##op##_##s)                                                                      \
     }
 #define SROW1(E, s, S, R, op, unused) [E] = sc1_##op##_##s,
 SCATTER_OPS(SK1)
 
 /* assignment copies storage as is */
 #define SET1(T)                                                                                        \
-    static void sc1_set_##T(char *d_, const char *u_, const int64_t *t, const int64_t *o, int64_t n,    \
-                            int64_t lo, int64_t hi) {                                                  \
+    static inline void sc1e_set_##T(T *d, const T *u, int64_t k, int64_t j) { d[k] = u[j]; }           \
+    static void sc1_set_##T(char *d_, const char *u_, const int64_t *t, const int64_t *o, int64_t os,   \
+                            int64_t n, int64_t lo, int64_t hi) {                                       \
         T *d = (T *)d_;                                                                                \
         const T *u = (const T *)u_;                                                                    \
-        for (int64_t i = 0; i < n; i++)                                                                \
-            if (t[i] >= lo && t[i] < hi) d[t[i]] = u[o[i]];                                            \
+        SC1_BODY(sc1e_set_##T)                                                                         \
     }
 SET1(uint8_t)
 SET1(uint16_t)
@@ -558,6 +598,26 @@ static void scatter_row(scatter_ctx *c, int64_t t, int64_t o, int64_t qb, int64_
     }
 }
 
+/* Rows r0 .. r0 + n of one element each, s at r0 (moved past them): their targets into tgt
+ * (and update offsets into oth, unless w_affine), then d op= u for those in [lo, hi). */
+static void sc1_fill(const walker *w, wpos *s, int64_t n, int64_t *tgt, int64_t *oth) {
+    w_fill(w, s, n, false, tgt, w_affine(w) ? NULL : oth);
+}
+static void sc1_apply(const scatter_ctx *c, int64_t r0, int64_t n, const int64_t *tgt, const int64_t *oth, int64_t lo,
+                      int64_t hi) {
+    if (!w_affine(c->w)) {
+        c->fn1(c->out, c->upd, tgt, oth, 0, n, lo, hi);
+        return;
+    }
+    int64_t us = w_ustride(c->w);
+    c->fn1(c->out, c->upd + r0 * us * (int64_t)c->sz, tgt, NULL, us, n, lo, hi);
+}
+static void sc1_rows(const scatter_ctx *c, wpos *s, int64_t r0, int64_t n, int64_t *tgt, int64_t *oth, int64_t lo,
+                     int64_t hi) {
+    sc1_fill(c->w, s, n, tgt, oth);
+    sc1_apply(c, r0, n, tgt, oth, lo, hi);
+}
+
 /* every row in order, elements [qb, qe) of each block */
 static void scatter_rows(scatter_ctx *c, int64_t qb, int64_t qe) {
     const walker *w = c->w;
@@ -567,11 +627,11 @@ static void scatter_rows(scatter_ctx *c, int64_t qb, int64_t qe) {
     w_seek(w, 0, &s);
     for (int64_t r = 0; r < w->total; r += BATCH) {
         int64_t n = w->total - r < BATCH ? w->total - r : BATCH;
-        w_fill(w, &s, n, false, tgt, oth);
         if (single) {
-            c->fn1(c->out, c->upd, tgt, oth, n, 0, c->out_size);
+            sc1_rows(c, &s, r, n, tgt, oth, 0, c->out_size);
             continue;
         }
+        w_fill(w, &s, n, false, tgt, oth);
         for (int64_t i = 0; i < n; i++)
             if (tgt[i] >= 0) scatter_row(c, tgt[i], oth[i], qb, qe);
     }
@@ -584,14 +644,12 @@ static void scatter_by_block(void *v, int ith, int nth) {
     if (qb < qe) scatter_rows(&c, qb, qe);
 }
 
-/* Many rows, in steps of nth blocks of SPIPE_ROWS rows: first the threads
- * compute the targets and update offsets of one block each (for single
- * elements, most of the work), then the step's rows are applied in row order:
- * single elements by the calling thread alone, longer rows by each thread for
- * the rows whose target lies in its share of the output. Every target's
- * updates are thus applied in row order, as by the sequential loop
- * (bit-identical float sums), and the per-row offsets of only one step exist
- * at a time. */
+/* Many rows of more than one element, in steps of nth blocks of SPIPE_ROWS
+ * rows: first the threads compute the targets and update offsets of one block
+ * each, then each thread applies the step's rows whose target lies in its
+ * share of the output, in row order. Every target's updates are thus applied
+ * in row order, as by the sequential loop (bit-identical float sums), and the
+ * per-row offsets of only one step exist at a time. */
 #define SPIPE_ROWS 32768
 typedef struct {
     scatter_ctx *c;
@@ -622,22 +680,63 @@ static void spipe_apply(void *v, int ith, int nth) {
         if (n <= 0) break;
         if (n > SPIPE_ROWS) n = SPIPE_ROWS;
         const int64_t *l = P->buf + (size_t)b * 2 * SPIPE_ROWS;
-        if (c.w->post.total == 1)
-            c.fn1(c.out, c.upd, l, l + SPIPE_ROWS, n, lo, hi);
-        else
-            for (int64_t i = 0; i < n; i++)
-                if (l[i] >= lo && l[i] < hi) scatter_row(&c, l[i], l[SPIPE_ROWS + i], 0, c.w->post.total);
+        for (int64_t i = 0; i < n; i++)
+            if (l[i] >= lo && l[i] < hi) scatter_row(&c, l[i], l[SPIPE_ROWS + i], 0, c.w->post.total);
+    }
+}
+
+/* Rows of one element (x.at[idx].add(v) and the like), where computing the targets is most of
+ * the work and applying them must go in row order: in each round, slices 1 .. nth - 1 compute
+ * the targets of the next nth - 1 blocks of S1PIPE_ROWS rows while slice 0 applies the blocks
+ * of the round before, in row order (the sequential loop's order, so float sums are
+ * bit-identical). Two sets of block lists alternate. */
+#define S1PIPE_ROWS 65536
+typedef struct {
+    const scatter_ctx *c;
+    int nf;         /* blocks computed per round */
+    int64_t round;  /* this round computes blocks round * nf .., applies (round - 1) * nf .. */
+    int64_t *buf;   /* 2 * nf lists of S1PIPE_ROWS targets, then S1PIPE_ROWS update offsets */
+} s1pipe_ctx;
+
+static int64_t *s1pipe_list(const s1pipe_ctx *P, int64_t b) {
+    return P->buf + (size_t)(b % (2 * P->nf)) * 2 * S1PIPE_ROWS;
+}
+
+static void s1pipe_round(void *v, int ith, int nth_) {
+    (void)nth_;
+    s1pipe_ctx *P = v;
+    const walker *w = P->c->w;
+    int64_t b = ith == 0 ? (P->round - 1) * P->nf : P->round * P->nf + ith - 1;
+    for (int k = 0; k < (ith == 0 ? P->nf : 1); k++, b++) {
+        int64_t r0 = b * S1PIPE_ROWS, n = w->total - r0;
+        if (b < 0 || n <= 0) return;
+        if (n > S1PIPE_ROWS) n = S1PIPE_ROWS;
+        int64_t *l = s1pipe_list(P, b);
+        if (ith == 0) {
+            sc1_apply(P->c, r0, n, l, l + S1PIPE_ROWS, 0, P->c->out_size);
+        } else {
+            wpos s;
+            w_seek(w, r0, &s);
+            sc1_fill(w, &s, n, l, l + S1PIPE_ROWS);
+        }
     }
 }
 
 /* returns -1 if the lists could not be allocated (the caller runs sequentially) */
 static int scatter_pipelined(scatter_ctx *c, int nth) {
+    if (c->w->post.total == 1) {
+        s1pipe_ctx P = {c, nth - 1, 0, malloc((size_t)(nth - 1) * 4 * S1PIPE_ROWS * sizeof(int64_t))};
+        if (!P.buf) return -1;
+        int64_t rounds = (c->w->total + (int64_t)P.nf * S1PIPE_ROWS - 1) / ((int64_t)P.nf * S1PIPE_ROWS);
+        for (P.round = 0; P.round <= rounds; P.round++) mk_parallel_slices(nth, s1pipe_round, &P);
+        free(P.buf);
+        return 0;
+    }
     spipe_ctx P = {c, nth, 0, malloc((size_t)nth * 2 * SPIPE_ROWS * sizeof(int64_t))};
     if (!P.buf) return -1;
-    int napply = c->w->post.total == 1 ? 1 : nth;
     for (P.base = 0; P.base < c->w->total; P.base += (int64_t)nth * SPIPE_ROWS) {
         mk_parallel_slices(nth, spipe_fill, &P);
-        mk_parallel_slices(napply, spipe_apply, &P);
+        mk_parallel_slices(nth, spipe_apply, &P);
     }
     free(P.buf);
     return 0;
@@ -666,8 +765,7 @@ static void scatter_partial(void *v, int ith, int nth) {
     w_seek(w, r0, &s);
     for (int64_t r = r0; r < r1; r += BATCH) {
         int64_t n = r1 - r < BATCH ? r1 - r : BATCH;
-        w_fill(w, &s, n, false, tgt, oth);
-        c.fn1(c.out, c.upd, tgt, oth, n, 0, c.out_size);
+        sc1_rows(&c, &s, r, n, tgt, oth, 0, c.out_size);
     }
 }
 
@@ -1599,5 +1697,10 @@ bool mk_xp_gather(const mk_prim *p, int *narr, int *bpos, mk_index_dim *dims) {
     *narr = g->narr;
     *bpos = g->bpos;
     memcpy(dims, g->dims, sizeof g->dims);
+    return true;
+}
+bool mk_xp_scatter_slice(const mk_prim *p, bool *slice_update) {
+    if (p->op != &scatter_def) return false;
+    *slice_update = ((const gs_params *)p->params)->slice_update != 0;
     return true;
 }

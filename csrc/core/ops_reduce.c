@@ -1084,6 +1084,48 @@ static void reduce_job(void *c, int ith, int nth) {
     for (int64_t it = a; it < b; it++) reduce_item(pl, it, acc);
 }
 
+/* The split into parts depends on the problem only, never on the thread
+ * count, so results are the same with any MKPY_NUM_THREADS (float sums
+ * group their terms by part): O outputs of R terms each want this many
+ * parts in all... */
+static int64_t parts_wanted(int64_t O, int64_t R) {
+    int64_t want = O * (R > 0 ? R : 1) / MK_GRAIN;
+    return want > MAX_PARTS ? MAX_PARTS : want < 1 ? 1 : want;
+}
+
+/* ...and each of nblocks blocks of outputs is split into this many. */
+static int64_t parts_per_block(int64_t want, int64_t nblocks, int64_t R) {
+    if (nblocks >= want) return 1;
+    int64_t P = (want + nblocks - 1) / nblocks;
+    return P > R ? (R > 0 ? R : 1) : P;
+}
+
+/* The float32 sum that mk_reduce(MK_REDUCE_SUM) gives for one of `rows`
+ * contiguous rows of n floats reduced over the last axis: the same parts,
+ * blocks and lanes. The fused norms (ops_fast.c) take their means from it,
+ * so that they give the bits of the composition with mean() that they fuse,
+ * as MLX's CPU fast.rms_norm is its composition. */
+float mk_sum_row_f32(const float *x, int64_t n, int64_t rows) {
+    int64_t P = parts_per_block(parts_wanted(rows, n), rows, n);
+    float out;
+    if (P == 1) {
+        rows_sum_f32(x, n, 1, 1, n, &out);
+        return out;
+    }
+    double acc = 0;
+    for (int64_t p = 0; p < P; p++) { /* part_span and the in-order combination of run_reduce */
+        int64_t r0 = n * p / P, r1 = n * (p + 1) / P;
+        double part = 0;
+        if (r0 < r1) row_sum_f32(x + r0, 1, r1 - r0, r0, &part);
+        if (p == 0)
+            acc = part;
+        else if (r0 < r1)
+            acc = STEP_sum(f32, acc, part);
+    }
+    fin_sum_f32(&acc, &out, 1);
+    return out;
+}
+
 /* Reduces x over the dims marked in red into out (row-contiguous over the
  * kept dims, in order). */
 static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool keep_order, mk_array *out) {
@@ -1154,19 +1196,9 @@ static int run_reduce(const rkern *k, const mk_array *x, const bool *red, bool k
     memcpy(pl.kstride, kt, nk * sizeof *kt);
 
     int64_t nblocks = pl.col ? O / pl.K * pl.nchunk : O;
-    int64_t work = O * (pl.R > 0 ? pl.R : 1);
-    /* The split into parts depends on the problem only, never on the thread
-     * count, so results are the same with any MKPY_NUM_THREADS (float sums
-     * group their terms by part). */
-    int64_t want = work / MK_GRAIN;
+    int64_t want = parts_wanted(O, pl.R);
     int threads = mk_pool_threads();
-    if (want > MAX_PARTS) want = MAX_PARTS;
-    if (want < 1) want = 1;
-    pl.P = 1;
-    if (nblocks < want) {
-        pl.P = (want + nblocks - 1) / nblocks;
-        if (pl.P > pl.R) pl.P = pl.R > 0 ? pl.R : 1;
-    }
+    pl.P = parts_per_block(want, nblocks, pl.R);
     pl.items = nblocks * pl.P;
     int64_t par = want < threads ? want : threads;
     int nth = (int)(par < pl.items ? par : pl.items);
@@ -1796,6 +1828,20 @@ static int lastax_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int lastax_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
 static const mk_opdef lastax_def = {"softmax", lastax_eval, NULL, lastax_vjp, lastax_jvp, lastax_vmap, false};
 
+/* the GPU back-end (backend/cuda/ops_fast.c): the row kind (0 logsumexp, 1
+ * softmax, 2 softmax in float16/bfloat16 without precise) and how a row of n
+ * elements in `rows` rows is split into parts (1: not split), as lastax_eval
+ * splits it */
+bool mk_xp_lastax(const mk_prim *p, int *kind, int64_t rows, int64_t n, int *nparts) {
+    if (p->op != &lastax_def) return false;
+    const lastax_params *lp = p->params;
+    *kind = lp->kind == LA_LSE ? 0 : lp->kind == LA_SOFTMAX ? 1 : 2;
+    int64_t want = n / MK_GRAIN;
+    if (want > 256) want = 256;
+    *nparts = rows >= SPLIT_ROWS_BELOW || want < 2 || lp->kind == LA_SOFTMAX_LOW ? 1 : (int)want;
+    return true;
+}
+
 static mk_array *lastax_node(lastax_kind kind, mk_array *x, int ndim, const int64_t *shape) {
     lastax_params *lp = malloc(sizeof *lp);
     if (!lp) return mk_nomem();
@@ -2132,6 +2178,15 @@ bool mk_xp_reduce(const mk_prim *p, int *which, bool *red) {
     if (p->op != &reduce_def) return false;
     const reduce_params *rp = p->params;
     *which = reduce_which(rp);
+    memcpy(red, rp->red, sizeof rp->red);
+    return true;
+}
+bool mk_xp_argreduce(const mk_prim *p, int *which, bool *red) {
+    if (p->op != &reduce_def) return false;
+    const reduce_params *rp = p->params;
+    const rkern *a0 = &arg_kernels[0][0];
+    if (rp->k < a0 || rp->k >= a0 + 2 * MK_NDTYPES) return false;
+    *which = (int)((rp->k - a0) / MK_NDTYPES);
     memcpy(red, rp->red, sizeof rp->red);
     return true;
 }

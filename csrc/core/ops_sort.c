@@ -1324,6 +1324,130 @@ static int scan_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array 
     return outs[0] ? 0 : -1;
 }
 
+/* ============================================================ searchsorted */
+
+/* MLX's SearchSorted primitive: a binary search per value with sort's
+ * comparator (LT: nan last), so an unsorted sequence gives what MLX's gives. */
+typedef struct {
+    bool right;
+} ss_params;
+
+typedef struct {
+    const char *seq, *v;
+    uint32_t *out;
+    int64_t sst;
+    uint32_t n;
+    bool right;
+    mk_dtype t;
+} ss_ctx;
+
+#define SS_ROW(E, s, S, R)                                                                            \
+    static void ss_row_##s(const ss_ctx *c, const int64_t *off, const int64_t *st, int64_t len) {      \
+        const S *a = (const S *)c->seq, *v = (const S *)c->v + off[0];                                 \
+        uint32_t *o = c->out + off[1];                                                                 \
+        for (int64_t i = 0; i < len; i++) {                                                            \
+            R x = MK_LOAD_##s(&v[i * st[0]]);                                                          \
+            uint32_t lo = 0, hi = c->n;                                                                \
+            while (lo < hi) {                                                                          \
+                uint32_t mid = lo + (hi - lo) / 2;                                                     \
+                R m = MK_LOAD_##s(&a[(int64_t)mid * c->sst]);                                          \
+                if (c->right ? !LT_##s(x, m) : LT_##s(m, x))                                           \
+                    lo = mid + 1;                                                                      \
+                else                                                                                   \
+                    hi = mid;                                                                          \
+            }                                                                                          \
+            o[i * st[1]] = lo;                                                                         \
+        }                                                                                              \
+    }
+MK_ALL_TYPES(SS_ROW)
+
+static void ss_rows(void *c_, const int64_t *off, const int64_t *st, int64_t len) {
+    const ss_ctx *c = c_;
+    switch (c->t) {
+#define SS_CASE(E, s, S, R)                                                                           \
+    case E:                                                                                            \
+        ss_row_##s(c, off, st, len);                                                                   \
+        break;
+        MK_ALL_TYPES(SS_CASE)
+#undef SS_CASE
+    default:
+        break;
+    }
+}
+
+static int ss_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const ss_params *sp = p->params;
+    const mk_array *seq = in[0], *v = in[1];
+    mk_array *o = out[0];
+    if (mk_alloc_out(o) < 0) return -1;
+    if (o->size == 0) return 0;
+    ss_ctx c = {mk_data(seq), mk_data(v), mk_data(o), seq->strides[0], (uint32_t)seq->size, sp->right, seq->dtype};
+    const int64_t *st[2] = {v->strides, o->strides};
+    mk_iter it;
+    mk_iter_init(&it, v->ndim, v->shape, 2, st);
+    int64_t depth = 1;
+    while (depth < 40 && ((int64_t)1 << depth) <= seq->size) depth++;
+    mk_iter_run(&it, MK_GRAIN / depth, ss_rows, &c);
+    return 0;
+}
+
+/* Only the values may be batched (MLX's rule and message). */
+static int ss_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes) {
+    if (axes[0] >= 0) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[searchsorted] Cannot vmap over the sorted sequence, only over the values being searched for.");
+        return -1;
+    }
+    outs[0] = mk_searchsorted(in[0], in[1], ((const ss_params *)p->params)->right);
+    out_axes[0] = axes[1];
+    return outs[0] ? 0 : -1;
+}
+
+/* MLX's rules: zero cotangents for the inputs, a zero uint32 tangent */
+static int ss_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads) {
+    (void)cots;
+    for (int i = 0; i < 2; i++) {
+        const mk_array *x = p->inputs[i];
+        if (want[i] && !(grads[i] = mk_zeros(x->ndim, x->shape, x->dtype))) return -1;
+    }
+    return 0;
+}
+
+static int ss_jvp(mk_prim *p, mk_array *const *tans, mk_array **out) {
+    (void)tans;
+    const mk_array *v = p->inputs[1];
+    return (out[0] = mk_zeros(v->ndim, v->shape, MK_UINT32)) ? 0 : -1;
+}
+
+static const mk_opdef ss_def = {"SearchSorted", ss_eval, NULL, ss_vjp, ss_jvp, ss_vmap, false, true, sizeof(ss_params)};
+
+mk_array *mk_searchsorted(mk_array *seq, mk_array *values, bool right) {
+    if (seq->ndim != 1) {
+        mk_error_set(MK_ERR_VALUE, "[searchsorted] The sorted sequence must be 1-D but has %d dimensions.",
+                     seq->ndim);
+        return NULL;
+    }
+    if (seq->size > (int64_t)UINT32_MAX) {
+        mk_error_set(MK_ERR_VALUE,
+                     "[searchsorted] The sorted sequence has %lld elements, more than the uint32 output can index.",
+                     (long long)seq->size);
+        return NULL;
+    }
+    mk_dtype t = mk_promote(seq->dtype, values->dtype);
+    ss_params *sp = malloc(sizeof *sp);
+    if (!sp) return mk_nomem();
+    sp->right = right;
+    mk_array *in[2] = {mk_as_dtype(seq, t), mk_as_dtype(values, t)};
+    mk_array *r = NULL;
+    if (in[0] && in[1]) {
+        r = mk_node(&ss_def, sp, MK_UINT32, values->ndim, values->shape, 2, in);
+        sp = NULL;
+    }
+    free(sp);
+    for (int k = 0; k < 2; k++) mk_xdecref(in[k]);
+    return r;
+}
+
 /* ---- export accessors (export.h) ---- */
 #include "export.h"
 bool mk_xp_sort(const mk_prim *p, int *kind, int *axis, int64_t *kth) {
@@ -1332,6 +1456,11 @@ bool mk_xp_sort(const mk_prim *p, int *kind, int *axis, int64_t *kth) {
     *kind = sp->kind;
     *axis = sp->axis;
     *kth = sp->kth;
+    return true;
+}
+bool mk_xp_searchsorted(const mk_prim *p, bool *right) {
+    if (p->op != &ss_def) return false;
+    *right = ((const ss_params *)p->params)->right;
     return true;
 }
 bool mk_xp_scan(const mk_prim *p, int *op, int *axis, bool *reverse, bool *inclusive) {

@@ -322,6 +322,7 @@ typedef struct {
     const char *in;
     char *out;
     size_t isz, osz;
+    bool exp16; /* float16 exp: mk_f16_exp_run for dense rows */
 } unary_ctx;
 
 static void unary_rows(void *c, const int64_t *off, const int64_t *st, int64_t n) {
@@ -349,6 +350,7 @@ static void unary_rows_f16c(void *c, const int64_t *off, const int64_t *st, int6
     unary_ctx *u = c;
     const mk_f16 *in = (const mk_f16 *)u->in + off[1];
     char *out = u->out + off[0] * u->osz;
+    if (u->exp16 && st[1] == 1 && mk_f16_exp_run(in, (mk_f16 *)out, n)) return;
     float t[F16_RUN];
     for (int64_t k = 0; k < n; k += F16_RUN) {
         int64_t m = n - k < F16_RUN ? n - k : F16_RUN;
@@ -375,7 +377,8 @@ static int unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if ((op == MK_UNARY_sin || op == MK_UNARY_cos ? mk_alloc_out(out[0]) : mk_donate_or_alloc(p, out[0], in[0])) < 0)
         return -1;
     if (unary_f16c(op, in[0], out[0])) {
-        unary_ctx u = {spec->fn[MK_FLOAT32], mk_data(in[0]), mk_data(out[0]), 2, mk_dtype_size(out[0]->dtype)};
+        unary_ctx u = {spec->fn[MK_FLOAT32], mk_data(in[0]), mk_data(out[0]), 2, mk_dtype_size(out[0]->dtype),
+                       op == MK_UNARY_exp};
         const int64_t *strides[2] = {out[0]->strides, in[0]->strides};
         mk_iter it;
         mk_iter_init(&it, out[0]->ndim, out[0]->shape, 2, strides);
@@ -685,7 +688,7 @@ void mk_unary_row(mk_unary_op op, mk_dtype in, mk_dtype out, const void *x, int6
     const unary_spec *spec = &specs[op];
     if (in == MK_FLOAT16 && (out == MK_FLOAT16 || out == MK_BOOL) && spec->fn[MK_FLOAT32] &&
         op != MK_UNARY_sigmoid && op != MK_UNARY_degrees && op != MK_UNARY_radians && mk_f16c()) {
-        unary_ctx u = {spec->fn[MK_FLOAT32], x, o, 2, mk_dtype_size(out)};
+        unary_ctx u = {spec->fn[MK_FLOAT32], x, o, 2, mk_dtype_size(out), op == MK_UNARY_exp};
         const int64_t off[2] = {0, 0}, st[2] = {1, xs};
         unary_rows_f16c(&u, off, st, n);
         return;

@@ -152,17 +152,21 @@ static int reshape_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
 static int reshape_vjp(mk_prim *p, mk_array *const *cots, const bool *want, mk_array **grads);
 static int reshape_jvp(mk_prim *p, mk_array *const *tans, mk_array **out);
 static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_array **outs, int *out_axes);
+#define RESHAPE_NP 5
 static const mk_opdef reshape_def = {"reshape", reshape_eval, NULL, reshape_vjp, reshape_jvp, reshape_vmap, false,
-                                     true, 3 * sizeof(int), NULL, NULL, .cheap = true};
+                                     true, RESHAPE_NP * sizeof(int), NULL, NULL, .cheap = true};
 
-/* A reshape's params (NULL when it has neither): [0] the inferred dim or -1; [1], [2] the
- * input axes that a flatten merged, or -1. A shapeless replay infers the dim again from the new
- * size, or merges the same axes of the new shape (MLX's Flatten), as MLX. */
-static mk_array *reshape_node(mk_array *x, int ndim, const int64_t *shape, int infer, int fs, int fe) {
+/* A reshape's params (NULL when it has none of them): [0] the inferred dim or -1; [1], [2] the
+ * input axes that a flatten merged, or -1; [3] the input axis that an unflatten split, or -1, and
+ * [4] the number of dims it became. A shapeless replay infers the dim again from the new size,
+ * merges the same axes of the new shape (MLX's Flatten), or splits the same axis into the traced
+ * dims and keeps the other dims of the new shape (MLX's Unflatten), as MLX. */
+static mk_array *reshape_node(mk_array *x, int ndim, const int64_t *shape, int infer, int fs, int fe, int ua,
+                              int un) {
     int *rp = NULL;
-    if (infer >= 0 || fs >= 0) {
-        if (!(rp = malloc(3 * sizeof *rp))) return mk_nomem();
-        rp[0] = infer, rp[1] = fs, rp[2] = fe;
+    if (infer >= 0 || fs >= 0 || ua >= 0) {
+        if (!(rp = malloc(RESHAPE_NP * sizeof *rp))) return mk_nomem();
+        rp[0] = infer, rp[1] = fs, rp[2] = fe, rp[3] = ua, rp[4] = un;
     }
     return mk_node(&reshape_def, rp, x->dtype, ndim, shape, 1, &x);
 }
@@ -214,7 +218,7 @@ mk_array *mk_reshape(mk_array *x, int ndim, const int64_t *shape_in) {
         mk_incref(x);
         return x;
     }
-    return reshape_node(x, ndim, shape, infer, -1, -1);
+    return reshape_node(x, ndim, shape, infer, -1, -1, -1, 0);
 }
 
 mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
@@ -243,7 +247,59 @@ mk_array *mk_flatten(mk_array *x, int start_axis, int end_axis) {
         mk_incref(x);
         return x;
     }
-    return reshape_node(x, n, shape, -1, s, e);
+    return reshape_node(x, n, shape, -1, s, e, -1, 0);
+}
+
+mk_array *mk_unflatten(mk_array *x, int axis, int ndim, const int64_t *shape_in) {
+    int nd = x->ndim, ax = axis < 0 ? axis + nd : axis, infer = -1;
+    int64_t shape[MK_MAX_NDIM], size = 1;
+    char sb[512];
+    if (ndim == 0) {
+        mk_error_set(MK_ERR_VALUE, "[unflatten] Shape to unflatten to cannot be empty.");
+        return NULL;
+    }
+    if (ax < 0 || ax >= nd) {
+        mk_error_set(MK_ERR_INDEX, "[unflatten] Invalid axes %d for array with %d dimensions.", ax, nd);
+        return NULL;
+    }
+    if (nd - 1 + ndim > MK_MAX_NDIM) {
+        mk_error_set(MK_ERR_VALUE, "[unflatten] Arrays of more than %d dimensions are not supported.", MK_MAX_NDIM);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++) {
+        shape[i] = shape_in[i];
+        if (shape[i] == -1) {
+            if (infer >= 0) {
+                mk_error_set(MK_ERR_VALUE, "[Unflatten] Can only infer one dimension.");
+                return NULL;
+            }
+            infer = i;
+        } else {
+            size *= shape[i];
+        }
+    }
+    if (infer >= 0) {
+        shape[infer] = size ? x->shape[ax] / size : 0;
+        size *= shape[infer];
+    }
+    if (size != x->shape[ax]) {
+        mk_error_set(MK_ERR_VALUE, "[Unflatten] Cannot unflatten axis %d with size %lld into shape %s.", axis,
+                     (long long)x->shape[ax], mk_shape_str(ndim, shape, sb, sizeof sb));
+        return NULL;
+    }
+    if (ndim == 1) {
+        mk_incref(x);
+        return x;
+    }
+    int64_t full[MK_MAX_NDIM];
+    int n = 0;
+    for (int i = 0; i < nd; i++) {
+        if (i == ax)
+            for (int k = 0; k < ndim; k++) full[n++] = shape[k];
+        else
+            full[n++] = x->shape[i];
+    }
+    return reshape_node(x, n, full, -1, -1, -1, ax, ndim);
 }
 
 /* ------------------------------------------------------- axis permutations */
@@ -756,13 +812,23 @@ static int reshape_vmap(mk_prim *p, mk_array *const *in, const int *axes, mk_arr
             if (d <= rp[1] + 1 || d > rp[2] + 1) shape[nd++] = x->shape[d];
             else shape[nd - 1] *= x->shape[d];
         }
+        outs[0] = reshape_node(x, nd, shape, -1, rp[1] + 1, rp[2] + 1, -1, 0);
+    } else if (x && rp && rp[3] >= 0) {
+        /* an unflatten: x's dims with the same axis split into the traced dims */
+        nd = 0;
+        for (int d = 0; d < x->ndim; d++) {
+            if (d != rp[3] + 1) shape[nd++] = x->shape[d];
+            else
+                for (int k = 0; k < rp[4]; k++) shape[nd++] = p->outdesc[0].shape[rp[3] + k];
+        }
+        outs[0] = reshape_node(x, nd, shape, -1, -1, -1, rp[3] + 1, rp[4]);
     } else if (x) {
         shape[0] = x->shape[0];
         memcpy(shape + 1, p->outdesc[0].shape, p->outdesc[0].ndim * sizeof *shape);
         if (rp && rp[0] >= 0) shape[1 + rp[0]] = -1;
-    }
-    outs[0] = x ? (rp && rp[1] >= 0 ? reshape_node(x, nd, shape, -1, rp[1] + 1, rp[2] + 1) : mk_reshape(x, nd, shape))
-                : NULL;
+        outs[0] = mk_reshape(x, nd, shape);
+    } else
+        outs[0] = NULL;
     out_axes[0] = 0;
     mk_ar_free(&A);
     return outs[0] ? 0 : -1;
@@ -856,4 +922,9 @@ bool mk_xp_reshape(const mk_prim *p, int *infer) {
     if (p->op != &reshape_def) return false;
     *infer = p->params ? ((const int *)p->params)[0] : -1;
     return true;
+}
+bool mk_xp_reshape_kind(const mk_prim *p, int *fs, int *fe, int *ua, int *un) {
+    const int *rp = p->op == &reshape_def ? p->params : NULL;
+    *fs = rp ? rp[1] : -1, *fe = rp ? rp[2] : -1, *ua = rp ? rp[3] : -1, *un = rp ? rp[4] : 0;
+    return rp && (*fs >= 0 || *ua >= 0);
 }

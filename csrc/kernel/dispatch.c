@@ -208,12 +208,29 @@ static int parity_check(mk_prim *p, mk_array *const *in, mk_array *const *out, i
     return rc;
 }
 
-static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
-    kernel_params *kp = p->params;
-    mkk_kernel *k = kp->k;
-    mkk_call *c = kp->c;
-    int rc = -1;
-    mkk_memo *src = NULL;
+static _Thread_local bool compile_error;
+void mkk_note_compile_error(void) { compile_error = true; }
+
+/* A GPU compiler's refusal, said in clang's words where clang refuses the
+ * program too: Metal's compiler is clang, so those are the diagnostics a Mac
+ * shows (NVRTC's front end words them differently). Where clang accepts the
+ * program, NVRTC's error stays, with a note. */
+static void metal_words(mkk_kernel *k, mkk_call *c, mk_array *const *in, const char *generated, const char *kname) {
+    char *gpu = strdup(mk_error_message());
+    const mk_errcode code = mk_error_code();
+    mk_error_clear();
+    compile_error = false;
+    if (mkb_cpu_backend.kernel_compile(k, c, in, generated, kname) == 0 && gpu)
+        mk_error_set(code, "%s\n(clang, the front end of Metal's compiler, accepts this kernel: the CUDA target "
+                           "cannot take what the diagnostics name; run it on the CPU with MKPY_GPU=cpu or an mx.cpu "
+                           "stream.)", gpu);
+    else if (mk_error_code() == MK_OK)
+        mk_error_set(code, "%s", gpu ? gpu : "[metal_kernel] compile failed");
+    free(gpu);
+}
+
+int mkk_check_call(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, mkk_launch *plan,
+                   uint64_t *plan_total) {
     /* constructs Metal's compiler rejects: a compile error, as on a Mac */
     if (k->metal_error) {
         mk_error_set(MK_ERR_RUNTIME,
@@ -223,9 +240,7 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         return -1;
     }
     /* launch checks, as MLX's eval_gpu, in 64 bits */
-    mkk_launch plan;
-    uint64_t plan_total;
-    if (mkk_plan_launch(k->name, c->grid, c->threadgroup, &plan, &plan_total) < 0) return -1;
+    if (mkk_plan_launch(k->name, c->grid, c->threadgroup, plan, plan_total) < 0) return -1;
     /* Metal's buffer argument table has 31 entries */
     {
         int nbuf = k->noutputs;
@@ -239,7 +254,18 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
             return -1;
         }
     }
+    return 0;
+}
 
+static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    kernel_params *kp = p->params;
+    mkk_kernel *k = kp->k;
+    mkk_call *c = kp->c;
+    int rc = -1;
+    mkk_memo *src = NULL;
+    mkk_launch plan;
+    uint64_t plan_total;
+    if (mkk_check_call(k, c, in, &plan, &plan_total) < 0) return -1;
     if (!(src = call_source(k, c, in))) goto done;
     c->gen_hash = src->hash;
     {
@@ -254,7 +280,9 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         } else {
             const int parity = parity_mode();
             parity_on = parity != 0;
+            compile_error = false;
             rc = be->kernel_eval(k, c, in, out, generated, kname, &plan, plan_total);
+            if (rc < 0 && compile_error) metal_words(k, c, in, generated, kname);
             if (rc == 0 && parity) rc = parity_check(p, in, out, parity);
             parity_on = false;
         }

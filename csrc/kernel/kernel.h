@@ -132,7 +132,21 @@ void mkk_line_map(const mkk_kernel *k, const char *generated, mkk_linemap *map);
  * clang (mkpy_metal.h) or NVRTC (mkpy_cuda.h). The result has the same
  * line structure (one output line per input line). Returns a malloc'd string. */
 typedef enum { MKK_TARGET_CPU, MKK_TARGET_CUDA } mkk_target;
-char *mkk_translate(const char *msl, mkk_target target);
+/* For CUDA the translation numbers each threadgroup_barrier call, in text
+ * order, for the divergence check (mkpy_cuda.h); `sites` (may be NULL) gets
+ * their byte offsets in msl (offset: malloc'd, or NULL when n is 0). */
+typedef struct {
+    int n;
+    int *offset;
+    int ntg;        /* threadgroup variables declared (CUDA: __shared__), in text order */
+    int *tg_offset; /* their byte offsets in msl */
+} mkk_sites;
+char *mkk_translate(const char *msl, mkk_target target, mkk_sites *sites);
+
+/* A back-end's compiler refused the program (set by the one failing; taken,
+ * and cleared, by the front end, which then asks the CPU's clang for the
+ * diagnostics a Mac would show). */
+void mkk_note_compile_error(void);
 
 /* The parts of a kernel's program that every back-end shares (program.c).
  * A growing string; after a failed allocation s is NULL and failed is set. */
@@ -147,7 +161,14 @@ void mkk_sbf(mkk_sbuf *b, const char *fmt, ...) MK_PRINTF(2, 3);
  * with #line markers naming header_file, generated_file and source_file, so
  * that a compiler's line numbers are the user's. Returns 0 or -1 (error set). */
 int mkk_program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, mkk_target target,
-                     const char *header_file, const char *generated_file, const char *source_file);
+                     const char *header_file, const char *generated_file, const char *source_file, int *nbarriers);
+/* Where barrier site `i` of the CUDA translation is in the user's terms:
+ * "<kernel NAME source>" (or header, signature), line and column; file is
+ * written into a buffer of fn bytes. Returns 0, or -1 when i is no site. */
+int mkk_barrier_site(const mkk_kernel *k, const char *generated, int i, char *file, size_t fn, int *line, int *col);
+/* "<kernel NAME source>:3, <kernel NAME source>:4": where the kernel declares
+ * threadgroup memory (for errors about its size); "" when nowhere. */
+void mkk_threadgroup_sites(const mkk_kernel *k, const char *generated, char *out, size_t n);
 /* The call of the kernel function for one thread, whose attributes are in
  * `t` (an mkpy_thread_attrs), ending in ";\n": `name<targs>(args...)`. Argument
  * i is written with arg_fmt ("args[%d]" on the CPU, "a%d" for CUDA); one per
@@ -174,6 +195,13 @@ typedef uint64_t (*mkk_cbs_run_fn)(uint32_t site, void *const *args, const mkk_l
  * the launch), or sets a ValueError and returns -1. */
 int mkk_plan_launch(const char *kernel_name, const int64_t grid[3], const int64_t threadgroup[3], mkk_launch *L,
                     uint64_t *total);
+
+/* The checks of one call that a Mac makes when the kernel is built and
+ * dispatched: a construct Metal's compiler rejects (k->metal_error), Metal's
+ * launch rules (mkk_plan_launch, filling *plan and *total) and the 31 entries
+ * of Metal's buffer table. Inputs are read for their ndim only. Returns 0, or
+ * -1 with a RuntimeError or ValueError naming the kernel. */
+int mkk_check_call(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, mkk_launch *plan, uint64_t *total);
 
 typedef struct {
     mkk_entry_fn entry;   /* whole threadgroups, thread after thread */

@@ -83,9 +83,13 @@ static int total_lines(const char *s) {
 }
 
 int mkk_program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, mkk_target target,
-                     const char *header_file, const char *generated_file, const char *source_file) {
-    char *cpp = mkk_translate(generated, target);
+                     const char *header_file, const char *generated_file, const char *source_file, int *nbarriers) {
+    mkk_sites sites;
+    char *cpp = mkk_translate(generated, target, &sites);
     if (!cpp) return -1;
+    if (nbarriers) *nbarriers = sites.n;
+    free(sites.offset);
+    free(sites.tg_offset);
     mkk_linemap m;
     mkk_line_map(k, generated, &m);
     int n = total_lines(cpp);
@@ -105,6 +109,67 @@ int mkk_program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, mk
         return -1;
     }
     return 0;
+}
+
+/* The user's file, line and column of byte offset `off` of the generated text. */
+static void locate(const mkk_kernel *k, const char *generated, int off, char *file, size_t fn, int *line, int *col) {
+    int l = 1;
+    const char *start = generated;
+    for (const char *q = generated; q < generated + off; q++)
+        if (*q == '\n') {
+            l++;
+            start = q + 1;
+        }
+    *col = (int)(generated + off - start) + 1;
+    mkk_linemap m;
+    mkk_line_map(k, generated, &m);
+    if (m.header_lines > 0 && l <= m.header_lines) {
+        snprintf(file, fn, "<kernel %s header>", k->name);
+        *line = l;
+    } else if (l >= m.source_first && l < m.source_first + m.source_lines) {
+        snprintf(file, fn, "<kernel %s source>", k->name);
+        *line = l - m.source_first + 1;
+    } else {
+        snprintf(file, fn, "<kernel %s signature>", k->name);
+        *line = l;
+    }
+}
+
+static int cuda_sites(const char *generated, mkk_sites *sites) {
+    char *cpp = mkk_translate(generated, MKK_TARGET_CUDA, sites);
+    if (!cpp) {
+        mk_error_clear();
+        return -1;
+    }
+    free(cpp);
+    return 0;
+}
+
+int mkk_barrier_site(const mkk_kernel *k, const char *generated, int i, char *file, size_t fn, int *line, int *col) {
+    mkk_sites sites;
+    if (cuda_sites(generated, &sites) < 0) return -1;
+    const int ok = i >= 0 && i < sites.n;
+    if (ok) locate(k, generated, sites.offset[i], file, fn, line, col);
+    free(sites.offset);
+    free(sites.tg_offset);
+    return ok ? 0 : -1;
+}
+
+void mkk_threadgroup_sites(const mkk_kernel *k, const char *generated, char *out, size_t n) {
+    mkk_sites sites;
+    out[0] = 0;
+    if (cuda_sites(generated, &sites) < 0) return;
+    size_t used = 0;
+    for (int i = 0; i < sites.ntg && used + 1 < n; i++) {
+        char file[600];
+        int line, col;
+        locate(k, generated, sites.tg_offset[i], file, sizeof file, &line, &col);
+        int w = snprintf(out + used, n - used, "%s%s:%d", i ? ", " : "", file, line);
+        if (w < 0) break;
+        used += (size_t)w < n - used ? (size_t)w : n - used - 1;
+    }
+    free(sites.offset);
+    free(sites.tg_offset);
 }
 
 char *mkk_call_expr(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *kernel_name,

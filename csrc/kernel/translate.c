@@ -120,8 +120,22 @@ static int threadgroup_storage(const char *p, char names[][128], int line_only) 
     return n;
 }
 
-char *mkk_translate(const char *src, mkk_target target) {
+/* The last two significant characters emitted are `::` (a qualified name follows). */
+static int after_scope(const out_buf *o) {
+    size_t n = o->n;
+    while (n > 0 && (o->s[n - 1] == ' ' || o->s[n - 1] == '\t')) n--;
+    return n >= 2 && o->s[n - 1] == ':' && o->s[n - 2] == ':';
+}
+
+/* The next character after blanks and newlines (0 at the end). */
+static const char *skip_blank(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+char *mkk_translate(const char *src, mkk_target target, mkk_sites *sites) {
     out_buf o = {0};
+    if (sites) memset(sites, 0, sizeof *sites);
     const char *p = src;
     int line_start = 1;
     int braces = 0, parens = 0;
@@ -208,10 +222,29 @@ char *mkk_translate(const char *src, mkk_target target) {
                     n = threadgroup_storage(e, tg_names, 0);
                 if (n > 0 && target == MKK_TARGET_CUDA) {
                     if (put(&o, "__shared__", 10) < 0) goto nomem;
+                    if (sites) {
+                        int *grown = realloc(sites->tg_offset, (size_t)(sites->ntg + 1) * sizeof *grown);
+                        if (!grown) goto nomem;
+                        grown[sites->ntg++] = (int)(p - src);
+                        sites->tg_offset = grown;
+                    }
                 } else if (n > 0) {
                     tg_count = n;
                     tg_depth = braces;
                     if (put(&o, "static thread_local", 19) < 0) goto nomem;
+                }
+            } else if (target == MKK_TARGET_CUDA && e - p == 19 && memcmp(p, "threadgroup_barrier", 19) == 0 &&
+                       *skip_blank(e) == '(') {
+                /* a barrier, numbered for the divergence check (mkpy_cuda.h) */
+                char call[96];
+                const int id = sites ? sites->n : 0;
+                snprintf(call, sizeof call, "%sthreadgroup_barrier_at(%du)", after_scope(&o) ? "" : "::metal::", id);
+                if (put(&o, call, strlen(call)) < 0) goto nomem;
+                if (sites) {
+                    int *grown = realloc(sites->offset, (size_t)(sites->n + 1) * sizeof *grown);
+                    if (!grown) goto nomem;
+                    grown[sites->n++] = (int)(p - src);
+                    sites->offset = grown;
                 }
             } else if (e - p == 8 && memcmp(p, "constant", 8) == 0) {
                 if (!last_was_const && put(&o, "const", 5) < 0) goto nomem;
@@ -270,5 +303,10 @@ char *mkk_translate(const char *src, mkk_target target) {
     return o.s;
 nomem:
     free(o.s);
+    if (sites) {
+        free(sites->offset);
+        free(sites->tg_offset);
+        memset(sites, 0, sizeof *sites);
+    }
     return mk_nomem();
 }

@@ -393,7 +393,8 @@ static PyMethodDef array_methods[] = {
      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "A DLPack capsule viewing the array's memory."},
     {"__dlpack_device__", (PyCFunction)mkpy_array_dlpack_device, METH_NOARGS,
-     "__dlpack_device__($self)\n--\n\n(1, 0): the CPU."},
+     "__dlpack_device__($self)\n--\n\n(1, 0): the CPU; (8, 0), Metal, in the stand-in mode (mkpy.as_mlx), as MLX "
+     "with Metal."},
     {"item", (PyCFunction)m_item, METH_NOARGS, "item($self)\n--\n\nThe single element as a Python scalar."},
     {"tolist", (PyCFunction)m_tolist, METH_NOARGS, "tolist($self)\n--\n\nThe array as nested Python lists."},
     {"astype", (PyCFunction)(void (*)(void))m_astype, FASTKW,

@@ -817,7 +817,19 @@ typedef struct mk_DLManagedTensor {
     void *manager_ctx;
     void (*deleter)(struct mk_DLManagedTensor *self);
 } mk_DLManagedTensor;
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_COMPLEX = 5, DL_BOOL = 6, DL_CPU = 1 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_COMPLEX = 5, DL_BOOL = 6 };
+enum { DL_CPU = 1, DL_CUDA = 2, DL_METAL = 8, DL_CUDA_MANAGED = 13 };
+
+extern const char *mkpy_public_name; /* py_dtype.c: "mkpy", or "mlx.core" (mkpy.as_mlx) */
+
+/* The device __dlpack_device__ reports. MLX reports Metal whenever
+ * metal.is_available(), which mkpy's stand-in for the Metal device makes True:
+ * in the stand-in mode (mkpy.as_mlx: code written for MLX on a Mac) it reports
+ * Metal too, as MLX's tests check; under its own name mkpy reports the CPU,
+ * where its memory is, so that consumers that place arrays by this answer
+ * (JAX, CuPy) take them. Capsules always hold host memory (DL_CPU): mkpy
+ * has no Metal buffers, and the Mac's memory is unified in the same way. */
+static int dl_reported_device(void) { return strcmp(mkpy_public_name, "mlx.core") ? DL_CPU : DL_METAL; }
 
 typedef struct {
     mk_DLManagedTensor t;
@@ -850,11 +862,34 @@ static int dl_type(mk_dtype t, mk_DLDataType *d) {
 }
 
 /* array.__dlpack__(stream=None, max_version=None, dl_device=None, copy=None):
- * a "dltensor" capsule viewing the evaluated array's memory (CPU). */
+ * a "dltensor" capsule viewing the evaluated array's memory (CPU). dl_device
+ * may ask for the CPU (MLX's tests do, as a Mac's MLX exports Metal buffers
+ * by default); other devices raise BufferError with MLX's messages. */
 PyObject *mkpy_array_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"*stream", "*max_version", "*dl_device", "*copy", NULL};
     PyObject *a[4];
     if (mkpy_parse("__dlpack__", args, nargs, kwnames, names, 0, a) < 0) return NULL;
+    if (a[2] && a[2] != Py_None) {
+        int type, id;
+        if (!PyTuple_Check(a[2]) || !PyArg_ParseTuple(a[2], "ii", &type, &id)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "__dlpack__: dl_device must be a tuple (device_type, device_id).");
+            return NULL;
+        }
+        if (type == DL_CUDA || type == DL_CUDA_MANAGED) {
+            PyErr_SetString(PyExc_BufferError, "CUDA DLPack export is not supported.");
+            return NULL;
+        }
+        if (type == DL_METAL) {
+            PyErr_SetString(PyExc_BufferError, "Metal DLPack export is not available: mkpy's arrays are in host "
+                                               "memory (export them with dl_device=(1, 0)).");
+            return NULL;
+        }
+        if (type != DL_CPU) {
+            PyErr_SetString(PyExc_BufferError, "Cannot export mlx array to requested DLPack device.");
+            return NULL;
+        }
+    }
     mk_array *x = MKARR(self);
     if (mkpy_eval(&x, 1) < 0) return NULL;
     dl_export *e = calloc(1, sizeof *e);
@@ -878,7 +913,7 @@ PyObject *mkpy_array_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 PyObject *mkpy_array_dlpack_device(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
-    return Py_BuildValue("(ii)", DL_CPU, 0);
+    return Py_BuildValue("(ii)", dl_reported_device(), 0);
 }
 
 /* from_dlpack(x, /, *, device=None, copy=None): a copy of the CPU tensor

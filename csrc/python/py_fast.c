@@ -6,6 +6,7 @@
 
 #include "core/stream.h"
 #include "backend/cpu/check.h"
+#include "backend/cuda/cuda.h"
 #include "kernel/kernel.h"
 #include "mkpy.h"
 
@@ -213,12 +214,41 @@ PyDoc_STRVAR(kernel_call_doc,
              "    ValueError, TypeError: Bad arguments (sizes, counts, types), at the call.\n"
              "    RuntimeError: At eval: a compile error, a fault in the kernel, a Metal-only rule broken.");
 
+static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 static PyObject *kernel_call_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     return kernel_vectorcall(self, args, (size_t)nargs, kwnames);
 }
 
 static PyMethodDef kernel_methods[] = {
     {"__call__", FN(kernel_call_method), METH_FASTCALL | METH_KEYWORDS, kernel_call_doc},
+    {NULL},
+};
+
+/* kernel._spec(): the arguments metal_kernel(...) made the kernel with, as a dict of keyword arguments */
+static PyObject *kernel_spec(PyObject *self_o, PyObject *unused) {
+    (void)unused;
+    const mkk_kernel *k = ((PyMkKernel *)self_o)->k;
+    static const char *const modes[] = {"safe", "relaxed", "fast"};
+    PyObject *in = PyList_New(k->ninputs), *out = PyList_New(k->noutputs);
+    if (!in || !out) goto error;
+    for (int i = 0; i < k->ninputs; i++) PyList_SET_ITEM(in, i, PyUnicode_FromString(k->input_names[i]));
+    for (int i = 0; i < k->noutputs; i++) PyList_SET_ITEM(out, i, PyUnicode_FromString(k->output_names[i]));
+    if (PyErr_Occurred()) goto error;
+    return Py_BuildValue("{sssNsNsssssOsOs{sssO}}", "name", k->name, "input_names", in, "output_names", out,
+                         "source", k->source, "header", k->header, "ensure_row_contiguous",
+                         k->ensure_row_contiguous ? Py_True : Py_False, "atomic_outputs",
+                         k->atomic_outputs ? Py_True : Py_False, "compile_options", "math_mode",
+                         modes[k->math_mode], "allow_non_metal", k->allow_non_metal ? Py_True : Py_False);
+error:
+    Py_XDECREF(in);
+    Py_XDECREF(out);
+    return NULL;
+}
+
+static PyMethodDef kernel_private_methods[] = {
+    {"_mlx_cuda", FN(kernel_mlx_cuda), METH_FASTCALL | METH_KEYWORDS, NULL},
+    {"_spec", kernel_spec, METH_NOARGS, NULL},
     {NULL},
 };
 
@@ -429,6 +459,23 @@ static int write_stdout(const char *text) {
     return 0;
 }
 
+/* verbose=True: the generated Metal source on sys.stdout, as MLX prints it */
+static int print_generated(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs) {
+    char *src, *kname;
+    if (mkk_generate(k, c, inputs, &src, &kname) < 0) {
+        mkpy_raise();
+        return -1;
+    }
+    size_t len = strlen(src) + strlen(k->name) + 64;
+    char *text = malloc(len);
+    if (text) snprintf(text, len, "Generated source code for `%s`:\n```\n%s\n```\n", k->name, src);
+    free(src);
+    free(kname);
+    int rc = text ? write_stdout(text) : (PyErr_NoMemory(), -1);
+    free(text);
+    return rc;
+}
+
 static int parse_template(PyObject *obj, mkk_call *c) {
     if (!obj || obj == Py_None) return 0;
     if (!PyList_Check(obj) && !PyTuple_Check(obj)) {
@@ -516,54 +563,24 @@ static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size
     return r;
 }
 
-static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    static const char *const names[] = {"*inputs",   "*output_shapes", "*output_dtypes", "*grid",  "*threadgroup",
-                                        "*template", "*init_value",    "*verbose",       "*stream", NULL};
-    PyMkKernel *self = (PyMkKernel *)self_o;
-    mkk_kernel *k = self->k;
-    PyObject *a[9];
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
-
-    /* as MLX: an explicit stream must be a GPU one (no stream: the GPU's) */
-    if (a[8] && a[8] != Py_None && mk_stream_device(mk_current_stream()) != MK_GPU) {
-        PyErr_SetString(PyExc_ValueError, "[metal_kernel] Only supports the GPU.");
-        return NULL;
-    }
-    PyObject *in_seq = NULL, *shp_seq = NULL, *dt_seq = NULL, *result = NULL;
-    mk_array **inputs = NULL, **outs = NULL;
-    int *ndims = NULL;
-    int64_t(*shapes)[MK_MAX_NDIM] = NULL;
-    void *scratch = NULL; /* shapes, inputs, outs and ndims: one block */
-    mkk_call *c = calloc(1, sizeof *c);
-    int n_in = 0, verbose = 0;
-    if (!c) return PyErr_NoMemory();
-
-    if (!(in_seq = PySequence_Fast(a[0], "[metal_kernel] `inputs` must be a list.")) ||
-        expect_size(in_seq, "inputs", k->ninputs) < 0)
-        goto error;
+/* What a call's arguments after `inputs` fix (a[1..7]: output_shapes,
+ * output_dtypes, grid, threadgroup, template, init_value, verbose), checked as
+ * MLX checks them, into c, ndims and shapes (k->noutputs each); the generated
+ * source is printed when verbose. Returns 0 or -1 with an exception set. */
+static int parse_call(mkk_kernel *k, PyObject *const *a, mk_array *const *inputs, mkk_call *c, int *ndims,
+                      int64_t (*shapes)[MK_MAX_NDIM]) {
+    PyObject *shp_seq = NULL, *dt_seq = NULL;
+    int verbose = 0, rc = -1;
     if (!(shp_seq = PySequence_Fast(a[1], "[metal_kernel] `output_shapes` must be a list.")) ||
         expect_size(shp_seq, "output_shapes", k->noutputs) < 0)
         goto error;
     if (!(dt_seq = PySequence_Fast(a[2], "[metal_kernel] `output_dtypes` must be a list.")) ||
         expect_size(dt_seq, "output_dtypes", k->noutputs) < 0)
         goto error;
-    {
-        const size_t nin = k->ninputs ? (size_t)k->ninputs : 1, nout = (size_t)k->noutputs;
-        scratch = calloc(1, nout * sizeof *shapes + (nin + nout) * sizeof *inputs + nout * sizeof *ndims);
-        c->output_dtypes = calloc(nout, sizeof *c->output_dtypes);
-        if (!scratch || !c->output_dtypes) {
-            PyErr_NoMemory();
-            goto error;
-        }
-        shapes = scratch;
-        inputs = (mk_array **)(shapes + nout);
-        outs = inputs + nin;
-        ndims = (int *)(outs + nout);
-    }
-    for (; n_in < k->ninputs; n_in++) {
-        /* Python scalars: float -> float32, int -> int32, bool -> bool */
-        if (!(inputs[n_in] = mkpy_to_array(PySequence_Fast_GET_ITEM(in_seq, n_in), -1))) goto error;
+    c->output_dtypes = calloc(k->noutputs, sizeof *c->output_dtypes);
+    if (!c->output_dtypes) {
+        PyErr_NoMemory();
+        goto error;
     }
     c->allow_non_metal = k->allow_non_metal;
     for (int i = 0; i < k->noutputs; i++) {
@@ -594,22 +611,56 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     c->verbose = verbose != 0;
     c->call_site = call_site();
     c->check = mkk_check_requested();
+    if (verbose && print_generated(k, c, inputs) < 0) goto error;
+    rc = 0;
+error:
+    Py_XDECREF(shp_seq);
+    Py_XDECREF(dt_seq);
+    return rc;
+}
 
-    if (verbose) {
-        char *src, *kname;
-        if (mkk_generate(k, c, inputs, &src, &kname) < 0) {
-            mkpy_raise();
+static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    static const char *const names[] = {"*inputs",   "*output_shapes", "*output_dtypes", "*grid",  "*threadgroup",
+                                        "*template", "*init_value",    "*verbose",       "*stream", NULL};
+    PyMkKernel *self = (PyMkKernel *)self_o;
+    mkk_kernel *k = self->k;
+    PyObject *a[9];
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
+
+    /* as MLX: an explicit stream must be a GPU one (no stream: the GPU's) */
+    if (a[8] && a[8] != Py_None && mk_stream_device(mk_current_stream()) != MK_GPU) {
+        PyErr_SetString(PyExc_ValueError, "[metal_kernel] Only supports the GPU.");
+        return NULL;
+    }
+    PyObject *in_seq = NULL, *result = NULL;
+    mk_array **inputs = NULL, **outs = NULL;
+    int *ndims = NULL;
+    int64_t(*shapes)[MK_MAX_NDIM] = NULL;
+    void *scratch = NULL; /* shapes, inputs, outs and ndims: one block */
+    mkk_call *c = calloc(1, sizeof *c);
+    int n_in = 0;
+    if (!c) return PyErr_NoMemory();
+
+    if (!(in_seq = PySequence_Fast(a[0], "[metal_kernel] `inputs` must be a list.")) ||
+        expect_size(in_seq, "inputs", k->ninputs) < 0)
+        goto error;
+    {
+        const size_t nin = k->ninputs ? (size_t)k->ninputs : 1, nout = (size_t)k->noutputs;
+        if (!(scratch = calloc(1, nout * sizeof *shapes + (nin + nout) * sizeof *inputs + nout * sizeof *ndims))) {
+            PyErr_NoMemory();
             goto error;
         }
-        size_t len = strlen(src) + strlen(k->name) + 64;
-        char *text = malloc(len);
-        if (text) snprintf(text, len, "Generated source code for `%s`:\n```\n%s\n```\n", k->name, src);
-        free(src);
-        free(kname);
-        int rc = text ? write_stdout(text) : (PyErr_NoMemory(), -1);
-        free(text);
-        if (rc < 0) goto error;
+        shapes = scratch;
+        inputs = (mk_array **)(shapes + nout);
+        outs = inputs + nin;
+        ndims = (int *)(outs + nout);
     }
+    for (; n_in < k->ninputs; n_in++) {
+        /* Python scalars: float -> float32, int -> int32, bool -> bool */
+        if (!(inputs[n_in] = mkpy_to_array(PySequence_Fast_GET_ITEM(in_seq, n_in), -1))) goto error;
+    }
+    if (parse_call(k, a, inputs, c, ndims, shapes) < 0) goto error;
     mkk_call *owned = c;
     c = NULL;
     if (mkk_make_outputs(k, owned, inputs, ndims, (const int64_t(*)[MK_MAX_NDIM])shapes, outs) < 0) {
@@ -622,8 +673,112 @@ error:
     for (int i = 0; i < n_in; i++) mk_decref(inputs[i]);
     free(scratch);
     Py_XDECREF(in_seq);
-    Py_XDECREF(shp_seq);
-    Py_XDECREF(dt_seq);
+    return result;
+}
+
+/* kernel._mlx_cuda(inputs, output_shapes, output_dtypes, grid, threadgroup,
+ * template=None, verbose=False, header=True), for mkpy.cuda.metal_kernel: the
+ * call's arguments as __call__ takes them, but each input described by a
+ * (Dtype, shape) pair (the arrays are real MLX's). Makes the checks a call and
+ * its eval make (Metal-only constructs, launch rules, buffer count) and the
+ * limits of MLX's CUDA launch (a block per threadgroup: at most 2^31 - 1
+ * threadgroups along x, 65535 along y and z), and returns (source, header or
+ * None, input names, output names, grid, threadgroup, name or None) for
+ * mx.fast.cuda_kernel (backend/cuda/cuda.h's mkb_cuda_mlx_sources). */
+static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"inputs",   "output_shapes", "output_dtypes", "grid",  "threadgroup",
+                                        "template", "verbose",       "header",        NULL};
+    mkk_kernel *k = ((PyMkKernel *)self_o)->k;
+    PyObject *a[8], *pa[8], *in_seq = NULL, *result = NULL;
+    if (mkpy_parse("_mlx_cuda", args, nargs, kwnames, names, 5, a) < 0) return NULL;
+    /* parse_call's order: inputs, output_shapes, output_dtypes, grid, threadgroup, template, init_value, verbose */
+    PyObject *const order[8] = {a[0], a[1], a[2], a[3], a[4], a[5], NULL, a[6]};
+    memcpy(pa, order, sizeof pa);
+    mk_array *desc = NULL, **inputs = NULL;
+    int *ndims = NULL, with_header = 1;
+    int64_t(*shapes)[MK_MAX_NDIM] = NULL;
+    char *body = NULL, *header = NULL, *mlx_name = NULL;
+    mkk_call *c = calloc(1, sizeof *c);
+    if (!c) return PyErr_NoMemory();
+    if (mkpy_parse_bool(a[7], 1, &with_header) < 0) goto error;
+    if (!(in_seq = PySequence_Fast(a[0], "[metal_kernel] `inputs` must be a list.")) ||
+        expect_size(in_seq, "inputs", k->ninputs) < 0)
+        goto error;
+    desc = calloc(k->ninputs ? k->ninputs : 1, sizeof *desc);
+    inputs = calloc(k->ninputs ? k->ninputs : 1, sizeof *inputs);
+    ndims = calloc(k->noutputs, sizeof *ndims);
+    shapes = calloc(k->noutputs, sizeof *shapes);
+    if (!desc || !inputs || !ndims || !shapes) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (int i = 0; i < k->ninputs; i++) {
+        /* a descriptor: the generator and the checks read dtype, ndim and size only */
+        PyObject *d = PySequence_Fast_GET_ITEM(in_seq, i);
+        mk_array *x = inputs[i] = &desc[i];
+        if (!PyTuple_Check(d) || PyTuple_GET_SIZE(d) != 2 ||
+            mkpy_parse_dtype(PyTuple_GET_ITEM(d, 0), &x->dtype) < 0 ||
+            out_shape(PyTuple_GET_ITEM(d, 1), &x->ndim, x->shape) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_mlx_cuda: inputs are (Dtype, shape) pairs");
+            goto error;
+        }
+        x->size = 1;
+        for (int d2 = 0; d2 < x->ndim; d2++) x->size *= x->shape[d2];
+    }
+    if (parse_call(k, pa, inputs, c, ndims, shapes) < 0) goto error;
+    mkk_launch plan;
+    uint64_t total;
+    if (mkk_check_call(k, c, inputs, &plan, &total) < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    for (int d = 0; d < 3; d++) {
+        /* MLX's cuda_kernel takes the grid as C ints and rounds it up to whole threadgroups in ints */
+        if (c->grid[d] + c->threadgroup[d] - 1 > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError,
+                         "[metal_kernel] Kernel `%s`: MLX's cuda_kernel takes the grid as 32-bit ints; (%lld, %lld, "
+                         "%lld) is too large.",
+                         k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2]);
+            goto error;
+        }
+        if (plan.ngroups[d] > (d == 0 ? 0x7fffffffu : 65535u)) {
+            PyErr_Format(PyExc_ValueError,
+                         "[metal_kernel] Kernel `%s`: MLX's CUDA back-end launches one block per threadgroup, and "
+                         "the grid (%lld, %lld, %lld) has %u threadgroups along %c, more than CUDA's %u.",
+                         k->name, (long long)c->grid[0], (long long)c->grid[1], (long long)c->grid[2],
+                         (unsigned)plan.ngroups[d], "xyz"[d], d == 0 ? 0x7fffffffu : 65535u);
+            goto error;
+        }
+    }
+    if (mkb_cuda_mlx_sources(k, c, inputs, &body, with_header ? &header : NULL, &mlx_name) < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    PyObject *in_names = PyList_New(k->ninputs + 1), *out_names = PyList_New(k->noutputs);
+    if (in_names && out_names) {
+        for (int i = 0; i < k->ninputs; i++) PyList_SET_ITEM(in_names, i, PyUnicode_FromFormat(MKB_MLX_INPUT_FMT, i));
+        PyList_SET_ITEM(in_names, k->ninputs, PyUnicode_FromString(MKB_MLX_GRID_NAME));
+        for (int i = 0; i < k->noutputs; i++)
+            PyList_SET_ITEM(out_names, i, PyUnicode_FromFormat(MKB_MLX_OUTPUT_FMT, i));
+        if (!PyErr_Occurred())
+            result = Py_BuildValue("(sNOO(kkk)(kkk)z)", body,
+                                   header ? PyUnicode_FromString(header) : Py_NewRef(Py_None), in_names, out_names,
+                                   (unsigned long)plan.grid[0], (unsigned long)plan.grid[1],
+                                   (unsigned long)plan.grid[2], (unsigned long)c->threadgroup[0],
+                                   (unsigned long)c->threadgroup[1], (unsigned long)c->threadgroup[2], mlx_name);
+    }
+    Py_XDECREF(in_names);
+    Py_XDECREF(out_names);
+error:
+    mkk_call_free(c);
+    free(desc);
+    free(inputs);
+    free(ndims);
+    free(shapes);
+    free(body);
+    free(header);
+    free(mlx_name);
+    Py_XDECREF(in_seq);
     return result;
 }
 
@@ -641,6 +796,7 @@ static PyTypeObject PyMkKernel_Type = {
     .tp_repr = (reprfunc)kernel_repr,
     .tp_vectorcall_offset = offsetof(PyMkKernel, vectorcall),
     .tp_call = PyVectorcall_Call,
+    .tp_methods = kernel_private_methods,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A Metal kernel made by mx.fast.metal_kernel (see its help). Call it with inputs=,\n"
               "output_shapes=, output_dtypes=, grid=, threadgroup= (and optionally template=,\n"

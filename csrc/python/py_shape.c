@@ -329,56 +329,9 @@ MKPY_STREAM_BINDING(py_unflatten)(PyObject *m, PyObject *const *args, Py_ssize_t
     if (parse_shape("unflatten", "shape", a[2], 0, &ndim, shape) < 0) return NULL;
     mk_array *x = mkpy_to_array(a[0], -1);
     if (!x) return NULL;
-    /* as MLX: checks, then a reshape of that axis */
-    int nd = x->ndim, ax = axis < 0 ? axis + nd : axis, infer = -1;
-    mk_array *r = NULL;
-    char sb[512];
-    if (ndim == 0) {
-        PyErr_SetString(PyExc_ValueError, "[unflatten] Shape to unflatten to cannot be empty.");
-        goto done;
-    }
-    if (ax < 0 || ax >= nd) {
-        PyErr_Format(PyExc_IndexError, "[unflatten] Invalid axes %d for array with %d dimensions.", ax, nd);
-        goto done;
-    }
-    int64_t size = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (shape[i] == -1) {
-            if (infer >= 0) {
-                PyErr_SetString(PyExc_ValueError, "[Unflatten] Can only infer one dimension.");
-                goto done;
-            }
-            infer = i;
-        } else {
-            size *= shape[i];
-        }
-    }
-    if (infer >= 0) {
-        shape[infer] = size ? x->shape[ax] / size : 0;
-        size *= shape[infer];
-    }
-    if (size != x->shape[ax]) {
-        PyErr_Format(PyExc_ValueError, "[Unflatten] Cannot unflatten axis %d with size %lld into shape %s.", axis,
-                     (long long)x->shape[ax], mk_shape_str(ndim, shape, sb, sizeof sb));
-        goto done;
-    }
-    if (nd - 1 + ndim > MK_MAX_NDIM) {
-        PyErr_Format(PyExc_ValueError, "[unflatten] Arrays of more than %d dimensions are not supported.",
-                     MK_MAX_NDIM);
-        goto done;
-    }
-    int64_t full[MK_MAX_NDIM];
-    int n = 0;
-    for (int i = 0; i < nd; i++) {
-        if (i == ax)
-            for (int k = 0; k < ndim; k++) full[n++] = shape[k];
-        else
-            full[n++] = x->shape[i];
-    }
-    if (!(r = mk_reshape(x, n, full))) mkpy_raise();
-done:
+    mk_array *r = mk_unflatten(x, axis, ndim, shape);
     mk_decref(x);
-    return r ? mkpy_wrap(r) : NULL;
+    return r ? mkpy_wrap(r) : mkpy_raise();
 }
 
 /* ------------------------------------------------------- diagonal, diag */

@@ -28,7 +28,8 @@ inline const mkpy_coop_api *api = nullptr;
 
 } // namespace mkpy
 
-// The four points where kernel code meets the cooperative runtime. They are
+// The four points where kernel code meets the cooperative runtime (and a fifth, mkpy_sync_order,
+// that only mkpy's compiler pass calls). They are
 // named, never-inlined functions so that mkpy's region-splitting engine
 // (csrc/backend/cpu/cbs.c) finds them in the kernel's LLVM IR and turns each call
 // into a resume point; the fiber engine just calls through them. Declared
@@ -49,6 +50,11 @@ inline __attribute__((noinline, weak, noduplicate, nomerge)) unsigned char *mkpy
 inline __attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_threadgroup_alloc(const void *addr, size_t size,
                                                                  const char *file, int line) {
     mkpy::api->threadgroup_alloc(addr, size, file, line);
+}
+// Never called from kernel code: mkpy's compiler pass puts a call before every point above in a
+// kernel built for the fiber engine (or the checker), with the point's rank in the control flow.
+__attribute__((noinline, weak, noduplicate, nomerge)) void mkpy_sync_order(int rank, int wait) {
+    mkpy::api->order(rank, wait);
 }
 }
 
@@ -91,8 +97,19 @@ inline T reduce(const T &v, unsigned width, Op op, const char *file, int line, i
     uint32_t valid;
     memcpy(&valid, s + MKPY_SIMD_MEMO_VALID, sizeof valid);
     if (valid >> lo & 1u) return slot<T>(s + MKPY_SIMD_MEMO, lo);
-    bool first = true;
+    const uint32_t seg = width >= 32 ? ~0u : ((1u << width) - 1u) << lo;
     T acc = v;
+    if ((mask & seg) == seg) {
+        // every lane of the segment active: the same operations in the same
+        // order as the loop below, without its per-lane tests
+        acc = slot<T>(s, lo);
+        for (unsigned i = lo + 1; i < lo + width; i++) acc = op(acc, slot<T>(s, i));
+        memcpy(s + MKPY_SIMD_MEMO + lo * MKPY_SIMD_SLOT, &acc, sizeof(T));
+        valid |= 1u << lo;
+        memcpy(s + MKPY_SIMD_MEMO_VALID, &valid, sizeof valid);
+        return acc;
+    }
+    bool first = true;
     for (unsigned i = lo; i < lo + width; i++) {
         if (!(mask >> i & 1u)) continue;
         T x = slot<T>(s, i);

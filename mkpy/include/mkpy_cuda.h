@@ -9,8 +9,9 @@
 //   - barriers, SIMD-group and quad-group functions on warp intrinsics,
 //     atomics, simdgroup matrices (this file).
 // A threadgroup is a block and a SIMD-group a warp (32 lanes on both): Metal's
-// thread_index_in_simdgroup is the CUDA lane, because a block is one-dimensional
-// and threads take their Metal position from their linear index.
+// thread_index_in_simdgroup is the CUDA lane, because threads take their Metal
+// position from their linear index in the block (one-dimensional in mkpy's
+// launches, three-dimensional in MLX's cuda_kernel's: mlx_thread_attrs).
 //
 // SIMD-group functions work on the lanes active at the call (__activemask()),
 // as the CPU engines do on the lanes at the same call site; reductions and
@@ -27,15 +28,115 @@
 #include "mkpy_launch.h"
 #include "mkpy_cuda_launch.h"
 
+// The host's words for this module (mkpy_cuda_launch.h): set when the module is loaded.
+extern "C" {
+__constant__ struct mkpy_cuda_globals mkpy_cuda_g;
+}
+
 namespace mkpy {
+
+// ------------------------------------------------------------ reports
+// The first problem found wins the claim and fills the host's report, which
+// the host reads after the launch; the thread then exits.
+__noinline__ void exit_thread() { asm volatile("exit;"); }
+// Hosted by MLX's cuda_kernel (mkpy.cuda.metal_kernel) there is no report to fill
+// (MLX does not set mkpy_cuda_g): the kernel traps, and MLX raises CUDA's error
+// at its next synchronization.
+inline void report(unsigned code, unsigned a, unsigned b, unsigned long long group) {
+#ifdef MKPY_CUDA_HOSTED
+    (void)code, (void)a, (void)b, (void)group;
+    __trap();
+#endif
+    unsigned *claim = (unsigned *)mkpy_cuda_g.claim;
+    volatile struct mkpy_cuda_report *r = (volatile struct mkpy_cuda_report *)mkpy_cuda_g.report;
+    if (claim && r && atomicCAS(claim, 0u, 1u) == 0u) {
+        r->site[0] = a;
+        r->site[1] = b;
+        r->group = group;
+        __threadfence_system();
+        r->code = code;
+        __threadfence_system();
+    }
+    exit_thread();
+}
+
+// Barrier divergence (Metal: undefined; the CPU engines: an error naming both
+// barriers). Each thread writes its barrier's site into the slot of this
+// barrier instance and reads it back after the barrier: a different value
+// means threads of the block met at different barriers. Two slots, used in
+// turn (each thread keeps its own parity), so that a fast thread's write for
+// the next barrier never lands before a slow thread's read of this one.
+__shared__ unsigned barrier_slot[2];
+__shared__ unsigned char barrier_parity[1024];
+// The thread's linear index in its block: threadIdx.x in mkpy's one-dimensional
+// blocks; MLX's cuda_kernel launches three-dimensional ones (hosted mode).
+inline unsigned block_thread() {
+#ifdef MKPY_CUDA_HOSTED
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+#else
+    return threadIdx.x;
+#endif
+}
+inline void barrier_init() { barrier_parity[block_thread()] = 0; }
+
 
 inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
 
-inline unsigned lane_id() { return threadIdx.x & (MKPY_SIMD_WIDTH - 1); }
+// The lane of this thread in its warp. A block of mkpy's own launches is
+// one-dimensional, but MLX's cuda_kernel launches three-dimensional ones (where
+// CUDA numbers the lanes by the linear thread index): the lane register
+// serves both.
+inline unsigned lane_id() {
+    unsigned lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    return lane;
+}
 
-// Fills Metal's attributes of this CUDA thread from the launch (the ABI of
-// mkpy_cuda_launch.h); false for a thread past its threadgroup's extent,
-// which must return before the kernel runs.
+// Fills Metal's attributes of the thread of linear index `index` in the block
+// of threadgroup b[3], for a dispatch of grid[3] threads in threadgroups of
+// tg[3] (clamped to the grid, as MLX does), ngroups[3] of them; false for a
+// thread past its threadgroup's extent (the grid's edge), which must return
+// before the kernel runs.
+inline bool thread_attrs(const uint32_t grid[3], const uint32_t tg[3], const uint32_t ngroups[3],
+                         const uint32_t b[3], unsigned index, mkpy_thread_attrs &t) {
+    unsigned count = 1;
+    for (int d = 0; d < 3; d++) {
+        const unsigned a = mkpy_group_extent(grid[d], tg[d], b[d]);
+        t.dispatch_threads_per_threadgroup[d] = tg[d];
+        t.grid_origin[d] = 0;
+        t.grid_size[d] = grid[d];
+        t.threads_per_grid[d] = grid[d];
+        t.threadgroups_per_grid[d] = ngroups[d];
+        t.threadgroup_position_in_grid[d] = b[d];
+        t.threads_per_threadgroup[d] = a;
+        count *= a;
+    }
+    if (index >= count) return false;
+    const unsigned requested = tg[0] * tg[1] * tg[2];
+    const unsigned ax = t.threads_per_threadgroup[0], ay = t.threads_per_threadgroup[1];
+    unsigned l[3] = {index, 0, 0}; // a one-row threadgroup needs no division
+    if (ax != count) l[0] = index % ax, l[1] = (index / ax) % ay, l[2] = index / (ax * ay);
+    for (int d = 0; d < 3; d++) {
+        t.thread_position_in_threadgroup[d] = l[d];
+        t.thread_position_in_grid[d] = b[d] * tg[d] + l[d];
+    }
+    t.thread_execution_width = MKPY_SIMD_WIDTH;
+    t.threads_per_simdgroup = MKPY_SIMD_WIDTH;
+    t.dispatch_simdgroups_per_threadgroup = (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
+    t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
+    t.simdgroups_per_threadgroup = (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
+    t.quadgroups_per_threadgroup = (count + 3) / 4;
+    t.thread_index_in_threadgroup = index;
+    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
+    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
+    t.quadgroup_index_in_threadgroup = index / 4;
+    t.thread_index_in_quadgroup = index % 4;
+    return true;
+}
+
+// Metal's attributes of this CUDA thread in mkpy's own launches (the ABI of
+// mkpy_cuda_launch.h: one-dimensional blocks and grid, one block per
+// threadgroup of linear id group_begin + blockIdx.x).
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     // The same for every thread of the block, but computed by each: 64-bit division is a long
     // software routine on a GPU, so the common cases avoid it (a one-row grid of groups, and ids
@@ -51,41 +152,25 @@ inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     } else {
         b[0] = (uint32_t)(g % nx), b[1] = (uint32_t)((g / nx) % ny), b[2] = (uint32_t)(g / ((uint64_t)nx * ny));
     }
-    unsigned count = 1;
-    for (int d = 0; d < 3; d++) {
-        const unsigned a = mkpy_group_extent(L.grid[d], L.tg[d], b[d]);
-        t.dispatch_threads_per_threadgroup[d] = L.tg[d];
-        t.grid_origin[d] = 0;
-        t.grid_size[d] = L.grid[d];
-        t.threads_per_grid[d] = L.grid[d];
-        t.threadgroups_per_grid[d] = L.ngroups[d];
-        t.threadgroup_position_in_grid[d] = b[d];
-        t.threads_per_threadgroup[d] = a;
-        count *= a;
-    }
-    const unsigned index = threadIdx.x;
-    if (index >= count) return false;
-    const unsigned requested = L.tg[0] * L.tg[1] * L.tg[2];
-    const unsigned ax = t.threads_per_threadgroup[0], ay = t.threads_per_threadgroup[1];
-    unsigned l[3] = {index, 0, 0}; // a one-row threadgroup needs no division
-    if (ax != count) l[0] = index % ax, l[1] = (index / ax) % ay, l[2] = index / (ax * ay);
-    for (int d = 0; d < 3; d++) {
-        t.thread_position_in_threadgroup[d] = l[d];
-        t.thread_position_in_grid[d] = b[d] * L.tg[d] + l[d];
-    }
-    t.thread_execution_width = MKPY_SIMD_WIDTH;
-    t.threads_per_simdgroup = MKPY_SIMD_WIDTH;
-    t.dispatch_simdgroups_per_threadgroup = (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
-    t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
-    t.simdgroups_per_threadgroup = (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
-    t.quadgroups_per_threadgroup = (count + 3) / 4;
-    t.thread_index_in_threadgroup = index;
-    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
-    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
-    t.quadgroup_index_in_threadgroup = index / 4;
-    t.thread_index_in_quadgroup = index % 4;
-    return true;
+    return thread_attrs(L.grid, L.tg, L.ngroups, b, threadIdx.x, t);
 }
+
+#ifdef MKPY_CUDA_HOSTED
+// Metal's attributes of this CUDA thread in a launch by MLX's cuda_kernel
+// (mkpy.cuda.metal_kernel): a block per threadgroup, blockIdx its position in
+// the grid of threadgroups, blockDim the threadgroup clamped to the grid and
+// gridDim the threadgroups per grid (MLX's eval_gpu); `grid` is Metal's grid
+// in threads, which the launch does not carry (an input array the kernel gets).
+// The block's threads take their Metal position from their linear index, as
+// in mkpy's launches, so the warps hold the SIMD-groups a Mac would.
+inline bool mlx_thread_attrs(const uint32_t *grid, mkpy_thread_attrs &t) {
+    const uint32_t g[3] = {grid[0], grid[1], grid[2]};
+    const uint32_t tg[3] = {blockDim.x, blockDim.y, blockDim.z};
+    const uint32_t n[3] = {gridDim.x, gridDim.y, gridDim.z};
+    const uint32_t b[3] = {blockIdx.x, blockIdx.y, blockIdx.z};
+    return thread_attrs(g, tg, n, b, block_thread(), t);
+}
+#endif
 
 // ---- moving values of any plain type between lanes, 32 bits at a time
 template <class T>
@@ -190,6 +275,20 @@ inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncthreads();
 }
+// The translation turns `threadgroup_barrier(f)` into `threadgroup_barrier_at(site)(f)`.
+struct barrier_call {
+    unsigned site;
+    inline void operator()(mem_flags f = mem_flags::mem_none) const {
+        if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
+        const unsigned t = ::mkpy::block_thread(), p = ::mkpy::barrier_parity[t];
+        ::mkpy::barrier_slot[p] = site;
+        __syncthreads();
+        const unsigned seen = ::mkpy::barrier_slot[p];
+        ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
+        if (seen != site) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, blockIdx.x);
+    }
+};
+inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }
 inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncwarp(__activemask());

@@ -43,6 +43,28 @@ struct mkpy_cuda_launch {
 
 #define MKPY_CUDA_ENTRY_SYMBOL "mkpy_cuda_entry"
 
+/* What a running kernel reaches outside its arguments: one __constant__
+ * struct per module (MKPY_CUDA_GLOBALS_SYMBOL), written by the host when the
+ * module is loaded. `claim` is a device word that the first thread to report
+ * a problem takes (atomicCAS); `report` is the device address of host memory
+ * (mapped, pinned) that it fills, read by the host after the launch. 0 in
+ * both (a program run outside mkpy's launch) turns reports off. */
+struct mkpy_cuda_globals {
+    mkpy_u64 claim, report;
+};
+#define MKPY_CUDA_GLOBALS_SYMBOL "mkpy_cuda_g"
+
+/* A report: `code` is written last (after a system fence), so a nonzero code
+ * means the rest is there. Barrier divergence: the two threadgroup_barrier
+ * call sites (numbered by the translation, in text order) and the group. */
+struct mkpy_cuda_report {
+    mkpy_u32 code;
+    mkpy_u32 site[2];
+    mkpy_u32 pad;
+    mkpy_u64 group;
+};
+#define MKPY_CUDA_REPORT_BARRIERS 1u
+
 #ifdef __cplusplus
 }
 #endif

@@ -831,6 +831,373 @@ template <class Op, class S, class SO> __device__ void reduce_parts(const red_ar
     }
 }
 
+// ------------------------------------------------------- mx.fast and softmax
+// The evaluators of csrc/core/ops_fast.c (norm, rope, scaled_dot_product_attention)
+// and ops_reduce.c's softmax rows (softmax, logsumexp), with the CPU's order of
+// operations: every float sum the CPU takes in order is taken in order here too
+// (one thread runs it), so results are the CPU's bits; only the row maxima are
+// reduced in parallel (max is exact in any order; a nan anywhere stays a nan).
+// csrc/backend/cuda/ops_fast.c launches them (docs/design.md, "mx.fast on the GPU").
+
+// ---- rms_norm and layer_norm (ops_fast.c's norm_job and NORM_OUT)
+// x's rows: its leading dims (merged) with their strides, the last dim of n
+// elements at stride xst. A block takes MKC_NORM_ROWS rows: one thread per row
+// sums it in order (float: the mean, then the squares of x - mean), then the
+// block writes the rows' outputs, an element per thread.
+struct norm_args {
+    i64 rows, n, xst, ws, bs;
+    i32 nd, layer, has_w, has_b;
+    float invn, eps;
+    i64 shape[MKC_MAX_NDIM], st[MKC_MAX_NDIM];
+};
+#define MKC_NORM_ROWS 32
+template <class SX, class SO>
+__device__ void fast_norm(const norm_args &a, SO *o, const SX *x, const SO *w, const SO *b) {
+    __shared__ float mu_s[MKC_NORM_ROWS], rs_s[MKC_NORM_ROWS];
+    __shared__ i64 off_s[MKC_NORM_ROWS];
+    for (i64 g = blockIdx.x; g * MKC_NORM_ROWS < a.rows; g += gridDim.x) {
+        const i64 r0 = g * MKC_NORM_ROWS;
+        const int nr = a.rows - r0 < MKC_NORM_ROWS ? (int)(a.rows - r0) : MKC_NORM_ROWS;
+        if ((int)threadIdx.x < nr) {
+            const i64 off = dim_off(r0 + threadIdx.x, a.nd, a.shape, a.st);
+            const SX *xr = x + off;
+            float mu = 0.0f;
+            if (a.layer) {
+                float s = 0.0f;
+                for (i64 i = 0; i < a.n; i++) s = s + load(xr + i * a.xst);
+                mu = s * a.invn;
+            }
+            float s = 0.0f;
+            for (i64 i = 0; i < a.n; i++) {
+                float d = load(xr + i * a.xst) - mu;
+                s = s + d * d;
+            }
+            float var = s * a.invn + a.eps;
+            off_s[threadIdx.x] = off;
+            mu_s[threadIdx.x] = mu;
+            rs_s[threadIdx.x] = 1.0f / sqrtf(var);
+        }
+        __syncthreads();
+        for (i64 e = threadIdx.x; e < nr * a.n; e += blockDim.x) {
+            const int k = (int)(e / a.n);
+            const i64 i = e - k * a.n;
+            float v = (load(x + off_s[k] + i * a.xst) - mu_s[k]) * rs_s[k];
+            SO *op = o + (r0 + k) * a.n + i;
+            if (a.has_w && a.has_b) {
+                v = round_to<SO>(v);
+                v = round_to<SO>(v * load(w + i * a.ws));
+                store(op, v + load(b + i * a.bs));
+            } else if (a.has_w) {
+                store(op, round_to<SO>(v) * load(w + i * a.ws));
+            } else if (a.has_b) {
+                store(op, round_to<SO>(v) + load(b + i * a.bs));
+            } else {
+                store(op, v);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// ---- rope (ops_fast.c's rope_angles and ROPE_ROW)
+// x's rows as for the norms (T: the second-to-last dim); a thread per (row,
+// pair) computes its angle (MLX's exp, sin and cos) and rotates the pair, or
+// per (row, feature past dims) copies it.
+struct rope_args {
+    i64 rows, n, half, T, rows_per_b, noff, xst, offst, fst, work;
+    i32 nd, trad, has_freqs, off_u32;
+    float coef, scale;
+    i64 shape[MKC_MAX_NDIM], st[MKC_MAX_NDIM];
+};
+template <class S> __device__ void fast_rope(const rope_args &a, S *o, const S *x, const void *off, const float *freqs) {
+    const i64 w = a.n - a.half;
+    MKC_GRID_LOOP(e, a.work) {
+        const i64 r = e / w, j = e - r * w;
+        const S *xr = x + dim_off(r, a.nd, a.shape, a.st);
+        S *orow = o + r * a.n;
+        if (j >= a.half) { // features past dims: copied
+            orow[j + a.half] = xr[(j + a.half) * a.xst];
+            continue;
+        }
+        const i64 ob = a.noff > 1 ? r / a.rows_per_b : 0, t = r % a.T;
+        const char *po = (const char *)off + ob * a.offst * 4;
+        const float ov = a.off_u32 ? (float)*(const u32 *)po : (float)*(const i32 *)po;
+        const float pos = ((float)t + ov) * a.scale;
+        const float inv = a.has_freqs ? 1.0f / freqs[j * a.fst] : mlx_exp(-(float)j * a.coef);
+        const float th = pos * inv;
+        const float c = round_to<S>(mlx_sincos(th, false)), z = round_to<S>(mlx_sincos(th, true));
+        const i64 i1 = a.trad ? 2 * j : j, i2 = a.trad ? i1 + 1 : j + a.half;
+        const float x1 = load(xr + i1 * a.xst), x2 = load(xr + i2 * a.xst);
+        store(orow + i1, round_to<S>(x1 * c) - round_to<S>(x2 * z));
+        store(orow + i2, round_to<S>(x1 * z) + round_to<S>(x2 * c));
+    }
+}
+
+// ---- softmax and logsumexp over the last axis (ops_reduce.c's lastax rows)
+// A block per row. kind 0: logsumexp, 1: softmax (float sums), 2: float16 /
+// bfloat16 softmax without precise (every step rounded to the type, the sum
+// in order). The float sums: the row in nparts parts (the CPU's split of a
+// few long rows), each part in chunks of 1024 whose exponentials go through 8
+// float lanes (lane k takes elements k, k + 8, ...), then the lanes and the
+// chunk's tail in order; chunk totals add up in double per part, parts in
+// double per row. A thread runs one chunk; thread 0 adds the totals in order.
+struct lastax_args {
+    i64 rows, n, st;
+    i32 nd, nparts, kind;
+    i64 shape[MKC_MAX_NDIM], strides[MKC_MAX_NDIM];
+};
+#define MKC_LA_THREADS 256
+#define MKC_LA_CHUNK 1024
+__device__ __forceinline__ float max_nan(float m, float v) { return (v > m || v != v) && m == m ? v : m; }
+template <class S> __device__ float la_chunk(const S *x, i64 st, i64 b, i64 len, float m) {
+    float lane[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    i64 i = 0;
+    for (; i + 8 <= len; i += 8)
+        for (int k = 0; k < 8; k++) lane[k] = lane[k] + mlx_exp(load(x + (b + i + k) * st) - m);
+    float t = 0.0f;
+    for (int k = 0; k < 8; k++) t = t + lane[k];
+    for (; i < len; i++) t = t + mlx_exp(load(x + (b + i) * st) - m);
+    return t;
+}
+// glibc's expf and logf, which the CPU calls here, are within an ulp of the
+// exact values; CUDA's double functions rounded to float are too (the two
+// differ only where the exact value lies within an ulp of a rounding tie)
+__device__ __forceinline__ float libm_expf(float x) { return (float)exp((double)x); }
+__device__ __forceinline__ float libm_logf(float x) { return (float)log((double)x); }
+template <class S> __device__ void fast_lastax(const lastax_args &a, S *o, const S *x) {
+    __shared__ float sh[MKC_LA_THREADS];
+    __shared__ float inv_s;
+    const int tid = threadIdx.x;
+    for (i64 r = blockIdx.x; r < a.rows; r += gridDim.x) {
+        const S *xr = x + dim_off(r, a.nd, a.shape, a.strides);
+        float m = -MKC_INF;
+        for (i64 i = tid; i < a.n; i += blockDim.x) m = max_nan(m, load(xr + i * a.st));
+        sh[tid] = m;
+        __syncthreads();
+        for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (tid < s) sh[tid] = max_nan(sh[tid], sh[tid + s]);
+            __syncthreads();
+        }
+        m = sh[0];
+        __syncthreads();
+        S *orow = o + r * a.n;
+        if (a.kind == 2) { // SOFTMAX_LOW: t = S(x - m); e = S(expf(t)); sum = S(sum + e) in order
+            for (i64 i = tid; i < a.n; i += blockDim.x)
+                store(orow + i, libm_expf(round_to<S>(load(xr + i * a.st) - m)));
+            __syncthreads();
+            if (tid == 0) {
+                float sum = 0.0f;
+                for (i64 i = 0; i < a.n; i++) sum = round_to<S>(sum + load(orow + i));
+                inv_s = round_to<S>(1.0f / sum);
+            }
+            __syncthreads();
+            for (i64 i = tid; i < a.n; i += blockDim.x) store(orow + i, load(orow + i) * inv_s);
+            __syncthreads();
+            continue;
+        }
+        double sum = 0.0;
+        for (int p = 0; p < a.nparts; p++) {
+            const i64 b = a.n * p / a.nparts, len = a.n * (p + 1) / a.nparts - b;
+            const i64 nc = (len + MKC_LA_CHUNK - 1) / MKC_LA_CHUNK;
+            double pt = 0.0;
+            for (i64 c0 = 0; c0 < nc; c0 += blockDim.x) {
+                const i64 c = c0 + tid;
+                if (c < nc) {
+                    const i64 cb = c * MKC_LA_CHUNK;
+                    sh[tid] = la_chunk(xr, a.st, b + cb, len - cb < MKC_LA_CHUNK ? len - cb : MKC_LA_CHUNK, m);
+                }
+                __syncthreads();
+                if (tid == 0) {
+                    const i64 k1 = nc - c0 < (i64)blockDim.x ? nc - c0 : (i64)blockDim.x;
+                    for (i64 k = 0; k < k1; k++) pt = pt + (double)sh[k];
+                }
+                __syncthreads();
+            }
+            sum = sum + pt;
+        }
+        if (a.kind == 0) {
+            if (tid == 0) store(o + r, isinf(m) ? m : libm_logf((float)sum) + m);
+        } else {
+            if (tid == 0) inv_s = (float)(1.0 / sum);
+            __syncthreads();
+            for (i64 i = tid; i < a.n; i += blockDim.x) store(orow + i, mlx_exp(load(xr + i * a.st) - m) * inv_s);
+        }
+        __syncthreads();
+    }
+}
+
+// ---- scaled_dot_product_attention (ops_fast.c's sdpa_block)
+// The rows of a kv head g = (b, hk) are its rep * Tq query rows (row m: head
+// hk * rep + m / Tq, position m % Tq), in tiles of 64 ("units" u = g * mt +
+// tile). A launch takes units [u0, u0 + nu): sdpa_scores writes their scores
+// (rounded to S, masked) to P (64 rows of Tk per unit), sdpa_softmax turns
+// each row into probabilities, sdpa_pv multiplies them by v. Both products
+// are tiled (64 x 64 outputs per block of 256 threads, 4 x 4 per thread) and
+// sum each output in order from +0, as the CPU's register tiles do.
+struct sdpa_args {
+    i64 B, Nq, Nkv, rep, Tq, Tk, D, Dv, M, mt, u0, nu;
+    i64 qs[4], ks[4], vs[4], ms[4], sks;
+    float scale, lowest;
+    i32 causal, mask, sinks; // mask: 0 none, 1 boolean, 2 additive
+};
+#define MKC_GT 64 // tile rows and columns
+#define MKC_GK 16 // the summed dim's step
+// acc[i][j] of row ty + 16 i, column tx + 16 j; la(m, k) and lb(k, n) give
+// the operands as float (0 outside the tile's valid rows and columns); LB::kfast
+// says whether b's elements are contiguous along k (the keys) or along n (v).
+template <class LA, class LB> __device__ void gemm_tile(const LA &la, const LB &lb, i64 K, float acc[4][4]) {
+    __shared__ float As[MKC_GK][MKC_GT + 1], Bs[MKC_GK][MKC_GT + 1];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (i64 k0 = 0; k0 < K; k0 += MKC_GK) {
+        const int kn = K - k0 < MKC_GK ? (int)(K - k0) : MKC_GK;
+        for (int e = threadIdx.x; e < MKC_GK * MKC_GT; e += blockDim.x) {
+            const int m = e / MKC_GK, ka = e % MKC_GK;
+            As[ka][m] = ka < kn ? la(m, k0 + ka) : 0.0f;
+            const int n = LB::kfast ? e / MKC_GK : e % MKC_GT, kb = LB::kfast ? e % MKC_GK : e / MKC_GT;
+            Bs[kb][n] = kb < kn ? lb(k0 + kb, n) : 0.0f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < kn; kk++) {
+            float av[4], bv[4];
+            for (int i = 0; i < 4; i++) av[i] = As[kk][ty + 16 * i];
+            for (int j = 0; j < 4; j++) bv[j] = Bs[kk][tx + 16 * j];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] = acc[i][j] + av[i] * bv[j];
+        }
+        __syncthreads();
+    }
+}
+// the unit's kv head and first row; row m's head and position
+struct sdpa_unit {
+    i64 b, hk, m0, nrows;
+    __device__ sdpa_unit(const sdpa_args &a, i64 u) {
+        const i64 g = u / a.mt;
+        b = g / a.Nkv;
+        hk = g % a.Nkv;
+        m0 = (u % a.mt) * MKC_GT;
+        nrows = a.M - m0 < MKC_GT ? a.M - m0 : MKC_GT;
+    }
+    __device__ i64 head(const sdpa_args &a, i64 m) const { return hk * a.rep + (m0 + m) / a.Tq; }
+    __device__ i64 pos(const sdpa_args &a, i64 m) const { return (m0 + m) % a.Tq; }
+};
+template <class S> struct sdpa_lq { // scale * q, rounded to S (the CPU's q rows)
+    const S *q;
+    const i64 *qoff;
+    i64 st;
+    float sc;
+    __device__ float operator()(int m, i64 d) const { return qoff[m] < 0 ? 0.0f : round_to<S>(sc * load(q + qoff[m] + d * st)); }
+};
+template <class S> struct sdpa_lk { // keys: element (d, j)
+    static constexpr bool kfast = true;
+    const S *k;
+    i64 n0, Tk, sj, sd;
+    __device__ float operator()(i64 d, int n) const { return n0 + n < Tk ? load(k + (n0 + n) * sj + d * sd) : 0.0f; }
+};
+struct sdpa_lp { // probabilities: row m, key j
+    const float *p;
+    i64 Tk, nrows;
+    __device__ float operator()(int m, i64 j) const { return m < nrows ? p[m * Tk + j] : 0.0f; }
+};
+template <class S> struct sdpa_lv { // values: element (j, e)
+    static constexpr bool kfast = false;
+    const S *v;
+    i64 n0, Dv, sj, se;
+    __device__ float operator()(i64 j, int n) const { return n0 + n < Dv ? load(v + j * sj + (n0 + n) * se) : 0.0f; }
+};
+template <class S>
+__device__ void sdpa_scores(const sdpa_args &a, float *P, const S *q, const S *k, const void *mask) {
+    __shared__ i64 qoff[MKC_GT];
+    const i64 nt = (a.Tk + MKC_GT - 1) / MKC_GT;
+    for (i64 bi = blockIdx.x; bi < a.nu * nt; bi += gridDim.x) {
+        const i64 lu = bi / nt, n0 = (bi % nt) * MKC_GT;
+        const sdpa_unit U(a, a.u0 + lu);
+        for (int m = threadIdx.x; m < MKC_GT; m += blockDim.x)
+            qoff[m] = m < U.nrows ? U.b * a.qs[0] + U.head(a, m) * a.qs[1] + U.pos(a, m) * a.qs[2] : -1;
+        __syncthreads();
+        sdpa_lq<S> la{q, qoff, a.qs[3], a.scale};
+        sdpa_lk<S> lb{k + U.b * a.ks[0] + U.hk * a.ks[1], n0, a.Tk, a.ks[2], a.ks[3]};
+        float acc[4][4];
+        gemm_tile(la, lb, a.D, acc);
+        const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+        for (int i = 0; i < 4; i++) {
+            const int m = ty + 16 * i;
+            if (m >= U.nrows) continue;
+            const i64 h = U.head(a, m), pi = U.pos(a, m);
+            float *prow = P + (lu * MKC_GT + m) * a.Tk;
+            for (int jj = 0; jj < 4; jj++) {
+                const i64 j = n0 + tx + 16 * jj;
+                if (j >= a.Tk) continue;
+                float s = round_to<S>(acc[i][jj]);
+                if (a.causal) {
+                    if (j > pi + a.Tk - a.Tq) s = a.lowest;
+                } else if (a.mask) {
+                    const i64 mo = U.b * a.ms[0] + h * a.ms[1] + pi * a.ms[2] + j * a.ms[3];
+                    if (a.mask == 1) s = ((const u8 *)mask)[mo] ? s : a.lowest;
+                    else s = round_to<S>(s + load((const S *)mask + mo));
+                }
+                prow[j] = s;
+            }
+        }
+        __syncthreads();
+    }
+}
+__device__ __forceinline__ float sdpa_max(float s, float m) { return s != s ? s : s > m ? s : m; }
+template <class S> __device__ void sdpa_softmax(const sdpa_args &a, float *P, const S *sinks) {
+    __shared__ float sh[MKC_LA_THREADS];
+    __shared__ float inv_s;
+    const int tid = threadIdx.x;
+    for (i64 rr = blockIdx.x; rr < a.nu * MKC_GT; rr += gridDim.x) {
+        const sdpa_unit U(a, a.u0 + rr / MKC_GT);
+        const i64 m = rr % MKC_GT;
+        if (m >= U.nrows) continue; // the whole block skips the row
+        float *s = P + rr * a.Tk;
+        const float sk = a.sinks ? load(sinks + U.head(a, m) * a.sks) : 0.0f;
+        float mx = a.sinks ? sdpa_max(sk, -MKC_INF) : -MKC_INF;
+        for (i64 j = tid; j < a.Tk; j += blockDim.x) mx = sdpa_max(s[j], mx);
+        sh[tid] = mx;
+        __syncthreads();
+        for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+            if (tid < st) sh[tid] = sdpa_max(sh[tid + st], sh[tid]);
+            __syncthreads();
+        }
+        mx = sh[0];
+        for (i64 j = tid; j < a.Tk; j += blockDim.x) s[j] = mlx_exp(s[j] - mx);
+        __syncthreads();
+        if (tid == 0) { // the CPU's sum: the sink first, then the keys in order
+            float sum = 0.0f;
+            if (a.sinks) sum = sum + mlx_exp(sk - mx);
+            for (i64 j = 0; j < a.Tk; j++) sum = sum + s[j];
+            inv_s = 1.0f / sum;
+        }
+        __syncthreads();
+        for (i64 j = tid; j < a.Tk; j += blockDim.x) s[j] = round_to<S>(s[j] * inv_s);
+        __syncthreads();
+    }
+}
+template <class S> __device__ void sdpa_pv(const sdpa_args &a, S *o, const float *P, const S *v) {
+    const i64 nt = (a.Dv + MKC_GT - 1) / MKC_GT;
+    for (i64 bi = blockIdx.x; bi < a.nu * nt; bi += gridDim.x) {
+        const i64 lu = bi / nt, n0 = (bi % nt) * MKC_GT;
+        const sdpa_unit U(a, a.u0 + lu);
+        sdpa_lp la{P + lu * MKC_GT * a.Tk, a.Tk, U.nrows};
+        sdpa_lv<S> lb{v + U.b * a.vs[0] + U.hk * a.vs[1], n0, a.Dv, a.vs[2], a.vs[3]};
+        float acc[4][4];
+        gemm_tile(la, lb, a.Tk, acc);
+        const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+        for (int i = 0; i < 4; i++) {
+            const int m = ty + 16 * i;
+            if (m >= U.nrows) continue;
+            S *orow = o + ((U.b * a.Nq + U.head(a, m)) * a.Tq + U.pos(a, m)) * a.Dv;
+            for (int jj = 0; jj < 4; jj++) {
+                const i64 e = n0 + tx + 16 * jj;
+                if (e < a.Dv) store(orow + e, acc[i][jj]);
+            }
+        }
+    }
+}
+
 }  // namespace mkc
 
 #endif

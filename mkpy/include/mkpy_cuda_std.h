@@ -13,7 +13,18 @@
 #error "mkpy_cuda_std.h is for NVRTC only"
 #endif
 
-// ---- <stdint.h>, <stddef.h>
+// ---- <stdint.h>, <stddef.h>, <limits.h>, <float.h>
+#ifdef MKPY_CUDA_HOSTED
+// Hosted by MLX's mx.fast.cuda_kernel (mkpy.cuda.metal_kernel): MLX's header
+// has already included CCCL's NVRTC versions of these (cuda/std/...; CCCL is
+// on MLX's NVRTC include path), which declare the same names globally, so
+// they are taken from there rather than declared twice.
+#include <cuda/std/cstdint>
+#include <cuda/std/cstddef>
+#include <cuda/std/climits>
+#include <cuda/std/cfloat>
+#define __FLT_DENORM_MIN__ FLT_TRUE_MIN
+#else
 typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;
@@ -82,6 +93,7 @@ typedef decltype(sizeof(0)) size_t;
 #define DBL_MAX 1.7976931348623157e+308
 #define DBL_MIN 2.2250738585072014e-308
 #define DBL_EPSILON 2.2204460492503131e-16
+#endif // MKPY_CUDA_HOSTED
 
 // ---- <type_traits>: the part mkpy_metal.h uses
 namespace std {
@@ -409,5 +421,11 @@ inline double libm_sqrt(double x) { return ::sqrt(x); }
 #define tan metal_tan
 #define tanh metal_tanh
 #define trunc metal_trunc
+#ifdef MKPY_CUDA_HOSTED
+// MLX's header includes cuda_fp16.h, whose global typedefs `half` and `half2`
+// (for __half, __half2) would make Metal's half ambiguous in the same way.
+#define half metal_half
+#define half2 metal_half2
+#endif
 
 #endif

@@ -84,6 +84,14 @@ struct mkpy_coop_api {
      * thread `thread` of threadgroup `group` of the launch `launch` (its
      * argument array); kept and printed after the launch (diag.c). */
     void (*print)(const char *text, size_t len, const void *launch, uint64_t group, uint32_t thread);
+    /* The place of the next runtime point in the program's order (the fiber
+     * engine's release order, issue #25): mkpy's compiler pass calls it
+     * before every barrier and SIMD-group function with the point's rank in
+     * the kernel's control flow once inlined (the lockstep engine's
+     * thread-frontier order); with `wait`, the thread waits there as at a
+     * SIMD-group function (a loop's latch: the lanes of a SIMD-group start
+     * each iteration together). Kernels built without the pass never call it. */
+    void (*order)(int rank, int wait);
 };
 
 /* The region-splitting engine (csrc/backend/cpu/cbs.c, csrc/backend/cpu/ir/cbs_ir.c).
@@ -106,6 +114,9 @@ struct mkpy_cbs_site {
     uint32_t order; /* release priority: lower first (thread-frontier order) */
     int32_t line, col;
     const char *file;
+    /* an exchange whose value a thread keeps in a frame slot: dep_size bytes
+     * at frame + dep_off + thread * dep_stride; dep_stride 0: its deposit slot */
+    uint32_t dep_off, dep_stride, dep_size;
 };
 struct mkpy_cbs_info {
     uint32_t nsites;      /* sites[0] is the start */

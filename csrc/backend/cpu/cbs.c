@@ -174,15 +174,35 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
         }
         if (best != MKPY_CBS_DONE) {
             if (sites[best].kind == MKPY_CBS_EXCHANGE || sites[best].kind == MKPY_CBS_SIMD_BARRIER) {
-                /* per SIMD-group: the released lanes and their values */
+                /* per SIMD-group: the released lanes and their values (in
+                 * the thread's frame slot, or copied to its deposit slot) */
+                const struct mkpy_cbs_site *st = &sites[best];
+                const unsigned char *dep = st->dep_stride ? ctx->frame + st->dep_off : w->deposit;
+                const size_t dstride = st->dep_stride ? st->dep_stride : MKPY_SIMD_SLOT;
+                const size_t dsize = st->dep_stride ? st->dep_size : MKPY_SIMD_SLOT;
                 for (unsigned sg = 0; sg * MKPY_SIMD_WIDTH < count; sg++) {
                     uint32_t mask = 0;
                     unsigned char *buf = w->simd + (size_t)sg * MKPY_SIMD_BUFFER;
-                    for (unsigned l = 0; l < MKPY_SIMD_WIDTH && sg * MKPY_SIMD_WIDTH + l < count; l++) {
+                    const unsigned lanes = count - sg * MKPY_SIMD_WIDTH < MKPY_SIMD_WIDTH ? count - sg * MKPY_SIMD_WIDTH
+                                                                                         : MKPY_SIMD_WIDTH;
+                    if (dense && dsize == 4) {
+                        /* every thread waits here: every lane, no test per lane */
+                        const unsigned char *v = dep + (size_t)sg * MKPY_SIMD_WIDTH * dstride;
+                        for (unsigned l = 0; l < lanes; l++) memcpy(buf + l * MKPY_SIMD_SLOT, v + l * dstride, 4);
+                        w->masks[sg] = lanes == 32 ? ~0u : (1u << lanes) - 1u;
+                        memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
+                        continue;
+                    }
+                    for (unsigned l = 0; l < lanes; l++) {
                         unsigned i = sg * MKPY_SIMD_WIDTH + l;
                         if (next[i] != best) continue;
                         mask |= 1u << l;
-                        memcpy(buf + l * MKPY_SIMD_SLOT, w->deposit + (size_t)i * MKPY_SIMD_SLOT, MKPY_SIMD_SLOT);
+                        const unsigned char *v = dep + (size_t)i * dstride;
+                        unsigned char *to = buf + l * MKPY_SIMD_SLOT;
+                        if (dsize == 4) /* a float or int: one move, not a call */
+                            memcpy(to, v, 4);
+                        else
+                            memcpy(to, v, dsize);
                     }
                     if (!mask) continue;
                     w->masks[sg] = mask;

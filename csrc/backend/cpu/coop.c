@@ -14,9 +14,19 @@
  *     part being the "active threads". Lanes that returned, lanes waiting at a
  *     threadgroup barrier and lanes waiting at another call site are inactive,
  *     as on a GPU where they sit outside the divergent branch. When lanes wait
- *     at several call sites, the one earliest in the program text (header
- *     before source, then by line) goes first: a GPU runs the body of a
- *     divergent `if` or loop before the code after it.
+ *     at several call sites, the one earliest in the program's order goes
+ *     first: a GPU runs the body of a divergent `if` or loop before the code
+ *     after it, where the lanes reconverge. That order is the rank mkpy's
+ *     compiler pass gives each point in the kernel's control flow once
+ *     inlined (mkpy_sync_order before each point; the lockstep engine's
+ *     thread-frontier order, cbs_ir.c), so a header function's SIMD-group
+ *     call made after a divergent `if` waits for the lanes still inside it,
+ *     and the same helper called from two places is two call sites. A loop
+ *     holding a SIMD-group function also has a point at its latch: a lane
+ *     that took the back edge waits there until no lane of its SIMD-group
+ *     waits earlier in the iteration, so iterations never mix. Kernels built
+ *     without the pass (no LLVM, debug builds) fall back to the order of the
+ *     program text (header before source, then by line and column).
  *   - A threadgroup barrier parks the thread. When every SIMD-group has run as
  *     far as it can and every live thread waits at the same barrier (same
  *     file, line and column), all resume. Threads that returned count as arrived.
@@ -47,6 +57,8 @@ typedef struct {
     int state;
     const char *file; /* where it waits (barrier or SIMD-group function) */
     int line, column;
+    int order;      /* its rank in the program's order (mkpy_sync_order), -1: none given */
+    int next_order; /* the rank given for the thread's next runtime point */
 } coop_thread;
 
 typedef struct {
@@ -94,8 +106,15 @@ static void fail(const char *fmt, ...) {
 
 /* ------------------------------------------------------- the runtime API */
 
+/* The rank announced for this point (mkpy_sync_order), used once. */
+static void take_order(coop_thread *t) {
+    t->order = t->next_order;
+    t->next_order = -1;
+}
+
 static void api_barrier(const char *file, int line, int column) {
     coop_thread *t = &worker->threads[worker->current];
+    take_order(t);
     t->state = AT_BARRIER;
     t->file = file;
     t->line = line;
@@ -112,6 +131,7 @@ static unsigned char *api_exchange(const void *value, size_t size, uint32_t *mas
     *lane = idx % MKPY_SIMD_WIDTH;
     if (size > MKPY_SIMD_SLOT) size = MKPY_SIMD_SLOT;
     memcpy(sg->deposit[*lane], value, size);
+    take_order(t);
     t->state = AT_SIMD;
     t->file = file;
     t->line = line;
@@ -126,6 +146,25 @@ static unsigned char *api_exchange(const void *value, size_t size, uint32_t *mas
 static void api_simd_barrier(const char *file, int line, int column) {
     uint32_t mask, lane;
     api_exchange("", 0, &mask, &lane, file, line, column);
+}
+
+/* mkpy_sync_order: the rank of the thread's next runtime point, or (wait)
+ * a loop's latch, where the thread waits as at a SIMD-group function with
+ * nothing to exchange. */
+static void api_order(int rank, int wait) {
+    coop_worker *w = worker;
+    if (!w) return;
+    coop_thread *t = &w->threads[w->current];
+    if (!wait) {
+        t->next_order = rank;
+        return;
+    }
+    t->order = rank;
+    t->next_order = -1;
+    t->state = AT_SIMD;
+    t->file = "<loop latch>";
+    t->line = t->column = 0;
+    park(w->current);
 }
 
 static void api_threadgroup_alloc(const void *addr, size_t size, const char *file, int line) {
@@ -173,6 +212,7 @@ const struct mkpy_coop_api mkk_coop_api = {
     .simd_exchange = api_exchange,
     .threadgroup_alloc = api_threadgroup_alloc,
     .print = api_print,
+    .order = api_order,
 };
 
 /* ----------------------------------------------------------- scheduling */
@@ -218,10 +258,14 @@ static int file_rank(const char *f) {
     if (n >= 7 && strcmp(f + n - 7, "source>") == 0) return 1;
     return 2;
 }
+/* With ranks (every point of a kernel built through the pass has one), a
+ * point is its rank: the same text inlined at two places is two points. */
 static int same_place(const coop_thread *a, const coop_thread *b) {
+    if (a->order >= 0 || b->order >= 0) return a->order == b->order;
     return a->line == b->line && a->column == b->column && (a->file == b->file || strcmp(a->file, b->file) == 0);
 }
 static int earlier(const coop_thread *a, const coop_thread *b) {
+    if (a->order >= 0 && b->order >= 0) return a->order < b->order;
     if (a->file != b->file) {
         int ra = file_rank(a->file), rb = file_rank(b->file);
         if (ra != rb) return ra < rb;
@@ -313,6 +357,7 @@ static int run_group(coop_worker *w, uint64_t g) {
     for (unsigned i = 0; i < w->count; i++) {
         mk_fiber_prepare(&w->fibers[i], thread_main, (void *)(uintptr_t)i, &w->sched_sp);
         w->threads[i].state = RUNNING;
+        w->threads[i].order = w->threads[i].next_order = -1;
     }
     unsigned nsg = (w->count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
     for (;;) {

@@ -24,5 +24,6 @@ const mkb_backend mkb_cpu_backend = {
     .mem = NULL,
     .op_eval = NULL,
     .kernel_eval = mkb_cpu_kernel_eval,
+    .kernel_compile = mkb_cpu_kernel_compile,
     .synchronize = cpu_synchronize,
 };

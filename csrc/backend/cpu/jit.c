@@ -283,7 +283,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     if (prints) mkk_sb(&body, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
     int readonly_args = 0;
     sbuf call = {0};
-    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs) < 0 ||
+    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs, NULL) < 0 ||
         !(call.s = mkk_call_expr(k, c, inputs, kernel_name, "args[%d]", &readonly_args))) {
         free(body.s);
         return NULL;
@@ -1052,7 +1052,9 @@ int mkk_prepare(char *msg, size_t n) {
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-7"
+#define CBS_ENGINE_ID "engine=lockstep-8"
+/* ... and of cooperative kernels built through the pass for fibers */
+#define FIBER_ENGINE_ID "engine=fibers-ordered-2"
 
 static char cbs_pass_path[4096];
 static pthread_once_t cbs_pass_once = PTHREAD_ONCE_INIT;
@@ -1063,15 +1065,21 @@ static void cbs_pass_find(void) {
     if (access(path, X_OK) == 0 && realpath(path, real)) memcpy(cbs_pass_path, real, sizeof real);
 }
 
-/* The region-splitting pass is a program beside the package
- * (mkpy/mkpy-cbs-pass, linked with LLVM), run like the compiler. NULL when
- * it is not there (mkpy built without LLVM 15) or MKPY_ENGINE=fibers:
- * cooperative kernels then run on fibers. */
+/* The pass program is beside the package (mkpy/mkpy-cbs-pass, linked with
+ * LLVM), run like the compiler. NULL when it is not there (mkpy built
+ * without LLVM 15): cooperative kernels then run on fibers, built without it. */
+static const char *pass_program(void) {
+    pthread_once(&cbs_pass_once, cbs_pass_find);
+    return cbs_pass_path[0] ? cbs_pass_path : NULL;
+}
+
+/* The region-splitting pass for the lockstep engine: the pass program, NULL
+ * without it or with MKPY_ENGINE=fibers (cooperative kernels then run on
+ * fibers, still built through the pass for their release order). */
 static const char *cbs_pass(void) {
     const char *e = getenv("MKPY_ENGINE");
     if (e && strcmp(e, "fibers") == 0) return NULL;
-    pthread_once(&cbs_pass_once, cbs_pass_find);
-    return cbs_pass_path[0] ? cbs_pass_path : NULL;
+    return pass_program();
 }
 
 /* The two halves of cbs_object, timed for build's stage list (MKPY_DEBUG). */
@@ -1227,9 +1235,9 @@ static int recv_all(int fd, char *p, size_t n) {
 
 /* One request to a pass server: the pass's status (0 or 1) with *why set,
  * or -1 when the server died or misbehaved. */
-static int pass_ask(srvproc *s, int check, const char *bc, const char *obj, char **why) {
+static int pass_ask(srvproc *s, char mode, const char *bc, const char *obj, char **why) {
     char head[96];
-    int hn = snprintf(head, sizeof head, "%c %zu %zu\n", check ? 'K' : 'C', strlen(bc), strlen(obj));
+    int hn = snprintf(head, sizeof head, "%c %zu %zu\n", mode, strlen(bc), strlen(obj));
     if (send_all(s->fd, head, (size_t)hn) < 0 || send_all(s->fd, bc, strlen(bc)) < 0 ||
         send_all(s->fd, obj, strlen(obj)) < 0)
         return -1;
@@ -1271,27 +1279,29 @@ static srvproc *pass_server(const char *program, bool *fresh) {
     return srv_start(argv, NULL);
 }
 
-/* Runs the pass on bc_path into obj_path: through server s (pass_server)
- * when there is one, else as a program. Returns as run_capture. */
-static int pass_run(const char *program, int check, const char *bc_path, const char *obj_path, char **why,
+/* Runs the pass in `mode` on bc_path into obj_path: through server s
+ * (pass_server) when there is one, else as a program. Returns as
+ * run_capture. */
+static int pass_run(const char *program, char mode, const char *bc_path, const char *obj_path, char **why,
                     srvproc *s, bool fresh) {
     *why = NULL;
     if (s) {
-        int rc = pass_ask(s, check, bc_path, obj_path, why);
+        int rc = pass_ask(s, mode, bc_path, obj_path, why);
         if (rc < 0 && !fresh) { /* an idle server that went away: a fresh one */
             srv_end(s);
             free(*why);
             *why = NULL;
             char *argv[] = {(char *)program, "--serve", NULL};
-            if ((s = srv_start(argv, NULL))) rc = pass_ask(s, check, bc_path, obj_path, why);
+            if ((s = srv_start(argv, NULL))) rc = pass_ask(s, mode, bc_path, obj_path, why);
         }
         if (s) {
             srv_give(SRV_PASS, s, rc >= 0);
             return rc; /* -1: the server died on this kernel, the pass failed */
         }
     }
-    char *argv[] = {(char *)program, check ? "--check" : (char *)bc_path, check ? (char *)bc_path : (char *)obj_path,
-                    check ? (char *)obj_path : NULL, NULL};
+    char *flag = mode == 'K' ? "--check" : mode == 'F' ? "--fibers" : NULL;
+    char *argv[] = {(char *)program, flag ? flag : (char *)bc_path, flag ? (char *)bc_path : (char *)obj_path,
+                    flag ? (char *)obj_path : NULL, NULL};
     return run_capture(argv, why);
 }
 
@@ -1403,21 +1413,22 @@ static int cc_run(char *const argv[], char **output) {
 }
 
 /* Builds the object of a cooperative kernel through the pass: C++ -> bitcode
- * -> mkpy-cbs-pass -> object at obj_path. Returns 0; the compiler's failure (diag
- * set: the kernel is wrong); or CBS_DECLINED when the pass cannot take the
- * kernel (it is then built for fibers). */
+ * -> mkpy-cbs-pass -> object at obj_path. Mode 'C': the lockstep engine's
+ * object (its C++ has only the lockstep entry points: when the pass declines
+ * it, build makes the fiber build's C++ and comes back with 'F'); 'F': the
+ * fiber engine's (its runtime points in the program's order,
+ * mkk_fiber_build), for MKPY_ENGINE=fibers, printing kernels and those the
+ * lockstep engine declined; 'K': the checker's instrumented object. Returns
+ * 0; the compiler's failure (diag set: the kernel is wrong); or CBS_DECLINED
+ * when the pass made no object (the reason in `declined`). */
 #define CBS_DECLINED (-1000)
-static int cbs_object(const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
-                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n, int check) {
+static int cbs_object(char mode, const char *mflags, const char **pch, const char *tmp_base, const char *cpp_path,
+                      char *obj_path, size_t n, char **diag, char *declined, size_t declined_n) {
     char bc_path[4600];
     snprintf(bc_path, sizeof bc_path, "%s.bc", tmp_base);
     uint64_t t0 = mkk_now_ns();
     cbs_front_ns = cbs_pass_ns = 0;
-    const char *program = cbs_pass();
-    if (check) { /* the checker mode's instrumentation (check_ir.c), whatever MKPY_ENGINE says */
-        pthread_once(&cbs_pass_once, cbs_pass_find);
-        program = cbs_pass_path;
-    }
+    const char *program = pass_program();
     bool fresh;
     srvproc *server = pass_server(program, &fresh);
     int rc = compile(mflags, *pch, BUILD_BITCODE, bc_path, cpp_path, diag);
@@ -1438,19 +1449,21 @@ static int cbs_object(const char *mflags, const char **pch, const char *tmp_base
     char *why = NULL;
     uint64_t t1 = mkk_now_ns();
     cbs_front_ns = t1 - t0;
-    rc = pass_run(program, check, bc_path, obj_path, &why, server, fresh);
+    rc = pass_run(program, mode, bc_path, obj_path, &why, server, fresh);
+    if (rc != 0)
+        snprintf(declined, declined_n, "%s: %s",
+                 mode == 'C'   ? "the lockstep engine cannot take it"
+                 : mode == 'K' ? "its instrumentation failed"
+                               : "the fiber engine's pass failed",
+                 rc < 0 ? "its compiler pass failed" : why && why[0] ? why : "no reason given");
     cbs_pass_ns = mkk_now_ns() - t1;
     unlink(bc_path);
+    free(why);
     if (rc != 0) {
-        /* the pass declined (or failed): fibers run the kernel */
         unlink(obj_path);
         obj_path[0] = 0;
-        snprintf(declined, declined_n, "%s: %s", check ? "its instrumentation failed" : "the lockstep engine cannot take it",
-                 rc < 0 ? "its compiler pass failed" : why && why[0] ? why : "no reason given");
-        free(why);
         return CBS_DECLINED;
     }
-    free(why);
     return 0;
 }
 
@@ -1689,6 +1702,9 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     }
     /* the disk key adds the compiler's identity, the flags and the headers,
      * and names the engine a cooperative kernel is built for */
+    /* the other cooperative kernels (MKPY_ENGINE=fibers, printing ones) go
+     * through the pass too, for the fiber engine's release order */
+    const int fibers_pass = !check && !cooperative && mkk_is_cooperative((mkk_kernel *)k) && pass_program() != NULL;
     char pass_id[4600] = "";
     if (check) {
         pthread_once(&cbs_pass_once, cbs_pass_find);
@@ -1702,7 +1718,7 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         }
         file_identity(cbs_pass_path, pass_id, sizeof pass_id);
     }
-    if (cooperative) file_identity(cbs_pass(), pass_id, sizeof pass_id); /* the pass's build, too */
+    if (cooperative || fibers_pass) file_identity(pass_program(), pass_id, sizeof pass_id); /* the pass's build, too */
     size_t klen = strlen(mflags) + strlen(program) + strlen(identity) + sizeof pass_id + 64;
     char *pkey = malloc(klen);
     full_key = malloc(klen);
@@ -1711,7 +1727,8 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         mk_nomem();
         goto done;
     }
-    snprintf(pkey, klen, "%s%s%s\n%s", mflags, check ? " checker " : cooperative ? " " CBS_ENGINE_ID " " : "",
+    snprintf(pkey, klen, "%s%s%s\n%s", mflags,
+             check ? " checker " : cooperative ? " " CBS_ENGINE_ID " " : fibers_pass ? " " FIBER_ENGINE_ID " " : "",
              pass_id, program);
     char hex[33];
     mkb_hash_hex(pkey, identity, hex);
@@ -1777,19 +1794,44 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
     if (!check && prints && mkk_is_cooperative((mkk_kernel *)k) && cbs_pass())
         snprintf(declined, sizeof declined, "the kernel prints (os_log/printf): the fiber engine knows each message's "
                                             "thread");
-    int rc = cooperative || check ? cbs_object(mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag,
-                                               declined, sizeof declined, check)
-                                  : CBS_DECLINED;
+    int rc = cooperative || check || fibers_pass
+                 ? cbs_object(check ? 'K' : cooperative ? 'C' : 'F', mflags, &pch, tmp_base, cpp_path, obj_path,
+                              sizeof obj_path, &diag, declined, sizeof declined)
+                 : CBS_DECLINED;
+    if (cooperative && rc == CBS_DECLINED && pass_program()) {
+        /* the lockstep engine cannot take it: the fiber engine's build, from
+         * C++ with the fibers' entry point (the lockstep one had none),
+         * ordered by the pass; kept under the same key */
+        const uint64_t front = cbs_front_ns, pass = cbs_pass_ns;
+        char *fibers = build_program(k, c, inputs, generated, kernel_name, NULL, ENTRY_THREAD);
+        if (!fibers || mkb_write_file(cpp_path, fibers) != 0) {
+            if (fibers) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
+            free(fibers);
+            unlink(cpp_path);
+            unlink(metal_path);
+            goto done;
+        }
+        free(fibers);
+        char fiber_declined[1200];
+        rc = cbs_object('F', mflags, &pch, tmp_base, cpp_path, obj_path, sizeof obj_path, &diag, fiber_declined,
+                        sizeof fiber_declined);
+        cbs_front_ns += front;
+        cbs_pass_ns += pass;
+    }
     if (check && rc == CBS_DECLINED) { /* the checker cannot run it uninstrumented */
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s`: the checker mode could not instrument it (%s). "
                      "Kernel called at %s", k->name, declined, c->call_site ? c->call_site : "?");
         unlink(cpp_path);
         goto done;
     }
-    if (cooperative || check) {
+    if (cooperative || check || fibers_pass) {
         stage_add(&st, "clang front end", cbs_front_ns);
         if (cbs_pass_ns)
-            stage_add(&st, rc == CBS_DECLINED ? "lockstep pass (declined)" : "lockstep pass, optimisation, code generation",
+            stage_add(&st,
+                      rc == CBS_DECLINED ? (fibers_pass ? "fiber pass (failed)" : "lockstep pass (declined)")
+                      : cooperative && declined[0] ? "lockstep pass (declined), fiber pass, optimisation, code generation"
+                      : fibers_pass                ? "fiber pass, optimisation, code generation"
+                                                   : "lockstep pass, optimisation, code generation",
                       cbs_pass_ns);
     }
     stage_mark(&st, NULL);
@@ -1797,18 +1839,6 @@ static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs
         /* a plain kernel (or one the pass declined): an object, then the
          * link below */
         snprintf(obj_path, sizeof obj_path, "%s.o", tmp_base);
-        rc = 0;
-        if (cooperative) { /* the pass declined it: its build for fibers, kept under the same key */
-            char *fibers = build_program(k, c, inputs, generated, kernel_name, NULL, ENTRY_THREAD);
-            rc = fibers && mkb_write_file(cpp_path, fibers) == 0 ? 0 : -1;
-            if (fibers && rc < 0) mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Cannot write %s: %s", cpp_path, strerror(errno));
-            free(fibers);
-            if (rc < 0) {
-                unlink(cpp_path);
-                unlink(metal_path);
-                goto done;
-            }
-        }
         rc = compile(mflags, pch, BUILD_OBJECT, obj_path, cpp_path, &diag);
         if (rc != 0 && pch && diag && strstr(diag, "precompiled header")) {
             /* a stale or unusable PCH: compile without it */
@@ -2105,6 +2135,14 @@ mkk_compiled mkk_jit(const mkk_kernel *k, const mkk_call *c, mk_array *const *in
         memset(&fn, 0, sizeof fn);
     }
     return fn;
+}
+
+int mkb_cpu_kernel_compile(mkk_kernel *k, mkk_call *c, mk_array *const *inputs, const char *generated,
+                           const char *kernel_name) {
+    mkk_compiled fn = jit_cpu(k, c, inputs, generated, kernel_name);
+    if (!mkk_compiled_ok(&fn)) return -1;
+    mkk_jit_release(&fn);
+    return 0;
 }
 
 void mkk_jit_release(mkk_compiled *fn) {

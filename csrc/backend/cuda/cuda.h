@@ -15,6 +15,30 @@
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                        const char *kernel_name);
 
+/* For MLX's mx.fast.cuda_kernel as the host (mkpy.cuda.metal_kernel): the
+ * `source` (the body of the __global__ function MLX writes) and `header` of
+ * one call. MLX's signature names the inputs in0, in1, ... (with MLX's
+ * in0_shape, in0_strides, in0_ndim where the body uses them), then a uint32
+ * input mkpy_grid holding Metal's grid in threads (the launch does not carry
+ * it), and the outputs out0, out1, ...: names of mkpy's choosing, so that
+ * MLX's search of the body for `<name>_shape` finds exactly what the call
+ * passes. The header is the runtime (mkpy_cuda.h with the headers it includes
+ * put in place: MLX's NVRTC has no include path to them), compiled in hosted
+ * mode (MKPY_CUDA_HOSTED), and the translated kernel with #line markers at
+ * the user's lines, and a declaration of MLX's __global__ function with
+ * __launch_bounds__ for the call's threadgroup; the body takes Metal's thread
+ * attributes from CUDA's built-ins (mkpy::mlx_thread_attrs) and calls the
+ * kernel function. *name is the name to give cuda_kernel: the kernel's and a
+ * hash of the program. header may be NULL (then name is not set: only the
+ * body, which names the instantiation and the launch bound). Returns 0 with
+ * malloc'd strings, or -1 with an error set (a RuntimeError for kernels that
+ * print). */
+#define MKB_MLX_INPUT_FMT "in%d"
+#define MKB_MLX_OUTPUT_FMT "out%d"
+#define MKB_MLX_GRID_NAME "mkpy_grid"
+int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **body,
+                         char **header, char **name);
+
 /* A compiled kernel: the CUBIN for one architecture. */
 typedef struct {
     unsigned char *cubin; /* malloc'd; free with mkb_cuda_image_free */

@@ -27,7 +27,7 @@ enum {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 };
-enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_NUM_REGS = 4 };
+enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1, CU_FUNC_ATTRIBUTE_NUM_REGS = 4 };
 
 /* name in libcuda, (parameters); each returns CUresult. X-macro: driver.h makes a pointer of each */
 #define MKB_CUDA_FUNCS(X)                                                                                   \
@@ -59,6 +59,9 @@ enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_NUM_REGS =
     X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
                                    unsigned, CUstream, void **, void **))                                   \
     X(cuStreamQuery, (CUstream))                                                                \
+    X(cuMemHostAlloc, (void **, size_t, unsigned))                                              \
+    X(cuMemHostGetDevicePointer_v2, (CUdeviceptr *, void *, unsigned))                          \
+    X(cuModuleGetGlobal_v2, (CUdeviceptr *, size_t *, CUmodule, const char *))                  \
     X(cuGetErrorName, (CUresult, const char **))                                                \
     X(cuGetErrorString, (CUresult, const char **))
 

@@ -6,12 +6,15 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../../../mkpy/include/mkpy_cuda_launch.h"
 #include "core/pool.h"
+#include "kernel/diag.h"
 
 mkb_cuda_api mkb_cu;
 
@@ -124,6 +127,55 @@ static bool sticky(CUresult r) { return r == 700 || (r >= 702 && r <= 719 && r !
 
 static void free_cache_locked(void);
 static void forget_cache_locked(void);
+
+/* What kernels reach through their module's mkpy_cuda_g
+ * (mkpy_cuda_launch.h), made once per context generation: the claim word in
+ * device memory and the report in mapped host memory. Guarded by cu.mu; a
+ * reset frees them with the context. */
+static struct {
+    unsigned gen; /* cu.gen + 1 when made; 0: not made */
+    CUdeviceptr claim;
+    struct mkpy_cuda_report *report;
+    CUdeviceptr report_dev;
+} st;
+
+static CUresult status_locked(void) {
+    if (st.gen == cu.gen + 1) return CUDA_SUCCESS;
+    st.gen = 0;
+    void *host = NULL;
+    CUresult r = mkb_cu.cuMemAlloc_v2(&st.claim, 4);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemsetD32_v2(st.claim, 0, 1);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemHostAlloc(&host, sizeof *st.report, 0x02 /* CU_MEMHOSTALLOC_DEVICEMAP */);
+    if (r == CUDA_SUCCESS) r = mkb_cu.cuMemHostGetDevicePointer_v2(&st.report_dev, host, 0);
+    if (r != CUDA_SUCCESS) return r;
+    st.report = host;
+    memset(st.report, 0, sizeof *st.report);
+    st.gen = cu.gen + 1;
+    return CUDA_SUCCESS;
+}
+
+int mkb_cuda_globals(struct mkpy_cuda_globals *g) {
+    pthread_mutex_lock(&cu.mu);
+    CUresult r = status_locked();
+    if (r == CUDA_SUCCESS) {
+        g->claim = st.claim;
+        g->report = st.report_dev;
+    }
+    pthread_mutex_unlock(&cu.mu);
+    return mkb_cuda_check(r, "making the kernels' report");
+}
+
+bool mkb_cuda_take_report(struct mkpy_cuda_report *out) {
+    pthread_mutex_lock(&cu.mu);
+    bool have = st.gen == cu.gen + 1 && ((volatile struct mkpy_cuda_report *)st.report)->code != 0;
+    if (have) {
+        memcpy(out, (const void *)st.report, sizeof *out);
+        memset(st.report, 0, sizeof *st.report);
+        mkb_cu.cuMemsetD32_v2(st.claim, 0, 1);
+    }
+    pthread_mutex_unlock(&cu.mu);
+    return have;
+}
 /* Resets the primary context after a sticky error: all device memory of the
  * old context is gone; buffers notice by their generation. */
 static void reset_context(void) {
@@ -344,7 +396,24 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+static int wait_unmasked(const char *what, const char *site);
+
+/* Ctrl-C must reach this thread while it waits: a thread that has SIGINT
+ * blocked (seen on the GPU machine after a kernel had run: the driver's
+ * doing) would leave the signal pending, unseen, for as long as the kernel
+ * runs. The mask is restored after. */
 int mkb_cuda_wait(const char *what, const char *site) {
+    sigset_t intr, old;
+    sigemptyset(&intr);
+    sigaddset(&intr, SIGINT);
+    const bool masked = pthread_sigmask(SIG_UNBLOCK, &intr, &old) == 0 && sigismember(&old, SIGINT);
+    if (masked) mkk_debug(3, "SIGINT was blocked in the thread waiting for %s: unblocked while it waits", what);
+    const int rc = wait_unmasked(what, site);
+    if (masked) pthread_sigmask(SIG_BLOCK, &intr, NULL);
+    return rc;
+}
+
+static int wait_unmasked(const char *what, const char *site) {
     if (mkb_cuda_enter() < 0) return -1;
     const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
     double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
@@ -359,20 +428,21 @@ int mkb_cuda_wait(const char *what, const char *site) {
             return mkb_cuda_check(r, w);
         }
         const uint64_t t = now_ns();
-        if (mk_interrupted()) {
-            reset_context(); /* a running kernel cannot be stopped otherwise */
-            mk_error_set(MK_ERR_INTERRUPT,
-                         "[metal_kernel] %s was interrupted (the GPU context was reset to stop it; arrays that "
-                         "lived only in GPU memory are lost). Called at %s",
-                         what, site ? site : "?");
-            return -1;
-        }
-        if (timeout > 0 && (double)(t - t0) > timeout * 1e9) {
+        const bool interrupted = mk_interrupted();
+        if ((polls & 1023) == 1023 && mkk_debug_level() >= 3)
+            mkk_debug(3, "waiting for %s: %.2f s, interrupted %d", what, (double)(t - t0) / 1e9, (int)interrupted);
+        if (interrupted || (timeout > 0 && (double)(t - t0) > timeout * 1e9)) {
+            /* a running kernel cannot be stopped otherwise */
             reset_context();
-            mk_error_set(MK_ERR_RUNTIME,
-                         "[metal_kernel] %s ran longer than MKPY_KERNEL_TIMEOUT (%g s) and was stopped, as a GPU's "
-                         "watchdog stops it (the GPU context was reset). Called at %s",
-                         what, timeout, site ? site : "?");
+            const char *how = "the GPU context was reset to stop it; arrays that lived only in GPU memory are lost";
+            if (interrupted)
+                mk_error_set(MK_ERR_INTERRUPT, "[metal_kernel] %s was interrupted (%s). Called at %s", what, how,
+                             site ? site : "?");
+            else
+                mk_error_set(MK_ERR_RUNTIME,
+                             "[metal_kernel] %s ran longer than MKPY_KERNEL_TIMEOUT (%g s) and was stopped, as a "
+                             "GPU's watchdog stops it (%s). Called at %s",
+                             what, timeout, how, site ? site : "?");
             return -1;
         }
         /* spin briefly (a launch takes microseconds), then sleep in small steps */

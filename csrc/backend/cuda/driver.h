@@ -53,11 +53,20 @@ int mkb_cuda_scratch(size_t nbytes, CUdeviceptr *out);
 void mkb_cuda_scratch_free(CUdeviceptr p, size_t nbytes);
 
 /* Waits for the launched work, polling, so that Ctrl-C (mk_interrupted) and
- * MKPY_KERNEL_TIMEOUT keep their meaning: either one resets the context
- * (the kernel cannot be stopped otherwise) and fails with MLX's wording.
+ * MKPY_KERNEL_TIMEOUT keep their meaning: either one resets the context (a
+ * running kernel cannot be stopped otherwise) and fails with MLX's wording.
  * `what` names the work for errors ("kernel `k`"). Returns 0 or -1. */
 int mkb_cuda_wait(const char *what, const char *site);
 
 int mkb_cuda_describe(char *out, size_t n);
+
+/* The device addresses of the claim word and the report for a module's
+ * mkpy_cuda_g (mkpy_cuda_launch.h), made once per context. */
+struct mkpy_cuda_globals;
+struct mkpy_cuda_report;
+int mkb_cuda_globals(struct mkpy_cuda_globals *g);
+/* After a launch: copies a kernel's report out and clears it (and the claim
+ * word) for the next launch; false when there is none. */
+bool mkb_cuda_take_report(struct mkpy_cuda_report *out);
 
 #endif

@@ -29,11 +29,13 @@ typedef struct module_entry {
     CUmodule mod;
     CUfunction fn;
     int max_threads; /* threads per block the compiled code allows (registers) */
+    int shared;      /* static shared memory, mkpy's own (the barrier check's) taken out */
     struct module_entry *next;
 } module_entry;
 #define NBUCKETS 256
 static module_entry *buckets[NBUCKETS];
 static pthread_mutex_t modules_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t launch_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int launch_bound(const mkk_call *c) {
     int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
@@ -41,8 +43,42 @@ static int launch_bound(const mkk_call *c) {
     return (int)threads;
 }
 
+/* The module's mkpy_cuda_g: where its polls and reports go. */
+static int set_globals(CUmodule mod, const char *what) {
+    CUdeviceptr p;
+    size_t bytes = 0;
+    if (mkb_cu.cuModuleGetGlobal_v2(&p, &bytes, mod, MKPY_CUDA_GLOBALS_SYMBOL) != CUDA_SUCCESS ||
+        bytes != sizeof(struct mkpy_cuda_globals)) {
+        mkk_debug(2, "a CUDA module without %s: its reports are off", MKPY_CUDA_GLOBALS_SYMBOL);
+        return 0; /* a program without the runtime header's globals */
+    }
+    struct mkpy_cuda_globals g;
+    if (mkb_cuda_globals(&g) < 0) return -1;
+    return mkb_cuda_check(mkb_cu.cuMemcpyHtoD_v2(p, &g, sizeof g), what);
+}
+
+/* What a kernel reported (mkpy_cuda.h's report), as the CPU engines say it. */
+static void report_error(const mkk_kernel *k, const char *generated, const struct mkpy_cuda_report *r,
+                         const char *site) {
+    if (r->code == MKPY_CUDA_REPORT_BARRIERS) {
+        char fa[600], fb[600];
+        int la = 0, ca = 0, lb = 0, cb = 0;
+        unsigned a = r->site[0] < r->site[1] ? r->site[0] : r->site[1], b = a == r->site[0] ? r->site[1] : r->site[0];
+        if (mkk_barrier_site(k, generated, (int)a, fa, sizeof fa, &la, &ca) < 0) snprintf(fa, sizeof fa, "?");
+        if (mkk_barrier_site(k, generated, (int)b, fb, sizeof fb, &lb, &cb) < 0) snprintf(fb, sizeof fb, "?");
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] Kernel `%s` (GPU): threads of one threadgroup wait at different barriers "
+                     "(%s:%d:%d and %s:%d:%d); every thread must reach the same threadgroup_barrier (threads that "
+                     "return count as arrived). Kernel called at %s",
+                     k->name, fa, la, ca, fb, lb, cb, site);
+    } else {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` (GPU) reported problem %u. Kernel called at %s",
+                     k->name, r->code, site);
+    }
+}
+
 static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, const char *generated,
-                         const char *kernel_name, CUfunction *fn, int *max_threads) {
+                         const char *kernel_name, CUfunction *fn, int *max_threads, int *shared) {
     const unsigned gen = mkb_cuda_generation();
     const uint64_t h = c->gen_hash; /* of generated: dispatch.c hashes it once per call signature */
     const int bound = launch_bound(c), math = (int)k->math_mode;
@@ -52,6 +88,7 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
             strcmp(e->generated, generated) == 0) {
             *fn = e->fn;
             *max_threads = e->max_threads;
+            *shared = e->shared;
             pthread_mutex_unlock(&modules_mu);
             return 0;
         }
@@ -71,10 +108,18 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
     mkb_cuda_image_free(&img);
     if (rc < 0 || mkb_cuda_check(mkb_cu.cuModuleGetFunction(&e->fn, e->mod, MKPY_CUDA_ENTRY_SYMBOL), what) < 0 ||
         mkb_cuda_check(mkb_cu.cuFuncGetAttribute(&e->max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, e->fn),
-                       what) < 0) {
+                       what) < 0 ||
+        mkb_cuda_check(mkb_cu.cuFuncGetAttribute(&e->shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, e->fn), what) < 0 ||
+        set_globals(e->mod, what) < 0) {
         free(e->generated);
         free(e);
         return -1;
+    }
+    {
+        /* the barrier check's slots and parities (mkpy_cuda.h), present when the kernel has a barrier */
+        char f[8];
+        int l, col;
+        if (mkk_barrier_site(k, generated, 0, f, sizeof f, &l, &col) == 0) e->shared -= 2 * 4 + 1024;
     }
     e->hash = h;
     e->gen = gen;
@@ -86,6 +131,7 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
     pthread_mutex_unlock(&modules_mu);
     *fn = e->fn;
     *max_threads = e->max_threads;
+    *shared = e->shared;
     return 0;
 }
 
@@ -126,10 +172,21 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     CUdeviceptr *ptrs = NULL, scratch = 0;
     unsigned char *meta = NULL;
     size_t meta_bytes = 0;
+    bool locked = false;
     if (mkb_cuda_enter() < 0) return -1;
     CUfunction fn;
     int max_threads;
-    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads) < 0) return -1;
+    int shared;
+    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads, &shared) < 0) return -1;
+    if (shared > MKPY_MAX_THREADGROUP_MEMORY) {
+        char where[1024];
+        mkk_threadgroup_sites(k, generated, where, sizeof where);
+        mk_error_set(MK_ERR_RUNTIME,
+                     "[metal_kernel] Kernel `%s` (GPU): its threadgroup memory is %d bytes (declared at %s), more "
+                     "than the %d bytes (32 KiB) a threadgroup may use on Apple GPUs. Kernel called at %s",
+                     k->name, shared, *where ? where : "?", MKPY_MAX_THREADGROUP_MEMORY, site);
+        return -1;
+    }
     const unsigned threads = plan->tg[0] * plan->tg[1] * plan->tg[2];
     if ((int)threads > max_threads) {
         mk_error_set(MK_ERR_VALUE,
@@ -237,6 +294,9 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
                   threads, site);
     char what[400];
     snprintf(what, sizeof what, "Kernel `%s`", k->name);
+    /* one metal_kernel launch at a time: the report is the context's */
+    pthread_mutex_lock(&launch_mu);
+    locked = true;
     for (uint64_t begin = 0; begin < groups;) {
         uint64_t n = groups - begin < 0x7fffffffu ? groups - begin : 0x7fffffffu;
         L.group_begin = begin;
@@ -247,9 +307,15 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
         begin += n;
     }
     if (mkb_cuda_wait(what, site) < 0) goto done;
+    struct mkpy_cuda_report report;
+    if (mkb_cuda_take_report(&report)) {
+        report_error(k, generated, &report, site);
+        goto done;
+    }
     if (c->verbose) mkk_report("mkpy: kernel `%s` runs on the GPU (CUDA, sm_%d)\n", k->name, mkb_cuda_sm());
     rc = 0;
 done:
+    if (locked) pthread_mutex_unlock(&launch_mu);
     if (scratch) mkb_cuda_scratch_free(scratch, meta_bytes);
     free(meta);
     if (copies)

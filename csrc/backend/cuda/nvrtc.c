@@ -195,6 +195,7 @@ static void compile_failure(const mkk_kernel *k, const mkk_call *c, const char *
     if (b.s && b.n && b.s[b.n - 1] == '\n') b.s[--b.n] = 0;
     mk_error_set(MK_ERR_RUNTIME, "%s", b.s ? b.s : "[metal_kernel] Failed to compile kernel for CUDA.");
     free(b.s);
+    mkk_note_compile_error();
 }
 
 

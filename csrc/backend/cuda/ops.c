@@ -40,7 +40,8 @@ mk_eval_fn mkb_cuda_op_eval(const mk_prim *p) {
     mk_eval_fn f = NULL;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (strcmp(table[i].name, op->name) == 0) f = table[i].eval;
-    static const mkb_cuda_opentry *const more[] = {mkb_cuda_ew_ops, mkb_cuda_red_ops};
+    static const mkb_cuda_opentry *const more[] = {mkb_cuda_ew_ops, mkb_cuda_red_ops, mkb_cuda_fast_ops,
+                                                   mkb_cuda_idx_ops};
     for (size_t j = 0; j < sizeof more / sizeof *more && !f; j++)
         for (const mkb_cuda_opentry *e = more[j]; e->name && !f; e++)
             if (strcmp(e->name, op->name) == 0) f = e->eval;

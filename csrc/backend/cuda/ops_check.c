@@ -1,6 +1,6 @@
 /* The CI's compile check of the GPU op kernels (tests/test_gpu_ops_compile.py,
- * no GPU needed): every kernel body the evaluators of ops_ew.c and ops_red.c
- * can ask for, found by making each op's lazy node for each dtype (so the
+ * no GPU needed): every kernel body the evaluators of ops_ew.c, ops_red.c and
+ * ops_idx.c can ask for, found by making each op's lazy node for each dtype (so the
  * dtype rules are the ops' own), compiled with NVRTC for one architecture in
  * a few programs. */
 #include <stdio.h>
@@ -58,6 +58,16 @@ static bool node_types(mk_array *o, mk_dtype *in, mk_dtype *out) {
     return p != NULL;
 }
 
+/* ops_fast.c's and ops_idx.c's bodies go through add too */
+typedef struct {
+    prog *g;
+    int sm;
+} fast_ctx;
+static int add_fast(void *c, const char *body, int nk) {
+    fast_ctx *f = c;
+    return add(f->g, body, nk, f->sm);
+}
+
 int mkb_cuda_check_op_kernels(int sm, int *count) {
     prog g = {0};
     char body[1024], name[32];
@@ -91,6 +101,12 @@ int mkb_cuda_check_op_kernels(int sm, int *count) {
                 mkb_red_body(body, sizeof body, name, w, in, out) > 0)
                 rc = add(&g, body, 3, sm);
         }
+        for (int w = 0; w < 2 && rc == 0; w++) {
+            snprintf(name, sizeof name, "k%d", id++);
+            if (node_types(w == 0 ? mk_argmax(x, 0, true, false) : mk_argmin(x, 0, true, false), &in, &out) &&
+                mkb_arg_body(body, sizeof body, name, w, in) > 0)
+                rc = add(&g, body, 3, sm);
+        }
         /* copies and where move elements of 1, 2, 4 and 8 bytes */
         if (rc == 0 && (t == MK_BOOL || t == MK_UINT16 || t == MK_UINT32 || t == MK_UINT64))
             for (int kind = MKB_EW_COPY; kind <= MKB_EW_WHERE && rc == 0; kind++) {
@@ -100,6 +116,9 @@ int mkb_cuda_check_op_kernels(int sm, int *count) {
             }
         mk_decref(x);
     }
+    fast_ctx fc = {&g, sm};
+    if (rc == 0) rc = mkb_fast_check_bodies(add_fast, &fc); /* mx.fast and the softmax rows (ops_fast.c) */
+    if (rc == 0) rc = mkb_idx_check_kernels(add_fast, &fc); /* indexing and data movement (ops_idx.c) */
     if (rc == 0) rc = flush(&g, sm);
     *count = g.count;
     free(g.s);

@@ -49,6 +49,48 @@ int mkb_ew_body(char *buf, size_t n, const char *entry, int kind, int op, mk_dty
 /* The three kernels <prefix>b, <prefix>t, <prefix>p of a reduction
  * (which: MK_REDUCE_*) from dtype in to out (ops_red.c); -1 as above. */
 int mkb_red_body(char *buf, size_t n, const char *prefix, int which, mk_dtype in, mk_dtype out);
+/* Launches the element-wise kernel `k` of body over ndim/shape, narr
+ * operands (0: the output) with these element strides and device addresses,
+ * dims merged (core/iter.c), and waits for it (ops_ew.c). */
+int mkb_ew_run(const char *body, const char *what, int ndim, const int64_t *shape, int narr,
+               const int64_t *const *strides, CUdeviceptr *ptrs);
+/* The three kernels <prefix>b, <prefix>t, <prefix>p of argmax (which 0) or
+ * argmin (1) over dtype in (ops_red.c); -1 as above. */
+int mkb_arg_body(char *buf, size_t n, const char *prefix, int which, mk_dtype in);
+
+/* ---- indexing and data movement (ops_idx.c; mkpy_cuda_idx.cuh) ---- */
+extern const mkb_cuda_opentry mkb_cuda_idx_ops[];
+#define MKB_IDX_MAXA 4 /* index arrays of a gather or scatter on the GPU */
+/* The source of one program (kernel names from prefix k: MKB_IDX_SCATTER_SET
+ * defines <k>w and <k>s, the others <k>) for narr index arrays, a scatter op
+ * (mk_scatter_op) and dtype t (element size alone for the byte movers).
+ * Returns the length, or -1 where the GPU has no kernel for the case. */
+enum {
+    MKB_IDX_GATHER,
+    MKB_IDX_SCATTER_SET,
+    MKB_IDX_SCATTER_OP,
+    MKB_IDX_PUT_SET,
+    MKB_IDX_PUT_OP,
+    MKB_IDX_PAD,
+    MKB_IDX_FILL,
+    MKB_IDX_ARANGE,
+    MKB_IDX_SCAN, /* op: an mk_scan_op, t: the input's dtype */
+};
+int mkb_idx_body(char *buf, size_t n, const char *k, int kind, int narr, int op, mk_dtype t);
+/* Hands every body ops_idx.c's evaluators can ask for to add (nk: its
+ * kernels). Returns 0, or -1 when add fails or with the error set. */
+int mkb_idx_check_kernels(int (*add)(void *g, const char *body, int nk), void *g);
+
+/* mx.fast and the softmax rows (ops_fast.c): the kernels of one node kind
+ * for dtypes a (the input's) and b (the output's; norm only), named `entry`
+ * (attention: <entry>s, <entry>p, <entry>v). Returns the length, or -1
+ * where the GPU has no kernel for the case. */
+enum { MKB_FAST_NORM, MKB_FAST_ROPE, MKB_FAST_LASTAX, MKB_FAST_SDPA };
+extern const mkb_cuda_opentry mkb_cuda_fast_ops[];
+int mkb_fast_body(char *buf, size_t n, const char *entry, int kind, mk_dtype a, mk_dtype b);
+/* Adds (through `add`, nk: the kernels in the body) every body those
+ * evaluators can ask for: each float dtype, and norm's pairs. 0 or -1. */
+int mkb_fast_check_bodies(int (*add)(void *g, const char *body, int nk), void *g);
 /* Compiles every op kernel the GPU evaluators can ask for, for sm_<sm>, in
  * a few programs (ops_check.c); *count gets the number of kernels. Returns
  * 0, or -1 with the error set (NVRTC's log). */

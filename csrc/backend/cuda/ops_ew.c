@@ -22,9 +22,8 @@ typedef struct {
     int64_t st[4][MK_MAX_NDIM];
 } ew_args;
 
-/* Launches the one kernel `k` of body over `ndim`/`shape`, narr operands
- * (0: the output) with these element strides and device addresses. */
-static int run(const char *body, const char *what, int ndim, const int64_t *shape, int narr,
+/* (ops_cuda.h) */
+int mkb_ew_run(const char *body, const char *what, int ndim, const int64_t *shape, int narr,
                const int64_t *const *strides, CUdeviceptr *ptrs) {
     static const char *const names[] = {"k"};
     CUfunction f;
@@ -117,7 +116,7 @@ static int unary_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &ptr[1]) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
         return -1;
     const int64_t *st[2] = {o->strides, x->strides};
-    return run(body, mk_unary_names[*(const mk_unary_op *)p->params], o->ndim, o->shape, 2, st, ptr);
+    return mkb_ew_run(body, mk_unary_names[*(const mk_unary_op *)p->params], o->ndim, o->shape, 2, st, ptr);
 }
 
 static int binary_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
@@ -134,7 +133,7 @@ static int binary_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     mk_broadcast_strides(in[0], o->ndim, o->shape, sa);
     mk_broadcast_strides(in[1], o->ndim, o->shape, sb);
     const int64_t *st[3] = {o->strides, sa, sb};
-    return run(body, mk_binary_names[op], o->ndim, o->shape, 3, st, ptr);
+    return mkb_ew_run(body, mk_binary_names[op], o->ndim, o->shape, 3, st, ptr);
 }
 
 static int astype_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
@@ -146,7 +145,7 @@ static int astype_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &ptr[1]) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
         return -1;
     const int64_t *st[2] = {o->strides, x->strides};
-    return run(body, "astype", o->ndim, o->shape, 2, st, ptr);
+    return mkb_ew_run(body, "astype", o->ndim, o->shape, 2, st, ptr);
 }
 
 static int where_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
@@ -163,7 +162,7 @@ static int where_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int64_t s[3][MK_MAX_NDIM];
     for (int k = 0; k < 3; k++) mk_broadcast_strides(in[k], o->ndim, o->shape, s[k]);
     const int64_t *st[4] = {o->strides, s[0], s[1], s[2]};
-    return run(body, "where", o->ndim, o->shape, 4, st, ptr);
+    return mkb_ew_run(body, "where", o->ndim, o->shape, 4, st, ptr);
 }
 
 /* x's elements in row-major order into o's fresh dense storage (as many
@@ -177,7 +176,7 @@ static int copy_dense(const mk_array *x, mk_array *o) {
     int64_t dense[MK_MAX_NDIM];
     mk_row_strides(x->ndim, x->shape, dense);
     const int64_t *st[2] = {dense, x->strides};
-    return run(body, "copy", x->ndim, x->shape, 2, st, ptr);
+    return mkb_ew_run(body, "copy", x->ndim, x->shape, 2, st, ptr);
 }
 
 static bool elem_size_ok(mk_dtype t) {

@@ -5,7 +5,9 @@
  * output; longer ones a block per output, or several blocks per output whose
  * partial accumulators a second kernel combines. The accumulators are the
  * CPU's (ops_reduce.c), except float sums, which are in double throughout.
- * Arg reductions and empty inputs run on the CPU. */
+ * argmax and argmin (the same launches, mkpy_cuda_idx.cuh's kernels) keep
+ * the CPU's first-of-equals and first-nan rules. Empty inputs run on the
+ * CPU. */
 #include <stdio.h>
 #include <string.h>
 
@@ -72,11 +74,78 @@ static int64_t dims(const mk_array *x, const bool *red, bool want, int32_t *nd, 
     return it.total;
 }
 
+int mkb_arg_body(char *buf, size_t n, const char *prefix, int which, mk_dtype in) {
+    if (which < 0 || which > 1 || in >= MK_NDTYPES || !mkb_cuda_tname[in]) return -1;
+    const char *ti = mkb_cuda_tname[in], *m = which == 0 ? "true" : "false";
+    return snprintf(buf, n,
+                    "#include \"mkpy_cuda_idx.cuh\"\n"
+                    "extern \"C\" __global__ void %sb(red_args a, u32 *o, const %s *x, void *p) "
+                    "{ arg_blocks<%s, %s>(a, o, x, p); }\n"
+                    "extern \"C\" __global__ void %st(red_args a, u32 *o, const %s *x) { arg_threads<%s, %s>(a, o, x); }\n"
+                    "extern \"C\" __global__ void %sp(red_args a, u32 *o, const void *p) { arg_parts<%s, %s>(a, o, p); }\n",
+                    prefix, ti, m, ti, prefix, ti, m, ti, prefix, m, ti);
+}
+
+/* Launches the kernels f (blocks, threads, parts) of a reduction of x into
+ * o over a's dims; acc: bytes of one partial accumulator. */
+static int run_reduce(red_args *a, CUfunction *f, const mk_array *x, mk_array *o, size_t acc, const char *what) {
+    CUdeviceptr px, po, part = 0;
+    if (mkb_cuda_ptr(x, &px) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &po) < 0) return -1;
+    if (a->R < 128) { /* one thread per output */
+        void *params[3] = {a, &po, &px};
+        if (mkb_opkern_launch(f[1], a->K, 128, params, what) < 0) return -1;
+        return mkb_cuda_wait(what, NULL);
+    }
+    /* enough blocks to fill the GPU (about 1024) when outputs are few,
+     * each reducing at least 4096 elements */
+    int64_t nchunk = 1;
+    if (a->K < 1024) {
+        nchunk = (1024 + a->K - 1) / a->K;
+        int64_t most = (a->R + 4095) / 4096;
+        if (nchunk > most) nchunk = most;
+        if (nchunk < 1) nchunk = 1;
+    }
+    a->nchunk = (int32_t)nchunk;
+    a->chunk = (a->R + nchunk - 1) / nchunk;
+    size_t pbytes = (size_t)(a->K * nchunk) * acc;
+    if (nchunk > 1 && mkb_cuda_scratch(pbytes, &part) < 0) return -1;
+    void *params[4] = {a, &po, &px, &part};
+    /* one block of 256 per (output, chunk) */
+    int rc = mkb_opkern_launch(f[0], a->K * nchunk * 256, 256, params, what);
+    if (rc == 0 && nchunk > 1) {
+        void *pp[3] = {a, &po, &part};
+        rc = mkb_opkern_launch(f[2], a->K, 128, pp, what);
+    }
+    if (rc == 0) rc = mkb_cuda_wait(what, NULL);
+    if (part) mkb_cuda_scratch_free(part, pbytes);
+    return rc;
+}
+
+/* argmax and argmin: the index (uint32) in the row-major order of the
+ * reduced dims, which merging keeps */
+static int arg_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out, int which, const bool *red) {
+    mk_array *x = in[0], *o = out[0];
+    char body[1024];
+    if (o->size == 0 || x->size == 0 || mkb_arg_body(body, sizeof body, "k", which, x->dtype) < 0)
+        return p->op->eval(p, in, out);
+    red_args a;
+    memset(&a, 0, sizeof a);
+    a.K = dims(x, red, false, &a.nk, a.kshape, a.kst);
+    a.R = dims(x, red, true, &a.nr, a.rshape, a.rst);
+    if (a.R > UINT32_MAX) return p->op->eval(p, in, out);
+    static const char *const names[3] = {"kb", "kt", "kp"};
+    CUfunction f[3];
+    if (mkb_cuda_enter() < 0 || mkb_opkern_get(body, 3, names, f) < 0) return -1;
+    /* mkpy_cuda_idx.cuh's arg_acc: a value of at most 8 bytes, two u32 */
+    return run_reduce(&a, f, x, o, 16, which == 0 ? "argmax" : "argmin");
+}
+
 static int reduce_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int which;
     bool red[MK_MAX_NDIM];
     mk_array *x = in[0], *o = out[0];
     char body[1024];
+    if (mk_xp_argreduce(p, &which, red)) return arg_gpu(p, in, out, which, red);
     if (!mk_xp_reduce(p, &which, red) || o->size == 0 || x->size == 0 ||
         mkb_red_body(body, sizeof body, "k", which, x->dtype, o->dtype) < 0)
         return p->op->eval(p, in, out);
@@ -86,39 +155,8 @@ static int reduce_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     a.R = dims(x, red, true, &a.nr, a.rshape, a.rst);
     static const char *const names[3] = {"kb", "kt", "kp"};
     CUfunction f[3];
-    CUdeviceptr px, po, part = 0;
-    if (mkb_cuda_enter() < 0 || mkb_opkern_get(body, 3, names, f) < 0 || mkb_cuda_ptr(x, &px) < 0 ||
-        mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &po) < 0)
-        return -1;
-    const char *what = rname[which];
-    if (a.R < 128) { /* one thread per output */
-        void *params[3] = {&a, &po, &px};
-        if (mkb_opkern_launch(f[1], a.K, 128, params, what) < 0) return -1;
-        return mkb_cuda_wait(what, NULL);
-    }
-    /* enough blocks to fill the GPU (about 1024) when outputs are few,
-     * each reducing at least 4096 elements */
-    int64_t nchunk = 1;
-    if (a.K < 1024) {
-        nchunk = (1024 + a.K - 1) / a.K;
-        int64_t most = (a.R + 4095) / 4096;
-        if (nchunk > most) nchunk = most;
-        if (nchunk < 1) nchunk = 1;
-    }
-    a.nchunk = (int32_t)nchunk;
-    a.chunk = (a.R + nchunk - 1) / nchunk;
-    size_t pbytes = (size_t)(a.K * nchunk) * acc_size(which, x->dtype);
-    if (nchunk > 1 && mkb_cuda_scratch(pbytes, &part) < 0) return -1;
-    void *params[4] = {&a, &po, &px, &part};
-    /* one block of 256 per (output, chunk) */
-    int rc = mkb_opkern_launch(f[0], a.K * nchunk * 256, 256, params, what);
-    if (rc == 0 && nchunk > 1) {
-        void *pp[3] = {&a, &po, &part};
-        rc = mkb_opkern_launch(f[2], a.K, 128, pp, what);
-    }
-    if (rc == 0) rc = mkb_cuda_wait(what, NULL);
-    if (part) mkb_cuda_scratch_free(part, pbytes);
-    return rc;
+    if (mkb_cuda_enter() < 0 || mkb_opkern_get(body, 3, names, f) < 0) return -1;
+    return run_reduce(&a, f, x, o, acc_size(which, x->dtype), rname[which]);
 }
 
 const mkb_cuda_opentry mkb_cuda_red_ops[] = {{"reduce", reduce_gpu}, {NULL, NULL}};

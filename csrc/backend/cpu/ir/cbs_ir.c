@@ -45,6 +45,7 @@
 #include <llvm-c/Analysis.h>
 #include <llvm-c/BitReader.h>
 #include <llvm-c/Core.h>
+#include <llvm-c/DebugInfo.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
@@ -83,6 +84,7 @@ typedef struct {
     char *slot_memory;                    /* 1 where the slot replaces an alloca: memory, not a value */
     int nslot_addrs, slot_addr_cap;
     unsigned long long *slot_offs;        /* a slot's offset in a thread's frame layout */
+    unsigned long long *slot_sizes;       /* its bytes per thread (the stride between threads' copies) */
     unsigned long long frame; /* bytes per thread */
     /* group-uniform slots (see preloadable): dense runs read thread 0's copy */
     char *dom;      /* nblocks^2: dom[a * n + b] when block a dominates b */
@@ -95,6 +97,10 @@ typedef struct {
      * the load is one of that value */
     LLVMValueRef *uni_loads, *uni_of;
     int nuni_loads, uni_loads_cap;
+    /* x-affine slots (see affine_candidate): the slot, and the sites where
+     * a read of it may be thread 0's copy plus the thread's index */
+    int *aff_slots, naff, aff_cap;
+    char *aff_ok; /* naff rows of nsite_heads */
     char *why;
     size_t whyn;
 } pass;
@@ -121,6 +127,19 @@ static int sync_kind(pass *p, LLVMValueRef inst) {
 
 /* ------------------------------------------------------------ inlining */
 
+/* Is the called value a function of the runtime's table, mkpy::api->f
+ * (a load through the global mkpy::api, as a printing kernel's log_at
+ * calls api->print)? Those reach no runtime point of the kernel. */
+static int runtime_table_call(LLVMValueRef c) {
+    if (!LLVMIsALoadInst(c)) return 0;
+    LLVMValueRef a = LLVMGetOperand(c, 0);
+    while (LLVMIsAGetElementPtrInst(a) || (LLVMIsAConstantExpr(a) && LLVMGetConstOpcode(a) == LLVMGetElementPtr))
+        a = LLVMGetOperand(a, 0);
+    if (!LLVMIsALoadInst(a)) return 0;
+    LLVMValueRef g = LLVMGetOperand(a, 0);
+    return LLVMIsAGlobalVariable(g) && strcmp(mkk_ir_name(g), "_ZN4mkpy3apiE") == 0;
+}
+
 /* Does fn (a definition) reach a runtime point through calls? */
 static int reaches_sync(pass *p, LLVMValueRef fn, LLVMValueRef *seen, int *nseen) {
     for (int i = 0; i < *nseen; i++)
@@ -133,7 +152,7 @@ static int reaches_sync(pass *p, LLVMValueRef fn, LLVMValueRef *seen, int *nseen
                 LLVMValueRef c = LLVMGetCalledValue(in);
                 if (!LLVMIsAFunction(c)) {
                     /* an indirect call: could reach anything */
-                    if (!LLVMIsAInlineAsm(c)) return 1;
+                    if (!LLVMIsAInlineAsm(c) && !runtime_table_call(c)) return 1;
                     continue;
                 }
                 if (is_sync_fn(p, c)) return 1;
@@ -143,25 +162,29 @@ static int reaches_sync(pass *p, LLVMValueRef fn, LLVMValueRef *seen, int *nseen
     return 0;
 }
 
-static int inline_all(pass *p) {
-    unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
-    unsigned never = LLVMGetEnumAttributeKindForName("noinline", 8);
-    unsigned optnone = LLVMGetEnumAttributeKindForName("optnone", 7);
-    for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
-        if (LLVMIsDeclaration(fn) || fn == p->f || is_sync_fn(p, fn) || fn == p->fn_tg_alloc) continue;
-        const char *n = mkk_ir_name(fn);
-        if (strncmp(n, "mkpy_kernel_", 12) == 0) continue;
-        LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, never);
-        LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, optnone);
-        LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
-    }
-    /* everything inlined into F, then optimised (unrolled, scalarised) as
-     * usual: the runtime points are noduplicate and nomerge, so no pass
-     * copies or merges them */
+/* The runtime points of the module (the optimiser may drop what nothing
+ * calls, so they are looked up again after it ran). */
+static void find_points(pass *p) {
+    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
+    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
+    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
+    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+}
+
+/* fn is inlined wherever it is called (always-inline). */
+static void force_inline(pass *p, LLVMValueRef fn) {
+    LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMGetEnumAttributeKindForName("noinline", 8));
+    LLVMRemoveEnumAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMGetEnumAttributeKindForName("optnone", 7));
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateEnumAttribute(p->cx, LLVMGetEnumAttributeKindForName("alwaysinline", 12), 0));
+}
+
+/* Runs an LLVM pipeline that inlines (the vectorisers off). */
+static int run_inliner(pass *p, const char *pipeline) {
     LLVMPassBuilderOptionsRef o = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(o, 0);
     LLVMPassBuilderOptionsSetSLPVectorization(o, 0);
-    LLVMErrorRef e = LLVMRunPasses(p->m, "always-inline,default<O2>", p->tm, o);
+    LLVMErrorRef e = LLVMRunPasses(p->m, pipeline, p->tm, o);
     LLVMDisposePassBuilderOptions(o);
     if (e) {
         char *msg = LLVMGetErrorMessage(e);
@@ -169,6 +192,20 @@ static int inline_all(pass *p) {
         LLVMDisposeErrorMessage(msg);
         return -1;
     }
+    return 0;
+}
+
+static int inline_all(pass *p) {
+    for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
+        if (LLVMIsDeclaration(fn) || fn == p->f || is_sync_fn(p, fn) || fn == p->fn_tg_alloc) continue;
+        const char *n = mkk_ir_name(fn);
+        if (strncmp(n, "mkpy_kernel_", 12) == 0 || strcmp(n, "mkpy_sync_order") == 0) continue;
+        force_inline(p, fn);
+    }
+    /* everything inlined into F, then optimised (unrolled, scalarised) as
+     * usual: the runtime points are noduplicate and nomerge, so no pass
+     * copies or merges them */
+    if (run_inliner(p, "always-inline,default<O2>") < 0) return -1;
     /* whatever F still calls must not reach a runtime point */
     LLVMValueRef *seen = malloc(4096 * sizeof *seen);
     if (!seen) return mkk_ir_fail(p, "out of memory");
@@ -181,7 +218,7 @@ static int inline_all(pass *p) {
             if (!LLVMIsACallInst(in)) continue;
             LLVMValueRef c = LLVMGetCalledValue(in);
             if (LLVMIsAFunction(c) && (is_sync_fn(p, c) || c == p->fn_tg_alloc || LLVMIsDeclaration(c))) continue;
-            if (LLVMIsAInlineAsm(c)) continue;
+            if (LLVMIsAInlineAsm(c) || runtime_table_call(c)) continue;
             int nseen = 0;
             if (!LLVMIsAFunction(c) || reaches_sync(p, c, seen, &nseen)) {
                 free(seen);
@@ -402,9 +439,9 @@ typedef struct {
     long index;
 } mem_obj;
 
-static mem_obj underlying(pass *p, LLVMValueRef v) {
-    mem_obj o = {OBJ_UNKNOWN, NULL, -1};
-    for (int depth = 0; depth < 64; depth++) {
+/* The pointer v is an offset of, through GEPs and casts (stopping at `stop`). */
+static LLVMValueRef pointer_root(LLVMValueRef v, LLVMValueRef stop) {
+    for (int depth = 0; depth < 64 && v != stop; depth++) {
         if (LLVMIsAGetElementPtrInst(v) || LLVMIsABitCastInst(v) || LLVMIsAAddrSpaceCastInst(v)) {
             v = LLVMGetOperand(v, 0);
             continue;
@@ -418,6 +455,12 @@ static mem_obj underlying(pass *p, LLVMValueRef v) {
         }
         break;
     }
+    return v;
+}
+
+static mem_obj underlying(pass *p, LLVMValueRef v) {
+    mem_obj o = {OBJ_UNKNOWN, NULL, -1};
+    v = pointer_root(v, NULL);
     if (LLVMIsAAllocaInst(v)) {
         o.kind = OBJ_PRIVATE;
         return o;
@@ -899,6 +942,7 @@ typedef struct {
     LLVMBasicBlockRef head, resume; /* the block ending in the call; the resume block */
     int line, col, order;
     LLVMValueRef file;
+    unsigned dep_off, dep_stride, dep_size; /* an exchange's value in the frame (dep_stride 0: the deposit) */
 } site;
 
 static LLVMValueRef const_i32(pass *p, long v) { return LLVMConstInt(p->i32, (unsigned long long)v, 1); }
@@ -1078,7 +1122,9 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
         if (m) p->slot_memory = m;
         unsigned long long *o = realloc(p->slot_offs, sizeof *o * (size_t)p->slot_addr_cap);
         if (o) p->slot_offs = o;
-        if (!a || !b || !m || !o) {
+        unsigned long long *z = realloc(p->slot_sizes, sizeof *z * (size_t)p->slot_addr_cap);
+        if (z) p->slot_sizes = z;
+        if (!a || !b || !m || !o || !z) {
             mkk_ir_fail(p, "out of memory");
             return NULL;
         }
@@ -1090,6 +1136,7 @@ static LLVMValueRef slot_for(pass *p, LLVMValueRef v) {
     p->slot_vals[p->nslot_addrs] = v;
     p->slot_memory[p->nslot_addrs] = (char)is_alloca;
     p->slot_offs[p->nslot_addrs] = offset;
+    p->slot_sizes[p->nslot_addrs] = size;
     p->slot_addrs[p->nslot_addrs++] = addr;
     if (!is_alloca) {
         LLVMValueRef after = LLVMGetNextInstruction(v);
@@ -1370,7 +1417,7 @@ static int group_uniform(pass *p, LLVMValueRef v, LLVMValueRef *assume, int nass
  * `at` (no site-free path from the site through v's block to `at`); and `at`
  * is reached from the site without another. Sets ok[i] for site i; returns how many,
  * or -1. */
-static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
+static int stable_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok, int uniform) {
     if (!LLVMIsAInstruction(v) || !p->nsite_heads) return 0;
     for (int i = 0; i < p->nslot_addrs; i++)
         if (p->slot_vals[i] == v && p->slot_memory[i]) return 0;
@@ -1389,7 +1436,7 @@ static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
     }
     LLVMValueRef assume[8];
     int count = 0;
-    if (group_uniform(p, v, assume, 0, 0, seen, stack))
+    if (!uniform || group_uniform(p, v, assume, 0, 0, seen, stack))
         for (int i = 0; i < p->nsite_heads; i++) {
             int h = p->site_heads[i];
             /* v's block reached again after the site is fine when `at`
@@ -1404,6 +1451,75 @@ static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
     free(stack);
     return count;
 }
+
+static int preload_sites(pass *p, LLVMValueRef v, LLVMValueRef at, char *ok) {
+    return stable_sites(p, v, at, ok, 1);
+}
+
+/* x-affine slots. The counter of a grid- or row-stride loop, `for (i =
+ * gid; i < n; i += gsz)`, is per thread, so the element load `x[i]` in its
+ * loop-step region is a gather (AVX-512 and AVX2 have one, no faster than
+ * scalar loads). In a dense run it is usually thread 0's value plus the
+ * thread's index, which no analysis can promise (threads of a nested loop
+ * may meet at the step after different iteration counts), so the run
+ * function checks it: before a dense run at a site with such counters, it
+ * compares every thread's slot with thread 0's plus the thread's index, and
+ * if all hold runs a third nest (ctx->aff set) where F reads those slots as
+ * thread 0's copy plus its index, which makes `x[i]` a contiguous vector
+ * load. */
+/* Does v depend on the thread's position (F's index or x, y, z) through
+ * arithmetic and casts? */
+static int on_position(pass *p, LLVMValueRef v, int depth) {
+    if (v == LLVMGetParam(p->f, 3) || v == LLVMGetParam(p->f, 6) || v == LLVMGetParam(p->f, 7) ||
+        v == LLVMGetParam(p->f, 8))
+        return 1;
+    if (!LLVMIsAInstruction(v) || depth > 8 || LLVMIsAPHINode(v) || LLVMIsALoadInst(v) || !is_cheap(p, v)) return 0;
+    int n = LLVMGetNumOperands(v);
+    for (int i = 0; i < n; i++)
+        if (on_position(p, LLVMGetOperand(v, (unsigned)i), depth + 1)) return 1;
+    return 0;
+}
+
+/* Candidates: integer phis of a loop-step block (a loop's counters) that
+ * start from the thread's position. */
+static int affine_candidate(pass *p, LLVMValueRef v) {
+    if (!p->fn_loop_step || !LLVMIsAPHINode(v)) return 0;
+    LLVMTypeRef t = LLVMTypeOf(v);
+    if (LLVMGetTypeKind(t) != LLVMIntegerTypeKind) return 0;
+    unsigned w = LLVMGetIntTypeWidth(t);
+    if (w != 32 && w != 64) return 0;
+    LLVMValueRef term = LLVMGetBasicBlockTerminator(LLVMGetInstructionParent(v));
+    LLVMValueRef call = term ? LLVMGetPreviousInstruction(term) : NULL;
+    if (!call || !LLVMIsACallInst(call) || LLVMGetCalledValue(call) != p->fn_loop_step) return 0;
+    for (unsigned q = 0; q < LLVMCountIncoming(v); q++)
+        if (on_position(p, LLVMGetIncomingValue(v, q), 0)) return 1;
+    return 0;
+}
+
+/* Notes slot si as x-affine at the sites in ok. */
+static int note_affine(pass *p, int si, const char *ok) {
+    int a = -1;
+    for (int i = 0; i < p->naff; i++)
+        if (p->aff_slots[i] == si) a = i;
+    if (a < 0) {
+        if (p->naff == p->aff_cap) {
+            int cap = p->aff_cap ? 2 * p->aff_cap : 8;
+            int *u = realloc(p->aff_slots, sizeof *u * (size_t)cap);
+            if (u) p->aff_slots = u;
+            char *o = realloc(p->aff_ok, (size_t)cap * (size_t)(p->nsite_heads + 1));
+            if (o) p->aff_ok = o;
+            if (!u || !o) return mkk_ir_fail(p, "out of memory");
+            p->aff_cap = cap;
+        }
+        a = p->naff++;
+        p->aff_slots[a] = si;
+        memset(p->aff_ok + (size_t)a * (size_t)(p->nsite_heads + 1), 0, (size_t)(p->nsite_heads + 1));
+    }
+    for (int i = 0; i < p->nsite_heads; i++) p->aff_ok[(size_t)a * (size_t)(p->nsite_heads + 1) + (size_t)i] |= ok[i];
+    return 0;
+}
+
+static int note_uni_load(pass *p, LLVMValueRef load, LLVMValueRef v);
 
 /* v's value before `at` (dominated by v's definition): constants, arguments
  * and E' values as they are; cheap and uniform instructions computed again
@@ -1478,24 +1594,66 @@ static LLVMValueRef value_at(pass *p, LLVMValueRef v, LLVMValueRef at, int depth
         LLVMSetAlignment(ul, LLVMABIAlignmentOfType(p->td, LLVMTypeOf(v)));
         LLVMInstructionEraseFromParent(ld);
         ld = ul;
-        if (p->nuni_loads == p->uni_loads_cap) {
-            int cap = p->uni_loads_cap ? 2 * p->uni_loads_cap : 16;
-            LLVMValueRef *a = realloc(p->uni_loads, sizeof *a * (size_t)cap);
-            if (a) p->uni_loads = a;
-            LLVMValueRef *b = realloc(p->uni_of, sizeof *b * (size_t)cap);
-            if (b) p->uni_of = b;
-            if (!a || !b) {
+        if (note_uni_load(p, ul, v) < 0) {
+            free(ok);
+            return NULL;
+        }
+    } else if (affine_candidate(p, v)) {
+        int si = -1;
+        for (int i = 0; i < p->nslot_addrs; i++)
+            if (p->slot_vals[i] == v) si = i;
+        memset(ok, 0, (size_t)p->nsite_heads + 1);
+        int na = si >= 0 && !p->slot_memory[si] ? stable_sites(p, v, at, ok, 0) : 0;
+        if (na < 0 || (na > 0 && note_affine(p, si, ok) < 0)) {
+            free(ok);
+            return NULL;
+        }
+        if (na > 0) {
+            /* ctx->aff set (the affine nest) and resumed at a site where the
+             * slot still holds the run's first value: thread 0's copy plus
+             * the thread's index; one load from the address chosen */
+            LLVMValueRef at_site = NULL;
+            for (int i = 0; i < p->nsite_heads; i++) {
+                if (!ok[i]) continue;
+                LLVMValueRef is = LLVMBuildICmp(p->b, LLVMIntEQ, LLVMGetParam(p->f, 4), const_i32(p, i + 1), "");
+                at_site = at_site ? LLVMBuildOr(p->b, at_site, is, "") : is;
+            }
+            LLVMValueRef use = LLVMBuildAnd(p->b, LLVMBuildIsNotNull(p->b, ctx_field(p, 6), ""), at_site, "");
+            LLVMValueRef ua = LLVMBuildSelect(
+                p->b, use, gep_bytes(p, ctx_field(p, 5), const_i64(p, (long long)p->slot_offs[si])), addr, "");
+            LLVMTypeRef t = LLVMTypeOf(v);
+            LLVMValueRef dl = LLVMBuildLoad2(p->b, t, ua, "");
+            LLVMSetAlignment(dl, LLVMABIAlignmentOfType(p->td, t));
+            LLVMValueRef idx = LLVMGetIntTypeWidth(t) == 32 ? LLVMGetParam(p->f, 3)
+                                                            : LLVMBuildZExt(p->b, LLVMGetParam(p->f, 3), t, "");
+            LLVMValueRef val = LLVMBuildSelect(p->b, use, LLVMBuildAdd(p->b, dl, idx, ""), dl, "");
+            LLVMInstructionEraseFromParent(ld);
+            ld = val;
+            if (note_uni_load(p, dl, v) < 0 || note_uni_load(p, val, v) < 0) {
                 free(ok);
-                mkk_ir_fail(p, "out of memory");
                 return NULL;
             }
-            p->uni_loads_cap = cap;
         }
-        p->uni_loads[p->nuni_loads] = ul;
-        p->uni_of[p->nuni_loads++] = v;
     }
     free(ok);
     return ld;
+}
+
+/* A load value_at built for v (or the value computed from it): a later
+ * value_at of it is one of v. */
+static int note_uni_load(pass *p, LLVMValueRef load, LLVMValueRef v) {
+    if (p->nuni_loads == p->uni_loads_cap) {
+        int cap = p->uni_loads_cap ? 2 * p->uni_loads_cap : 16;
+        LLVMValueRef *a = realloc(p->uni_loads, sizeof *a * (size_t)cap);
+        if (a) p->uni_loads = a;
+        LLVMValueRef *b = realloc(p->uni_of, sizeof *b * (size_t)cap);
+        if (b) p->uni_of = b;
+        if (!a || !b) return mkk_ir_fail(p, "out of memory");
+        p->uni_loads_cap = cap;
+    }
+    p->uni_loads[p->nuni_loads] = load;
+    p->uni_of[p->nuni_loads++] = v;
+    return 0;
 }
 
 static int crosses_site(pass *p, int def, int use, char *seen, int *stack);
@@ -1564,6 +1722,8 @@ static int remat_uses(pass *p, LLVMValueRef v, int bi, char *seen, int *stack) {
 
 /* Blocks where the memory of alloca `a` is used (through pointers derived
  * from it), marked in `used`. Returns -1 on failure. */
+static int is_intrinsic(LLVMValueRef call, const char *prefix);
+
 static int alloca_use_blocks(pass *p, LLVMValueRef a, char *used) {
     int cap = 64, n = 0, rc = 0;
     LLVMValueRef *work = malloc(sizeof *work * (size_t)cap);
@@ -1574,6 +1734,14 @@ static int alloca_use_blocks(pass *p, LLVMValueRef a, char *used) {
         for (LLVMUseRef u = LLVMGetFirstUse(v); u; u = LLVMGetNextUse(u)) {
             LLVMValueRef user = LLVMGetUser(u);
             if (!LLVMIsAInstruction(user)) continue;
+            /* not uses: lifetime markers (dropped, see below), and the mask
+             * and lane an exchange fills, which its resume block stores
+             * (the call itself goes): otherwise they cross the site and live
+             * in the frame, two slot stores per lane at every exchange */
+            if (LLVMIsACallInst(user) && is_intrinsic(user, "llvm.lifetime.")) continue;
+            if (LLVMIsACallInst(user) && LLVMGetCalledValue(user) == p->fn_exchange &&
+                LLVMGetOperand(user, 0) != v && LLVMGetOperand(user, 1) != v)
+                continue;
             int bi = block_index(p, LLVMGetInstructionParent(user));
             if (bi >= 0) used[bi] = 1;
             if (LLVMIsAGetElementPtrInst(user) || LLVMIsABitCastInst(user) || LLVMIsAAddrSpaceCastInst(user) ||
@@ -1631,21 +1799,346 @@ static int alloca_crosses(pass *p, LLVMValueRef a, char *seen, int *stack) {
     return crosses;
 }
 
-int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
-    pass P = {0}, *p = &P;
+/* ------------------------------------------------ slot coalescing
+ * Two slots whose contents are never needed at the same time can be one, as
+ * a register allocator coalesces the copies of a value. This matters in a
+ * loop-step region (add_loop_steps): an iteration leaves either to the next
+ * iteration, storing the running value into the loop phi's slot, or out of
+ * the loop, storing the same value into the slot of the phi after the loop
+ * (or of the variable a SIMD-group function reads). Two exits storing one
+ * value to two addresses become, after O2, one store through a select of
+ * the addresses: a scatter, which keeps the loop vectoriser out of the
+ * region. With one slot, both exits store to one address and the region's
+ * work-item loop vectorises.
+ *
+ * A slot qualifies when every use of its address is a load, a store to it,
+ * a memcpy/memset of the whole slot, a lifetime marker or an exchange reading
+ * the thread's value; group-uniform slots (read from thread 0's copy) stay
+ * apart. Slots are joined only when they are related (one holds a value the
+ * other's stored phi merges, or the same value) and do not interfere: no
+ * store to one can come after a store to the other and before a read of the
+ * other that expects the other's value. */
+typedef struct {
+    int rep, ok;
+    LLVMValueRef *defs, *uses, *marks, *srcs;
+    int ndefs, nuses, nmarks, nsrcs;
+} co_slot;
+
+static int co_push(LLVMValueRef **a, int *n, LLVMValueRef v) {
+    LLVMValueRef *g = realloc(*a, sizeof *g * (size_t)(*n + 1));
+    if (!g) return -1;
+    g[(*n)++] = v;
+    *a = g;
+    return 0;
+}
+
+static int inst_pos(LLVMValueRef in) {
+    int k = 0;
+    for (LLVMValueRef q = LLVMGetFirstInstruction(LLVMGetInstructionParent(in)); q && q != in;
+         q = LLVMGetNextInstruction(q))
+        k++;
+    return k;
+}
+
+/* The position in block bb of the first of the n instructions `avoid` there
+ * at or after position `from` (-1: none). */
+static int first_avoid(LLVMBasicBlockRef bb, int from, LLVMValueRef *avoid, const int *apos, int n) {
+    int best = -1;
+    for (int k = 0; k < n; k++)
+        if (LLVMGetInstructionParent(avoid[k]) == bb && apos[k] >= from && (best < 0 || apos[k] < best)) best = apos[k];
+    return best;
+}
+
+/* Can control go from just after instruction `from` to instruction `to`
+ * without passing one of the n instructions `avoid`? */
+static int reach_inst(pass *p, LLVMValueRef from, LLVMValueRef to, LLVMValueRef *avoid, const int *apos, int n,
+                      char *seen, int *stack) {
+    LLVMBasicBlockRef bf = LLVMGetInstructionParent(from), bt = LLVMGetInstructionParent(to);
+    int pf = inst_pos(from), pt = inst_pos(to);
+    int a = first_avoid(bf, pf + 1, avoid, apos, n);
+    if (bf == bt && pf < pt) return a < 0 || a > pt;
+    if (a >= 0) return 0; /* leaving bf passes one */
+    int f = block_index(p, bf), sp = 0;
+    if (f < 0) return 1;
+    memset(seen, 0, (size_t)p->nblocks);
+    for (int k = 0; k < p->nsucc[f]; k++) stack[sp++] = p->succ[f][k];
+    while (sp) {
+        int x = stack[--sp];
+        if (seen[x]) continue;
+        seen[x] = 1;
+        LLVMBasicBlockRef bx = p->blocks[x];
+        int ax = first_avoid(bx, 0, avoid, apos, n);
+        if (bx == bt && (ax < 0 || ax > pt)) return 1;
+        if (ax >= 0) continue;
+        for (int k = 0; k < p->nsucc[x]; k++)
+            if (!seen[p->succ[x][k]]) stack[sp++] = p->succ[x][k];
+    }
+    return 0;
+}
+
+/* Would the slots of groups a and b (their representatives) interfere? */
+static int co_interfere(pass *p, co_slot *cs, int a, int b, char *seen, int *stack) {
+    for (int dir = 0; dir < 2; dir++) {
+        int x = dir ? b : a, y = dir ? a : b;
+        /* x's value read after y's store, which came after x's store */
+        LLVMValueRef *xd = NULL, *xu = NULL, *yd = NULL;
+        int nxd = 0, nxu = 0, nyd = 0, bad = 0;
+        for (int i = 0; i < p->nslot_addrs && !bad; i++) {
+            if (cs[i].rep == x) {
+                for (int k = 0; k < cs[i].ndefs && !bad; k++) bad = co_push(&xd, &nxd, cs[i].defs[k]);
+                for (int k = 0; k < cs[i].nuses && !bad; k++) bad = co_push(&xu, &nxu, cs[i].uses[k]);
+            } else if (cs[i].rep == y) {
+                for (int k = 0; k < cs[i].ndefs && !bad; k++) bad = co_push(&yd, &nyd, cs[i].defs[k]);
+            }
+        }
+        int *xpos = bad ? NULL : malloc(sizeof(int) * (size_t)(nxd + 1));
+        if (!xpos) bad = 1;
+        for (int k = 0; !bad && k < nxd; k++) xpos[k] = inst_pos(xd[k]);
+        for (int i = 0; !bad && i < nxd; i++)
+            for (int j = 0; !bad && j < nyd; j++) {
+                if (!reach_inst(p, xd[i], yd[j], NULL, NULL, 0, seen, stack)) continue;
+                for (int k = 0; !bad && k < nxu; k++) bad = reach_inst(p, yd[j], xu[k], xd, xpos, nxd, seen, stack);
+            }
+        free(xd);
+        free(xu);
+        free(yd);
+        free(xpos);
+        if (bad) return 1;
+    }
+    return 0;
+}
+
+static int co_related(co_slot *cs, int a, int b) {
+    for (int i = 0; i < cs[a].nsrcs; i++)
+        for (int j = 0; j < cs[b].nsrcs; j++)
+            if (cs[a].srcs[i] == cs[b].srcs[j]) return 1;
+    return 0;
+}
+
+static int is_intrinsic(LLVMValueRef call, const char *prefix) {
+    LLVMValueRef c = LLVMGetCalledValue(call);
+    return c && LLVMIsAFunction(c) && strncmp(mkk_ir_name(c), prefix, strlen(prefix)) == 0;
+}
+
+/* The def-and-use lists of every slot, then related pairs joined greedily.
+ * First the lifetime markers of allocas that moved to the frame go: the frame
+ * is no stack object, and a marker in a loop-step region is a call the
+ * vectoriser will not predicate. */
+static int coalesce_slots(pass *p) {
+    int ns = p->nslot_addrs, rc = 0;
+    for (int i = 0; i < ns; i++) {
+        if (!p->slot_memory[i]) continue;
+        for (int again = 1; again;) {
+            again = 0;
+            for (LLVMUseRef use = LLVMGetFirstUse(p->slot_addrs[i]); use; use = LLVMGetNextUse(use)) {
+                LLVMValueRef user = LLVMGetUser(use);
+                if (LLVMIsACallInst(user) && is_intrinsic(user, "llvm.lifetime.")) {
+                    LLVMInstructionEraseFromParent(user);
+                    again = 1;
+                    break;
+                }
+            }
+        }
+    }
+    if (ns < 2) return 0;
+    co_slot *cs = calloc((size_t)ns, sizeof *cs);
+    char *seen = malloc((size_t)p->nblocks + 1);
+    int *stack = NULL;
+    size_t edges = (size_t)p->nblocks + 8;
+    for (int b = 0; b < p->nblocks; b++) edges += (size_t)p->nsucc[b];
+    stack = malloc(sizeof(int) * edges);
+    if (!cs || !seen || !stack) {
+        rc = mkk_ir_fail(p, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < ns; i++) {
+        co_slot *c = &cs[i];
+        LLVMValueRef addr = p->slot_addrs[i];
+        c->rep = i;
+        c->ok = 1;
+        for (int u = 0; u < p->nuni; u++) c->ok &= p->uni_slots[u] != i;
+        for (LLVMUseRef use = LLVMGetFirstUse(addr); use && c->ok; use = LLVMGetNextUse(use)) {
+            LLVMValueRef user = LLVMGetUser(use);
+            int bad = 0;
+            if (LLVMIsAStoreInst(user) && LLVMGetOperand(user, 1) == addr && LLVMGetOperand(user, 0) != addr &&
+                !LLVMGetVolatile(user)) {
+                LLVMValueRef v = LLVMGetOperand(user, 0);
+                bad = co_push(&c->defs, &c->ndefs, user);
+                if (!bad && !LLVMIsAConstant(v)) bad = co_push(&c->srcs, &c->nsrcs, v);
+                if (!bad && LLVMIsAPHINode(v))
+                    for (unsigned q = 0; q < LLVMCountIncoming(v) && !bad; q++)
+                        if (!LLVMIsAConstant(LLVMGetIncomingValue(v, q)))
+                            bad = co_push(&c->srcs, &c->nsrcs, LLVMGetIncomingValue(v, q));
+            } else if (LLVMIsALoadInst(user) && !LLVMGetVolatile(user)) {
+                bad = co_push(&c->uses, &c->nuses, user);
+            } else if (LLVMIsACallInst(user)) {
+                unsigned nargs = (unsigned)LLVMGetNumArgOperands(user);
+                int first = LLVMGetOperand(user, 0) == addr, other = 0;
+                for (unsigned q = 1; q < nargs; q++) other |= LLVMGetOperand(user, q) == addr;
+                if (is_intrinsic(user, "llvm.lifetime.")) {
+                    bad = co_push(&c->marks, &c->nmarks, user);
+                } else if ((is_intrinsic(user, "llvm.memcpy") || is_intrinsic(user, "llvm.memmove") ||
+                            is_intrinsic(user, "llvm.memset")) && nargs >= 3) {
+                    LLVMValueRef len = LLVMGetOperand(user, 2);
+                    int whole = LLVMIsAConstantInt(len) && LLVMConstIntGetZExtValue(len) == p->slot_sizes[i];
+                    if (first && !other && whole)
+                        bad = co_push(&c->defs, &c->ndefs, user);
+                    else if (!first && LLVMGetOperand(user, 1) == addr && !is_intrinsic(user, "llvm.memset"))
+                        bad = co_push(&c->uses, &c->nuses, user);
+                    else
+                        c->ok = 0;
+                } else if (LLVMGetCalledValue(user) == p->fn_exchange) {
+                    bad = co_push(&c->uses, &c->nuses, user); /* the thread's value is read there */
+                } else {
+                    c->ok = 0;
+                }
+            } else {
+                c->ok = 0;
+            }
+            if (bad) {
+                rc = mkk_ir_fail(p, "out of memory");
+                goto out;
+            }
+        }
+        if (!c->ndefs || !c->nsrcs) c->ok = 0;
+    }
+    for (int i = 0; i < ns; i++)
+        for (int j = i + 1; j < ns; j++) {
+            int a = cs[i].rep, b = cs[j].rep;
+            if (a == b || !cs[i].ok || !cs[j].ok || p->slot_sizes[i] != p->slot_sizes[j]) continue;
+            int rel = 0;
+            for (int x = 0; x < ns && !rel; x++)
+                for (int y = 0; y < ns && !rel; y++)
+                    if (cs[x].rep == a && cs[y].rep == b) rel = co_related(cs, x, y);
+            if (!rel || co_interfere(p, cs, a, b, seen, stack)) continue;
+            if (getenv("MKPY_CBS_TRACE")) {
+                char *sa = LLVMPrintValueToString(cs[i].defs[0]), *sb = LLVMPrintValueToString(cs[j].defs[0]);
+                fprintf(stderr, "cbs: one slot for\n  %s\n  %s\n", sa, sb);
+                LLVMDisposeMessage(sa);
+                LLVMDisposeMessage(sb);
+            }
+            for (int x = 0; x < ns; x++)
+                if (cs[x].rep == b) cs[x].rep = a;
+        }
+    for (int i = 0; i < ns; i++) {
+        int r = cs[i].rep, shared = 0;
+        for (int x = 0; x < ns; x++) shared |= x != i && cs[x].rep == r;
+        if (!shared) continue;
+        /* lifetime markers would declare the other values dead */
+        for (int k = 0; k < cs[i].nmarks; k++) LLVMInstructionEraseFromParent(cs[i].marks[k]);
+        if (r != i) LLVMReplaceAllUsesWith(p->slot_addrs[i], p->slot_addrs[r]);
+    }
+out:
+    if (cs)
+        for (int i = 0; i < ns; i++) {
+            free(cs[i].defs);
+            free(cs[i].uses);
+            free(cs[i].marks);
+            free(cs[i].srcs);
+        }
+    free(cs);
+    free(seen);
+    free(stack);
+    return rc;
+}
+
+/* ------------------------------------------------ the frame's alias scope
+ * The frame (the threads' slots) is memory that no buffer, threadgroup
+ * variable or runtime buffer shares. LLVM proves that for a noalias argument
+ * only while the pointer is not captured, and a vectorised nest captures it:
+ * a vector of slot addresses passed to a masked gather or scatter counts as
+ * a capture. Once one nest of the run function was vectorised that way, a
+ * gather from a buffer in another nest (`inp[i]` with `i` from a slot) could
+ * no longer be told apart from the slot stores there, LAA asked for run-time
+ * bounds it cannot compute for a gather, and the nest stayed scalar. Scoped
+ * alias metadata says it directly: accesses through the frame are in scope
+ * "mkpy.frame", accesses through anything else known not to be the frame
+ * are noalias with it. An access whose pointer may be either (a phi or
+ * select of pointers) gets neither. */
+enum { BASE_FRAME = 1, BASE_OTHER = 2 };
+
+/* What the pointer v is based on: BASE_FRAME, BASE_OTHER or 0 (unknown). */
+static int pointer_base(pass *p, LLVMValueRef v, LLVMValueRef frame) {
+    v = pointer_root(v, frame);
+    if (v == frame) return BASE_FRAME;
+    if (LLVMIsAAllocaInst(v) || LLVMIsAGlobalVariable(v)) return BASE_OTHER;
+    if (LLVMIsAArgument(v)) return v == LLVMGetParam(p->f, 5) ? 0 : BASE_OTHER; /* ctx itself: the runtime's */
+    if (LLVMIsALoadInst(v)) {
+        /* a pointer loaded from the args array (a buffer) or from ctx (the
+         * runtime's buffers: frame, deposit, simd, masks, tg, uni) */
+        LLVMValueRef a = LLVMGetOperand(v, 0);
+        while (LLVMIsAGetElementPtrInst(a)) a = LLVMGetOperand(a, 0);
+        if (a == LLVMGetParam(p->f, 0)) return BASE_OTHER;
+        if (a == LLVMGetParam(p->f, 5)) {
+            /* ctx fields: 0 the frame, 5 uni (thread 0's copy of frame slots) */
+            LLVMValueRef g = LLVMGetOperand(v, 0);
+            if (!LLVMIsAGetElementPtrInst(g) || LLVMGetNumOperands(g) != 2 || !LLVMIsAConstantInt(LLVMGetOperand(g, 1)))
+                return 0;
+            long long off = LLVMConstIntGetSExtValue(LLVMGetOperand(g, 1));
+            return off == 0 || off == 5 * 8 ? 0 : BASE_OTHER;
+        }
+    }
+    return 0;
+}
+
+static void tag_frame_scope(pass *p, LLVMValueRef frame) {
+    LLVMMetadataRef dom_ops[] = {LLVMMDStringInContext2(p->cx, "mkpy.frame.domain", 17)};
+    LLVMMetadataRef dom = LLVMMDNodeInContext2(p->cx, dom_ops, 1);
+    LLVMMetadataRef scope_ops[] = {LLVMMDStringInContext2(p->cx, "mkpy.frame", 10), dom};
+    LLVMMetadataRef scope = LLVMMDNodeInContext2(p->cx, scope_ops, 2);
+    LLVMValueRef list = LLVMMetadataAsValue(p->cx, LLVMMDNodeInContext2(p->cx, &scope, 1));
+    unsigned k_scope = LLVMGetMDKindIDInContext(p->cx, "alias.scope", 11);
+    unsigned k_noalias = LLVMGetMDKindIDInContext(p->cx, "noalias", 7);
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            int base;
+            if (LLVMIsALoadInst(in)) {
+                base = pointer_base(p, LLVMGetOperand(in, 0), frame);
+            } else if (LLVMIsAStoreInst(in)) {
+                base = pointer_base(p, LLVMGetOperand(in, 1), frame);
+            } else if (LLVMIsACallInst(in) && (is_intrinsic(in, "llvm.memcpy") || is_intrinsic(in, "llvm.memmove"))) {
+                int d = pointer_base(p, LLVMGetOperand(in, 0), frame), s = pointer_base(p, LLVMGetOperand(in, 1), frame);
+                base = d == s ? d : 0;
+            } else if (LLVMIsACallInst(in) && is_intrinsic(in, "llvm.memset")) {
+                base = pointer_base(p, LLVMGetOperand(in, 0), frame);
+            } else {
+                continue;
+            }
+            if (base == BASE_FRAME)
+                LLVMSetMetadata(in, k_scope, list);
+            else if (base == BASE_OTHER)
+                LLVMSetMetadata(in, k_noalias, list);
+        }
+}
+
+/* A pass's context, builder and module (the bitcode at bc_path), and their end. */
+static int pass_load(pass *p, mkk_ir_module *mod, const char *bc_path, char *why, size_t whyn) {
     p->why = why;
     p->whyn = whyn;
     why[0] = 0;
+    p->cx = LLVMContextCreate();
+    p->b = LLVMCreateBuilderInContext(p->cx);
+    if (mkk_ir_load(p->cx, bc_path, mod, why, whyn) < 0) return -1;
+    p->m = mod->m;
+    p->tm = mod->tm;
+    return 0;
+}
+
+static void pass_unload(pass *p, mkk_ir_module *mod) {
+    cfg_free(p);
+    mkk_ir_dispose(mod);
+    LLVMDisposeBuilder(p->b);
+    LLVMContextDispose(p->cx);
+}
+
+int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
+    pass P = {0}, *p = &P;
     int rc = -1;
     site *sites = NULL;
     int nsites = 0;
     mkk_ir_module mod = {0};
 
-    p->cx = LLVMContextCreate();
-    p->b = LLVMCreateBuilderInContext(p->cx);
-    if (mkk_ir_load(p->cx, bc_path, &mod, why, whyn) < 0) goto done;
-    p->m = mod.m;
-    p->tm = mod.tm;
+    if (pass_load(p, &mod, bc_path, why, whyn) < 0) goto done;
     p->td = LLVMGetModuleDataLayout(p->m);
     p->i8 = LLVMInt8TypeInContext(p->cx);
     p->i32 = LLVMInt32TypeInContext(p->cx);
@@ -1657,16 +2150,14 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         mkk_ir_fail(p, "no mkpy_kernel_cbs_thread in the kernel");
         goto done;
     }
-    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
-    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
-    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
-    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    find_points(p);
     if (inline_all(p) < 0) goto done;
-    /* the optimiser may drop what nothing calls: look the points up again */
-    p->fn_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_barrier");
-    p->fn_simd_barrier = LLVMGetNamedFunction(p->m, "mkpy_sync_simd_barrier");
-    p->fn_exchange = LLVMGetNamedFunction(p->m, "mkpy_sync_exchange");
-    p->fn_tg_alloc = LLVMGetNamedFunction(p->m, "mkpy_sync_threadgroup_alloc");
+    /* the fiber entry in the same object, in case it runs on fibers after all
+     * (MKPY_ENGINE=fibers set once it was built): ordered as in mkk_fiber_build;
+     * if that cannot be, those fibers keep the text's order. (jit.c's lockstep
+     * builds have no fiber entry: MKPY_ENGINE is part of their in-memory key.) */
+    if (mkk_ir_order_sites(p->cx, p->m, LLVMGetNamedFunction(p->m, "mkpy_kernel_thread"), why, whyn) < 0) why[0] = 0;
+    find_points(p);
     p->fn_step = LLVMAddFunction(p->m, "mkpy_sync_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
     p->fn_loop_step = LLVMAddFunction(p->m, "mkpy_sync_loop_step", LLVMFunctionType(p->voidt, NULL, 0, 0));
 
@@ -1859,7 +2350,20 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                         stack_bytes += LLVMABISizeOfType(p->td, LLVMGetAllocatedType(in)) *
                                        LLVMConstIntGetZExtValue(LLVMGetOperand(in, 0));
                         /* its memory need not outlive a region: a plain alloca
-                         * of the step function, in the entry every resume runs */
+                         * of the step function, in the entry every resume runs;
+                         * its lifetime markers go (one may sit in another
+                         * region than its uses, see alloca_use_blocks) */
+                        for (int again = 1; again;) {
+                            again = 0;
+                            for (LLVMUseRef u = LLVMGetFirstUse(in); u; u = LLVMGetNextUse(u)) {
+                                LLVMValueRef user = LLVMGetUser(u);
+                                if (LLVMIsACallInst(user) && is_intrinsic(user, "llvm.lifetime.")) {
+                                    LLVMInstructionEraseFromParent(user);
+                                    again = 1;
+                                    break;
+                                }
+                            }
+                        }
                         LLVMInstructionRemoveFromParent(in);
                         LLVMPositionBuilderBefore(p->b, LLVMGetFirstInstruction(p->eb));
                         LLVMInsertIntoBuilder(p->b, in);
@@ -1885,6 +2389,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             goto done;
         }
     }
+    if (coalesce_slots(p) < 0) goto done;
     unsigned long long frame_bytes = p->frame;
 
     /* sites become returns; E' dispatches on `resume` */
@@ -1898,10 +2403,26 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMValueRef br = LLVMGetBasicBlockTerminator(s->head);
         LLVMPositionBuilderBefore(p->b, br);
         if (s->kind == MKPY_CBS_EXCHANGE) {
-            /* the lane's value goes to its deposit slot */
+            /* The lane's value: when it is a frame slot (the variable the
+             * SIMD-group function took by reference, kept across the site),
+             * the runtime reads it there; else it is copied to the lane's
+             * deposit slot. A copy would be a strided store on the way out
+             * of a loop-step region, which keeps the region's work-item
+             * loop from vectorising (the `simd_sum` after a row loop). */
             LLVMValueRef val = LLVMGetOperand(s->call, 0), size = LLVMGetOperand(s->call, 1);
-            LLVMValueRef dst = gep_bytes(p, ctx_deposit, LLVMBuildMul(p->b, index64, const_i64(p, MKPY_SIMD_SLOT), ""));
-            LLVMBuildMemCpy(p->b, dst, 1, val, 1, size);
+            int si = -1;
+            for (int q = 0; q < p->nslot_addrs; q++)
+                if (p->slot_addrs[q] == val) si = q;
+            unsigned long long sz = LLVMIsAConstantInt(size) ? LLVMConstIntGetZExtValue(size) : 0;
+            if (si >= 0 && sz && sz <= MKPY_SIMD_SLOT && sz <= p->slot_sizes[si] &&
+                p->slot_offs[si] * MKPY_CBS_MAX_THREADS < (1ull << 31)) {
+                s->dep_off = (unsigned)(p->slot_offs[si] * MKPY_CBS_MAX_THREADS);
+                s->dep_stride = (unsigned)p->slot_sizes[si];
+                s->dep_size = (unsigned)sz;
+            } else {
+                LLVMValueRef dst = gep_bytes(p, ctx_deposit, LLVMBuildMul(p->b, index64, const_i64(p, MKPY_SIMD_SLOT), ""));
+                LLVMBuildMemCpy(p->b, dst, 1, val, 1, size);
+            }
         }
         if (LLVMGetCalledValue(s->call) == p->fn_loop_step) {
             /* A loop step pays for itself when the whole group waits there
@@ -1922,23 +2443,27 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMInstructionEraseFromParent(s->call);
     }
 
+    tag_frame_scope(p, ctx_frame);
+
     /* the info */
     {
-        LLVMTypeRef site_fields[] = {p->i32, p->i32, p->i32, p->i32, p->ptr};
-        LLVMTypeRef site_t = LLVMStructTypeInContext(p->cx, site_fields, 5, 0);
+        LLVMTypeRef site_fields[] = {p->i32, p->i32, p->i32, p->i32, p->ptr, p->i32, p->i32, p->i32};
+        LLVMTypeRef site_t = LLVMStructTypeInContext(p->cx, site_fields, 8, 0);
         LLVMValueRef *elems = malloc(sizeof *elems * (size_t)(nsites + 1));
         if (!elems) {
             mkk_ir_fail(p, "out of memory");
             goto done;
         }
         LLVMValueRef nullp = LLVMConstPointerNull(p->ptr);
-        LLVMValueRef f0[] = {const_i32(p, MKPY_CBS_START), const_i32(p, 0), const_i32(p, 0), const_i32(p, 0), nullp};
-        elems[0] = LLVMConstNamedStruct(site_t, f0, 5);
+        LLVMValueRef f0[] = {const_i32(p, MKPY_CBS_START), const_i32(p, 0), const_i32(p, 0), const_i32(p, 0), nullp,
+                             const_i32(p, 0), const_i32(p, 0), const_i32(p, 0)};
+        elems[0] = LLVMConstNamedStruct(site_t, f0, 8);
         for (int i = 0; i < nsites; i++) {
             site *s = &sites[i];
             LLVMValueRef f[] = {const_i32(p, s->kind), const_i32(p, s->order), const_i32(p, s->line),
-                                const_i32(p, s->col), s->file ? s->file : nullp};
-            elems[i + 1] = LLVMConstNamedStruct(site_t, f, 5);
+                                const_i32(p, s->col), s->file ? s->file : nullp, const_i32(p, (long)s->dep_off),
+                                const_i32(p, (long)s->dep_stride), const_i32(p, (long)s->dep_size)};
+            elems[i + 1] = LLVMConstNamedStruct(site_t, f, 8);
         }
         LLVMTypeRef arr_t = LLVMArrayType(site_t, (unsigned)nsites + 1);
         LLVMValueRef arr = LLVMAddGlobal(p->m, arr_t, "mkpy_kernel_cbs_sites");
@@ -1977,6 +2502,22 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             if (a != 4) LLVMAddAttributeAtIndex(run, a, LLVMCreateEnumAttribute(p->cx, noalias, 0));
         unsigned deref = LLVMGetEnumAttributeKindForName("dereferenceable", 15);
         LLVMAddAttributeAtIndex(run, 3, LLVMCreateEnumAttribute(p->cx, deref, sizeof(struct mkpy_launch)));
+        /* the args array holds every entry F reads: loads of its buffer
+         * pointers may then leave the nests and the loop around them (a
+         * gather through a pointer loaded inside the loop is one LAA cannot
+         * bound, and the nest is not vectorised) */
+        {
+            long long top = -1;
+            for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+                for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+                    int e = args_entry(p, in);
+                    if (e > top) top = e;
+                }
+            if (top >= 0) {
+                LLVMAddAttributeAtIndex(run, 2, LLVMCreateEnumAttribute(p->cx, deref, (unsigned long long)(top + 1) * 8));
+                LLVMAddAttributeAtIndex(run, 2, LLVMCreateEnumAttribute(p->cx, LLVMGetEnumAttributeKindForName("align", 5), 8));
+            }
+        }
         LLVMTypeRef ft = LLVMGlobalGetValueType(p->f);
         LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
         LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(p->cx, run, "out");
@@ -1990,13 +2531,14 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBuildRet(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""));
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
-        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
-        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 6, 0);
+        LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
+        LLVMTypeRef ctx_t = LLVMStructTypeInContext(p->cx, ctx_fields, 7, 0);
         LLVMValueRef ctxv = LLVMBuildAlloca(p->b, ctx_t, "ctx");
         /* thread 0's copy of the group-uniform slots, for dense runs */
         LLVMValueRef uni = LLVMBuildAlloca(p->b, LLVMArrayType(p->i8, (unsigned)(frame_bytes ? frame_bytes : 1)), "uni");
         LLVMSetAlignment(uni, 64);
         LLVMBuildStore(p->b, LLVMConstPointerNull(p->ptr), gep_bytes(p, ctxv, const_i64(p, 5 * 8)));
+        LLVMBuildStore(p->b, LLVMConstPointerNull(p->ptr), gep_bytes(p, ctxv, const_i64(p, 6 * 8)));
         for (int f = 0; f < 5; f++) {
             /* params: frame, deposit, simd, masks, (next), tg */
             unsigned param = f < 4 ? (unsigned)(4 + f) : 9u;
@@ -2033,7 +2575,20 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBasicBlockRef dispatch = LLVMAppendBasicBlockInContext(p->cx, run, "dispatch");
         LLVMBuildCondBr(p->b, empty, out, dispatch);
         LLVMPositionBuilderAtEnd(p->b, dispatch);
-        LLVMValueRef rsw = LLVMBuildSwitch(p->b, LLVMGetParam(run, 0), out, (unsigned)nsites + 1);
+        /* `chain` comes back here: one loop around the nests, whose header
+         * is this block (a jump from chain into a nest would make a cycle
+         * with two entries, irreducible: LLVM's loop passes skip it, so the
+         * buffer pointers the nests load stayed in them, and LAA, which
+         * cannot bound a gather through such a pointer, gave up) */
+        LLVMValueRef site_v = LLVMBuildPhi(p->b, p->i32, "site");
+        LLVMValueRef dense_v = LLVMBuildPhi(p->b, LLVMInt1TypeInContext(p->cx), "dense.v");
+        {
+            LLVMValueRef in_v[] = {LLVMGetParam(run, 0)}, in_d[] = {dense};
+            LLVMBasicBlockRef in_b[] = {entry};
+            LLVMAddIncoming(site_v, in_v, in_b, 1);
+            LLVMAddIncoming(dense_v, in_d, in_b, 1);
+        }
+        LLVMValueRef rsw = LLVMBuildSwitch(p->b, site_v, out, (unsigned)nsites + 1);
         LLVMValueRef next = LLVMGetParam(run, 8);
         /* After a dense run in which every thread went on to one barrier or
          * loop step, the scheduler would release that site densely: `chain`
@@ -2041,19 +2596,16 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
          * needs the runtime to gather deposits, go back to the scheduler).
          * A group of a barrier kernel then costs one call, not one per barrier. */
         LLVMBasicBlockRef chain = LLVMAppendBasicBlockInContext(p->cx, run, "chain");
-        LLVMBasicBlockRef *dense_head = calloc((size_t)nsites + 1, sizeof *dense_head);
-        LLVMValueRef *dense_z = calloc((size_t)nsites + 1, sizeof *dense_z);
-        if (!dense_head || !dense_z) {
-            free(dense_head);
-            free(dense_z);
-            mkk_ir_fail(p, "out of memory");
-            goto done;
-        }
         for (int k = 0; k <= nsites; k++) {
             LLVMBasicBlockRef pick = LLVMAppendBasicBlockInContext(p->cx, run, "site");
             LLVMAddCase(rsw, const_i32(p, k), pick);
-            LLVMBasicBlockRef heads[2];
-            for (int checked = 0; checked < 2; checked++) {
+            LLVMBasicBlockRef heads[3];
+            /* the x-affine slots to check before a dense run here */
+            int naff_k = 0;
+            for (int a = 0; k > 0 && a < p->naff; a++)
+                naff_k += p->aff_ok[(size_t)a * (size_t)(p->nsite_heads + 1) + (size_t)(k - 1)];
+            for (int variant = 0; variant < (naff_k ? 3 : 2); variant++) {
+                int checked = variant == 1, affine = variant == 2;
                 /* z loop > y loop > x loop */
                 LLVMBasicBlockRef zb = LLVMAppendBasicBlockInContext(p->cx, run, "z");
                 LLVMBasicBlockRef yb = LLVMAppendBasicBlockInContext(p->cx, run, "y");
@@ -2068,8 +2620,9 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMPositionBuilderAtEnd(p->b, preb);
                 LLVMBuildStore(p->b, checked ? LLVMConstPointerNull(p->ptr) : uni,
                                gep_bytes(p, ctxv, const_i64(p, 5 * 8)));
-                for (int u = 0; !checked && u < p->nuni; u++) {
-                    int si = p->uni_slots[u];
+                LLVMBuildStore(p->b, affine ? uni : LLVMConstPointerNull(p->ptr), gep_bytes(p, ctxv, const_i64(p, 6 * 8)));
+                for (int u = 0; !checked && u < p->nuni + (affine ? p->naff : 0); u++) {
+                    int si = u < p->nuni ? p->uni_slots[u] : p->aff_slots[u - p->nuni];
                     LLVMTypeRef vt = LLVMTypeOf(p->slot_vals[si]);
                     unsigned al = LLVMABIAlignmentOfType(p->td, vt);
                     LLVMValueRef src = gep_bytes(p, LLVMGetParam(run, 4),
@@ -2079,7 +2632,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                     LLVMSetAlignment(LLVMBuildStore(p->b, ld, gep_bytes(p, uni, const_i64(p, (long long)p->slot_offs[si]))), al);
                 }
                 LLVMBuildBr(p->b, zb);
-                heads[checked] = preb;
+                heads[variant] = preb;
                 LLVMPositionBuilderAtEnd(p->b, zb);
                 LLVMValueRef z = LLVMBuildPhi(p->b, p->i32, "z");
                 LLVMBuildBr(p->b, yb);
@@ -2119,10 +2672,6 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMPositionBuilderAtEnd(p->b, zl);
                 LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
                 LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, checked ? out : chain);
-                if (!checked) {
-                    dense_head[k] = preb;
-                    dense_z[k] = z;
-                }
                 LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1},
                              xv[] = {const_i32(p, 0), x1};
                 LLVMBasicBlockRef zf[] = {preb, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
@@ -2130,9 +2679,59 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 LLVMAddIncoming(y, yv, yf, 2);
                 LLVMAddIncoming(x, xv, xf, 2);
             }
-            /* phis of the two nests name `pick` as the entry: one branch there */
+            /* phis of the nests name `pick` (or the check) as the entry: one branch there */
             LLVMPositionBuilderAtEnd(p->b, pick);
-            LLVMBuildCondBr(p->b, dense, heads[0], heads[1]);
+            if (!naff_k) {
+                LLVMBuildCondBr(p->b, dense_v, heads[0], heads[1]);
+                continue;
+            }
+            /* a dense run: are the x-affine slots thread 0's value plus the
+             * thread's index in every thread? (a loop LLVM vectorises) */
+            LLVMBasicBlockRef chk = LLVMAppendBasicBlockInContext(p->cx, run, "aff.check");
+            LLVMBasicBlockRef chl = LLVMAppendBasicBlockInContext(p->cx, run, "aff.loop");
+            LLVMBasicBlockRef chd = LLVMAppendBasicBlockInContext(p->cx, run, "aff.done");
+            LLVMBuildCondBr(p->b, dense_v, chk, heads[1]);
+            LLVMPositionBuilderAtEnd(p->b, chk);
+            LLVMValueRef count = LLVMBuildNUWMul(p->b, LLVMBuildNUWMul(p->b, tx, ty, ""), tz, "");
+            LLVMValueRef d0[64];
+            int na = 0;
+            for (int a = 0; a < p->naff && na < 64; a++) {
+                if (!p->aff_ok[(size_t)a * (size_t)(p->nsite_heads + 1) + (size_t)(k - 1)]) continue;
+                int si = p->aff_slots[a];
+                LLVMTypeRef vt = LLVMTypeOf(p->slot_vals[si]);
+                LLVMValueRef src = gep_bytes(p, LLVMGetParam(run, 4),
+                                             const_i64(p, (long long)(p->slot_offs[si] * MKPY_CBS_MAX_THREADS)));
+                d0[na] = LLVMBuildLoad2(p->b, vt, src, "");
+                LLVMSetAlignment(d0[na++], LLVMABIAlignmentOfType(p->td, vt));
+            }
+            LLVMBuildBr(p->b, chl);
+            LLVMPositionBuilderAtEnd(p->b, chl);
+            LLVMTypeRef i1 = LLVMInt1TypeInContext(p->cx);
+            LLVMValueRef t = LLVMBuildPhi(p->b, p->i32, "t"), okp = LLVMBuildPhi(p->b, i1, "aff.ok"), okv = okp;
+            LLVMValueRef t64 = LLVMBuildZExt(p->b, t, p->i64, "");
+            na = 0;
+            for (int a = 0; a < p->naff && na < 64; a++) {
+                if (!p->aff_ok[(size_t)a * (size_t)(p->nsite_heads + 1) + (size_t)(k - 1)]) continue;
+                int si = p->aff_slots[a];
+                LLVMTypeRef vt = LLVMTypeOf(p->slot_vals[si]);
+                LLVMValueRef off = LLVMBuildAdd(p->b, const_i64(p, (long long)(p->slot_offs[si] * MKPY_CBS_MAX_THREADS)),
+                                                LLVMBuildMul(p->b, t64, const_i64(p, (long long)p->slot_sizes[si]), ""), "");
+                LLVMValueRef v = LLVMBuildLoad2(p->b, vt, gep_bytes(p, LLVMGetParam(run, 4), off), "");
+                LLVMSetAlignment(v, LLVMABIAlignmentOfType(p->td, vt));
+                LLVMValueRef tt = LLVMGetIntTypeWidth(vt) == 32 ? t : t64;
+                LLVMValueRef e = LLVMBuildAdd(p->b, d0[na++], tt, "");
+                okv = LLVMBuildAnd(p->b, okv, LLVMBuildICmp(p->b, LLVMIntEQ, v, e, ""), "");
+            }
+            LLVMValueRef t1 = LLVMBuildNUWAdd(p->b, t, const_i32(p, 1), "");
+            LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, t1, count, ""), chl, chd);
+            {
+                LLVMValueRef tv[] = {const_i32(p, 0), t1}, ov[] = {LLVMConstInt(i1, 1, 0), okv};
+                LLVMBasicBlockRef tb[] = {chk, chl};
+                LLVMAddIncoming(t, tv, tb, 2);
+                LLVMAddIncoming(okp, ov, tb, 2);
+            }
+            LLVMPositionBuilderAtEnd(p->b, chd);
+            LLVMBuildCondBr(p->b, okv, heads[2], heads[0]);
         }
         LLVMPositionBuilderAtEnd(p->b, chain);
         LLVMValueRef went = LLVMBuildLoad2(p->b, p->i64, acc, "went");
@@ -2143,10 +2742,11 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMAddCase(csw, const_i64(p, 1ll << j), pre);
             LLVMPositionBuilderAtEnd(p->b, pre);
             LLVMBuildStore(p->b, const_i64(p, 0), acc);
-            LLVMBuildBr(p->b, dense_head[j]);
+            LLVMBuildBr(p->b, dispatch);
+            LLVMValueRef in_v[] = {const_i32(p, j)}, in_d[] = {LLVMConstInt(LLVMInt1TypeInContext(p->cx), 1, 0)};
+            LLVMAddIncoming(site_v, in_v, &pre, 1);
+            LLVMAddIncoming(dense_v, in_d, &pre, 1);
         }
-        free(dense_head);
-        free(dense_z);
         unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
         LLVMAddAttributeAtIndex(p->f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
         LLVMSetLinkage(p->f, LLVMInternalLinkage);
@@ -2158,19 +2758,228 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     if (mkk_ir_finish(p->m, p->tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
     rc = 0;
 done:
-    cfg_free(p);
     free(p->slot_addrs);
     free(p->slot_vals);
     free(p->slot_memory);
     free(p->slot_offs);
+    free(p->slot_sizes);
     free(p->dom);
     free(p->uni_slots);
     free(p->site_heads);
     free(p->uni_loads);
     free(p->uni_of);
+    free(p->aff_slots);
+    free(p->aff_ok);
     free(sites);
-    mkk_ir_dispose(&mod);
-    LLVMDisposeBuilder(p->b);
-    LLVMContextDispose(p->cx);
+    pass_unload(p, &mod);
+    return rc;
+}
+
+/* ------------------------------------------- the fiber engine's order */
+
+/* A runtime point of the fiber engine's order: a call of a barrier or
+ * SIMD-group function, or (latch) the end of a loop's latch block. */
+typedef struct {
+    int rank, pos; /* the block's thread-frontier rank; the place in it */
+    LLVMValueRef at; /* the call, or the latch's terminator */
+    int latch;
+} order_point;
+
+static int cmp_point(const void *x, const void *y) {
+    const order_point *a = x, *b = y;
+    if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+    return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+/* A debug location for a call put before `at`: at's own, else the nearest
+ * one before it in its block, else any in f (a call of a function with
+ * debug information needs one, or the verifier refuses the module). */
+static LLVMMetadataRef loc_near(LLVMValueRef f, LLVMValueRef at) {
+    for (LLVMValueRef q = at; q; q = LLVMGetPreviousInstruction(q)) {
+        LLVMMetadataRef l = LLVMInstructionGetDebugLoc(q);
+        if (l) return l;
+    }
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef q = LLVMGetFirstInstruction(bb); q; q = LLVMGetNextInstruction(q)) {
+            LLVMMetadataRef l = LLVMInstructionGetDebugLoc(q);
+            if (l) return l;
+        }
+    return NULL;
+}
+
+/* Puts the fiber engine's order into f, whose runtime points are all its
+ * own calls (everything inlined): before each barrier and SIMD-group
+ * function a call mkpy_sync_order(rank, 0), rank being the point's place
+ * in the thread-frontier order of f's blocks (cfg_build, the order in which
+ * the lockstep engine releases its sites) and in its block; and at the end
+ * of the latch of every loop holding a SIMD-group function or
+ * simdgroup_barrier, mkpy_sync_order(rank, 1), where the fiber waits as at a
+ * SIMD-group function, so that a loop's lanes start each iteration together
+ * (add_latch_steps is the lockstep engine's). Returns 1 when done, 0 when
+ * f has no point; else nothing is changed (the fibers fall back to the
+ * text's order) and it returns -2 when f still reaches a point through a
+ * call, -1 when the control flow cannot be ranked (irreducible), with the
+ * reason in `why`. */
+int mkk_ir_order_sites(LLVMContextRef cx, LLVMModuleRef m, LLVMValueRef f, char *why, size_t whyn) {
+    pass P = {0}, *p = &P;
+    p->cx = cx;
+    p->m = m;
+    p->f = f;
+    p->why = why;
+    p->whyn = whyn;
+    find_points(p);
+    LLVMValueRef fn_order = LLVMGetNamedFunction(m, "mkpy_sync_order");
+    if (!fn_order || !f || LLVMIsDeclaration(f)) return 0;
+    int npoints = 0, rc = 0;
+    char *simd_in = NULL; /* blocks holding a SIMD-group point */
+    LLVMValueRef *seen = malloc(4096 * sizeof *seen);
+    if (!seen) return mkk_ir_fail(p, "out of memory");
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(f); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            if (!LLVMIsACallInst(in) && !LLVMIsAInvokeInst(in)) continue;
+            LLVMValueRef c = LLVMGetCalledValue(in);
+            if (LLVMIsAInlineAsm(c) || runtime_table_call(c)) continue;
+            if (is_sync_fn(p, c)) {
+                npoints++;
+                continue;
+            }
+            /* the runtime's other points (threadgroup allocations, this order) */
+            if (LLVMIsAFunction(c) && strncmp(mkk_ir_name(c), "mkpy_sync_", 10) == 0) continue;
+            int nseen = 0;
+            if (!LLVMIsAFunction(c) || (!LLVMIsDeclaration(c) && reaches_sync(p, c, seen, &nseen))) {
+                free(seen);
+                return mkk_ir_fail(p, "a barrier or SIMD-group function is reached through a call that cannot be "
+                                      "inlined (%s)", LLVMIsAFunction(c) ? mkk_ir_name(c) : "a function pointer") -
+                       1; /* -2: it could not be ranked in place */
+            }
+        }
+    free(seen);
+    if (!npoints) return 0;
+
+    loops L;
+    order_point *pt = NULL;
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(cx);
+    int nloops = natural_loops(p, &L), n = L.n, np = 0;
+    if (nloops < 0) {
+        rc = -1;
+        goto out;
+    }
+    pt = malloc(sizeof *pt * ((size_t)npoints + (size_t)nloops + 1));
+    if (!pt) {
+        rc = mkk_ir_fail(p, "out of memory");
+        goto out;
+    }
+    simd_in = calloc((size_t)n, 1);
+    if (!simd_in) {
+        rc = mkk_ir_fail(p, "out of memory");
+        goto out;
+    }
+    for (int bi = 0; bi < n; bi++) {
+        int pos = 0;
+        for (LLVMValueRef in = LLVMGetFirstInstruction(p->blocks[bi]); in; in = LLVMGetNextInstruction(in), pos++) {
+            LLVMValueRef c = callee(in);
+            if (!c || !is_sync_fn(p, c)) continue;
+            if (c != p->fn_barrier) simd_in[bi] = 1;
+            pt[np++] = (order_point){p->rank[bi], pos, in, 0};
+        }
+    }
+    for (int l = 0; l < nloops; l++) {
+        const char *in = L.blocks + (size_t)l * n;
+        int need = 0, dup = 0;
+        for (int x = 0; x < n && !need; x++) need = in[x] && simd_in[x];
+        for (int j = 0; j < np && need && !dup; j++)
+            dup = pt[j].latch && pt[j].at == LLVMGetBasicBlockTerminator(p->blocks[L.latch[l]]);
+        if (need && !dup)
+            pt[np++] = (order_point){p->rank[L.latch[l]], 1 << 30, LLVMGetBasicBlockTerminator(p->blocks[L.latch[l]]), 1};
+    }
+    qsort(pt, (size_t)np, sizeof *pt, cmp_point);
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(cx), ty = LLVMGlobalGetValueType(fn_order);
+    for (int i = 0; i < np; i++) {
+        LLVMPositionBuilderBefore(b, pt[i].at);
+        LLVMSetCurrentDebugLocation2(b, loc_near(f, pt[i].at));
+        LLVMValueRef args[2] = {LLVMConstInt(i32, (unsigned)i, 0), LLVMConstInt(i32, (unsigned)pt[i].latch, 0)};
+        LLVMBuildCall2(b, ty, fn_order, args, 2, "");
+    }
+    rc = 1;
+out:
+    free(pt);
+    free(simd_in);
+    loops_free(&L);
+    cfg_free(p);
+    LLVMDisposeBuilder(b);
+    return rc;
+}
+
+/* The fiber engine's object (mkpy-cbs-pass --fibers): the kernel function
+ * (what the fiber entry mkpy_kernel_thread calls) with everything it calls
+ * inlined, its runtime points ordered (mkk_ir_order_sites), then O2 and the
+ * object; for kernels the lockstep engine declines or is not asked to take.
+ * Only the kernel function is flattened, and the lockstep engine's unused
+ * entry is dropped: the object holds the kernel once, as clang's would (the
+ * first version inlined it into every entry and optimised twice, and
+ * compiled a kernel of hundreds of barriers in 2.5 s instead of clang's 0.6). */
+int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
+    pass P = {0}, *p = &P;
+    int rc = -1;
+    mkk_ir_module mod = {0};
+    if (pass_load(p, &mod, bc_path, why, whyn) < 0) goto done;
+    p->f = LLVMGetNamedFunction(p->m, "mkpy_kernel_thread");
+    if (!p->f || LLVMIsDeclaration(p->f)) {
+        mkk_ir_fail(p, "no mkpy_kernel_thread in the kernel");
+        goto done;
+    }
+    find_points(p);
+    for (const char *const *n = (const char *const[]){"mkpy_kernel_cbs_thread", "mkpy_kernel_cbs_group", NULL}; *n;
+         n++) {
+        LLVMValueRef fn = LLVMGetNamedFunction(p->m, *n);
+        if (fn && !LLVMGetFirstUse(fn)) LLVMDeleteFunction(fn);
+    }
+    /* the kernel function: the one function the entry calls that reaches a point */
+    LLVMValueRef kern = NULL, *seen = malloc(4096 * sizeof *seen);
+    int nk = 0;
+    if (!seen) {
+        mkk_ir_fail(p, "out of memory");
+        goto done;
+    }
+    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
+        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+            LLVMValueRef c = callee(in);
+            int nseen = 0;
+            if (c && LLVMIsAFunction(c) && !LLVMIsDeclaration(c) && !is_sync_fn(p, c) && c != kern &&
+                reaches_sync(p, c, seen, &nseen)) {
+                kern = c;
+                nk++;
+            }
+        }
+    free(seen);
+    int r = -2;
+    if (nk == 1) {
+        for (LLVMValueRef fn = LLVMGetFirstFunction(p->m); fn; fn = LLVMGetNextFunction(fn)) {
+            const char *n = mkk_ir_name(fn);
+            if (!LLVMIsDeclaration(fn) && fn != kern && strncmp(n, "mkpy_kernel_", 12) != 0 &&
+                strncmp(n, "mkpy_sync_", 10) != 0)
+                force_inline(p, fn);
+        }
+        /* SROA turns the runtime header's function pointers (take()'s `pick`)
+         * back into direct calls, as in the checker's pass */
+        if (run_inliner(p, "always-inline,function(sroa,instsimplify,simplifycfg)") < 0) goto done;
+        r = mkk_ir_order_sites(p->cx, p->m, kern, why, whyn);
+    }
+    if (nk != 1 || r == -2) {
+        /* not one kernel function, or a point still behind a call: everything
+         * into the entry and O2, as for the lockstep engine */
+        why[0] = 0;
+        if (inline_all(p) < 0) goto done;
+        r = mkk_ir_order_sites(p->cx, p->m, p->f, why, whyn);
+    }
+    if (r < 0) goto done;
+    if (!LLVMGetNamedFunction(p->m, "mkpy_sync_order")) {
+        mkk_ir_fail(p, "the runtime header lacks mkpy_sync_order");
+        goto done;
+    }
+    if (mkk_ir_finish(p->m, p->tm, obj_path, -1, "fibers.ll", NULL, why, whyn) < 0) goto done;
+    rc = 0;
+done:
+    pass_unload(p, &mod);
     return rc;
 }

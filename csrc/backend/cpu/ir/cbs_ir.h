@@ -14,6 +14,10 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
 /* The checker mode's instrumentation (check_ir.c; mkpy-cbs-pass --check
  * BITCODE OBJECT). Returns 0, or -1 with the reason in `why`. */
 int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t whyn);
+/* The fiber engine's object, its runtime points in the program's order
+ * (mkpy-cbs-pass --fibers BITCODE OBJECT). Returns 0, or -1 with the reason
+ * in `why` (the kernel is then built without the pass, in the text's order). */
+int mkk_fiber_build(const char *bc_path, const char *obj_path, char *why, size_t whyn);
 #define MKK_CBS_PASS_PROGRAM "mkpy-cbs-pass"
 
 #endif

@@ -1,5 +1,6 @@
-/* mkpy-cbs-pass [--check] BITCODE OBJECT: the region-splitting pass
- * (cbs_ir.c) as a program. jit.c runs it as it runs clang, so that neither
+/* mkpy-cbs-pass [--check|--fibers] BITCODE OBJECT: the region-splitting pass
+ * (cbs_ir.c) as a program (--check: the checker's instrumentation, check_ir.c;
+ * --fibers: the fiber engine's ordered object, mkk_fiber_build). jit.c runs it as it runs clang, so that neither
  * LLVM nor a bug in the pass can take the user's process down: on any failure
  * the kernel runs on fibers. Exit status 0, or 1 with the reason on standard
  * output.
@@ -8,7 +9,7 @@
  * loading LLVM is paid once per server, not per kernel. Requests come on
  * standard input, answers go to standard output (jit.c holds the other end of
  * a socket): a request is a line "<mode> <n1> <n2>\n" (mode C: the pass, K:
- * the checker's instrumentation) followed by the n1 bytes of the bitcode's
+ * the checker's instrumentation, F: the fiber engine's object) followed by the n1 bytes of the bitcode's
  * path and the n2 bytes of the object's; the answer is a line
  * "<status> <n>\n" (0 or 1, as the exit status above) followed by the n bytes
  * of the reason. The server exits at the end of its input; a crash ends it
@@ -20,9 +21,9 @@
 
 #include "cbs_ir.h"
 
-static int one(int check, const char *bc, const char *obj, char *why, size_t whyn) {
+static int one(char mode, const char *bc, const char *obj, char *why, size_t whyn) {
     why[0] = 0;
-    return (check ? mkk_check_build : mkk_cbs_build)(bc, obj, why, whyn) != 0;
+    return (mode == 'K' ? mkk_check_build : mode == 'F' ? mkk_fiber_build : mkk_cbs_build)(bc, obj, why, whyn) != 0;
 }
 
 static char *read_n(size_t n) {
@@ -41,13 +42,13 @@ static int serve(void) {
     while (fgets(line, sizeof line, stdin)) {
         char mode;
         size_t n1, n2;
-        if (sscanf(line, "%c %zu %zu", &mode, &n1, &n2) != 3 || (mode != 'C' && mode != 'K')) return 2;
+        if (sscanf(line, "%c %zu %zu", &mode, &n1, &n2) != 3 || (mode != 'C' && mode != 'K' && mode != 'F')) return 2;
         char *bc = read_n(n1), *obj = bc ? read_n(n2) : NULL;
         if (!bc || !obj) {
             free(bc);
             return 2;
         }
-        int rc = one(mode == 'K', bc, obj, why, sizeof why);
+        int rc = one(mode, bc, obj, why, sizeof why);
         free(bc);
         free(obj);
         size_t wn = strlen(why);
@@ -58,13 +59,14 @@ static int serve(void) {
 
 int main(int argc, char **argv) {
     int server = argc == 2 && strcmp(argv[1], "--serve") == 0;
-    int check = argc == 4 && strcmp(argv[1], "--check") == 0; /* the checker mode (check_ir.c) */
-    if (check) {
+    char mode = 'C';
+    if (argc == 4 && (strcmp(argv[1], "--check") == 0 || strcmp(argv[1], "--fibers") == 0)) {
+        mode = argv[1][2] == 'c' ? 'K' : 'F'; /* the checker mode (check_ir.c), the fiber engine's object */
         argv++;
         argc--;
     }
     if (argc != 3 && !server) {
-        fprintf(stdout, "usage: %s [--check] BITCODE OBJECT | --serve\n", argv[0]);
+        fprintf(stdout, "usage: %s [--check|--fibers] BITCODE OBJECT | --serve\n", argv[0]);
         return 2;
     }
 #if defined(__x86_64__) && defined(__GLIBC__)
@@ -76,7 +78,7 @@ int main(int argc, char **argv) {
 #endif
     if (server) return serve();
     char why[1024];
-    if (one(check, argv[1], argv[2], why, sizeof why)) {
+    if (one(mode, argv[1], argv[2], why, sizeof why)) {
         fputs(why, stdout);
         return 1;
     }

@@ -27,6 +27,9 @@
  *   5. the sites ("file:line:col" strings, and threadgroup variables' names)
  *      become a table, mkpy_chk_sites[mkpy_chk_nsites], that the hooks index;
  *   6. O2 as usual, and an object file for this machine.
+ * After step 1 the body's barriers and SIMD-group functions get the fiber
+ * engine's release order (mkk_ir_order_sites in cbs_ir.c), as the fiber
+ * engine's own objects do. 
  * The site is the user's own line: the innermost location of the inlining
  * chain that lies in `<kernel NAME source>` or `<kernel NAME header>` (the
  * #line names jit.c gives), so an access inside a runtime header function
@@ -445,6 +448,9 @@ int mkk_check_build(const char *bc_path, const char *obj_path, char *why, size_t
     }
     c->sync_barrier = LLVMGetNamedFunction(c->m, "mkpy_sync_barrier");
     c->sync_tg_alloc = LLVMGetNamedFunction(c->m, "mkpy_sync_threadgroup_alloc");
+    /* the checker runs on fibers: their release order, as for the fiber
+     * engine (if the body cannot be ranked, the fibers keep the text's order) */
+    if (mkk_ir_order_sites(c->cx, c->m, c->root, why, whyn) < 0) why[0] = 0;
 
     /* 2-4. the hooks */
     c->root_thread = LLVMGetParam(c->root, 2);

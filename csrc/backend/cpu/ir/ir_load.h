@@ -36,6 +36,13 @@ void mkk_ir_dispose(mkk_ir_module *mod);
 #define mkk_ir_fail(st, ...) mkk_ir_failf((st)->why, (st)->whyn, __VA_ARGS__)
 int mkk_ir_failf(char *why, size_t whyn, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* The fiber engine's release order in f (cbs_ir.c): a call of
+ * mkpy_sync_order(rank, wait) before every runtime point and at the latch of
+ * loops holding SIMD-group functions. Returns 1, 0 when f has no point or
+ * reaches one through a call it still makes (nothing changed), or -1 with
+ * the reason in `why`. */
+int mkk_ir_order_sites(LLVMContextRef cx, LLVMModuleRef m, LLVMValueRef f, char *why, size_t whyn);
+
 /* An LLVM value's name, "" when it has none. */
 static inline const char *mkk_ir_name(LLVMValueRef v) {
     size_t n;

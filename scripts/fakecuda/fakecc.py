@@ -1,0 +1,24 @@
+# fakecc.py SRC OUT.so [-I...]: compiles one of mkpy's CUDA op-kernel programs for the host with
+# clang++ (shim.h stands for the device side) and appends, for each extern "C" kernel NAME, a
+# wrapper NAME__fake(void **params, unsigned blocks) that runs the blocks in turn, one thread each
+# (mkpy's op kernels loop over their grid, so any grid covers the work). scripts/fakecuda/README.
+import re, subprocess, sys
+src, out = sys.argv[1], sys.argv[2]
+incs = [a for a in sys.argv[3:] if a.startswith("-I")]
+text = open(src).read()
+wr = []
+for m in re.finditer(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', text):
+    name, params = m.group(1), m.group(2)
+    args = []
+    for i, p in enumerate([p.strip() for p in params.split(",") if p.strip()]):
+        t = re.sub(r'\w+\s*$', '', p).strip()
+        args.append("*(%s*)p[%d]" % (t, i))
+    wr.append('extern "C" void %s__fake(void **p, unsigned gx) { gridDim.x = gx; blockDim.x = 1; threadIdx.x = 0; '
+              'for (unsigned b = 0; b < gx; b++) { blockIdx.x = b; %s(%s); } }' % (name, name, ", ".join(args)))
+with open(src, "a") as f:
+    f.write("\n" + "\n".join(wr) + "\n")
+cmd = ["clang++-15", "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w", "-x", "c++",
+       "-include", __file__.rsplit("/", 1)[0] + "/shim.h"] + incs + [src, "-o", out]
+r = subprocess.run(cmd, capture_output=True, text=True)
+sys.stderr.write(r.stderr)
+sys.exit(r.returncode)
