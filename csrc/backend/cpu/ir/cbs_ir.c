@@ -2042,75 +2042,6 @@ out:
     return rc;
 }
 
-/* ------------------------------------------------ the frame's alias scope
- * The frame (the threads' slots) is memory that no buffer, threadgroup
- * variable or runtime buffer shares. LLVM proves that for a noalias argument
- * only while the pointer is not captured, and a vectorised nest captures it:
- * a vector of slot addresses passed to a masked gather or scatter counts as
- * a capture. Once one nest of the run function was vectorised that way, a
- * gather from a buffer in another nest (`inp[i]` with `i` from a slot) could
- * no longer be told apart from the slot stores there, LAA asked for run-time
- * bounds it cannot compute for a gather, and the nest stayed scalar. Scoped
- * alias metadata says it directly: accesses through the frame are in scope
- * "mkpy.frame", accesses through anything else known not to be the frame
- * are noalias with it. An access whose pointer may be either (a phi or
- * select of pointers) gets neither. */
-enum { BASE_FRAME = 1, BASE_OTHER = 2 };
-
-/* What the pointer v is based on: BASE_FRAME, BASE_OTHER or 0 (unknown). */
-static int pointer_base(pass *p, LLVMValueRef v, LLVMValueRef frame) {
-    v = pointer_root(v, frame);
-    if (v == frame) return BASE_FRAME;
-    if (LLVMIsAAllocaInst(v) || LLVMIsAGlobalVariable(v)) return BASE_OTHER;
-    if (LLVMIsAArgument(v)) return v == LLVMGetParam(p->f, 5) ? 0 : BASE_OTHER; /* ctx itself: the runtime's */
-    if (LLVMIsALoadInst(v)) {
-        /* a pointer loaded from the args array (a buffer) or from ctx (the
-         * runtime's buffers: frame, deposit, simd, masks, tg, uni) */
-        LLVMValueRef a = LLVMGetOperand(v, 0);
-        while (LLVMIsAGetElementPtrInst(a)) a = LLVMGetOperand(a, 0);
-        if (a == LLVMGetParam(p->f, 0)) return BASE_OTHER;
-        if (a == LLVMGetParam(p->f, 5)) {
-            /* ctx fields: 0 the frame, 5 uni (thread 0's copy of frame slots) */
-            LLVMValueRef g = LLVMGetOperand(v, 0);
-            if (!LLVMIsAGetElementPtrInst(g) || LLVMGetNumOperands(g) != 2 || !LLVMIsAConstantInt(LLVMGetOperand(g, 1)))
-                return 0;
-            long long off = LLVMConstIntGetSExtValue(LLVMGetOperand(g, 1));
-            return off == 0 || off == 5 * 8 ? 0 : BASE_OTHER;
-        }
-    }
-    return 0;
-}
-
-static void tag_frame_scope(pass *p, LLVMValueRef frame) {
-    LLVMMetadataRef dom_ops[] = {LLVMMDStringInContext2(p->cx, "mkpy.frame.domain", 17)};
-    LLVMMetadataRef dom = LLVMMDNodeInContext2(p->cx, dom_ops, 1);
-    LLVMMetadataRef scope_ops[] = {LLVMMDStringInContext2(p->cx, "mkpy.frame", 10), dom};
-    LLVMMetadataRef scope = LLVMMDNodeInContext2(p->cx, scope_ops, 2);
-    LLVMValueRef list = LLVMMetadataAsValue(p->cx, LLVMMDNodeInContext2(p->cx, &scope, 1));
-    unsigned k_scope = LLVMGetMDKindIDInContext(p->cx, "alias.scope", 11);
-    unsigned k_noalias = LLVMGetMDKindIDInContext(p->cx, "noalias", 7);
-    for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
-        for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
-            int base;
-            if (LLVMIsALoadInst(in)) {
-                base = pointer_base(p, LLVMGetOperand(in, 0), frame);
-            } else if (LLVMIsAStoreInst(in)) {
-                base = pointer_base(p, LLVMGetOperand(in, 1), frame);
-            } else if (LLVMIsACallInst(in) && (is_intrinsic(in, "llvm.memcpy") || is_intrinsic(in, "llvm.memmove"))) {
-                int d = pointer_base(p, LLVMGetOperand(in, 0), frame), s = pointer_base(p, LLVMGetOperand(in, 1), frame);
-                base = d == s ? d : 0;
-            } else if (LLVMIsACallInst(in) && is_intrinsic(in, "llvm.memset")) {
-                base = pointer_base(p, LLVMGetOperand(in, 0), frame);
-            } else {
-                continue;
-            }
-            if (base == BASE_FRAME)
-                LLVMSetMetadata(in, k_scope, list);
-            else if (base == BASE_OTHER)
-                LLVMSetMetadata(in, k_noalias, list);
-        }
-}
-
 /* A pass's context, builder and module (the bitcode at bc_path), and their end. */
 static int pass_load(pass *p, mkk_ir_module *mod, const char *bc_path, char *why, size_t whyn) {
     p->why = why;
@@ -2393,6 +2324,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     unsigned long long frame_bytes = p->frame;
 
     /* sites become returns; E' dispatches on `resume` */
+    int loop_steps = 0;
     LLVMBasicBlockRef start = LLVMGetSuccessor(e_br, 0); /* splitting may have moved it */
     LLVMInstructionEraseFromParent(e_br);
     LLVMPositionBuilderAtEnd(p->b, p->eb);
@@ -2425,6 +2357,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             }
         }
         if (LLVMGetCalledValue(s->call) == p->fn_loop_step) {
+            loop_steps++;
             /* A loop step pays for itself when the whole group waits there
              * (a dense run, whose work-item loop vectorises the iteration);
              * in a checked run (a few threads: a loop under `if (lid == 0)`
@@ -2442,8 +2375,6 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMInstructionEraseFromParent(br);
         LLVMInstructionEraseFromParent(s->call);
     }
-
-    tag_frame_scope(p, ctx_frame);
 
     /* the info */
     {
@@ -2505,7 +2436,8 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         /* the args array holds every entry F reads: loads of its buffer
          * pointers may then leave the nests and the loop around them (a
          * gather through a pointer loaded inside the loop is one LAA cannot
-         * bound, and the nest is not vectorised) */
+         * bound, and the nest is not vectorised). Only with loop steps: see
+         * `chain` below. */
         {
             long long top = -1;
             for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
@@ -2513,7 +2445,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                     int e = args_entry(p, in);
                     if (e > top) top = e;
                 }
-            if (top >= 0) {
+            if (top >= 0 && loop_steps) {
                 LLVMAddAttributeAtIndex(run, 2, LLVMCreateEnumAttribute(p->cx, deref, (unsigned long long)(top + 1) * 8));
                 LLVMAddAttributeAtIndex(run, 2, LLVMCreateEnumAttribute(p->cx, LLVMGetEnumAttributeKindForName("align", 5), 8));
             }
@@ -2575,11 +2507,15 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBasicBlockRef dispatch = LLVMAppendBasicBlockInContext(p->cx, run, "dispatch");
         LLVMBuildCondBr(p->b, empty, out, dispatch);
         LLVMPositionBuilderAtEnd(p->b, dispatch);
-        /* `chain` comes back here: one loop around the nests, whose header
-         * is this block (a jump from chain into a nest would make a cycle
-         * with two entries, irreducible: LLVM's loop passes skip it, so the
-         * buffer pointers the nests load stayed in them, and LAA, which
-         * cannot bound a gather through such a pointer, gave up) */
+        /* With loop steps `chain` comes back here: one loop around the
+         * nests, whose header is this block (a jump from chain into a nest
+         * makes a cycle with two entries, irreducible: LLVM's loop passes
+         * skip it, so the buffer pointers the nests load stayed in them, and
+         * LAA, which cannot bound a gather through such a pointer, gave up).
+         * Without, chain jumps into the nest: measured, the trivial-body
+         * kernel (one barrier, 16 MB in and out) ran 2x slower with the
+         * loop and the hoisted pointers, for reasons not found (the nests'
+         * code is the same instruction for instruction). */
         LLVMValueRef site_v = LLVMBuildPhi(p->b, p->i32, "site");
         LLVMValueRef dense_v = LLVMBuildPhi(p->b, LLVMInt1TypeInContext(p->cx), "dense.v");
         {
@@ -2596,6 +2532,11 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
          * needs the runtime to gather deposits, go back to the scheduler).
          * A group of a barrier kernel then costs one call, not one per barrier. */
         LLVMBasicBlockRef chain = LLVMAppendBasicBlockInContext(p->cx, run, "chain");
+        LLVMBasicBlockRef *dense_head = calloc((size_t)nsites + 1, sizeof *dense_head);
+        if (!dense_head) {
+            mkk_ir_fail(p, "out of memory");
+            goto done;
+        }
         for (int k = 0; k <= nsites; k++) {
             LLVMBasicBlockRef pick = LLVMAppendBasicBlockInContext(p->cx, run, "site");
             LLVMAddCase(rsw, const_i32(p, k), pick);
@@ -2633,6 +2574,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 }
                 LLVMBuildBr(p->b, zb);
                 heads[variant] = preb;
+                if (variant == 0) dense_head[k] = preb;
                 LLVMPositionBuilderAtEnd(p->b, zb);
                 LLVMValueRef z = LLVMBuildPhi(p->b, p->i32, "z");
                 LLVMBuildBr(p->b, yb);
@@ -2742,11 +2684,16 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMAddCase(csw, const_i64(p, 1ll << j), pre);
             LLVMPositionBuilderAtEnd(p->b, pre);
             LLVMBuildStore(p->b, const_i64(p, 0), acc);
+            if (!loop_steps) {
+                LLVMBuildBr(p->b, dense_head[j]);
+                continue;
+            }
             LLVMBuildBr(p->b, dispatch);
             LLVMValueRef in_v[] = {const_i32(p, j)}, in_d[] = {LLVMConstInt(LLVMInt1TypeInContext(p->cx), 1, 0)};
             LLVMAddIncoming(site_v, in_v, &pre, 1);
             LLVMAddIncoming(dense_v, in_d, &pre, 1);
         }
+        free(dense_head);
         unsigned always = LLVMGetEnumAttributeKindForName("alwaysinline", 12);
         LLVMAddAttributeAtIndex(p->f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(p->cx, always, 0));
         LLVMSetLinkage(p->f, LLVMInternalLinkage);
