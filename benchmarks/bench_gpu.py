@@ -16,7 +16,7 @@ written in CUDA and run by CuPy (RawKernel, cuBLAS), measured side by side in on
 mkpy is timed as kernel call + mx.eval (the eval waits for the GPU); CuPy as the launch plus
 cupy.cuda.Device().synchronize(). Absolute times are given for the GPU only.
 Skipped (no rows) where mx.cuda.is_available() is false or CuPy is missing.
-Run alone: PYTHONPATH=. python3 benchmarks/bench_gpu.py
+Run alone: PYTHONPATH=. python3 benchmarks/bench_gpu.py [--quick] [--only=sgemm,exp,call,cpu,fast,hgemm]
 """
 import json
 import os
@@ -395,7 +395,10 @@ def run(opts):
              ("call", lambda: _call_rows(cp, rows, quick)),
              ("cpu rows", lambda: _cpu_rows(rows, quick)),
              ("fast", lambda: _fast_rows(cp, rows, quick))]
+    only = getattr(opts, "only", None)
     for name, step in steps:
+        if only and not any(name.startswith(o) for o in only):
+            continue
         progress("gpu: " + name)
         try:
             step()
@@ -414,7 +417,8 @@ if __name__ == "__main__":
         print(json.dumps(fast_times(3.0)))
         sys.exit(0)
     import types
-    rs = run(types.SimpleNamespace(quick="--quick" in sys.argv))
+    only = [a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--only=")]
+    rs = run(types.SimpleNamespace(quick="--quick" in sys.argv, only=only[0] if only else None))
     from run_all import print_table
     print_table(rs)
     if os.environ.get("OUT"):
