@@ -159,9 +159,18 @@ void mkk_sb(mkk_sbuf *b, const char *text);
 void mkk_sbf(mkk_sbuf *b, const char *fmt, ...) MK_PRINTF(2, 3);
 /* Appends the translated source (header, MLX's signature, the user's source)
  * with #line markers naming header_file, generated_file and source_file, so
- * that a compiler's line numbers are the user's. Returns 0 or -1 (error set). */
+ * that a compiler's line numbers are the user's. For CUDA, `simt` (may be
+ * NULL) is set when the text tracks Metal's active mask (mkk_simt_rewrite:
+ * the program must define MKPY_SIMT before mkpy_cuda.h). Returns 0 or -1
+ * (error set). */
 int mkk_program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, mkk_target target,
-                     const char *header_file, const char *generated_file, const char *source_file, int *nbarriers);
+                     const char *header_file, const char *generated_file, const char *source_file, int *nbarriers,
+                     int *simt);
+/* The CUDA text with Metal's active mask tracked through divergent code
+ * (simt.c), for kernels with SIMD-group functions in divergent code or with
+ * threadgroup memory and an `else`: 1 and *out (malloc'd), 0 (*out NULL)
+ * for kernels that need none, -1 on error. */
+int mkk_simt_rewrite(const char *cpp, char **out);
 /* Where barrier site `i` of the CUDA translation is in the user's terms:
  * "<kernel NAME source>" (or header, signature), line and column; file is
  * written into a buffer of fn bytes. Returns 0, or -1 when i is no site. */

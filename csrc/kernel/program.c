@@ -83,13 +83,28 @@ static int total_lines(const char *s) {
 }
 
 int mkk_program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, mkk_target target,
-                     const char *header_file, const char *generated_file, const char *source_file, int *nbarriers) {
+                     const char *header_file, const char *generated_file, const char *source_file, int *nbarriers,
+                     int *simt) {
     mkk_sites sites;
     char *cpp = mkk_translate(generated, target, &sites);
     if (!cpp) return -1;
     if (nbarriers) *nbarriers = sites.n;
     free(sites.offset);
     free(sites.tg_offset);
+    if (simt) *simt = 0;
+    if (target == MKK_TARGET_CUDA) {
+        char *tracked = NULL;
+        const int r = mkk_simt_rewrite(cpp, &tracked);
+        if (r < 0) {
+            free(cpp);
+            return -1;
+        }
+        if (r > 0) {
+            free(cpp);
+            cpp = tracked;
+            if (simt) *simt = 1;
+        }
+    }
     mkk_linemap m;
     mkk_line_map(k, generated, &m);
     int n = total_lines(cpp);

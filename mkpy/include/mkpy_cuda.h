@@ -13,7 +13,9 @@
 // position from their linear index in the block (one-dimensional in mkpy's
 // launches, three-dimensional in MLX's cuda_kernel's: mlx_thread_attrs).
 //
-// SIMD-group functions work on the lanes active at the call (__activemask()),
+// SIMD-group functions work on the lanes active at the call (simd_mask():
+// __activemask(), or Metal's active mask where the translation tracks it, in
+// kernels with SIMD-group functions in divergent code: the SIMT guards below),
 // as the CPU engines do on the lanes at the same call site; reductions and
 // prefix sums combine the lanes' values in lane order, exactly as the CPU
 // engines do, so float results equal theirs bit for bit.
@@ -172,6 +174,122 @@ inline bool mlx_thread_attrs(const uint32_t *grid, mkpy_thread_attrs &t) {
 }
 #endif
 
+// ---- Metal's active mask in divergent code (kernel/simt.c; docs/design.md,
+// "Metal's SIMD-group semantics in divergent code"). Under independent thread
+// scheduling __activemask() is whatever lanes run together at that instant, so
+// kernels with SIMD-group functions in divergent code are rewritten to track
+// Metal's mask: the program defines MKPY_SIMT (the launch bound) and the
+// translation wraps divergent constructs in the guards below. The current mask
+// lives in a per-thread slot of shared memory so that header functions called
+// from a branch see their caller's mask.
+#ifdef MKPY_SIMT
+__shared__ unsigned simt_slot[MKPY_SIMT];
+inline unsigned simd_mask() { return simt_slot[block_thread()]; }
+inline void simt_set(unsigned m) { simt_slot[block_thread()] = m; }
+// The entry point: the warp's lanes (read first thing, when all are converged)
+// that passed the threadgroup-extent check are the kernel's first mask.
+inline bool simt_begin(unsigned warp, bool ok) {
+    const unsigned m = __ballot_sync(warp, ok);
+    if (ok) simt_set(m);
+    return ok;
+}
+// A region's join: every lane of the region's entry mask `m` calls it once,
+// staying or leaving (break, continue, return: from a guard's destructor);
+// the lanes that stay go on with the result. One call site (noinline), so
+// lanes arriving by different paths meet at one instruction.
+__noinline__ unsigned simt_join(unsigned m, bool stays) { return __ballot_sync(m, stays); }
+// The `if` side ends (or is left) before the `else` side starts; the stores of
+// one are visible to the other (__syncwarp orders memory among its lanes).
+__noinline__ void simt_side(unsigned m) { __syncwarp(m); }
+
+// if (c) A else B  ->  { simt_if<E, X> g((c)); if (g.then()) { A g.then_end(); }
+//                        else if (g.other()) B g.stay(); }
+// E: there is an else; X: a lane may leave the statement early.
+template <bool HasElse, bool MayLeave> struct simt_if {
+    unsigned m, t;
+    bool c, done = false, then_done = false;
+    explicit simt_if(bool cond) : m(simd_mask()), t(__ballot_sync(m, cond)), c(cond) {}
+    bool sides() const { return HasElse && t != 0 && t != m; }
+    bool then() {
+        if (c) simt_set(t);
+        return c;
+    }
+    void then_end() {
+        then_done = true;
+        if (sides()) simt_side(m);
+    }
+    bool other() {
+        if (sides()) simt_side(m);
+        simt_set(m & ~t);
+        return true;
+    }
+    void stay() {
+        done = true;
+        simt_set(MayLeave ? simt_join(m, true) : m);
+    }
+    ~simt_if() {
+        if (!MayLeave || done) return;
+        if (c && !then_done && sides()) simt_side(m);
+        simt_join(m, false);
+    }
+};
+// { simt_loop<R> l; for (init; l.test((cond)); inc) { simt_iter<..> i(l); body i.stay(); } l.stay(); }
+// R: a lane may return from inside the loop. Iteration i runs with the lanes
+// that stayed in the loop after iteration i - 1 and pass the condition.
+template <bool MayReturn> struct simt_loop {
+    unsigned entry, cur;
+    bool done = false;
+    simt_loop() : entry(simd_mask()), cur(entry) {}
+    bool test(bool c) {
+        const unsigned t = __ballot_sync(cur, c);
+        if (c) simt_set(t);
+        return c;
+    }
+    void stay() {
+        done = true;
+        simt_set(MayReturn ? simt_join(entry, true) : entry);
+    }
+    ~simt_loop() {
+        if (MayReturn && !done) simt_join(entry, false);
+    }
+};
+// One iteration; MayLeave: a lane may break or return from the body.
+template <class Loop, bool MayLeave> struct simt_iter {
+    Loop &l;
+    unsigned m;
+    bool stays = false;
+    explicit simt_iter(Loop &loop) : l(loop), m(simd_mask()) {}
+    void stay() { stays = true; }
+    void cont() { stays = true; }
+    ~simt_iter() {
+        const unsigned live = MayLeave ? simt_join(m, stays) : m;
+        if (stays) {
+            l.cur = live;
+            simt_set(live);
+        }
+    }
+};
+// c ? a : b with a SIMD-group function in an arm: the true arm's lanes first.
+template <class A, class B>
+inline auto simt_select(bool c, A a, B b) -> decltype(true ? a() : b()) {
+    const unsigned m = simd_mask(), t = __ballot_sync(m, c);
+    if (c) {
+        simt_set(t);
+        auto r = a();
+        if (t != m) simt_side(m);
+        simt_set(m);
+        return r;
+    }
+    if (t != 0) simt_side(m);
+    simt_set(m & ~t);
+    auto r = b();
+    simt_set(m);
+    return r;
+}
+#else
+inline unsigned simd_mask() { return __activemask(); }
+#endif
+
 // ---- moving values of any plain type between lanes, 32 bits at a time
 template <class T>
 inline T shfl(unsigned mask, const T &v, int src) {
@@ -189,7 +307,7 @@ inline T shfl(unsigned mask, const T &v, int src) {
 // in lane order (as the CPU engines: bit for bit the same for floats).
 template <class T, class Op>
 inline T reduce(const T &v, unsigned width, Op op) {
-    const unsigned mask = __activemask(), lane = lane_id(), lo = lane / width * width;
+    const unsigned mask = ::mkpy::simd_mask(), lane = lane_id(), lo = lane / width * width;
     T acc = v;
     bool first = true;
     for (unsigned j = 0; j < width; j++) {
@@ -206,7 +324,7 @@ inline T reduce(const T &v, unsigned width, Op op) {
 // Prefix over the active lanes below (exclusive) or up to (inclusive) this one.
 template <class T, class Op>
 inline T prefix(const T &v, unsigned width, bool inclusive, T identity, Op op) {
-    const unsigned mask = __activemask(), lane = lane_id(), lo = lane / width * width;
+    const unsigned mask = ::mkpy::simd_mask(), lane = lane_id(), lo = lane / width * width;
     T acc = identity;
     for (unsigned j = 0; j < width; j++) {
         const unsigned src = lo + j;
@@ -227,7 +345,7 @@ inline int pick_rot_down(int l, int d, int w) { return (l + d) % w; }
 // outside the segment or inactive gives the lane's own value (as the CPU).
 template <class T>
 inline T take(const T &v, unsigned width, int (*pick)(int, int, int), int arg) {
-    const unsigned mask = __activemask(), lane = lane_id();
+    const unsigned mask = ::mkpy::simd_mask(), lane = lane_id();
     const int lo = (int)(lane / width * width);
     int src = pick((int)lane - lo, arg, (int)width);
     const bool ok = src >= 0 && src < (int)width && (mask >> (src + lo) & 1u);
@@ -237,7 +355,7 @@ inline T take(const T &v, unsigned width, int (*pick)(int, int, int), int arg) {
 
 template <class T>
 inline T fill(const T &data, const T &filling, int delta, int modulo, bool up) {
-    const unsigned mask = __activemask(), lane = lane_id();
+    const unsigned mask = ::mkpy::simd_mask(), lane = lane_id();
     int src = (int)lane;
     bool from_fill = false;
     if (modulo > 0) {
@@ -291,7 +409,7 @@ struct barrier_call {
 inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }
 inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
-    __syncwarp(__activemask());
+    __syncwarp(::mkpy::simd_mask());
 }
 
 // ------------------------------------------------------------ votes
@@ -358,21 +476,21 @@ struct quad_vote {
         return ::mkpy::fill(data, filling, delta, width, false);                                    \
     }                                                                                               \
     template <class T> inline T P##_broadcast_first(T v) {                                          \
-        const unsigned mask = __activemask(), lane = ::mkpy::lane_id(), lo = lane / width * width;  \
+        const unsigned mask = ::mkpy::simd_mask(), lane = ::mkpy::lane_id(), lo = lane / width * width;  \
         const uint32_t seg = (mask >> lo) & ::mkpy::seg_bits(width);                                \
         return ::mkpy::shfl(mask, v, (int)(lo + (unsigned)(__ffs(seg) - 1)));                       \
     }                                                                                               \
     inline bool P##_is_first() {                                                                    \
-        const unsigned mask = __activemask(), lane = ::mkpy::lane_id(), lo = lane / width * width;  \
+        const unsigned mask = ::mkpy::simd_mask(), lane = ::mkpy::lane_id(), lo = lane / width * width;  \
         return lane == lo + (unsigned)(__ffs((mask >> lo) & ::mkpy::seg_bits(width)) - 1);           \
     }                                                                                               \
     inline bool P##_all(bool b) {                                                                   \
-        const unsigned mask = __activemask(), v = __ballot_sync(mask, b), lo = ::mkpy::lane_id() / width * width; \
+        const unsigned mask = ::mkpy::simd_mask(), v = __ballot_sync(mask, b), lo = ::mkpy::lane_id() / width * width; \
         const uint32_t seg = ::mkpy::seg_bits(width) << lo;                                         \
         return (v & seg) == (mask & seg);                                                           \
     }                                                                                               \
     inline bool P##_any(bool b) {                                                                   \
-        const unsigned mask = __activemask(), v = __ballot_sync(mask, b), lo = ::mkpy::lane_id() / width * width; \
+        const unsigned mask = ::mkpy::simd_mask(), v = __ballot_sync(mask, b), lo = ::mkpy::lane_id() / width * width; \
         return (v >> lo & ::mkpy::seg_bits(width)) != 0;                                            \
     }                                                                                               \
     inline bool P##_is_helper_thread() { return false; }
@@ -380,14 +498,14 @@ struct quad_vote {
 MKPY_GROUP_FUNCTIONS(simd, MKPY_SIMD_WIDTH)
 MKPY_GROUP_FUNCTIONS(quad, 4)
 
-inline simd_vote simd_ballot(bool b) { return simd_vote(__ballot_sync(__activemask(), b)); }
-inline simd_vote simd_active_threads_mask() { return simd_vote(__activemask()); }
+inline simd_vote simd_ballot(bool b) { return simd_vote(__ballot_sync(::mkpy::simd_mask(), b)); }
+inline simd_vote simd_active_threads_mask() { return simd_vote(::mkpy::simd_mask()); }
 inline quad_vote quad_ballot(bool b) {
-    const unsigned v = __ballot_sync(__activemask(), b);
+    const unsigned v = __ballot_sync(::mkpy::simd_mask(), b);
     return quad_vote((unsigned short)(v >> (::mkpy::lane_id() / 4 * 4) & 0xfu));
 }
 inline quad_vote quad_active_threads_mask() {
-    return quad_vote((unsigned short)(__activemask() >> (::mkpy::lane_id() / 4 * 4) & 0xfu));
+    return quad_vote((unsigned short)(::mkpy::simd_mask() >> (::mkpy::lane_id() / 4 * 4) & 0xfu));
 }
 #undef MKPY_GROUP_FUNCTIONS
 #undef MKPY_REDUCE
@@ -651,7 +769,7 @@ namespace mkpy {
 template <class TD, class TA, class TB, class TC>
 inline void simdgroup_mma(::metal::simdgroup_matrix<TD, 8, 8> &d, const ::metal::simdgroup_matrix<TA, 8, 8> &a,
                           const ::metal::simdgroup_matrix<TB, 8, 8> &b, const ::metal::simdgroup_matrix<TC, 8, 8> *c) {
-    const unsigned mask = __activemask();
+    const unsigned mask = ::mkpy::simd_mask();
     unsigned row, c0;
     simdgroup_coord(lane_id(), row, c0);
     float acc[2] = {c ? float(c->e[0]) : 0.0f, c ? float(c->e[1]) : 0.0f};

@@ -283,7 +283,7 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
     if (prints) mkk_sb(&body, "#include \"mkpy_log.h\"\n"); /* os_log, printf */
     int readonly_args = 0;
     sbuf call = {0};
-    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs, NULL) < 0 ||
+    if (mkk_program_body(&body, k, generated, MKK_TARGET_CPU, fh, fg, fs, NULL, NULL) < 0 ||
         !(call.s = mkk_call_expr(k, c, inputs, kernel_name, "args[%d]", &readonly_args))) {
         free(body.s);
         return NULL;

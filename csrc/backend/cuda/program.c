@@ -27,37 +27,45 @@ static int refuse_printing(const mkk_kernel *k, const mkk_call *c, const char *w
 }
 
 /* The translated kernel with #line markers naming the kernel's header, signature and source. */
-static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, int *nbarriers) {
+static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, int *nbarriers, int *simt) {
     char fh[600], fg[600], fs[600];
     snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
     snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
     snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
-    return mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, nbarriers);
+    return mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, nbarriers, simt);
 }
 
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                        const char *kernel_name) {
     if (refuse_printing(k, c, "mkpy's CUDA back-end", "; run it on the CPU (mx.cpu stream, or MKPY_GPU=cpu)") < 0)
         return NULL;
-    mkk_sbuf b = {0};
-    mkk_sb(&b, "#include \"mkpy_cuda.h\"\n");
+    mkk_sbuf b = {0}, body = {0};
     char *call = NULL;
-    int nbarriers = 0;
-    if (program_body(&b, k, generated, &nbarriers) < 0 ||
+    int nbarriers = 0, simt = 0;
+    if (program_body(&body, k, generated, &nbarriers, &simt) < 0 ||
         !(call = mkk_call_expr(k, c, inputs, kernel_name, "a%d", NULL))) {
-        free(b.s);
+        free(body.s);
         return NULL;
     }
     /* registers for the call's threadgroup size (Metal allows 1024), rounded
      * up to a power of two so that calls differing only a little share a program */
     int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
     while (threads < requested && threads < 1024) threads *= 2;
+    /* Metal's active mask tracked by the translation (kernel/simt.c): one slot per thread */
+    if (simt) mkk_sbf(&b, "#define MKPY_SIMT %d\n", (int)threads);
+    mkk_sb(&b, "#include \"mkpy_cuda.h\"\n");
+    mkk_sb(&b, body.s ? body.s : "");
+    free(body.s);
     mkk_sb(&b, "#line 1 \"<mkpy entry>\"\n");
     mkk_sbf(&b, "extern \"C\" __global__ void __launch_bounds__(%d) mkpy_cuda_entry(const mkpy_cuda_launch L",
             (int)threads);
     const int nargs = mkk_nargs(k, c, inputs);
     for (int i = 0; i < nargs; i++) mkk_sbf(&b, ", void *a%d", i);
-    mkk_sb(&b, ") {\n    mkpy_thread_attrs t;\n    if (!mkpy::cuda_thread_attrs(L, t)) return;\n    ");
+    if (simt) /* the warp's lanes, read first, while all are converged: the first mask is those in the extent */
+        mkk_sb(&b, ") {\n    const unsigned mkpy_warp = __activemask();\n    mkpy_thread_attrs t;\n"
+                   "    if (!mkpy::simt_begin(mkpy_warp, mkpy::cuda_thread_attrs(L, t))) return;\n    ");
+    else
+        mkk_sb(&b, ") {\n    mkpy_thread_attrs t;\n    if (!mkpy::cuda_thread_attrs(L, t)) return;\n    ");
     if (nbarriers) mkk_sb(&b, "mkpy::barrier_init();\n    ");
     mkk_sb(&b, call);
     mkk_sb(&b, "}\n");
@@ -168,7 +176,9 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
     int64_t requested = c->threadgroup[0] * c->threadgroup[1] * c->threadgroup[2], threads = 32;
     while (threads < requested && threads < 1024) threads *= 2;
     mkk_sbf(&b, "    // mkpy: blocks of at most %d threads (__launch_bounds__ in the header)\n", (int)threads);
-    mkk_sb(&b, "    mkpy_thread_attrs t;\n    if (!::mkpy::mlx_thread_attrs(" MKB_MLX_GRID_NAME ", t)) return;\n");
+    /* the header says whether the kernel tracks Metal's active mask (MKPY_SIMT) */
+    mkk_sb(&b, "    MKPY_MLX_SIMT_WARP;\n    mkpy_thread_attrs t;\n"
+               "    if (!MKPY_MLX_SIMT_BEGIN(::mkpy::mlx_thread_attrs(" MKB_MLX_GRID_NAME ", t))) return;\n");
     int arg = 0;
     for (int i = 0; i < k->ninputs; i++) {
         mkk_sbf(&b, "    void *a%d = (void *)" MKB_MLX_INPUT_FMT ";\n", arg++, i);
@@ -185,13 +195,22 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
     if (b.failed) goto nomem;
     if (header) {
         char seen[32][64];
-        int nseen = 0, nbarriers = 0;
+        int nseen = 0, nbarriers = 0, simt = 0;
+        mkk_sbuf text = {0};
+        if (program_body(&text, k, generated, &nbarriers, &simt) < 0) goto done;
         /* the runtime's `#pragma clang ...` lines mean nothing to NVRTC */
         mkk_sb(&h, "#pragma nv_diag_suppress 161\n#define MKPY_CUDA_HOSTED 1\n");
-        if (inline_header(&h, "mkpy_cuda.h", seen, &nseen, 0) < 0 ||
-            program_body(&h, k, generated, &nbarriers) < 0)
+        if (simt) mkk_sbf(&h, "#define MKPY_SIMT %d\n", (int)threads);
+        if (inline_header(&h, "mkpy_cuda.h", seen, &nseen, 0) < 0) {
+            free(text.s);
             goto done;
+        }
+        mkk_sb(&h, text.s ? text.s : "");
+        free(text.s);
         mkk_sb(&h, fn.s);
+        mkk_sb(&h, simt ? "#define MKPY_MLX_SIMT_WARP const unsigned mkpy_simt_warp = __activemask()\n"
+                          "#define MKPY_MLX_SIMT_BEGIN(ok) ::mkpy::simt_begin(mkpy_simt_warp, (ok))\n"
+                        : "#define MKPY_MLX_SIMT_WARP (void)0\n#define MKPY_MLX_SIMT_BEGIN(ok) (ok)\n");
         mkk_sbf(&h, "#define MKPY_MLX_BARRIER_INIT %s\n", nbarriers ? "::mkpy::barrier_init()" : "(void)0");
         if (h.failed || b.failed) goto nomem;
         /* the name MLX gets: the kernel's, and a hash of the program (MLX before 0.32.1 keyed its
