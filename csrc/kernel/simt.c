@@ -46,7 +46,8 @@ typedef struct {
     int else_tok, else_end; /* -1 without else */
     int colon;        /* N_TERN: the matching `:` */
     int do_semi;      /* N_DO: the `;` after while (...) */
-    int uses, guarded, leaves, returns, depth;
+    int in_a, in_b;   /* the tokens that run under the statement's condition */
+    int uses, guarded, leaves, returns, depth, div;
 } node;
 
 typedef struct {
@@ -66,6 +67,8 @@ typedef struct {
     int ne, ecap;
     char (*helpers)[64];
     int nhelpers, hcap;
+    tok *vary; /* names whose values may differ between the lanes of a SIMD-group */
+    int nvary, vcap;
     int failed;
 } pass;
 
@@ -276,7 +279,8 @@ static void expr(pass *P, int a, int b, int parent) {
         n->open = first;
         n->close = end;
         n->colon = colon;
-        n->guarded = 1;
+        n->in_a = i + 1;
+        n->in_b = end;
         for (int m = 0; m < P->nn; m++) /* nested ternaries order their edits by depth */
             if (m != t && P->n[m].kind == N_TERN && P->n[m].open <= first && P->n[m].close >= end) n->depth++;
         mark_up(P, parent, offsetof(node, uses));
@@ -336,6 +340,8 @@ static int stmt(pass *P, int i, int parent) {
             k = stmt(P, k + 1, n);
             P->n[n].else_end = k - 1;
         }
+        P->n[n].in_a = close + 1;
+        P->n[n].in_b = k - 1;
         return k;
     }
     if (is(P, i, "for") || is(P, i, "while")) {
@@ -358,8 +364,10 @@ static int stmt(pass *P, int i, int parent) {
                     else if (s2 < 0) s2 = j;
                 }
             }
+            P->n[n].in_a = s1 + 1;
             if (s2 < 0) {
                 P->n[n].kind = N_RANGE; /* for (x : range): left alone */
+                P->n[n].in_a = close + 1;
             } else {
                 P->n[n].cond_a = s1 + 1;
                 P->n[n].cond_b = s2 - 1;
@@ -368,10 +376,12 @@ static int stmt(pass *P, int i, int parent) {
         } else {
             P->n[n].cond_a = i + 2;
             P->n[n].cond_b = close - 1;
+            P->n[n].in_a = i + 2;
         }
         expr(P, i + 2, close - 1, n);
         int k = stmt(P, close + 1, n);
         P->n[n].body_end = k - 1;
+        P->n[n].in_b = k - 1;
         return k;
     }
     if (is(P, i, "do")) {
@@ -380,6 +390,8 @@ static int stmt(pass *P, int i, int parent) {
         P->n[n].kw = i;
         int k = stmt(P, i + 1, n);
         P->n[n].body_end = k - 1;
+        P->n[n].in_a = i + 1;
+        P->n[n].in_b = k - 1;
         if (!is(P, k, "while") || !is(P, k + 1, "(")) {
             P->n[n].kind = N_RANGE;
             return k;
@@ -391,14 +403,20 @@ static int stmt(pass *P, int i, int parent) {
         P->n[n].cond_b = close - 1;
         expr(P, k + 2, close - 1, n);
         P->n[n].do_semi = close + 1;
+        P->n[n].in_b = close;
         return is(P, close + 1, ";") ? close + 2 : close + 1;
     }
     if (is(P, i, "switch") && is(P, i + 1, "(")) {
         int close = match(P, i + 1) - 1;
         int n = new_node(P, N_SWITCH, parent);
         if (P->failed) return P->nt;
+        P->n[n].open = i + 1;
+        P->n[n].close = close;
         expr(P, i + 2, close - 1, n);
-        return stmt(P, close + 1, n);
+        int k = stmt(P, close + 1, n);
+        P->n[n].in_a = close + 1;
+        P->n[n].in_b = k - 1;
+        return k;
     }
     if (is(P, i, "break") || is(P, i, "continue")) {
         int cont = is(P, i, "continue");
@@ -412,7 +430,17 @@ static int stmt(pass *P, int i, int parent) {
         P->exits[P->nex++] = cont;
         return is(P, i + 1, ";") ? i + 2 : i + 1;
     }
-    if (is(P, i, "return")) mark_up(P, parent, offsetof(node, returns));
+    if (is(P, i, "return")) {
+        mark_up(P, parent, offsetof(node, returns));
+        if (grow((void **)&P->exits, &P->excap, P->nex + 4, sizeof(int)) < 0) {
+            P->failed = 1;
+            return P->nt;
+        }
+        P->exits[P->nex++] = i;
+        P->exits[P->nex++] = parent;
+        P->exits[P->nex++] = -1; /* the function */
+        P->exits[P->nex++] = 2;
+    }
 plain: {
     int j = i;
     while (j < P->nt && !is(P, j, ";")) {
@@ -447,6 +475,182 @@ static int function_name(const pass *P, int close) {
 typedef struct {
     int name, open, end; /* name token, `{`, token after `}` */
 } func;
+
+/* ---------------------------------------------------------------- uniformity
+ * Which values may differ between the lanes of a SIMD-group (a divergence
+ * analysis on names, as GPU compilers do on SSA values): the lane's own thread
+ * attributes, the parameters of header functions, what is computed from them,
+ * and what is assigned under a condition that may differ between lanes. A name
+ * is varying in every function once it is in one (conservative). A statement
+ * is divergent when its condition is varying, or (a loop) when a lane may leave
+ * an iteration early under a divergent statement. */
+
+static int varying_name(const pass *P, int i) {
+    for (int k = 0; k < P->nvary; k++)
+        if (P->vary[k].len == P->t[i].len && memcmp(P->s + P->vary[k].start, P->s + P->t[i].start, (size_t)P->t[i].len) == 0)
+            return 1;
+    return 0;
+}
+
+static int make_varying(pass *P, int i) {
+    if (P->t[i].kind != T_ID || varying_name(P, i)) return 0;
+    if (grow((void **)&P->vary, &P->vcap, P->nvary + 1, sizeof(tok)) < 0) {
+        P->failed = 1;
+        return 0;
+    }
+    P->vary[P->nvary++] = P->t[i];
+    return 1;
+}
+
+static int prefixed(const pass *P, int i, const char *w) {
+    const size_t l = strlen(w);
+    return P->t[i].kind == T_ID && (size_t)P->t[i].len >= l && memcmp(P->s + P->t[i].start, w, l) == 0;
+}
+
+/* SIMD-group functions whose result is the same on every lane (reductions, votes). */
+static int uniform_call(const pass *P, int i) {
+    static const char *const f[] = {"simd_sum", "simd_product", "simd_min", "simd_max", "simd_and", "simd_or",
+                                    "simd_xor", "simd_all", "simd_any", "simd_ballot", "simd_broadcast_first",
+                                    "simd_active_threads_mask"};
+    for (size_t k = 0; k < sizeof f / sizeof *f; k++)
+        if (is(P, i, f[k])) return 1;
+    return 0;
+}
+
+/* Calls whose result may differ between lanes whatever the arguments. */
+static int varying_call(const pass *P, int i) {
+    return prefixed(P, i, "quad_") || prefixed(P, i, "simd_prefix") || is(P, i, "simd_is_first");
+}
+
+/* Tokens [a, b] compute a value that may differ between lanes. */
+static int expr_varying(const pass *P, int a, int b) {
+    for (int i = a; i <= b && i < P->nt; i++) {
+        if (P->t[i].kind != T_ID) continue;
+        if (i + 1 < P->nt && is(P, i + 1, "(")) {
+            if (uniform_call(P, i)) {
+                i = match(P, i + 1) - 1;
+                continue;
+            }
+            if (varying_call(P, i)) return 1;
+            continue;
+        }
+        if (i > 0 && (is(P, i - 1, ".") || is(P, i - 1, "->"))) continue; /* a member */
+        if (varying_name(P, i)) return 1;
+    }
+    return 0;
+}
+
+static int in_divergent(const pass *P, int at) {
+    for (int k = 0; k < P->nn; k++)
+        if (P->n[k].div && P->n[k].in_a <= at && at <= P->n[k].in_b && P->n[k].kind != N_ROOT) return 1;
+    return 0;
+}
+
+static int assign_op(const pass *P, int i) {
+    static const char *const ops[] = {"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>="};
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++)
+        if (is(P, i, ops[k])) return 1;
+    return 0;
+}
+
+static int keyword(const pass *P, int i) {
+    static const char *const w[] = {"return", "else", "case", "throw", "new", "delete", "sizeof", "typename",
+                                    "template", "using", "goto", "co_return", "operator"};
+    for (size_t k = 0; k < sizeof w / sizeof *w; k++)
+        if (is(P, i, w[k])) return 1;
+    return 0;
+}
+
+/* The last token of the expression starting at a (before `,` `;` or a closer at depth 0). */
+static int expr_end(const pass *P, int a, int limit) {
+    int i = a;
+    while (i < limit) {
+        if (is(P, i, "(") || is(P, i, "[") || is(P, i, "{")) {
+            i = match(P, i);
+            continue;
+        }
+        if (is(P, i, ",") || is(P, i, ";") || is(P, i, ")") || is(P, i, "]") || is(P, i, "}")) break;
+        i++;
+    }
+    return i - 1;
+}
+
+/* One round over the function body [a, b): names assigned varying values, or
+ * assigned under a divergent statement, become varying. Returns 1 on a change. */
+static int assignments(pass *P, int a, int b, const func *fs, int nf) {
+    int changed = 0;
+    for (int p = a; p < b && !P->failed; p++) {
+        if (assign_op(P, p)) {
+            int q = p - 1, idx = 0;
+            for (;;) {
+                if (q > a && is(P, q, "]")) {
+                    int o = rmatch(P, q, a);
+                    idx |= expr_varying(P, o + 1, q - 1);
+                    q = o - 1;
+                } else if (q > a + 1 && P->t[q].kind == T_ID && (is(P, q - 1, ".") || is(P, q - 1, "->"))) {
+                    q -= 2;
+                } else {
+                    break;
+                }
+            }
+            if (q < a || P->t[q].kind != T_ID) continue;
+            if (idx || expr_varying(P, p + 1, expr_end(P, p + 1, b)) || in_divergent(P, p)) changed |= make_varying(P, q);
+        } else if (is(P, p, "++") || is(P, p, "--")) {
+            if (!in_divergent(P, p)) continue;
+            if (P->t[p + 1].kind == T_ID) changed |= make_varying(P, p + 1);
+            if (p > a && P->t[p - 1].kind == T_ID) changed |= make_varying(P, p - 1);
+        } else if (is(P, p, "&") && p + 1 < b && P->t[p + 1].kind == T_ID && p > a && P->t[p - 1].kind == T_P &&
+                   !is(P, p - 1, ")") && !is(P, p - 1, "]")) {
+            changed |= make_varying(P, p + 1); /* its address is taken: anything may write it */
+        } else if (P->t[p].kind == T_ID && p > a && P->t[p - 1].kind == T_ID && !keyword(P, p - 1) &&
+                   (is(P, p + 1, "(") || is(P, p + 1, "{")) && !is(P, p - 1, "return")) {
+            /* T name(init) or T name{init} */
+            const int e = match(P, p + 1) - 1;
+            if (expr_varying(P, p + 2, e - 1) || in_divergent(P, p)) changed |= make_varying(P, p);
+        } else if (P->t[p].kind == T_ID && is(P, p + 1, "(")) {
+            /* a header function (or one with reference parameters) may write plain names passed to it */
+            int writes = is(P, p, "sincos") || is(P, p, "modf") || is(P, p, "frexp") || is(P, p, "remquo");
+            for (int f = 0; f < nf && !writes; f++)
+                writes = fs[f].name >= 0 && P->t[fs[f].name].len == P->t[p].len &&
+                         memcmp(P->s + P->t[fs[f].name].start, P->s + P->t[p].start, (size_t)P->t[p].len) == 0;
+            if (!writes) continue;
+            const int e = match(P, p + 1) - 1;
+            for (int k = p + 2; k < e; k++)
+                if (P->t[k].kind == T_ID && (is(P, k - 1, "(") || is(P, k - 1, ",")) && (is(P, k + 1, ",") || is(P, k + 1, ")")))
+                    changed |= make_varying(P, k);
+        } else if (is(P, p, ":") && P->t[p - 1].kind == T_ID) {
+            changed |= make_varying(P, p - 1); /* for (T x : range) */
+        }
+    }
+    return changed;
+}
+
+/* One round over the statements: a condition that may differ between lanes
+ * makes its statement divergent; so does, for a loop, a way out of an
+ * iteration under a divergent statement. Returns 1 on a change. */
+static int divergence(pass *P) {
+    int changed = 0;
+    for (int k = 0; k < P->nn; k++) {
+        node *n = &P->n[k];
+        if (n->div) continue;
+        int d = 0;
+        if (n->kind == N_IF || n->kind == N_SWITCH) d = expr_varying(P, n->open + 1, n->close - 1);
+        else if (n->kind == N_LOOP || n->kind == N_DO) d = n->cond_a <= n->cond_b && expr_varying(P, n->cond_a, n->cond_b);
+        else if (n->kind == N_TERN) d = expr_varying(P, n->open, n->kw - 1);
+        if (d) n->div = changed = 1;
+    }
+    for (int x = 0; x < P->nex; x += 4) {
+        const int parent = P->exits[x + 1], target = P->exits[x + 2];
+        int seen = 0;
+        for (int n = parent; n >= 0; n = P->n[n].parent) {
+            node *m = &P->n[n];
+            if ((m->kind == N_LOOP || m->kind == N_DO || m->kind == N_RANGE) && seen && !m->div) m->div = changed = 1;
+            seen |= m->div;
+            if (n == target) break;
+        }
+    }
+    return changed;
+}
 
 static void add_edit(pass *P, int at, int order, int skip, const char *text) {
     if (P->failed) return;
@@ -516,6 +720,7 @@ static void pass_free(pass *P) {
     free(P->exits);
     free(P->e);
     free(P->helpers);
+    free(P->vary);
 }
 
 int mkk_simt_rewrite(const char *cpp, char **out_text) {
@@ -567,23 +772,70 @@ int mkk_simt_rewrite(const char *cpp, char **out_text) {
         block(&P, fs[f].open + 1, root);
     }
     if (P.failed) goto nomem;
-    /* an `if` with `else` orders its sides; guard what needs a mask, and what a
-     * lane may leave towards a guarded loop */
+    /* what differs between lanes: the lane's own attributes, header functions' parameters */
+    static const char *const lane_attrs[] = {"thread_position_in_grid",        "thread_position_in_threadgroup",
+                                             "thread_index_in_threadgroup",    "thread_index_in_simdgroup",
+                                             "thread_index_in_quadgroup",      "quadgroup_index_in_threadgroup"};
+    for (int i = 0; i < P.nt; i++)
+        for (size_t k = 0; k < sizeof lane_attrs / sizeof *lane_attrs; k++)
+            if (is(&P, i, lane_attrs[k])) make_varying(&P, i);
+    for (int f = 0; f < nf; f++) {
+        if (fs[f].name < 0 || prefixed(&P, fs[f].name, "custom_kernel_")) continue;
+        const int close = match(&P, fs[f].name + 1) - 1;
+        int last = -1, in_default = 0;
+        for (int i = fs[f].name + 2; i <= close; i++) {
+            if (is(&P, i, "(") || is(&P, i, "[") || is(&P, i, "{") || is(&P, i, "<")) {
+                i = is(&P, i, "<") ? i : match(&P, i) - 1;
+                continue;
+            }
+            if (is(&P, i, ",") || i == close) {
+                if (last >= 0) make_varying(&P, last);
+                last = -1;
+                in_default = 0;
+            } else if (is(&P, i, "=")) {
+                in_default = 1;
+            } else if (!in_default && P.t[i].kind == T_ID) {
+                last = i;
+            }
+        }
+    }
+    for (int changed = 1; changed && !P.failed;) {
+        changed = divergence(&P);
+        for (int f = 0; f < nf; f++) changed |= assignments(&P, fs[f].open + 1, fs[f].end - 1, fs, nf);
+    }
+    if (P.failed) goto nomem;
+    /* Rewritten only with a SIMD-group call in divergent code, a way out of the
+     * function under a divergent statement before SIMD-group calls, or (with
+     * threadgroup memory) a divergent `if` with `else`, whose sides' order then
+     * matters. */
+    int need = 0;
+    for (int f = 0; f < nf && !need; f++)
+        for (int i = fs[f].open; i < fs[f].end && !need; i++) need = simd_call(&P, i) && in_divergent(&P, i);
+    for (int x = 0; x < P.nex && !need; x += 4)
+        if (P.exits[x + 3] == 2) need = in_divergent(&P, P.exits[x]) && simd_any;
+    for (int i = 0; i < P.nn && !need; i++) need = shared && P.n[i].kind == N_IF && P.n[i].else_tok >= 0 && P.n[i].div;
+    if (!need) {
+        free(fs);
+        pass_free(&P);
+        return 0;
+    }
+    /* a divergent `if` with `else` orders its sides; guard the divergent
+     * statements that hold a SIMD-group call or a way out, and those a lane may
+     * leave towards a guarded loop */
     for (int i = 0; i < P.nn; i++)
-        if (P.n[i].kind == N_IF && P.n[i].else_tok >= 0) mark_up(&P, i, offsetof(node, uses));
+        if (P.n[i].kind == N_IF && P.n[i].else_tok >= 0 && P.n[i].div) mark_up(&P, i, offsetof(node, uses));
     for (int i = 0; i < P.nn; i++) {
         node *n = &P.n[i];
-        if (n->kind == N_IF || n->kind == N_LOOP || n->kind == N_DO)
-            n->guarded = n->uses || n->returns;
-        if (n->kind == N_IF) n->leaves = n->returns;
-        if (n->kind == N_LOOP || n->kind == N_DO) n->leaves = n->returns;
+        if (n->kind == N_IF || n->kind == N_LOOP || n->kind == N_DO) n->guarded = n->div && (n->uses || n->returns);
+        if (n->kind == N_TERN) n->guarded = n->div;
+        if (n->kind == N_IF || n->kind == N_LOOP || n->kind == N_DO) n->leaves = n->returns;
     }
     for (int x = 0; x < P.nex; x += 4) {
         const int at = P.exits[x], parent = P.exits[x + 1], target = P.exits[x + 2], cont = P.exits[x + 3];
         const int towards_guard = target >= 0 && P.n[target].guarded;
         for (int n = parent; n >= 0 && n != target; n = P.n[n].parent) {
             P.n[n].leaves = 1; /* the lane leaves these statements early */
-            if (towards_guard) P.n[n].guarded = 1;
+            if (towards_guard && P.n[n].div) P.n[n].guarded = 1;
         }
         if (!towards_guard) continue;
         if (!cont) P.n[target].leaves = 1; /* a break leaves the iteration */
@@ -592,7 +844,7 @@ int mkk_simt_rewrite(const char *cpp, char **out_text) {
             if (is(&P, at + 1, ";")) add_edit(&P, P.t[at + 1].start, OPEN(1000), 1, "");
         }
     }
-    /* a guarded statement's enclosing statements are guarded (they are all `uses` or `returns`) */
+    /* (the statements around a guarded one are guarded too, or uniform: every lane of the mask goes the same way) */
     for (int i = 0; i < P.nn; i++)
         if (P.n[i].guarded) emit(&P, i);
     if (P.failed) goto nomem;
