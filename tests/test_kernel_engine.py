@@ -64,20 +64,22 @@ def test_lockstep_without_barriers():
     np.testing.assert_array_equal(y, np.roll(x, -1))
 
 
-def test_divergent_branch_runs_one_side_then_the_other():
-    # the lanes of the `if` side run first: the `else` side sees their store
-    k = mx.fast.metal_kernel(name="divergent_sides", input_names=["x"], output_names=["y"], source="""
+# the three kernels below are also compiled for CUDA in test_cuda_simt.py (Metal's active mask)
+DIVERGENT_SIDES = mx.fast.metal_kernel(name="divergent_sides", input_names=["x"], output_names=["y"], source="""
         threadgroup float s[1]; uint l = thread_index_in_simdgroup;
         if (l == 0) s[0] = x[0]; threadgroup_barrier(mem_flags::mem_threadgroup);
         if (l % 2 == 0) { s[0] = 5.0f; } else { y[l] = s[0]; }
         if (l % 2 == 0) y[l] = -1.0f;""")
+
+
+def test_divergent_branch_runs_one_side_then_the_other():
+    # the lanes of the `if` side run first: the `else` side sees their store
+    k = DIVERGENT_SIDES
     y, = run(k, [mx.array([1.0])], (32, 1, 1), (32, 1, 1), [(32,)])
     np.testing.assert_array_equal(y, np.where(np.arange(32) % 2, 5, -1).astype(np.float32))
 
 
-def test_a_loop_runs_until_no_lane_is_active_in_it():
-    # iteration i runs with the lanes l > i: simd_sum counts them
-    k = mx.fast.metal_kernel(name="loop_masks", input_names=["x"], output_names=["y", "z"], source="""
+LOOP_MASKS = mx.fast.metal_kernel(name="loop_masks", input_names=["x"], output_names=["y", "z"], source="""
         uint l = thread_index_in_simdgroup;
         uint acc = 0;
         for (uint i = 0; i < l; i++) acc += simd_sum(1u);
@@ -89,6 +91,11 @@ def test_a_loop_runs_until_no_lane_is_active_in_it():
             acc2 += simd_sum(1u);
         }
         z[l] = acc2;""")
+
+
+def test_a_loop_runs_until_no_lane_is_active_in_it():
+    # iteration i runs with the lanes l > i: simd_sum counts them
+    k = LOOP_MASKS
     y, z = run(k, [mx.array([0.0])], (32, 1, 1), (32, 1, 1), [(32,), (32,)], [mx.uint32, mx.uint32])
     want = [sum(31 - i for i in range(l)) for l in range(32)]
     want2 = [sum(31 - i for i in range(0, l, 2)) for l in range(32)]
@@ -96,12 +103,15 @@ def test_a_loop_runs_until_no_lane_is_active_in_it():
     np.testing.assert_array_equal(z, want2)
 
 
-def test_return_deactivates_lanes():
-    k = mx.fast.metal_kernel(name="early_return", input_names=["x"], output_names=["y"], source="""
+EARLY_RETURN = mx.fast.metal_kernel(name="early_return", input_names=["x"], output_names=["y"], source="""
         uint l = thread_index_in_simdgroup;
         y[l] = -1.0f;
         if (l >= 20) return;
         y[l] = simd_sum(x[l]);""")
+
+
+def test_return_deactivates_lanes():
+    k = EARLY_RETURN
     y, = run(k, [mx.ones(32)], (32, 1, 1), (32, 1, 1), [(32,)])
     np.testing.assert_array_equal(y, np.where(np.arange(32) < 20, 20, -1).astype(np.float32))
 
