@@ -175,6 +175,10 @@ int mkk_simt_rewrite(const char *cpp, char **out);
  * "<kernel NAME source>" (or header, signature), line and column; file is
  * written into a buffer of fn bytes. Returns 0, or -1 when i is no site. */
 int mkk_barrier_site(const mkk_kernel *k, const char *generated, int i, char *file, size_t fn, int *line, int *col);
+/* 1 when the CUDA program of `generated` tracks Metal's active mask (its
+ * shared memory then holds MKPY_SIMT words of mkpy's own), 0 if not, -1 when
+ * out of memory (no error left set). */
+int mkk_cuda_simt(const char *generated);
 /* "<kernel NAME source>:3, <kernel NAME source>:4": where the kernel declares
  * threadgroup memory (for errors about its size); "" when nowhere. */
 void mkk_threadgroup_sites(const mkk_kernel *k, const char *generated, char *out, size_t n);

@@ -160,6 +160,15 @@ static int cuda_sites(const char *generated, mkk_sites *sites) {
     return 0;
 }
 
+int mkk_cuda_simt(const char *generated) {
+    char *cpp = mkk_translate(generated, MKK_TARGET_CUDA, NULL), *tracked = NULL;
+    const int r = cpp ? mkk_simt_rewrite(cpp, &tracked) : -1;
+    free(cpp);
+    free(tracked);
+    if (r < 0) mk_error_clear();
+    return r;
+}
+
 int mkk_barrier_site(const mkk_kernel *k, const char *generated, int i, char *file, size_t fn, int *line, int *col) {
     mkk_sites sites;
     if (cuda_sites(generated, &sites) < 0) return -1;

@@ -120,6 +120,8 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
         char f[8];
         int l, col;
         if (mkk_barrier_site(k, generated, 0, f, sizeof f, &l, &col) == 0) e->shared -= 2 * 4 + 1024;
+        /* and the slots of Metal's active mask (MKPY_SIMT: one word per thread of the bound) */
+        if (mkk_cuda_simt(generated) > 0) e->shared -= 4 * bound;
     }
     e->hash = h;
     e->gen = gen;
