@@ -66,12 +66,12 @@ def test_corpus_kernel_tracks_the_mask():
     x = np.arange(-20, 44, dtype=np.float32)
     _, text, src = program(DIVERGENT_SIMD, "divergent_simd", [mx.array(x)], (64, 1, 1), (64, 1, 1), [(64,)] * 5)
     assert "#define MKPY_SIMT 64" in text and "mkpy::simt_begin(mkpy_warp" in text
-    assert "simt_if<0, 0> mkpy_g( (lane < 12))" in line_with(src, "(lane < 12)")
-    assert "simt_if<0, 0> mkpy_g( (lane % 3 == 0))" in line_with(src, "(lane % 3 == 0)")
+    assert "simt_if<0, 0> mkpy_g(static_cast<bool> (lane < 12))" in line_with(src, "(lane < 12)")
+    assert "simt_if<0, 0> mkpy_g(static_cast<bool> (lane % 3 == 0))" in line_with(src, "(lane % 3 == 0)")
     assert "simt_" not in line_with(src, "y = simd_sum(v);")  # all lanes again: nothing added
-    assert "simt_loop<0> mkpy_l; for (uint i = 0; mkpy_l.test((i < lane % 4)); i++) { ::mkpy::simt_iter" in \
+    assert "simt_loop<0> mkpy_l; for (uint i = 0; mkpy_l.test(static_cast<bool>(i < lane % 4)); i++) { ::mkpy::simt_iter" in \
         line_with(src, "lane % 4")
-    assert "::mkpy::simt_select(((lane & 1) ), [&]() { return ( simd_sum(v) ); }" in line_with(src, "e[thread_")
+    assert "::mkpy::simt_select(static_cast<bool>((lane & 1) ), [&]() { return ( simd_sum(v) ); }" in line_with(src, "e[thread_")
 
 
 def test_sides_of_a_branch_are_ordered():
@@ -92,16 +92,16 @@ def test_loop_iterations_break_and_continue():
     np.testing.assert_array_equal(y, [sum(31 - i for i in range(l)) for l in range(32)])
     np.testing.assert_array_equal(z, [sum(31 - i for i in range(0, l, 2)) for l in range(32)])
     code = "\n".join(src)
-    assert "mkpy_l.test((i < l))" in code
+    assert "mkpy_l.test(static_cast<bool>(i < l))" in code
     assert "for (uint i = 0;mkpy_l.test(true); i++) { ::mkpy::simt_iter<decltype(mkpy_l), 1>" in code  # break
-    assert "simt_if<0, 1> mkpy_g( (i == l)); if (mkpy_g.then()) { break; }" in code
+    assert "simt_if<0, 1> mkpy_g(static_cast<bool> (i == l)); if (mkpy_g.then()) { break; }" in code
     assert "{ mkpy_i.cont(); continue; }" in code
 
 
 def test_early_return():
     (y,), text, src = program(EARLY_RETURN, "early_return", [mx.ones(32)], (32, 1, 1), (32, 1, 1), [(32,)])
     np.testing.assert_array_equal(y, np.where(np.arange(32) < 20, 20, -1).astype(np.float32))
-    assert "simt_if<0, 1> mkpy_g( (l >= 20)); if (mkpy_g.then()) { return; }" in line_with(src, "return")
+    assert "simt_if<0, 1> mkpy_g(static_cast<bool> (l >= 20)); if (mkpy_g.then()) { return; }" in line_with(src, "return")
 
 
 # ------------------------------------------------- more divergent shapes
@@ -131,9 +131,9 @@ def test_nested_ifs():
         r[odd], r[even], r[mid] = v[odd].sum(), v[even].max() + 100, v[mid].min() - 100
         return r + 1000 * len(l)
     np.testing.assert_array_equal(got, per_simdgroup(64, want))
-    assert "simt_if<1, 0> mkpy_g( (lane < 16))" in line_with(src, "(lane < 16)")  # if ... else if: divergent
-    assert "simt_if<1, 0> mkpy_g( (lane % 2))" in line_with(src, "(lane % 2)")
-    assert "else if (mkpy_g.other()) { ::mkpy::simt_if<0, 0> mkpy_g( (lane < 24))" in line_with(src, "lane < 24")
+    assert "simt_if<1, 0> mkpy_g(static_cast<bool> (lane < 16))" in line_with(src, "(lane < 16)")  # if ... else if: divergent
+    assert "simt_if<1, 0> mkpy_g(static_cast<bool> (lane % 2))" in line_with(src, "(lane % 2)")
+    assert "else if (mkpy_g.other()) { ::mkpy::simt_if<0, 0> mkpy_g(static_cast<bool> (lane < 24))" in line_with(src, "lane < 24")
 
 
 BREAK_CONTINUE = mx.fast.metal_kernel(name="simt_break_continue", input_names=["inp"], output_names=["out"],
@@ -163,7 +163,7 @@ def test_break_and_continue_in_a_uniform_loop():
         return acc
     np.testing.assert_array_equal(got, per_simdgroup(64, want))
     # a uniform trip count, but a lane may break under a divergent if: the loop is guarded
-    assert "simt_loop<0> mkpy_l; for (uint i = 0; mkpy_l.test((i < 8)); i++)" in line_with(src, "i < 8")
+    assert "simt_loop<0> mkpy_l; for (uint i = 0; mkpy_l.test(static_cast<bool>(i < 8)); i++)" in line_with(src, "i < 8")
 
 
 RETURNS = mx.fast.metal_kernel(name="simt_returns", input_names=["inp"], output_names=["out"], source="""
@@ -248,10 +248,10 @@ def test_header_function_and_while_loops():
         return n
     np.testing.assert_array_equal(got, per_simdgroup(64, total))
     np.testing.assert_array_equal(count, per_simdgroup(64, counts))
-    assert "simt_if<0, 0> mkpy_g( (lane >= 5))" in line_with(src, "group_total")  # the helper's caller
-    assert "simt_loop<0> mkpy_l; while (mkpy_l.test((k > 0)))" in line_with(src, "k > 0")
+    assert "simt_if<0, 0> mkpy_g(static_cast<bool> (lane >= 5))" in line_with(src, "group_total")  # the helper's caller
+    assert "simt_loop<0> mkpy_l; while (mkpy_l.test(static_cast<bool>(k > 0)))" in line_with(src, "k > 0")
     do = line_with(src, "j++")
-    assert "simt_loop<0> mkpy_l; do { ::mkpy::simt_iter" in do and "while (mkpy_l.test((j < lane % 3)))" in do
+    assert "simt_loop<0> mkpy_l; do { ::mkpy::simt_iter" in do and "while (mkpy_l.test(static_cast<bool>(j < lane % 3)))" in do
     assert "float group_total(float v) { return simd_sum(v); }" in text  # the helper itself is unchanged
 
 
@@ -286,3 +286,20 @@ def test_errors_keep_the_users_line():
         mx.eval(k(inputs=[mx.ones(32)], grid=(32, 1, 1), threadgroup=(32, 1, 1), output_shapes=[(1,)],
                   output_dtypes=[mx.float32])[0])
     assert "<kernel simt_bad_line source>:5: error:" in str(e.value)
+
+
+MACRO = mx.fast.metal_kernel(name="simt_macro", input_names=["inp"], output_names=["out"],
+                             header="#define GROUP_MAX(v) simd_max(v)\n", source="""
+    uint lane = thread_index_in_simdgroup;
+    float v = inp[thread_position_in_grid.x], x = 0;
+    if (lane % 5 == 1) x = GROUP_MAX(v);
+    out[thread_position_in_grid.x] = x;
+""")
+
+
+def test_macro_with_a_simd_call():
+    x = np.random.default_rng(5).integers(-50, 50, 32).astype(np.float32)
+    (got,), text, src = program(MACRO, "simt_macro", [mx.array(x)], (32, 1, 1), (32, 1, 1), [(32,)])
+    sel = np.arange(32) % 5 == 1
+    np.testing.assert_array_equal(got, np.where(sel, x[sel].max(), 0))
+    assert "simt_if<0, 0>" in line_with(src, "GROUP_MAX(v)")

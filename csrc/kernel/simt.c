@@ -65,7 +65,7 @@ typedef struct {
     int nex, excap;
     edit *e;
     int ne, ecap;
-    char (*helpers)[64];
+    tok *helpers; /* functions and macros that call SIMD-group functions (their names in s) */
     int nhelpers, hcap;
     tok *vary; /* names whose values may differ between the lanes of a SIMD-group */
     int nvary, vcap;
@@ -86,6 +86,30 @@ static int grow(void **p, int *cap, int need, size_t size) {
     return 0;
 }
 
+static int add_helper(pass *P, const char *name, int len) {
+    if (grow((void **)&P->helpers, &P->hcap, P->nhelpers + 1, sizeof(tok)) < 0) return -1;
+    P->helpers[P->nhelpers++] = (tok){T_ID, (int)(name - P->s), len};
+    return 0;
+}
+
+/* A `#define NAME...` line [a, b) whose body names a SIMD-group function: NAME counts as a
+ * function that calls one (the pass sees macros' uses, not their expansions). */
+static int macro_helper(pass *P, int a, int b) {
+    const char *s = P->s + a + 1;
+    while (*s == ' ' || *s == '\t') s++;
+    if (strncmp(s, "define", 6) != 0 || is_id(s[6])) return 0;
+    s += 6;
+    while (*s == ' ' || *s == '\t') s++;
+    const char *name = s;
+    while (is_id(*s)) s++;
+    const int len = (int)(s - name);
+    if (!len) return 0;
+    for (const char *q = s; q < P->s + b; q++)
+        if ((q == s || !is_id(q[-1])) && (strncmp(q, "simd_", 5) == 0 || strncmp(q, "quad_", 5) == 0))
+            return add_helper(P, name, len);
+    return 0;
+}
+
 static int tokenize(pass *P) {
     const char *s = P->s;
     int i = 0, line_start = 1;
@@ -103,7 +127,9 @@ static int tokenize(pass *P) {
             continue;
         }
         if (line_start && c == '#') { /* a preprocessor line, with continuations */
+            const int a = i;
             while (s[i] && !(s[i] == '\n' && s[i - 1] != '\\')) i++;
+            if (macro_helper(P, a, i) < 0) return -1;
             continue;
         }
         line_start = 0;
@@ -183,7 +209,8 @@ static int simd_name(const pass *P, int i) {
 static int is_helper(const pass *P, int i) {
     if (P->t[i].kind != T_ID) return 0;
     for (int h = 0; h < P->nhelpers; h++)
-        if ((int)strlen(P->helpers[h]) == P->t[i].len && memcmp(P->helpers[h], P->s + P->t[i].start, P->t[i].len) == 0)
+        if (P->helpers[h].len == P->t[i].len &&
+            memcmp(P->s + P->helpers[h].start, P->s + P->t[i].start, (size_t)P->t[i].len) == 0)
             return 1;
     return 0;
 }
@@ -191,8 +218,9 @@ static int is_helper(const pass *P, int i) {
 /* Token i starts a call of a SIMD-group function or of a header function that calls one. */
 static int simd_call(const pass *P, int i) {
     if (i + 1 >= P->nt || !(is(P, i + 1, "(") || is(P, i + 1, "<"))) return 0;
+    if (is_helper(P, i)) return 1; /* (a member function of that name too: conservative) */
     if (i > 0 && (is(P, i - 1, ".") || is(P, i - 1, "->"))) return 0; /* a member */
-    return (is(P, i + 1, "(") && simd_name(P, i)) || is_helper(P, i);
+    return is(P, i + 1, "(") && simd_name(P, i);
 }
 
 static int new_node(pass *P, int kind, int parent) {
@@ -474,6 +502,7 @@ static int function_name(const pass *P, int close) {
 
 typedef struct {
     int name, open, end; /* name token, `{`, token after `}` */
+    int simd;            /* calls a SIMD-group function (or a function or macro that does) */
 } func;
 
 /* ---------------------------------------------------------------- uniformity
@@ -676,7 +705,7 @@ static void emit(pass *P, int idx) {
     char buf[160];
     const int d = n->depth * 2;
     if (n->kind == N_IF) {
-        snprintf(buf, sizeof buf, "{ ::mkpy::simt_if<%d, %d> mkpy_g(", n->else_tok >= 0, n->leaves);
+        snprintf(buf, sizeof buf, "{ ::mkpy::simt_if<%d, %d> mkpy_g(static_cast<bool>", n->else_tok >= 0, n->leaves);
         add_edit(P, P->t[n->kw].start, OPEN(d), P->t[n->kw].len, buf);
         add_edit(P, tok_end(P, n->close), CLOSE(d + 1), 0, "); if (mkpy_g.then()) {");
         add_edit(P, tok_end(P, n->body_end), CLOSE(d + 1), 0, n->else_tok >= 0 ? " mkpy_g.then_end(); }" : " }");
@@ -689,7 +718,7 @@ static void emit(pass *P, int idx) {
         char iter[160];
         snprintf(iter, sizeof iter, " { ::mkpy::simt_iter<decltype(mkpy_l), %d> mkpy_i(mkpy_l);", n->leaves);
         if (n->cond_a <= n->cond_b) {
-            add_edit(P, P->t[n->cond_a].start, OPEN(d + 1), 0, "mkpy_l.test((");
+            add_edit(P, P->t[n->cond_a].start, OPEN(d + 1), 0, "mkpy_l.test(static_cast<bool>(");
             add_edit(P, tok_end(P, n->cond_b), CLOSE(d + 1), 0, "))");
         } else {
             add_edit(P, P->t[n->semi2].start, OPEN(d + 1), 0, "mkpy_l.test(true)");
@@ -701,7 +730,7 @@ static void emit(pass *P, int idx) {
                  CLOSE(d), 0, " mkpy_l.stay(); }");
     } else if (n->kind == N_TERN) {
         const int td = 2 * n->depth + 1;
-        add_edit(P, P->t[n->open].start, OPEN(td), 0, "::mkpy::simt_select((");
+        add_edit(P, P->t[n->open].start, OPEN(td), 0, "::mkpy::simt_select(static_cast<bool>(");
         add_edit(P, P->t[n->kw].start, OPEN(td), 1, "), [&]() { return (");
         add_edit(P, P->t[n->colon].start, OPEN(td), 1, "); }, [&]() { return (");
         add_edit(P, tok_end(P, n->close), CLOSE(td), 0, "); })");
@@ -737,6 +766,7 @@ int mkk_simt_rewrite(const char *cpp, char **out_text) {
         if (close < 0) continue;
         if (grow((void **)&fs, &fcap, nf + 1, sizeof *fs) < 0) goto nomem;
         fs[nf].name = function_name(&P, close);
+        fs[nf].simd = 0;
         fs[nf].open = i;
         fs[nf].end = match(&P, i);
         i = fs[nf++].end - 1;
@@ -750,15 +780,11 @@ int mkk_simt_rewrite(const char *cpp, char **out_text) {
     for (int changed = 1; changed;) {
         changed = 0;
         for (int f = 0; f < nf; f++) {
-            if (fs[f].name < 0 || is_helper(&P, fs[f].name)) continue;
-            int calls = 0;
-            for (int i = fs[f].open; i < fs[f].end && !calls; i++) calls = simd_call(&P, i);
-            if (!calls) continue;
-            simd_any = 1;
-            if (P.t[fs[f].name].len >= 64) continue;
-            if (grow((void **)&P.helpers, &P.hcap, P.nhelpers + 1, 64) < 0) goto nomem;
-            snprintf(P.helpers[P.nhelpers++], 64, "%.*s", P.t[fs[f].name].len, P.s + P.t[fs[f].name].start);
-            changed = 1;
+            if (fs[f].simd) continue;
+            for (int i = fs[f].open; i < fs[f].end && !fs[f].simd; i++) fs[f].simd = simd_call(&P, i);
+            if (!fs[f].simd) continue;
+            simd_any = changed = 1;
+            if (fs[f].name >= 0 && add_helper(&P, P.s + P.t[fs[f].name].start, P.t[fs[f].name].len) < 0) goto nomem;
         }
     }
     if (!simd_any && !(shared && has_else)) {
