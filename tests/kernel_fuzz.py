@@ -34,7 +34,9 @@ fuzzing of the engines"):
   iterations of a loop: not under a per-thread ``if`` inside a loop, not after a per-thread
   ``continue``, not in a per-thread loop inside another loop. (Both CPU engines now keep
   iterations apart, as a GPU's reconvergence does: docs/design.md, "the fiber engine's release
-  order". The rule stays until the CUDA reference's ``__activemask()`` is known to agree there.)
+  order". The CUDA target now tracks Metal's active mask per iteration too (docs/design.md,
+  "Metal's SIMD-group semantics in divergent code"); ``--mixed-iterations``, or
+  ``MKPY_FUZZ_MIXED_ITERATIONS=1``, lifts the rule, for use once the GPU has confirmed it.)
 * No ``return`` and no partial threadgroups.
 
 Engines are callables ``run(batch) -> [result per launch]`` (``Engine``); the defaults run the
@@ -187,11 +189,19 @@ def render_simd(fn, args):
     raise ValueError(fn)
 
 
+def mixed_iterations():
+    """SIMD-group functions where the active lanes could come from two loop iterations (under a
+    per-thread if in a loop, after a per-thread continue, in a per-thread loop in a loop): off
+    unless asked for (the module docstring's rule)."""
+    return os.environ.get("MKPY_FUZZ_MIXED_ITERATIONS") == "1"
+
+
 class Gen:
     """Generates one kernel body (a list of statements) for one launch shape."""
 
     def __init__(self, rng, nt, uid, size=1.0):
         self.r = rng
+        self.mixed = mixed_iterations()
         self.nt = nt
         self.uid = uid
         self.size = size
@@ -327,7 +337,7 @@ class Gen:
             cond = self.expr(cl, scope, 0, tg)
             cl = max(expr_level(cond, self.levels), lvl)
             inner = dict(ctx, level=cl)
-            if cl == 2 and ctx["loops"]:
+            if cl == 2 and ctx["loops"] and not self.mixed:
                 inner["nosite"] = True
             # the else side continues from the then side's phase: under a divergent condition the
             # two sides run on different threads of the same barrier interval, so a write on one side
@@ -352,7 +362,7 @@ class Gen:
             self.nvar += 1
             self.levels[iv] = ll
             inner = dict(ctx, level=ll, loops=ctx["loops"] + [ll])
-            if ll == 2 and ctx["loops"]:
+            if ll == 2 and ctx["loops"] and not self.mixed:
                 inner["nosite"] = True
             body = self.block(inner, scope + [iv], tg, depth + 1)
             # an early exit, at the loop's own level (not in a loop with a barrier: the exit
@@ -361,7 +371,8 @@ class Gen:
                 cond = self.expr(ll, scope + [iv], 0, None)
                 kind = r.choice(["break", "continue"])
                 pos = r.randint(0, len(body))
-                flag = "cont_div" if kind == "continue" and expr_level(cond, self.levels) >= 2 else ""
+                divergent = kind == "continue" and expr_level(cond, self.levels) >= 2
+                flag = "cont_div" if divergent and not self.mixed else ""
                 body.insert(pos, ("if", cond, [(kind,)], [], flag))
                 if flag and any(self.has_site(s) for s in body[pos + 1:]):
                     # a lane that continued could meet the others at a later site in its next
@@ -1200,6 +1211,9 @@ def main():
     ap.add_argument("--nvrtc", action=argparse.BooleanOptionalAction, default=None,
                     help="compile every kernel for CUDA sm_80 with NVRTC too (default: when there is no GPU and NVRTC "
                          "loads)")
+    ap.add_argument("--mixed-iterations", action="store_true",
+                    help="allow SIMD-group functions where the active lanes could come from two loop iterations "
+                         "(sets MKPY_FUZZ_MIXED_ITERATIONS=1 for the jobs and workers; replays need it too)")
     ap.add_argument("--no-reduce", action="store_true")
     ap.add_argument("--save", metavar="FILE", default=None,
                     help="append each reduced failure to FILE (a JSON list) for --bless")
@@ -1208,6 +1222,8 @@ def main():
                          "with that answer as the expected one")
     ap.add_argument("--show", type=int, default=None, help="print the kernel of generated case N and exit")
     a = ap.parse_args()
+    if a.mixed_iterations:
+        os.environ["MKPY_FUZZ_MIXED_ITERATIONS"] = "1"
     if a.worker:
         return worker_main()
     seed = random.randrange(1 << 31) if a.seed is None else a.seed
@@ -1258,8 +1274,8 @@ def main():
           (n, nc, time.time() - t0, len(fails), seed, ", %d jobs" % a.jobs if a.jobs > 1 else "",
            ", interrupted" if stopped else ""), flush=True)
     for f in fails:
-        print("  disagreement at seed %d: %s (replay: python tests/kernel_fuzz.py --seed %d)" %
-              (f["seed"], f["verdict"], f["seed"]), flush=True)
+        print("  disagreement at seed %d: %s (replay: python tests/kernel_fuzz.py --seed %d%s)" %
+              (f["seed"], f["verdict"], f["seed"], " --mixed-iterations" if mixed_iterations() else ""), flush=True)
     if a.save and fails:
         old = json.load(open(a.save)) if os.path.exists(a.save) else []
         for i, f in enumerate(x for x in fails if x["case"] is not None):
