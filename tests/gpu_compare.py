@@ -59,7 +59,10 @@ def same_bits(a, b):
 def compared(kind, a):
     """A collector's result as compared: bfloat16 bits as float32 (exact), so that any nan equals
     any nan there too."""
-    return (a.astype(np.uint32) << 16).view(np.float32) if kind == "bf16" else a
+    if kind != "bf16":
+        return a
+    # (1-d first: a 0-d array shifted is a NumPy scalar, whose dtype cannot change)
+    return (np.atleast_1d(a).astype(np.uint32) << 16).view(np.float32).reshape(a.shape)
 
 
 # tolerance(key, dtype) -> TERMS: a float sum whose terms the GPU adds in another order (a
