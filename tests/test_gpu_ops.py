@@ -3,8 +3,9 @@
 The same graphs run here on the GPU stream and in a subprocess under
 MKPY_GPU=cpu (the CPU's evaluators); results must be equal bit for bit
 (nans compared as nans), except the ops docs/design.md ("GPU op evaluators")
-lists as CUDA's libm against glibc's, compared within a few ulp, and float
-sums and products, within their dtype's tolerance. Skipped without a GPU
+lists as CUDA's libm against glibc's, compared within a few ulp, float sums,
+within eps times the sum of their terms' magnitudes (gpu_compare.TERMS), and
+float products, within their dtype's tolerance. Skipped without a GPU
 unless MKPY_REQUIRE_GPU=1.
 """
 import os
