@@ -342,6 +342,24 @@ static void wg_filter(void *ctx, int64_t begin, int64_t end) {
         }
 }
 
+/* tile r of this step: batch element n, tile row ti and column tj */
+static inline void wg_tile(const wg_plan *W, int64_t r, int64_t *n, int64_t *ti, int64_t *tj) {
+    *n = W->n0 + r / W->tiles;
+    *ti = r % W->tiles / W->tw;
+    *tj = r % W->tw;
+}
+
+/* t = L x for each of the 32 channels: L (rows x 8), x and t (. x 8 x WG_CB) */
+static void wg_left(int rows, const float L[][8], float x[8][8][WG_CB], float t[][8][WG_CB]) {
+    for (int a = 0; a < rows; a++)
+        for (int b = 0; b < 8; b++)
+            for (int k = 0; k < WG_CB; k++) {
+                float s = 0;
+                for (int m = 0; m < 8; m++) s += L[a][m] * x[m][b][k];
+                t[a][b][k] = s;
+            }
+}
+
 /* V for the tiles of this step: one tile (n, i, j) per index, read from the
  * input with the padding as zeros */
 static void wg_input(void *ctx, int64_t begin, int64_t end) {
@@ -350,7 +368,8 @@ static void wg_input(void *ctx, int64_t begin, int64_t end) {
     const float *x = P->x;
     int64_t C = P->C, H = P->S[0], Wd = P->S[1], rows = W->nstep * W->tiles;
     for (int64_t r = begin; r < end; r++) {
-        int64_t n = W->n0 + r / W->tiles, ti = r % W->tiles / W->tw, tj = r % W->tw;
+        int64_t n, ti, tj;
+        wg_tile(W, r, &n, &ti, &tj);
         for (int64_t c0 = 0; c0 < C; c0 += WG_CB) {
             float d[8][8][WG_CB], t[8][8][WG_CB];
             for (int a = 0; a < 8; a++)
@@ -361,13 +380,7 @@ static void wg_input(void *ctx, int64_t begin, int64_t end) {
                     else
                         memcpy(d[a][b], x + ((n * H + h) * Wd + w) * C + c0, sizeof d[a][b]);
                 }
-            for (int a = 0; a < 8; a++) /* t = B^T d */
-                for (int b = 0; b < 8; b++)
-                    for (int k = 0; k < WG_CB; k++) {
-                        float s = 0;
-                        for (int m = 0; m < 8; m++) s += WG_BT[a][m] * d[m][b][k];
-                        t[a][b][k] = s;
-                    }
+            wg_left(8, WG_BT, d, t); /* t = B^T d */
             for (int a = 0; a < 8; a++) /* V = t B */
                 for (int b = 0; b < 8; b++) {
                     float *v = W->V + ((int64_t)(a * 8 + b) * rows + r) * C + c0;
@@ -388,19 +401,14 @@ static void wg_output(void *ctx, int64_t begin, int64_t end) {
     float *y = P->y;
     int64_t O = P->O, OH = P->Out[0], OW = P->Out[1], rows = W->nstep * W->tiles;
     for (int64_t r = begin; r < end; r++) {
-        int64_t n = W->n0 + r / W->tiles, ti = r % W->tiles / W->tw, tj = r % W->tw;
+        int64_t n, ti, tj;
+        wg_tile(W, r, &n, &ti, &tj);
         for (int64_t o0 = 0; o0 < O; o0 += WG_CB) {
             float m[8][8][WG_CB], t[6][8][WG_CB];
             for (int a = 0; a < 8; a++)
                 for (int b = 0; b < 8; b++)
                     memcpy(m[a][b], W->M + ((int64_t)(a * 8 + b) * rows + r) * O + o0, sizeof m[a][b]);
-            for (int a = 0; a < 6; a++) /* t = A^T m */
-                for (int b = 0; b < 8; b++)
-                    for (int k = 0; k < WG_CB; k++) {
-                        float s = 0;
-                        for (int q = 0; q < 8; q++) s += WG_AT[a][q] * m[q][b][k];
-                        t[a][b][k] = s;
-                    }
+            wg_left(6, WG_AT, m, t); /* t = A^T m */
             for (int a = 0; a < 6; a++) { /* Y = t A */
                 int64_t h = ti * 6 + a;
                 if (h >= OH) break;
