@@ -79,10 +79,25 @@ TERMS = "terms"
 TERMS_FACTOR = 4
 
 
+def magnitudes(a):
+    """The magnitudes of a float sum's terms, in float32: |a|, or for complex terms |re| + |im| i
+    (the real and imaginary sums are separate sums, each bounded by its own part's magnitudes, and
+    an infinite imaginary part leaves the real sum's bound finite)."""
+    if a.dtype == mx.complex64:
+        # (interleaved and viewed: 1j * inf would be nan + inf i)
+        parts = mx.stack([mx.abs(mx.real(a)), mx.abs(mx.imag(a))], axis=-1)
+        return parts.view(mx.complex64).squeeze(-1)
+    return mx.abs(a).astype(mx.float32)
+
+
 def within_terms(g, c, s, eps):
     """Per element: g and c equal where either is not finite (any nan equal to any nan), elsewhere
-    |g - c| <= TERMS_FACTOR * eps * s (s finite)."""
-    wide = np.complex128 if g.dtype.kind == "c" else np.float64
+    |g - c| <= TERMS_FACTOR * eps * s (s finite); complex parts each against their own part of s
+    (magnitudes)."""
+    if g.dtype.kind == "c":
+        s = np.asarray(s)
+        return (within_terms(g.real, c.real, s.real, eps) & within_terms(g.imag, c.imag, s.imag, eps))
+    wide = np.float64
     g, c, s = g.astype(wide), c.astype(wide), np.asarray(s, np.float64)
     fin = np.isfinite(g) & np.isfinite(c) & np.isfinite(s)
     same = (g == c) | (np.isnan(g) & np.isnan(c))

@@ -7,7 +7,9 @@ import itertools
 
 import numpy as np
 
-from gpu_compare import TERMS, mismatches, within_terms
+import mkpy as mx
+
+from gpu_compare import TERMS, magnitudes, mismatches, within_terms
 
 EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23}
 
@@ -103,3 +105,15 @@ def test_mismatches_applies_terms_through_its_entries():
     assert mismatches({**bf, ("sum",): ("bf16", nan2)}, bf, tol) == []
     one_ulp = np.array([0x7FC0, 0x3F81], np.uint16)  # 1 + 2^-7: within 4 eps of terms 1
     assert mismatches({**bf, ("sum",): ("bf16", one_ulp)}, bf, tol) == []
+
+
+def test_complex_parts_have_their_own_bounds():
+    # an infinite imaginary part leaves the real sum's bound finite (gpu_compare.magnitudes)
+    eps = np.finfo(np.float32).eps
+    s = np.array([complex(70000, np.inf)])
+    ref = np.array([complex(69996.32, np.inf)], np.complex64)
+    assert within_terms(np.array([complex(69996.31, np.inf)], np.complex64), ref, s, eps).all()
+    assert not within_terms(np.array([complex(69990.0, np.inf)], np.complex64), ref, s, eps).any()
+    assert not within_terms(np.array([complex(69996.32, -np.inf)], np.complex64), ref, s, eps).any()
+    m = np.array(magnitudes(mx.array(np.array([complex(1, np.inf), complex(2, -3)], np.complex64))))
+    assert m.tolist() == [complex(1, np.inf), complex(2, 3)]

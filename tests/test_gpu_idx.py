@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mkpy as mx
-from gpu_compare import TERMS, collector, cpu_results, mismatches
+from gpu_compare import TERMS, collector, cpu_results, magnitudes, mismatches
 
 if not mx.cuda.is_available() and not os.environ.get("MKPY_GPU_OPS_CHILD"):
     if os.environ.get("MKPY_REQUIRE_GPU") == "1":
@@ -149,9 +149,7 @@ def compute():
     return out
 
 
-def _mag(a):
-    """|a| in float32: the magnitudes of a float sum's terms."""
-    return mx.abs(a).astype(mx.float32)
+_mag = magnitudes  # the magnitudes of a float sum's terms (gpu_compare)
 
 
 def _tolerance(key, dtype):

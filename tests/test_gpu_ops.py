@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mkpy as mx
-from gpu_compare import TERMS, collector, cpu_results, mismatches
+from gpu_compare import TERMS, collector, cpu_results, magnitudes, mismatches
 
 if not mx.cuda.is_available() and not os.environ.get("MKPY_GPU_OPS_CHILD"):
     if os.environ.get("MKPY_REQUIRE_GPU") == "1":
@@ -104,7 +104,7 @@ def compute():
         put(("reshape-copy", dt), lambda: mx.reshape(xt, (37, 5)))
         put(("transpose-copy", dt), lambda: mx.reshape(mx.transpose(_arr(dt, (4, 6, 5), 5), (2, 0, 1)), (-1,)))
         z = _arr(dt, (6, 50, 70), 6)
-        za = mx.abs(z).astype(mx.float32)  # float sums: their terms' magnitudes (gpu_compare.TERMS)
+        za = magnitudes(z)  # float sums: their terms' magnitudes (gpu_compare.TERMS)
         for op in REDUCE:
             f = getattr(mx, op)
             for axes in [None, 0, 1, 2, (0, 2), (1, 2)]:
