@@ -37,9 +37,31 @@ struct mkpy_cuda_launch {
     mkpy_u32 grid[3];    /* threads per grid, as given to dispatchThreads */
     mkpy_u32 tg[3];      /* threads per threadgroup requested (clamped to the grid) */
     mkpy_u32 ngroups[3]; /* threadgroups per grid */
-    mkpy_u32 pad;
+    mkpy_u32 flags;      /* MKPY_CUDA_WHOLE_GROUPS */
     mkpy_u64 group_begin; /* linear threadgroup id of block 0 of this launch */
+    /* Division by the launch's constants without a divide routine on the GPU
+     * (mkpy_cuda_divider): by ngroups[0], ngroups[1], tg[0] and tg[0] * tg[1],
+     * in that order (MKPY_CUDA_DIV_*). */
+    mkpy_u32 div_mul[4];
+    mkpy_u32 div_shift[4]; /* the two shifts, the first in bits 0-7, the second in 8-15 */
 };
+/* every threadgroup has tg[0] * tg[1] * tg[2] threads (tg divides the grid) */
+#define MKPY_CUDA_WHOLE_GROUPS 1u
+#define MKPY_CUDA_DIV_NX 0
+#define MKPY_CUDA_DIV_NY 1
+#define MKPY_CUDA_DIV_TX 2
+#define MKPY_CUDA_DIV_TXY 3
+
+/* n / d for every 32-bit n as ((hi + ((n - hi) >> s1)) >> s2), hi = the high
+ * word of mul * n (Granlund and Montgomery's round-up method): with
+ * l = ceil(log2 d), mul = floor(2^32 (2^l - d) / d) + 1, s1 = min(l, 1),
+ * s2 = max(l - 1, 0). d = 0 (an unused slot) gives mul = 0 and n. */
+static inline void mkpy_cuda_divider(mkpy_u32 d, mkpy_u32 *mul, mkpy_u32 *shift) {
+    unsigned l = 0;
+    while (l < 32 && ((mkpy_u64)1 << l) < d) l++;
+    *mul = d ? (mkpy_u32)((((mkpy_u64)1 << 32) * (((mkpy_u64)1 << l) - d)) / d + 1) : 0;
+    *shift = (l < 1 ? l : 1) | (l > 1 ? l - 1 : 0) << 8;
+}
 
 #define MKPY_CUDA_ENTRY_SYMBOL "mkpy_cuda_entry"
 

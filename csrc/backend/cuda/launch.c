@@ -285,6 +285,11 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
         L.tg[d] = plan->tg[d];
         L.ngroups[d] = plan->ngroups[d];
     }
+    L.flags = plan->grid[0] % plan->tg[0] == 0 && plan->grid[1] % plan->tg[1] == 0 && plan->grid[2] % plan->tg[2] == 0
+                  ? MKPY_CUDA_WHOLE_GROUPS
+                  : 0;
+    const uint32_t divisors[4] = {L.ngroups[0], L.ngroups[1], L.tg[0], L.tg[0] * L.tg[1]};
+    for (int i = 0; i < 4; i++) mkpy_cuda_divider(divisors[i], &L.div_mul[i], &L.div_shift[i]);
     params[0] = &L;
     for (int i = 0; i < nargs; i++) params[i + 1] = &ptrs[i];
     if (mkk_debug_level() >= 2)
