@@ -81,6 +81,10 @@ inline unsigned block_thread() {
 #endif
 }
 inline void barrier_init() { barrier_parity[block_thread()] = 0; }
+// The block's linear index in its launch (a report's group).
+inline unsigned long long block_id() {
+    return blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+}
 
 
 inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
@@ -151,59 +155,43 @@ inline bool thread_attrs(const uint32_t grid[3], const uint32_t tg[3], const uin
 }
 #endif
 
-// n / d for the divider of launch constant i (mkpy_cuda_divider): a multiply-high, two adds and two
+// n / d with d's divider from the host (mkpy_cuda_divider): a multiply-high, two adds and two
 // shifts where a division is a routine of some twenty instructions.
-inline uint32_t launch_div(const mkpy_cuda_launch &L, int i, uint32_t n) {
-    const uint32_t hi = __umulhi(L.div_mul[i], n), s = L.div_shift[i];
-    return (hi + ((n - hi) >> (s & 0xffu))) >> (s >> 8);
-}
-
-// Threadgroup coordinates of a linear group id past 2^32 (grids of more than 2^32 groups): out of
-// line (and returned in registers), so that the common paths carry no 64-bit division.
-struct group_coords {
-    uint32_t x, y, z;
-};
-__noinline__ group_coords group_coords_wide(const mkpy_cuda_launch &L, uint64_t g) {
-    const uint64_t nx = L.ngroups[0], ny = L.ngroups[1];
-    return {(uint32_t)(g % nx), (uint32_t)((g / nx) % ny), (uint32_t)(g / (nx * ny))};
+inline uint32_t fast_div(uint32_t n, uint32_t mul, uint32_t shift) {
+    const uint32_t hi = __umulhi(mul, n);
+    return (hi + ((n - hi) >> (shift & 0xffu))) >> (shift >> 8);
 }
 
 // Metal's attributes of this CUDA thread in mkpy's own launches (the ABI of
-// mkpy_cuda_launch.h: one-dimensional blocks and grid, one block per
-// threadgroup of linear id group_begin + blockIdx.x). thread_attrs' values,
-// computed in 32 bits with the host's dividers: the same for every thread of
-// the block, but computed by each, so this is every kernel's prologue (what the
-// kernel does not use is dropped by the compiler).
+// mkpy_cuda_launch.h: a one-dimensional block per threadgroup, the block's
+// position in the grid its threadgroup's, less the launch's origin):
+// thread_attrs' values. Every kernel's prologue, so without a division: the
+// extents and the dividers are picked by selects, and a one-row threadgroup
+// skips the dividers. What the kernel does not use is dropped by the compiler.
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
-    const uint64_t g = L.group_begin + blockIdx.x;
-    uint32_t b[3];
-    if (L.ngroups[1] == 1 && L.ngroups[2] == 1) {
-        b[0] = (uint32_t)g, b[1] = 0, b[2] = 0;
-    } else if (g <= 0xffffffffull) {
-        const uint32_t g32 = (uint32_t)g, row = launch_div(L, MKPY_CUDA_DIV_NX, g32);
-        b[0] = g32 - row * L.ngroups[0];
-        b[2] = launch_div(L, MKPY_CUDA_DIV_NY, row);
-        b[1] = row - b[2] * L.ngroups[1];
-    } else {
-        const group_coords c = group_coords_wide(L, g);
-        b[0] = c.x, b[1] = c.y, b[2] = c.z;
+    const uint32_t b[3] = {L.origin[0] + blockIdx.x, L.origin[1] + blockIdx.y, L.origin[2] + blockIdx.z};
+    uint32_t a[3], l[3];
+    bool at_edge[3];
+    for (int d = 0; d < 3; d++) {
+        at_edge[d] = b[d] == L.ngroups[d] - 1;
+        a[d] = at_edge[d] ? L.edge[d] : L.tg[d];
     }
-    uint32_t a[3] = {L.tg[0], L.tg[1], L.tg[2]}, l[3];
-    const bool whole = L.flags & MKPY_CUDA_WHOLE_GROUPS;
-    if (!whole) // b < ngroups = ceil(grid / tg), so b * tg < grid: the group's start fits in 32 bits
-        for (int d = 0; d < 3; d++) {
-            const uint32_t left = L.grid[d] - b[d] * L.tg[d];
-            a[d] = left < L.tg[d] ? left : L.tg[d];
-        }
     const unsigned count = a[0] * a[1] * a[2], index = threadIdx.x;
-    if (!whole && index >= count) return false;
-    if (a[0] != count && (whole || (a[0] == L.tg[0] && a[1] == L.tg[1]))) {
-        // a threadgroup of several rows, as wide and tall as requested: the host's dividers
-        const uint32_t row = launch_div(L, MKPY_CUDA_DIV_TX, index);
-        l[2] = launch_div(L, MKPY_CUDA_DIV_TXY, index);
+    if (index >= count) return false;
+    l[0] = index, l[1] = 0, l[2] = 0; // a one-row threadgroup needs no division
+    if (a[0] != count) {
+        // the dividers by selects on fixed fields (an index computed at run time into the launch's
+        // parameters would be a chain of conditional loads)
+        const bool ex = at_edge[0], ey = at_edge[1];
+        const unsigned X = MKPY_CUDA_DIV_X, XY = MKPY_CUDA_DIV_XY;
+        const uint32_t row =
+            fast_div(index, ex ? L.div_mul[X + 1] : L.div_mul[X], ex ? L.div_shift[X + 1] : L.div_shift[X]);
+        const uint32_t mxy =
+            ey ? (ex ? L.div_mul[XY + 3] : L.div_mul[XY + 2]) : (ex ? L.div_mul[XY + 1] : L.div_mul[XY]);
+        const uint32_t sxy =
+            ey ? (ex ? L.div_shift[XY + 3] : L.div_shift[XY + 2]) : (ex ? L.div_shift[XY + 1] : L.div_shift[XY]);
+        l[2] = fast_div(index, mxy, sxy);
         l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
-    } else {
-        group_position(a, count, index, l);
     }
     set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, count, t);
     return true;
@@ -339,7 +327,7 @@ struct barrier_call {
         __syncthreads();
         const unsigned seen = ::mkpy::barrier_slot[p];
         ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
-        if (__builtin_expect(seen != site, 0)) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, blockIdx.x);
+        if (__builtin_expect(seen != site, 0)) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, ::mkpy::block_id());
     }
 };
 inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }
