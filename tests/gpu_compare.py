@@ -69,10 +69,11 @@ def mismatches(gpu, cpu, tolerance):
                 bad.append((key, "error mismatch", g, c))
             continue
         if gk == "bf16":
-            if same_bits(g, c):
-                continue
+            # as float32 (exact), so that any nan equals any nan here too
             g = (g.astype(np.uint32) << 16).view(np.float32)
             c = (c.astype(np.uint32) << 16).view(np.float32)
+            if same_bits(g, c):
+                continue
             tol = tolerance(key, np.dtype(np.float32))
             tol = tol and 1e-2
         else:

@@ -324,7 +324,11 @@ struct barrier_call {
         if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
         const unsigned t = ::mkpy::block_thread(), p = ::mkpy::barrier_parity[t];
         ::mkpy::barrier_slot[p] = site;
-        __syncthreads();
+        // Not __syncthreads: that is `barrier.sync.aligned`, which requires every
+        // thread of a warp to run the same barrier instruction, and a warp split
+        // between two sites then hangs. The unaligned form counts threads, so
+        // threads at different sites (or exited after a report) still release it.
+        asm volatile("barrier.sync 0;" ::: "memory");
         const unsigned seen = ::mkpy::barrier_slot[p];
         ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
         if (__builtin_expect(seen != site, 0)) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, ::mkpy::block_id());

@@ -78,7 +78,7 @@ static void report_error(const mkk_kernel *k, const char *generated, const struc
 }
 
 static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, const char *generated,
-                         const char *kernel_name, CUfunction *fn, int *max_threads, int *shared) {
+                         const char *kernel_name, CUfunction *fn, int *max_threads, int *shared, int *how) {
     const unsigned gen = mkb_cuda_generation();
     const uint64_t h = c->gen_hash; /* of generated: dispatch.c hashes it once per call signature */
     const int bound = launch_bound(c), math = (int)k->math_mode;
@@ -89,12 +89,14 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
             *fn = e->fn;
             *max_threads = e->max_threads;
             *shared = e->shared;
+            *how = MKK_FOUND_IN_MEMORY;
             pthread_mutex_unlock(&modules_mu);
             return 0;
         }
     pthread_mutex_unlock(&modules_mu);
     mkb_cuda_image img;
     if (mkb_cuda_build(k, c, in, generated, kernel_name, mkb_cuda_sm(), &img) < 0) return -1;
+    *how = img.how;
     module_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->generated = strdup(generated))) {
         free(e);
@@ -177,12 +179,16 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     CUfunction fn;
     int max_threads;
     int shared;
-    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads, &shared) < 0) return -1;
+    int how = MKK_COMPILED;
+    const bool profiling = mkk_profiling();
+    mkk_profile_kernel prof = {k->name, "gpu (CUDA)", NULL, profiling ? mkk_now_ns() : 0};
+    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads, &shared, &how) < 0) return -1;
+    if (profiling) prof.compile_end = mkk_now_ns();
     if (shared > MKPY_MAX_THREADGROUP_MEMORY) {
         char where[1024];
         mkk_threadgroup_sites(k, generated, where, sizeof where);
         mk_error_set(MK_ERR_RUNTIME,
-                     "[metal_kernel] Kernel `%s` (GPU): its threadgroup memory is %d bytes (declared at %s), more "
+                     "[metal_kernel] Kernel `%s` (GPU): its threadgroup memory reaches %d bytes (declared at %s), more "
                      "than the %d bytes (32 KiB) a threadgroup may use on Apple GPUs. Kernel called at %s",
                      k->name, shared, *where ? where : "?", MKPY_MAX_THREADGROUP_MEMORY, site);
         return -1;
@@ -301,6 +307,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     /* one metal_kernel launch at a time: the report is the context's */
     pthread_mutex_lock(&launch_mu);
     locked = true;
+    if (profiling) prof.run_begin = mkk_now_ns();
     /* the grid of blocks is the grid of threadgroups, in as many launches as CUDA's limits on a
      * grid's dimensions need (usually one) */
     static const uint32_t most[3] = {0x7fffffffu, 65535u, 65535u};
@@ -322,6 +329,18 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
                 }
             }
     if (mkb_cuda_wait(what, site) < 0) goto done;
+    if (profiling) {
+        prof.run_end = mkk_now_ns();
+        prof.cache = mkk_profile_cache_word(how);
+        for (int d = 0; d < 3; d++) {
+            prof.grid[d] = c->grid[d];
+            prof.threadgroup[d] = plan->tg[d];
+        }
+        prof.threads = (uint64_t)plan->grid[0] * plan->grid[1] * plan->grid[2];
+        prof.groups = groups;
+        prof.barriers = mkk_count_barriers(k);
+        mkk_profile_record_kernel(&prof);
+    }
     struct mkpy_cuda_report report;
     if (mkb_cuda_take_report(&report)) {
         report_error(k, generated, &report, site);
