@@ -450,9 +450,13 @@ static int wait_unmasked(const char *what, const char *site) {
                              what, timeout, how, site ? site : "?");
             return -1;
         }
-        /* spin briefly (a launch takes microseconds), then sleep in small steps */
-        if (++polls > 2000) {
-            struct timespec ts = {0, polls > 20000 ? 1000000 : 50000};
+        /* Spin for the first 10 ms, then sleep in small steps, then in 1 ms steps past a second.
+         * By time, not by polls: 2000 polls (the former rule) were over before a 1 ms kernel
+         * ended, and a nanosleep overshoots by the timer slack (~50 us), 5% of such a kernel. */
+        polls++;
+        const uint64_t waited = t - t0;
+        if (waited > 10000000u) {
+            struct timespec ts = {0, waited > 1000000000u ? 1000000 : 50000};
             nanosleep(&ts, NULL);
         }
     }
