@@ -291,6 +291,10 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
         L.tg[d] = plan->tg[d];
         L.ngroups[d] = plan->ngroups[d];
     }
+    for (int d = 0; d < 3; d++) L.edge[d] = L.grid[d] - (L.ngroups[d] - 1) * L.tg[d];
+    const uint32_t divisors[6] = {L.tg[0], L.edge[0], L.tg[0] * L.tg[1], L.edge[0] * L.tg[1], L.tg[0] * L.edge[1],
+                                  L.edge[0] * L.edge[1]};
+    for (int i = 0; i < 6; i++) mkpy_cuda_divider(divisors[i], &L.div_mul[i], &L.div_shift[i]);
     params[0] = &L;
     for (int i = 0; i < nargs; i++) params[i + 1] = &ptrs[i];
     if (mkk_debug_level() >= 2)
@@ -304,15 +308,26 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     pthread_mutex_lock(&launch_mu);
     locked = true;
     if (profiling) prof.run_begin = mkk_now_ns();
-    for (uint64_t begin = 0; begin < groups;) {
-        uint64_t n = groups - begin < 0x7fffffffu ? groups - begin : 0x7fffffffu;
-        L.group_begin = begin;
-        char w[480];
-        snprintf(w, sizeof w, "[metal_kernel] launching kernel `%s` (called at %s)", k->name, site);
-        if (mkb_cuda_check(mkb_cu.cuLaunchKernel(fn, (unsigned)n, 1, 1, threads, 1, 1, 0, NULL, params, NULL), w) < 0)
-            goto done;
-        begin += n;
-    }
+    /* the grid of blocks is the grid of threadgroups, in as many launches as CUDA's limits on a
+     * grid's dimensions need (usually one) */
+    static const uint32_t most[3] = {0x7fffffffu, 65535u, 65535u};
+    for (uint64_t z = 0; z < L.ngroups[2]; z += most[2])
+        for (uint64_t y = 0; y < L.ngroups[1]; y += most[1])
+            for (uint64_t x = 0; x < L.ngroups[0]; x += most[0]) {
+                const uint32_t at[3] = {(uint32_t)x, (uint32_t)y, (uint32_t)z};
+                unsigned n[3];
+                for (int d = 0; d < 3; d++) {
+                    L.origin[d] = at[d];
+                    n[d] = L.ngroups[d] - at[d] < most[d] ? L.ngroups[d] - at[d] : most[d];
+                }
+                const CUresult r = mkb_cu.cuLaunchKernel(fn, n[0], n[1], n[2], threads, 1, 1, 0, NULL, params, NULL);
+                if (r != CUDA_SUCCESS) {
+                    char w[480];
+                    snprintf(w, sizeof w, "[metal_kernel] launching kernel `%s` (called at %s)", k->name, site);
+                    mkb_cuda_check(r, w);
+                    goto done;
+                }
+            }
     if (mkb_cuda_wait(what, site) < 0) goto done;
     if (profiling) {
         prof.run_end = mkk_now_ns();
