@@ -1920,6 +1920,83 @@ static int is_intrinsic(LLVMValueRef call, const char *prefix) {
     return c && LLVMIsAFunction(c) && strncmp(mkk_ir_name(c), prefix, strlen(prefix)) == 0;
 }
 
+/* The slot stores at the top of each site block (a region's exit: the
+ * values the thread keeps, stored in the order slot_for met them), in one
+ * order: stores to slots that more site blocks store come last. Two exits
+ * of a region that store the same value to one slot (a loop's running sum
+ * after slot coalescing: the next iteration and the loop's exit) then both
+ * end in that store, which LLVM sinks into one unconditional store after F
+ * is inlined; in the other order it stays two masked stores per lane in
+ * the vectorised loop-step region (measured: the `simd_sum` rows kernel's
+ * loop, which one reordering in the runtime header had flipped). Stores
+ * to distinct slots commute; stores to one slot keep their order. */
+static int site_slot_store(pass *p, LLVMValueRef in) {
+    if (!in || !LLVMIsAStoreInst(in)) return 0;
+    LLVMValueRef ptr = LLVMGetOperand(in, 1);
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (p->slot_addrs[i] == ptr) return 1;
+    return 0;
+}
+
+static LLVMValueRef first_after_phis(LLVMBasicBlockRef bb) {
+    LLVMValueRef in = LLVMGetFirstInstruction(bb);
+    while (in && LLVMIsAPHINode(in)) in = LLVMGetNextInstruction(in);
+    return in;
+}
+
+static int order_site_stores(pass *p, const site *sites, int nsites) {
+    int ns = p->nslot_addrs;
+    if (ns < 2) return 0;
+    int *count = calloc((size_t)ns, sizeof *count);
+    LLVMValueRef *run = malloc(sizeof *run * (size_t)ns * 4 + 1);
+    int *key = malloc(sizeof *key * (size_t)ns * 4 + 1);
+    if (!count || !run || !key) {
+        free(count);
+        free(run);
+        free(key);
+        return mkk_ir_fail(p, "out of memory");
+    }
+    for (int i = 0; i < nsites; i++)
+        for (LLVMValueRef in = first_after_phis(sites[i].head); site_slot_store(p, in); in = LLVMGetNextInstruction(in))
+            for (int q = 0; q < ns; q++)
+                if (p->slot_addrs[q] == LLVMGetOperand(in, 1)) count[q]++;
+    for (int i = 0; i < nsites; i++) {
+        int n = 0;
+        for (LLVMValueRef in = first_after_phis(sites[i].head); site_slot_store(p, in) && n < ns * 4;
+             in = LLVMGetNextInstruction(in)) {
+            int k = 0;
+            for (int q = 0; q < ns; q++)
+                if (p->slot_addrs[q] == LLVMGetOperand(in, 1)) k = count[q];
+            run[n] = in;
+            key[n++] = k;
+        }
+        if (n < 2) continue;
+        LLVMValueRef after = LLVMGetNextInstruction(run[n - 1]);
+        /* a stable insertion sort by key */
+        for (int a = 1; a < n; a++)
+            for (int b = a; b > 0 && key[b - 1] > key[b]; b--) {
+                LLVMValueRef t = run[b];
+                run[b] = run[b - 1];
+                run[b - 1] = t;
+                int u = key[b];
+                key[b] = key[b - 1];
+                key[b - 1] = u;
+            }
+        for (int a = 0; a < n; a++) {
+            LLVMInstructionRemoveFromParent(run[a]);
+            if (after)
+                LLVMPositionBuilderBefore(p->b, after);
+            else
+                LLVMPositionBuilderAtEnd(p->b, sites[i].head);
+            LLVMInsertIntoBuilder(p->b, run[a]);
+        }
+    }
+    free(count);
+    free(run);
+    free(key);
+    return 0;
+}
+
 /* The def-and-use lists of every slot, then related pairs joined greedily.
  * First the lifetime markers of allocas that moved to the frame go: the frame
  * is no stack object, and a marker in a loop-step region is a call the
@@ -2321,6 +2398,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         }
     }
     if (coalesce_slots(p) < 0) goto done;
+    if (order_site_stores(p, sites, nsites) < 0) goto done;
     unsigned long long frame_bytes = p->frame;
 
     /* sites become returns; E' dispatches on `resume` */
