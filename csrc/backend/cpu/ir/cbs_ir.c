@@ -2119,6 +2119,12 @@ out:
     return rc;
 }
 
+/* The run function's result from the two halves of its sites mask. */
+static LLVMValueRef sites_went(pass *p, LLVMValueRef lo, LLVMValueRef hi) {
+    LLVMValueRef l = LLVMBuildZExt(p->b, LLVMBuildLoad2(p->b, p->i32, lo, ""), p->i64, "");
+    LLVMValueRef h = LLVMBuildZExt(p->b, LLVMBuildLoad2(p->b, p->i32, hi, ""), p->i64, "");
+    return LLVMBuildOr(p->b, l, LLVMBuildShl(p->b, h, const_i64(p, 32), ""), "went");
+}
 /* A pass's context, builder and module (the bitcode at bc_path), and their end. */
 static int pass_load(pass *p, mkk_ir_module *mod, const char *bc_path, char *why, size_t whyn) {
     p->why = why;
@@ -2532,13 +2538,18 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
         LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(p->cx, run, "out");
         /* the result: bit r (r < 63) set when a released thread went on to
-         * site r, bit 63 for MKPY_CBS_DONE or a site >= 63 (an alloca that
-         * mem2reg turns into an or-reduction across the loops) */
+         * site r, bit 63 for MKPY_CBS_DONE or a site >= 63. Kept as two
+         * 32-bit halves (allocas that mem2reg turns into or-reductions
+         * across the loops): with 64-bit lanes in the work-item loop the
+         * vectoriser chose 8 threads a vector for the loop-step regions of
+         * the reductions, with 32-bit ones 16 (zmm). */
         LLVMPositionBuilderAtEnd(p->b, entry);
-        LLVMValueRef acc = LLVMBuildAlloca(p->b, p->i64, "sites");
-        LLVMBuildStore(p->b, const_i64(p, 0), acc);
+        LLVMValueRef acc_lo = LLVMBuildAlloca(p->b, p->i32, "sites.lo");
+        LLVMValueRef acc_hi = LLVMBuildAlloca(p->b, p->i32, "sites.hi");
+        LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
+        LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
         LLVMPositionBuilderAtEnd(p->b, out);
-        LLVMBuildRet(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""));
+        LLVMBuildRet(p->b, sites_went(p, acc_lo, acc_hi));
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
         LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
@@ -2677,11 +2688,18 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                                        const_i32(p, k), ctxv, x, y, z};
                 LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 9, "");
                 LLVMBuildStore(p->b, r, slotp);
-                LLVMValueRef big = LLVMBuildICmp(p->b, LLVMIntUGT, r, const_i32(p, 63), "");
-                LLVMValueRef bit = LLVMBuildShl(p->b, const_i64(p, 1),
-                                                LLVMBuildZExt(p->b, LLVMBuildSelect(p->b, big, const_i32(p, 63), r, ""),
-                                                              p->i64, ""), "");
-                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""), bit, ""), acc);
+                /* lo: bit r for r < 32; hi: bit r - 32 for 32 <= r < 63, bit 31 for r >= 63 */
+                LLVMValueRef r2 = LLVMBuildSub(p->b, r, const_i32(p, 32), "");
+                LLVMValueRef lob = LLVMBuildSelect(
+                    p->b, LLVMBuildICmp(p->b, LLVMIntULT, r, const_i32(p, 32), ""),
+                    LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r, const_i32(p, 31), ""), ""), const_i32(p, 0), "");
+                LLVMValueRef hib = LLVMBuildSelect(
+                    p->b, LLVMBuildICmp(p->b, LLVMIntULT, r2, const_i32(p, 31), ""),
+                    LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r2, const_i32(p, 31), ""), ""),
+                    LLVMBuildSelect(p->b, LLVMBuildICmp(p->b, LLVMIntUGE, r, const_i32(p, 63), ""),
+                                    const_i32(p, (long)0x80000000u), const_i32(p, 0), ""), "");
+                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, acc_lo, ""), lob, ""), acc_lo);
+                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, acc_hi, ""), hib, ""), acc_hi);
                 LLVMBuildBr(p->b, xl);
                 LLVMPositionBuilderAtEnd(p->b, xl);
                 LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
@@ -2754,14 +2772,15 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMBuildCondBr(p->b, okv, heads[2], heads[0]);
         }
         LLVMPositionBuilderAtEnd(p->b, chain);
-        LLVMValueRef went = LLVMBuildLoad2(p->b, p->i64, acc, "went");
+        LLVMValueRef went = sites_went(p, acc_lo, acc_hi);
         LLVMValueRef csw = LLVMBuildSwitch(p->b, went, out, 8);
         for (int j = 1; j <= nsites && j < 63; j++) {
             if (sites[j - 1].kind != MKPY_CBS_BARRIER && sites[j - 1].kind != MKPY_CBS_STEP) continue;
             LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "chain.to");
             LLVMAddCase(csw, const_i64(p, 1ll << j), pre);
             LLVMPositionBuilderAtEnd(p->b, pre);
-            LLVMBuildStore(p->b, const_i64(p, 0), acc);
+            LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
+            LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
             if (!loop_steps) {
                 LLVMBuildBr(p->b, dense_head[j]);
                 continue;
