@@ -3,7 +3,7 @@
 # Ubuntu 24.04, clang 16 and LLVM 16's libraries without headers; docs/design.md), from Debian
 # packages carried in .debs/ (git ignores it).
 #
-#   sh scripts/gpu-machine-build.sh download   # here: fetch the .debs (about 36 MB)
+#   sh scripts/gpu-machine-build.sh download   # here: fetch the .debs (about 3.5 MB once slimmed)
 #   sh scripts/gpu-machine-build.sh            # there: unpack them into a prefix, build, check, test
 #
 # The packages are unpacked into $MKPY_PREFIX (never into /). PYTEST_ARGS overrides the test
@@ -14,6 +14,16 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = download ]; then
     mkdir -p .debs
     cd .debs && apt-get download ${MKPY_DEBS:-llvm-16-dev libkissfft-dev libkissfft-float131}
+    # llvm-N-dev is 37 MB, nearly all static libraries the build never links (it uses the
+    # system's libLLVM): keep its headers and small files only (about 3 MB), so that a device
+    # call can carry .debs beside other files under its 64 MiB limit.
+    for d in llvm-*-dev_*.deb; do
+        [ -e "$d" ] || continue
+        t=$(mktemp -d)
+        dpkg -x "$d" "$t"
+        tar -C "$t" --exclude='*.a' --exclude='*.so*' -cJf "${d%.deb}.headers.tar.xz" usr
+        rm -rf "$t" "$d"
+    done
     exit 0
 fi
 
@@ -22,6 +32,7 @@ PY=${PYTHON:-python3}
 ls .debs/*.deb >/dev/null 2>&1 || { echo "no .debs/*.deb: run 'sh $0 download' where apt works" >&2; exit 1; }
 mkdir -p "$P"
 for f in .debs/*.deb; do dpkg -x "$f" "$P"; done
+for f in .debs/*.headers.tar.xz; do [ ! -e "$f" ] || tar -C "$P" -xJf "$f"; done
 
 # LLVM: the newest llvm-N (15 to 19) whose headers were unpacked, linked with this system's
 # libLLVM-N.so.1 when the packages did not bring the library itself.

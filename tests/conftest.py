@@ -5,6 +5,11 @@ import sys
 import tempfile
 
 os.environ["MKPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="mkpy-test-cache-")
+# `make test` is the CPU back-end's suite on every machine: where an NVIDIA GPU is found, GPU
+# streams would run on it, and most of the suite (engines, caches, compile latency, debugging)
+# tests the CPU's. `make test-gpu` (MKPY_REQUIRE_GPU=1) runs its files on the GPU.
+if os.environ.get("MKPY_REQUIRE_GPU") != "1":
+    os.environ.setdefault("MKPY_GPU", "cpu")
 
 import pytest  # noqa: E402
 

@@ -1,6 +1,7 @@
 """Convolutions against a direct NumPy reference: conv1d/2d/3d, conv_general
 (strides, asymmetric padding, kernel and input dilation, groups, flip),
-conv_transpose1d/2d/3d, convolve; both evaluators; errors; gradients."""
+conv_transpose1d/2d/3d, convolve; the evaluators (direct, gemm, and Winograd on
+a GPU stream); errors; gradients."""
 import itertools
 import os
 
@@ -296,3 +297,112 @@ def test_transpose_rank_errors():
         mx.conv_transpose2d(mx.ones((1, 5, 4)), mx.ones((2, 3, 4)))
     with pytest.raises(ValueError, match=r"\[conv\] Invalid weight array"):
         mx.conv_transpose1d(mx.ones((1, 5, 4)), mx.ones((2, 4)))
+
+
+# Winograd F(6x6, 3x3): MLX's Metal path, taken on a GPU stream (mkpy's stand-in for
+# Metal) for 3x3 stride-1 convs with C, O multiples of 32, C + O >= 256, N*H*W >= 4096.
+WG_TILE, WG_WS = "MLX_CONV_WINOGRAD_TILE_BATCH", "MLX_CONV_WINOGRAD_WORKING_SET"
+
+
+def ref_conv3x3(x, w, plo, phi):
+    """float64 correlation of x (N, H, W, C) with w (O, 3, 3, C), padded (lo, hi) per dim"""
+    xp = np.pad(np.float64(x), ((0, 0), (plo[0], phi[0]), (plo[1], phi[1]), (0, 0)))
+    H, W = xp.shape[1] - 2, xp.shape[2] - 2
+    out = np.zeros((x.shape[0], H, W, w.shape[0]))
+    for i in range(3):
+        for j in range(3):
+            out += xp[:, i:i + H, j:j + W, :] @ np.float64(w[:, i, j, :]).T
+    return out
+
+
+def wg_case(N, H, W, C, O):
+    return mx.array(f32(N, H, W, C)), mx.array(f32(O, 3, 3, C) * np.float32(0.05))
+
+
+@pytest.mark.parametrize("N,H,W,C,O,plo,phi", [
+    (8, 24, 24, 64, 192, (1, 1), (1, 1)),   # output a multiple of 6
+    (4, 35, 33, 128, 128, (1, 1), (1, 1)),  # partial last tiles
+    (3, 40, 41, 96, 160, (0, 0), (0, 0)),   # no padding
+    (2, 50, 47, 32, 224, (2, 0), (1, 2)),   # asymmetric padding
+])
+def test_winograd_on_the_gpu_stream(monkeypatch, N, H, W, C, O, plo, phi):
+    monkeypatch.delenv(WG_TILE, raising=False)
+    monkeypatch.delenv(WG_WS, raising=False)
+    x, w = wg_case(N, H, W, C, O)
+    want = ref_conv3x3(np.array(x), np.array(w), plo, phi)
+    gpu = np.array(mx.conv_general(x, w, padding=(list(plo), list(phi)), stream=mx.gpu))
+    cpu = np.array(mx.conv_general(x, w, padding=(list(plo), list(phi)), stream=mx.cpu))
+    np.testing.assert_allclose(gpu, want, atol=1e-3, rtol=0)
+    np.testing.assert_allclose(cpu, want, atol=1e-4, rtol=0)
+    # a different algorithm than the CPU stream's gemm, so different rounding
+    assert not np.array_equal(gpu, cpu)
+    # MKPY_CONV_ALGO forces mkpy's own evaluators on any stream
+    monkeypatch.setenv("MKPY_CONV_ALGO", "gemm")
+    assert np.array_equal(np.array(mx.conv_general(x, w, padding=(list(plo), list(phi)))), cpu)
+
+
+def test_winograd_batch_steps_change_memory_not_results(monkeypatch):
+    monkeypatch.delenv(WG_TILE, raising=False)
+    monkeypatch.delenv(WG_WS, raising=False)
+    N, H, W, C, O = 5, 30, 28, 128, 128
+    x, w = wg_case(N, H, W, C, O)
+    whole = np.array(mx.conv2d(x, w, padding=1))
+    cpu = np.array(mx.conv2d(x, w, padding=1, stream=mx.cpu))
+    for tile in ("1", "2", "3", "5", "9"):   # 2 and 3 leave a short last step
+        monkeypatch.setenv(WG_TILE, tile)
+        assert np.array_equal(np.array(mx.conv2d(x, w, padding=1)), whole), tile
+    monkeypatch.delenv(WG_TILE)
+    # MLX's budget: 3/4 of the working set, less the inputs, outputs and filters,
+    # over each batch element's scratch; room for 2 elements gives steps of 2
+    tiles = 5 * 5
+    used = (N * H * W * (C + O) + 64 * C * O) * 4
+    per_n = (32 * 32 * C + 64 * tiles * (C + O)) * 4
+    monkeypatch.setenv(WG_WS, str(int((used + 5 * per_n // 2) / 0.75)))
+    assert np.array_equal(np.array(mx.conv2d(x, w, padding=1)), whole)
+    # no room for one element: the gemm path, the CPU stream's bits
+    monkeypatch.setenv(WG_WS, "1")
+    assert np.array_equal(np.array(mx.conv2d(x, w, padding=1)), cpu)
+    monkeypatch.setenv(WG_TILE, "1")   # a forced step is capped by the budget
+    assert np.array_equal(np.array(mx.conv2d(x, w, padding=1)), cpu)
+
+
+def test_winograd_conditions(monkeypatch):
+    monkeypatch.delenv(WG_TILE, raising=False)
+    monkeypatch.delenv(WG_WS, raising=False)
+
+    def same_as_cpu(x, w, **kw):
+        return np.array_equal(np.array(mx.conv_general(x, w, **kw)),
+                              np.array(mx.conv_general(x, w, stream=mx.cpu, **kw)))
+
+    x, w = wg_case(4, 32, 32, 128, 128)
+    assert not same_as_cpu(x, w, padding=1)
+    # each condition that MLX's Metal path checks, broken once
+    assert same_as_cpu(x, w, padding=1, stride=2)
+    assert same_as_cpu(x, w, padding=2, kernel_dilation=2)
+    assert same_as_cpu(x, w, padding=1, input_dilation=2)
+    assert same_as_cpu(x, w, padding=1, flip=True)
+    assert same_as_cpu(x, w[:, :2, :2], padding=1)             # not 3x3
+    assert same_as_cpu(x, w[:, :, :, :64], padding=1, groups=2)
+    assert same_as_cpu(*wg_case(4, 32, 32, 112, 160), padding=1)  # C not a multiple of 32
+    assert same_as_cpu(*wg_case(4, 32, 32, 96, 128), padding=1)   # C + O < 256
+    assert same_as_cpu(*wg_case(3, 32, 32, 128, 128), padding=1)  # N * H * W < 4096
+
+
+def test_winograd_half_precision_and_gradients(monkeypatch):
+    monkeypatch.delenv(WG_TILE, raising=False)
+    monkeypatch.delenv(WG_WS, raising=False)
+    x, w = wg_case(4, 32, 32, 128, 128)
+    for dt in (mx.float16, mx.bfloat16):
+        xh, wh = x.astype(dt), w.astype(dt)
+        out = mx.conv2d(xh, wh, padding=1)
+        assert out.dtype == dt
+        want = ref_conv3x3(np.array(xh.astype(mx.float32)), np.array(wh.astype(mx.float32)), (1, 1), (1, 1))
+        np.testing.assert_allclose(np.array(out.astype(mx.float32)), want, atol=0.05, rtol=0.02)
+    # the gradients are convolutions again; they follow the CPU stream's closely
+    def loss(a, b):
+        return (mx.conv2d(a, b, padding=1) ** 2).sum()
+    gx, gw = mx.grad(loss, argnums=(0, 1))(x, w)
+    with mx.stream(mx.cpu):
+        cx, cw = mx.grad(loss, argnums=(0, 1))(x, w)
+    np.testing.assert_allclose(np.array(gx), np.array(cx), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(np.array(gw), np.array(cw), rtol=1e-3, atol=1e-2)

@@ -122,3 +122,20 @@ def test_barriers_are_numbered_for_the_divergence_check():
     assert "for (uint i = 0; i < 2; i++) ::metal::threadgroup_barrier_at(0u)(mem_flags::mem_threadgroup);" in p
     assert " metal::threadgroup_barrier_at(1u)(mem_flags::mem_threadgroup);" in p
     assert "mkpy::barrier_init();" in p
+
+
+def test_cuda_only_names_are_hidden_from_the_users_text():
+    # Metal has no threadIdx or __shfl_xor_sync: in the user's header and source they are renamed to
+    # names nothing declares (so NVRTC refuses them as a Mac's compiler does), and restored after
+    k = mx.fast.metal_kernel(name="cuda_names", input_names=["inp"], output_names=["out"],
+                             header="inline float twice(float v) { return 2 * v; }\n",
+                             source="uint i = thread_position_in_grid.x;\nout[i] = twice(inp[i]);\n")
+    x = mx.arange(8, dtype=mx.float32)
+    assert run(k, x).tolist() == [2.0 * i for i in range(8)]
+    p = cuda_sources("cuda_names")[0]
+    user = p.index("<kernel cuda_names header>")
+    end = p.index("<mkpy entry>")
+    for name in ("threadIdx", "__shfl_xor_sync", "__syncthreads", "atomicAdd", "__activemask"):
+        d = p.index(f"#define {name} mkpy_not_metal_{name}\n")
+        u = p.index(f"#undef {name}\n")
+        assert d < user < u < end, name

@@ -3,7 +3,9 @@ hand, and the fuzzer's reduced cases (tests/data/fuzz_regressions.json, written 
 tests/kernel_fuzz.py's reducer). Each runs on the lockstep engine and under the checker (which
 runs cooperative kernels on fibers) and must give the value Metal gives, stored with the case;
 the fuzzer's cases also run with MKPY_ENGINE=fibers. (On a machine with a GPU, `engine` is the
-GPU: metal_kernel runs on the default GPU stream.)"""
+GPU: metal_kernel runs on the default GPU stream; `fibers` stays on the CPU stream, where the
+fiber engine is.)"""
+import contextlib
 import json
 import os
 import sys
@@ -38,7 +40,8 @@ def run_case(entry, mode="engine"):
 def test_reduced_case(entry, mode, monkeypatch):
     if mode == "fibers":
         monkeypatch.setenv("MKPY_ENGINE", "fibers")
-    with mx.metal.check(mode == "checker"):
+    where = mx.stream(mx.cpu) if mode == "fibers" else contextlib.nullcontext()
+    with where, mx.metal.check(mode == "checker"):
         got = run_case(entry, mode)
     assert got.tolist() == entry["expected"], entry["note"]
 

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 import mkpy as mx
-from gpu_compare import collector, cpu_results, mismatches
+from gpu_compare import TERMS, collector, cpu_results, magnitudes, mismatches
 
 if not mx.cuda.is_available() and not os.environ.get("MKPY_GPU_OPS_CHILD"):
     if os.environ.get("MKPY_REQUIRE_GPU") == "1":
         raise RuntimeError("MKPY_REQUIRE_GPU=1 but mx.cuda.is_available() is False")
     pytest.skip("no NVIDIA GPU (mx.cuda.is_available() is False)", allow_module_level=True)
 
-from test_gpu_ops import DTYPES, _arr, _values  # noqa: E402 (after the skip)
+from test_gpu_ops import DTYPES, INEXACT, _arr, _values  # noqa: E402 (after the skip)
 
 
 def _index(dtype, shape, lo, hi, seed):
@@ -75,6 +75,11 @@ def compute():
             put(("at-" + op, dt), lambda: getattr(x.at[iu], op)(v))
             put(("at-slices-" + op, dt), lambda: getattr(x.at[1:6:2, 2:], op)(_arr(dt, (3, 7), 20)))
             put(("at-2arrays-" + op, dt), lambda: getattr(x3.at[j0, :, j1], op)(_arr(dt, (4, 3, 5), 26)))
+            if op in ("add", "subtract") and dt in INEXACT:
+                # the terms' magnitudes of these float sums over repeated targets (gpu_compare.TERMS)
+                put((TERMS, "at-" + op, dt), lambda: _mag(x).at[iu].add(_mag(v)))
+                put((TERMS, "at-2arrays-" + op, dt),
+                    lambda: _mag(x3).at[j0, :, j1].add(_mag(_arr(dt, (4, 3, 5), 26))))
         put(("slice_update", dt), lambda: mx.slice_update(x3, _arr(dt, (2, 5, 3), 27), mx.array([1, 2]), axes=(0, 2)))
         put(("slice_update-clamped", dt), lambda: mx.slice_update(x, _arr(dt, (3,), 28), mx.array([6, 8]), axes=(0, 1)))
         ip = _index("int32", (7, 5), -9, 9, 29)
@@ -122,7 +127,10 @@ def compute():
         x = _arr(dt, (7, 9), 40)
         none = mx.array(np.zeros((0,), np.int32))
         put(("scatter-uint64-huge", dt), lambda: x.at[huge].add(_arr(dt, (4, 9), 41)))
-        put(("scatter-uint8", dt), lambda: x.at[mx.array(np.array([6, 0, 6], np.uint8))].add(_arr(dt, (3, 9), 42)))
+        iu8 = mx.array(np.array([6, 0, 6], np.uint8))
+        put(("scatter-uint8", dt), lambda: x.at[iu8].add(_arr(dt, (3, 9), 42)))
+        if dt in INEXACT:
+            put((TERMS, "scatter-uint8", dt), lambda: _mag(x).at[iu8].add(_mag(_arr(dt, (3, 9), 42))))
         put(("empty-scatter", dt), lambda: x.at[none].add(_arr(dt, (0, 9), 43)))
         put(("empty-slice-update", dt), lambda: x.at[2:2].add(_arr(dt, (1,), 44)))
         put(("empty-put_along_axis", dt), lambda: mx.put_along_axis(x, none.reshape(1, 0), x[:1, :1], axis=1))
@@ -141,10 +149,18 @@ def compute():
     return out
 
 
+_mag = magnitudes  # the magnitudes of a float sum's terms (gpu_compare)
+
+
 def _tolerance(key, dtype):
-    # float sums and products over repeated targets: the GPU's order of atomic updates
-    if key[0] in ("at-add", "at-subtract", "at-multiply", "at-2arrays-add", "at-2arrays-subtract",
-                  "at-2arrays-multiply", "put_along_axis-sum") and dtype.kind in "fc":
+    # float sums and products over repeated targets: the GPU's order of atomic updates. Sums are
+    # within eps times their terms' magnitudes (gpu_compare.TERMS), products within a few roundings
+    # relative to the result. (put_along_axis-sum adds ones: exact in any order.)
+    if dtype.kind not in "fc":
+        return None
+    if key[0] in ("at-add", "at-subtract", "at-2arrays-add", "at-2arrays-subtract", "scatter-uint8"):
+        return TERMS
+    if key[0] in ("at-multiply", "at-2arrays-multiply"):
         return 1e-5
     return None
 

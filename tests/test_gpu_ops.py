@@ -3,8 +3,9 @@
 The same graphs run here on the GPU stream and in a subprocess under
 MKPY_GPU=cpu (the CPU's evaluators); results must be equal bit for bit
 (nans compared as nans), except the ops docs/design.md ("GPU op evaluators")
-lists as CUDA's libm against glibc's, compared within a few ulp, and float
-sums and products, within their dtype's tolerance. Skipped without a GPU
+lists as CUDA's libm against glibc's, compared within a few ulp, float sums,
+within eps times the sum of their terms' magnitudes (gpu_compare.TERMS), and
+float products, within their dtype's tolerance. Skipped without a GPU
 unless MKPY_REQUIRE_GPU=1.
 """
 import os
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import mkpy as mx
-from gpu_compare import collector, cpu_results, mismatches
+from gpu_compare import TERMS, collector, cpu_results, magnitudes, mismatches
 
 if not mx.cuda.is_available() and not os.environ.get("MKPY_GPU_OPS_CHILD"):
     if os.environ.get("MKPY_REQUIRE_GPU") == "1":
@@ -36,6 +37,7 @@ APPROX_UNARY = {"expm1", "log", "log1p", "log2", "log10", "tan", "arcsin", "arcc
                 "arcsinh", "arccosh", "arctanh", "erfinv", "sin", "cos"}
 APPROX_BINARY = {"power", "arctan2", "logaddexp"}
 REDUCE = ["sum", "prod", "max", "min", "all", "any"]
+INEXACT = ("float16", "bfloat16", "float32", "complex64")
 
 
 def _values(dtype, n, seed):
@@ -102,18 +104,26 @@ def compute():
         put(("reshape-copy", dt), lambda: mx.reshape(xt, (37, 5)))
         put(("transpose-copy", dt), lambda: mx.reshape(mx.transpose(_arr(dt, (4, 6, 5), 5), (2, 0, 1)), (-1,)))
         z = _arr(dt, (6, 50, 70), 6)
+        za = magnitudes(z)  # float sums: their terms' magnitudes (gpu_compare.TERMS)
         for op in REDUCE:
             f = getattr(mx, op)
             for axes in [None, 0, 1, 2, (0, 2), (1, 2)]:
                 put(("reduce", op, dt, axes), lambda: f(z, axis=axes))
+                if op == "sum" and dt in INEXACT:
+                    put((TERMS, "reduce", op, dt, axes), lambda: mx.sum(za, axis=axes))
             # a product of 300 values of magnitude ~4 overflows, and whether inf meets a 0 depends on
             # the order of the multiplications (NaN on one side, 0 on the other): 18 values per output
             zs = z[:, :3, :] if op == "prod" else z
             put(("reduce-strided", op, dt), lambda: f(mx.transpose(zs, (2, 0, 1)), axis=(1, 2), keepdims=True))
+            if op == "sum" and dt in INEXACT:
+                put((TERMS, "reduce-strided", op, dt),
+                    lambda: mx.sum(mx.transpose(za, (2, 0, 1)), axis=(1, 2), keepdims=True))
     big = mx.array(np.random.default_rng(7).standard_normal(1 << 22).astype(np.float32))
     for op in REDUCE:
         put(("reduce-big", op), lambda: getattr(mx, op)(big))
         put(("reduce-big-cols", op), lambda: getattr(mx, op)(big.reshape(1024, 4096), axis=0))
+    put((TERMS, "reduce-big", "sum"), lambda: mx.sum(mx.abs(big)))
+    put((TERMS, "reduce-big-cols", "sum"), lambda: mx.sum(mx.abs(big).reshape(1024, 4096), axis=0))
     ib = mx.array(np.random.default_rng(8).integers(-1000, 1000, 1 << 21).astype(np.int32))
     put(("reduce-big-int",), lambda: mx.sum(ib))
     return out
@@ -130,10 +140,13 @@ def _tolerance(key, dtype):
         return 2e-6
     if kind in ("binary", "binary-strided") and key[1] in APPROX_BINARY:
         return 2e-6
-    if kind.startswith("reduce") and len(key) > 1 and key[1] in ("sum", "prod") and dtype.kind in "fc":
-        return 1e-5
-    if kind == "reduce-big":
-        return 1e-5
+    if kind.startswith("reduce") and len(key) > 1 and dtype.kind in "fc":
+        # float sums: within eps times the sum of their terms' magnitudes (gpu_compare.TERMS);
+        # products: a few roundings relative to the result (each rounding is relative to it)
+        if key[1] == "sum":
+            return TERMS
+        if key[1] == "prod":
+            return 1e-5
     return None
 
 

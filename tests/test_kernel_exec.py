@@ -84,6 +84,30 @@ def test_every_attribute_has_its_metal_value(grid, tg):
     np.testing.assert_array_equal(np.array(outs[-1]), np.ones(n, np.uint32))
 
 
+GROUP_IDS = mx.fast.metal_kernel(name="group_ids", input_names=[], output_names=["seen", "gy", "gz"], source="""
+    uint3 g = thread_position_in_grid;
+    uint i = (g.z * threads_per_grid.y + g.y) * threads_per_grid.x + g.x;
+    seen[i] = i + 1;
+    gy[i] = threadgroup_position_in_grid.y;
+    gz[i] = threadgroup_position_in_grid.z;
+""")
+
+
+@pytest.mark.parametrize("grid,tg", [
+    ((1, 70000, 1), (1, 1, 1)),   # more groups along y than a CUDA grid has (65535): two launches there
+    ((2, 1, 66000), (2, 1, 1)),   # along z
+    ((3, 65537, 2), (2, 1, 1)),   # both, with a partial group along x
+])
+def test_grids_of_more_groups_than_a_cuda_launch(grid, tg):
+    n = grid[0] * grid[1] * grid[2]
+    seen, gy, gz = GROUP_IDS(inputs=[], output_shapes=[(n,)] * 3, output_dtypes=[mx.uint32] * 3, grid=grid,
+                             threadgroup=tg, init_value=0)
+    z, y, x = np.indices(grid[::-1]).reshape(3, -1)
+    np.testing.assert_array_equal(np.array(seen), np.arange(1, n + 1, dtype=np.uint32))
+    np.testing.assert_array_equal(np.array(gy), y // tg[1])
+    np.testing.assert_array_equal(np.array(gz), z // tg[2])
+
+
 def test_grid_and_threadgroup_from_mkpy_scalars():
     # the guides build them with mx ops: integer scalars are taken (a float
     # scalar is a TypeError, as in MLX: tests/test_kernel_parity.py)

@@ -87,6 +87,8 @@ mk_array *mk_reduce(mk_reduce_op op, mk_array *x, int naxes, const int *axes, bo
 mk_array *mk_mean(mk_array *x, int naxes, const int *axes, bool keepdims);
 /* The float32 sum mk_reduce gives for one of `rows` contiguous rows of n floats (last axis). */
 float mk_sum_row_f32(const float *x, int64_t n, int64_t rows);
+/* The parts mk_sum_row_f32 splits such a row into (1 unless few rows are long: the GPU's norms). */
+int64_t mk_sum_row_parts(int64_t n, int64_t rows);
 mk_array *mk_var(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
 mk_array *mk_std(mk_array *x, int naxes, const int *axes, bool keepdims, int ddof);
 mk_array *mk_logsumexp(mk_array *x, int naxes, const int *axes, bool keepdims);

@@ -9,7 +9,7 @@
  * real input element when 0 <= p and p % idil == 0 and p / idil < S, and a
  * zero otherwise. Per dim a table maps (o, k) to that input index or -1.
  *
- * Two evaluators (both in float32 for float16/bfloat16/float32, in float64
+ * Three evaluators (all in float32 for float16/bfloat16/float32, in float64
  * for float64; inputs are first copied into dense buffers of that type,
  * flip reverses the weight's taps in that copy):
  * - direct loops: each output row (one n and spatial position) accumulates
@@ -18,9 +18,11 @@
  * - im2col + gemm: blocks of output rows gather their taps into a column
  *   matrix (rows, taps * C_in/g) and one OpenBLAS gemm per group multiplies
  *   it by that group's weight matrix.
- * conv_pick() chooses by a rule measured on this machine (docs/design.md,
- * "Convolutions"); MKPY_CONV_ALGO=direct|gemm forces one (tests and
- * benchmarks).
+ * - Winograd F(6x6, 3x3), for the nodes on a GPU stream under the conditions
+ *   of MLX's Metal back-end (run_winograd, below).
+ * conv_use_gemm() chooses between the first two by a rule measured on this
+ * machine (docs/design.md, "Convolutions"); MKPY_CONV_ALGO=direct|gemm
+ * forces one (tests and benchmarks), also where Winograd would run.
  *
  * The transformation rules follow MLX's: the input's gradient is a
  * convolution of the cotangent with the (group-)transposed weight, the
@@ -32,10 +34,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "iter.h"
 #include "ops.h"
 #include "pool.h"
+#include "stream.h"
 #include "transforms.h"
 #include "types.h"
 
@@ -261,6 +265,249 @@ static const void *dense(mk_array *x, mk_dtype ct, mk_buffer **own) {
     return b->data;
 }
 
+/* ------------------------------------------------ Winograd (the GPU stream)
+ *
+ * MLX's Metal back-end computes 3x3 stride-1 convolutions with many channels
+ * by Winograd's F(6x6, 3x3): each 8x8 input patch (overlapping by 2) and each
+ * filter go into the transformed domain (V = B^T d B, U = G g G^T), 64
+ * independent products V_xi (tiles x C) @ U_xi (C x O) replace the taps, and
+ * Y = A^T M A gives a 6x6 output tile. mkpy's stand-in for the Metal device
+ * (nodes on a GPU stream) takes the same path under MLX's conditions
+ * (mlx/backend/metal/conv.cpp: no groups or flip, stride and dilations 1,
+ * a 3x3 kernel, C and O multiples of 32, C + O >= 256, N * H * W >= 4096) and
+ * MLX's memory rule: the batch goes through in steps of n_step elements,
+ * chosen so that the scratch fits in 3/4 of the working set
+ * (MLX_CONV_WINOGRAD_WORKING_SET, else device_info's
+ * max_recommended_working_set_size), MLX_CONV_WINOGRAD_TILE_BATCH forces a
+ * smaller step, and where not even one element fits (or a forced tiling
+ * leaves under 32 tiles per product) the conv takes the gemm path. The CPU
+ * stream keeps MLX's CPU algorithm (im2col + gemm).
+ *
+ * The step changes memory, never results: each batch element's 64 products
+ * are their own gemm calls, so every output's sums run in the same order
+ * whatever the step. The transforms and products are in float32 (float16
+ * and bfloat16 are widened, as in the other paths). The matrices are the
+ * standard ones for the points 0, +-1, +-2, +-1/2 and infinity. */
+
+static const float WG_BT[8][8] = {
+    {1, 0, -5.25f, 0, 5.25f, 0, -1, 0},          {0, 1, 1, -4.25f, -4.25f, 1, 1, 0},
+    {0, -1, 1, 4.25f, -4.25f, -1, 1, 0},         {0, 0.5f, 0.25f, -2.5f, -1.25f, 2, 1, 0},
+    {0, -0.5f, 0.25f, 2.5f, -1.25f, -2, 1, 0},   {0, 2, 4, -2.5f, -5, 0.5f, 1, 0},
+    {0, -2, 4, 2.5f, -5, -0.5f, 1, 0},           {0, -1, 0, 5.25f, 0, -5.25f, 0, 1},
+};
+static const float WG_G[8][3] = {
+    {1, 0, 0},
+    {-2.f / 9, -2.f / 9, -2.f / 9},
+    {-2.f / 9, 2.f / 9, -2.f / 9},
+    {1.f / 90, 1.f / 45, 2.f / 45},
+    {1.f / 90, -1.f / 45, 2.f / 45},
+    {32.f / 45, 16.f / 45, 8.f / 45},
+    {32.f / 45, -16.f / 45, 8.f / 45},
+    {0, 0, 1},
+};
+static const float WG_AT[6][8] = {
+    {1, 1, 1, 1, 1, 1, 1, 0},         {0, 1, -1, 2, -2, 0.5f, -0.5f, 0},
+    {0, 1, 1, 4, 4, 0.25f, 0.25f, 0}, {0, 1, -1, 8, -8, 0.125f, -0.125f, 0},
+    {0, 1, 1, 16, 16, 1.f / 16, 1.f / 16, 0}, {0, 1, -1, 32, -32, 1.f / 32, -1.f / 32, 1},
+};
+
+#define WG_CB 32 /* channels per pass of the transforms (C and O are multiples of 32) */
+
+typedef struct {
+    const conv_plan *P;
+    int64_t th, tw, tiles; /* tiles per image: th x tw (6x6 outputs each) */
+    int pad_h, pad_w;      /* where the input starts in the tiles' padded image */
+    int64_t n0, nstep;     /* the step's first batch element and its size */
+    const float *w;        /* weight (O, 3, 3, C) */
+    float *U;              /* (64, C, O) */
+    float *V;              /* (64, nstep * tiles, C) */
+    float *M;              /* (64, nstep * tiles, O) */
+} wg_plan;
+
+/* U_xi[c][o] = (G g G^T)[xi] for filter o, channel c; one o per index */
+static void wg_filter(void *ctx, int64_t begin, int64_t end) {
+    const wg_plan *W = ctx;
+    int64_t C = W->P->C, O = W->P->O;
+    for (int64_t o = begin; o < end; o++)
+        for (int64_t c = 0; c < C; c++) {
+            float g[3][3], t[8][3];
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 3; j++) g[i][j] = W->w[((o * 3 + i) * 3 + j) * C + c];
+            for (int a = 0; a < 8; a++)
+                for (int j = 0; j < 3; j++) t[a][j] = WG_G[a][0] * g[0][j] + WG_G[a][1] * g[1][j] + WG_G[a][2] * g[2][j];
+            for (int a = 0; a < 8; a++)
+                for (int b = 0; b < 8; b++)
+                    W->U[((int64_t)(a * 8 + b) * C + c) * O + o] =
+                        t[a][0] * WG_G[b][0] + t[a][1] * WG_G[b][1] + t[a][2] * WG_G[b][2];
+        }
+}
+
+/* tile r of this step: batch element n, tile row ti and column tj */
+static inline void wg_tile(const wg_plan *W, int64_t r, int64_t *n, int64_t *ti, int64_t *tj) {
+    *n = W->n0 + r / W->tiles;
+    *ti = r % W->tiles / W->tw;
+    *tj = r % W->tw;
+}
+
+/* t = L x for each of the 32 channels: L (rows x 8), x and t (. x 8 x WG_CB) */
+static void wg_left(int rows, const float L[][8], float x[8][8][WG_CB], float t[][8][WG_CB]) {
+    for (int a = 0; a < rows; a++)
+        for (int b = 0; b < 8; b++)
+            for (int k = 0; k < WG_CB; k++) {
+                float s = 0;
+                for (int m = 0; m < 8; m++) s += L[a][m] * x[m][b][k];
+                t[a][b][k] = s;
+            }
+}
+
+/* V for the tiles of this step: one tile (n, i, j) per index, read from the
+ * input with the padding as zeros */
+static void wg_input(void *ctx, int64_t begin, int64_t end) {
+    const wg_plan *W = ctx;
+    const conv_plan *P = W->P;
+    const float *x = P->x;
+    int64_t C = P->C, H = P->S[0], Wd = P->S[1], rows = W->nstep * W->tiles;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n, ti, tj;
+        wg_tile(W, r, &n, &ti, &tj);
+        for (int64_t c0 = 0; c0 < C; c0 += WG_CB) {
+            float d[8][8][WG_CB], t[8][8][WG_CB];
+            for (int a = 0; a < 8; a++)
+                for (int b = 0; b < 8; b++) {
+                    int64_t h = ti * 6 + a - W->pad_h, w = tj * 6 + b - W->pad_w;
+                    if (h < 0 || h >= H || w < 0 || w >= Wd)
+                        memset(d[a][b], 0, sizeof d[a][b]);
+                    else
+                        memcpy(d[a][b], x + ((n * H + h) * Wd + w) * C + c0, sizeof d[a][b]);
+                }
+            wg_left(8, WG_BT, d, t); /* t = B^T d */
+            for (int a = 0; a < 8; a++) /* V = t B */
+                for (int b = 0; b < 8; b++) {
+                    float *v = W->V + ((int64_t)(a * 8 + b) * rows + r) * C + c0;
+                    for (int k = 0; k < WG_CB; k++) {
+                        float s = 0;
+                        for (int m = 0; m < 8; m++) s += t[a][m][k] * WG_BT[b][m];
+                        v[k] = s;
+                    }
+                }
+        }
+    }
+}
+
+/* Y = A^T M A for the tiles of this step, into the output rows */
+static void wg_output(void *ctx, int64_t begin, int64_t end) {
+    const wg_plan *W = ctx;
+    const conv_plan *P = W->P;
+    float *y = P->y;
+    int64_t O = P->O, OH = P->Out[0], OW = P->Out[1], rows = W->nstep * W->tiles;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t n, ti, tj;
+        wg_tile(W, r, &n, &ti, &tj);
+        for (int64_t o0 = 0; o0 < O; o0 += WG_CB) {
+            float m[8][8][WG_CB], t[6][8][WG_CB];
+            for (int a = 0; a < 8; a++)
+                for (int b = 0; b < 8; b++)
+                    memcpy(m[a][b], W->M + ((int64_t)(a * 8 + b) * rows + r) * O + o0, sizeof m[a][b]);
+            wg_left(6, WG_AT, m, t); /* t = A^T m */
+            for (int a = 0; a < 6; a++) { /* Y = t A */
+                int64_t h = ti * 6 + a;
+                if (h >= OH) break;
+                for (int b = 0; b < 6; b++) {
+                    int64_t w = tj * 6 + b;
+                    if (w >= OW) break;
+                    float *yo = y + ((n * OH + h) * OW + w) * O + o0;
+                    for (int k = 0; k < WG_CB; k++) {
+                        float s = 0;
+                        for (int q = 0; q < 8; q++) s += t[a][q][k] * WG_AT[b][q];
+                        yo[k] = s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* a positive integer from the environment, or 0 (MLX's env::get_var(name, 0)) */
+static int64_t env_positive(const char *name) {
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *endp;
+    long long v = strtoll(e, &endp, 10);
+    return *endp == 0 && v > 0 ? (int64_t)v : 0;
+}
+
+static int64_t physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
+/* The batch elements per step (MLX's winograd_batch_step), or 0 for the gemm
+ * path. Sizes are counted in the input's itemsize, as MLX's. */
+static int64_t wg_batch_step(const conv_plan *P, size_t isz) {
+    int64_t th = (P->Out[0] + 5) / 6, tw = (P->Out[1] + 5) / 6, tiles = th * tw;
+    int64_t ph = 6 * th + 2, pw = 6 * tw + 2;
+    int64_t ws = env_positive("MLX_CONV_WINOGRAD_WORKING_SET");
+    uint64_t working_set = ws > 0 ? (uint64_t)ws : (uint64_t)(physical_memory() / 4 * 3);
+    uint64_t limit = working_set / 4 * 3;
+    uint64_t used = isz * (uint64_t)(P->N * P->S[0] * P->S[1] * P->C + P->N * P->osp * P->O) +
+                    64 * (uint64_t)(P->C * P->O) * isz;
+    uint64_t budget = limit > used ? limit - used : 0;
+    uint64_t per_n = (uint64_t)(ph * pw * P->C) * isz + 64 * (uint64_t)(tiles * (P->C + P->O)) * isz;
+    int64_t safe = (int64_t)(budget / per_n);
+    if (safe > P->N) safe = P->N;
+    int64_t forced = env_positive("MLX_CONV_WINOGRAD_TILE_BATCH");
+    if (forced > 0) return forced < safe ? forced : safe;
+    if (safe < P->N && safe * tiles < 32) return 0; /* too few rows per product to pay */
+    return safe;
+}
+
+static bool wg_eligible(const mk_prim *p, const conv_params *cp, const conv_plan *P) {
+    const char *e = getenv("MKPY_CONV_ALGO"); /* direct or gemm forced */
+    if ((e && (!strcmp(e, "direct") || !strcmp(e, "gemm"))) || mk_stream_device(p->stream) != MK_GPU || P->dbl ||
+        cp->nd != 2 || cp->groups != 1 || cp->flip)
+        return false;
+    for (int d = 0; d < 2; d++)
+        if (cp->stride[d] != 1 || cp->kdil[d] != 1 || cp->idil[d] != 1 || P->K[d] != 3) return false;
+    return P->C % 32 == 0 && P->O % 32 == 0 && P->C + P->O >= 256 && P->N * P->S[0] * P->S[1] >= 4096;
+}
+
+static int run_winograd(conv_plan *P, const conv_params *cp, int64_t nstep) {
+    wg_plan W = {P, (P->Out[0] + 5) / 6, (P->Out[1] + 5) / 6, 0, cp->pad_lo[0], cp->pad_lo[1], 0, nstep,
+                 P->w, NULL, NULL, NULL};
+    W.tiles = W.th * W.tw;
+    int64_t C = P->C, O = P->O, rows = nstep * W.tiles;
+    if (C > INT_MAX || O > INT_MAX || W.tiles > INT_MAX) {
+        mk_error_set(MK_ERR_VALUE, "[conv] Convolution too large.");
+        return -1;
+    }
+    W.U = malloc(sizeof(float) * 64 * (size_t)(C * O));
+    W.V = malloc(sizeof(float) * 64 * (size_t)(rows * C));
+    W.M = malloc(sizeof(float) * 64 * (size_t)(rows * O));
+    int rc = -1;
+    if (!W.U || !W.V || !W.M) {
+        mk_nomem();
+        goto done;
+    }
+    mk_parallel_for(O, 1, wg_filter, &W);
+    for (W.n0 = 0; W.n0 < P->N; W.n0 += nstep) {
+        int64_t step = P->N - W.n0 < nstep ? P->N - W.n0 : nstep;
+        mk_parallel_for(step * W.tiles, 1, wg_input, &W);
+        /* per element and transform point: the same gemm whatever the step */
+        for (int64_t xi = 0; xi < 64; xi++)
+            for (int64_t e = 0; e < step; e++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)W.tiles, (int)O, (int)C, 1.0f,
+                            W.V + (xi * rows + e * W.tiles) * C, (int)C, W.U + xi * C * O, (int)O, 0.0f,
+                            W.M + (xi * rows + e * W.tiles) * O, (int)O);
+        mk_parallel_for(step * W.tiles, 1, wg_output, &W);
+    }
+    rc = 0;
+done:
+    free(W.U);
+    free(W.V);
+    free(W.M);
+    return rc;
+}
+
 static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outputs) {
     const conv_params *cp = p->params;
     mk_array *in = inputs[0], *w = inputs[1], *out = outputs[0];
@@ -313,9 +560,10 @@ static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outpu
     if (!P.x) goto done;
     const void *w0 = dense(w, ct, &wo);
     if (!w0) goto done;
-    bool gemm = conv_use_gemm(&P);
+    int64_t wg_step = wg_eligible(p, cp, &P) ? wg_batch_step(&P, mk_dtype_size(in->dtype)) : 0;
+    bool gemm = !wg_step && conv_use_gemm(&P);
     /* weight with flipped taps, and for the direct loops transposed to (G, T, Cg, Og) */
-    if (cp->flip || !gemm) {
+    if (!wg_step && (cp->flip || !gemm)) {
         wflip = malloc((size_t)(P.O * P.T * P.Cg) * esz);
         if (!wflip) {
             mk_nomem();
@@ -349,7 +597,9 @@ static int conv_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outpu
         }
         P.y = ybuf;
     }
-    if (gemm) {
+    if (wg_step) {
+        if (run_winograd(&P, cp, wg_step) < 0) goto done;
+    } else if (gemm) {
         int64_t TC = P.T * P.Cg;
         P.block = (int64_t)(1 << 20) / (TC > 0 ? TC : 1);
         if (P.block < 64) P.block = 64;

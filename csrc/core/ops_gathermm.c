@@ -38,6 +38,12 @@ static int64_t batch_count(const mk_array *x) {
     return n;
 }
 
+/* x's buffer on the host (a GPU stream's input is copied down here once:
+ * mk_data moves it), addressed from the buffer's start like the offsets below */
+static const char *host_base(const mk_array *x) {
+    return (const char *)mk_data(x) - x->offset * (int64_t)mk_dtype_size(x->dtype);
+}
+
 /* element offset of matrix j of x (batch dims row-major) */
 static int64_t matrix_offset(const mk_array *x, int64_t j) {
     int64_t off = x->offset;
@@ -53,7 +59,7 @@ static void copy_matrix(const mk_array *x, int64_t off, mk_dtype ct, void *dst) 
     int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
     int64_t s0 = x->strides[x->ndim - 2], s1 = x->strides[x->ndim - 1];
     size_t isz = mk_dtype_size(x->dtype), osz = mk_dtype_size(ct);
-    const char *base = (const char *)x->buf->data;
+    const char *base = host_base(x);
     for (int64_t r = 0; r < rows; r++)
         mk_cast_table[x->dtype][ct](base + (off + r * s0) * (int64_t)isz, s1, (char *)dst + r * cols * (int64_t)osz, 1,
                                     cols);
@@ -61,7 +67,7 @@ static void copy_matrix(const mk_array *x, int64_t off, mk_dtype ct, void *dst) 
 
 /* the elements of a uint32 array x in row-major order, into dst */
 static void read_indices(const mk_array *x, uint32_t *dst) {
-    const uint32_t *base = (const uint32_t *)x->buf->data;
+    const uint32_t *base = (const uint32_t *)(const void *)host_base(x);
     for (int64_t i = 0; i < x->size; i++) {
         int64_t off = x->offset, j = i;
         for (int d = x->ndim - 1; d >= 0; d--) {
@@ -210,7 +216,7 @@ static int gmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     int64_t ldb = N;
     const char *bbase;
     if (blas_layout(b, ct, &tb, &ldb)) {
-        bbase = (const char *)b->buf->data;
+        bbase = host_base(b);
         for (int64_t j = 0; j < nb; j++) boffs[j] = matrix_offset(b, j);
     } else {
         tb = false;

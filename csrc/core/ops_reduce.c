@@ -1104,9 +1104,12 @@ static int64_t parts_per_block(int64_t want, int64_t nblocks, int64_t R) {
  * contiguous rows of n floats reduced over the last axis: the same parts,
  * blocks and lanes. The fused norms (ops_fast.c) take their means from it,
  * so that they give the bits of the composition with mean() that they fuse,
- * as MLX's CPU fast.rms_norm is its composition. */
+ * as MLX's CPU fast.rms_norm is its composition; the GPU's norms take the
+ * same order (mkpy_cuda_ops.cuh's warp_row_sum, P from mk_sum_row_parts). */
+int64_t mk_sum_row_parts(int64_t n, int64_t rows) { return parts_per_block(parts_wanted(rows, n), rows, n); }
+
 float mk_sum_row_f32(const float *x, int64_t n, int64_t rows) {
-    int64_t P = parts_per_block(parts_wanted(rows, n), rows, n);
+    int64_t P = mk_sum_row_parts(n, rows);
     float out;
     if (P == 1) {
         rows_sum_f32(x, n, 1, 1, n, &out);

@@ -234,6 +234,12 @@ typedef struct {
  * one `thread` for fibers or `cbs_run` for the lockstep engine.) */
 static inline bool mkk_compiled_ok(const mkk_compiled *fn) { return fn->entry || fn->thread || fn->cbs_run; }
 enum { MKK_FOUND_IN_MEMORY, MKK_FOUND_ON_DISK, MKK_COMPILED };
+/* threadgroup_barrier calls in the kernel's source and header (the profile's column). */
+int mkk_count_barriers(const mkk_kernel *k);
+/* How a lookup found the kernel's code, in the profile's words. */
+static inline const char *mkk_profile_cache_word(int how) {
+    return how == MKK_FOUND_IN_MEMORY ? "memory" : how == MKK_FOUND_ON_DISK ? "disk" : "compiled";
+}
 
 /* Where the kernel layer's messages go (the binding prints them on Python's
  * sys.stdout); mkk_report formats one and hands it over. */

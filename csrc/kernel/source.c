@@ -326,3 +326,13 @@ void mkk_line_map(const mkk_kernel *k, const char *generated, mkk_linemap *map) 
     map->source_first = line;
     map->source_lines = count_lines(k->source);
 }
+
+int mkk_count_barriers(const mkk_kernel *k) {
+    int n = 0;
+    const char *texts[2] = {k->source, k->header};
+    for (int t = 0; t < 2; t++)
+        for (const char *p = texts[t] ? strstr(texts[t], "threadgroup_barrier") : NULL; p;
+             p = strstr(p + 1, "threadgroup_barrier"))
+            n++;
+    return n;
+}

@@ -39,12 +39,14 @@ namespace mkpy {
 
 // ------------------------------------------------------------ reports
 // The first problem found wins the claim and fills the host's report, which
-// the host reads after the launch; the thread then exits.
-__noinline__ void exit_thread() { asm volatile("exit;"); }
+// the host reads after the launch; the thread then exits. Out of line and
+// known not to return: a check's branch to it costs the caller nothing more
+// (no reconvergence point, nothing saved around a call), so loops with
+// barriers keep the shape and registers they have without the check.
 // Hosted by MLX's cuda_kernel (mkpy.cuda.metal_kernel) there is no report to fill
 // (MLX does not set mkpy_cuda_g): the kernel traps, and MLX raises CUDA's error
 // at its next synchronization.
-inline void report(unsigned code, unsigned a, unsigned b, unsigned long long group) {
+[[noreturn]] __noinline__ void report(unsigned code, unsigned a, unsigned b, unsigned long long group) {
 #ifdef MKPY_CUDA_HOSTED
     (void)code, (void)a, (void)b, (void)group;
     __trap();
@@ -59,7 +61,8 @@ inline void report(unsigned code, unsigned a, unsigned b, unsigned long long gro
         r->code = code;
         __threadfence_system();
     }
-    exit_thread();
+    asm volatile("exit;");
+    __builtin_unreachable();
 }
 
 // Barrier divergence (Metal: undefined; the CPU engines: an error naming both
@@ -80,6 +83,10 @@ inline unsigned block_thread() {
 #endif
 }
 inline void barrier_init() { barrier_parity[block_thread()] = 0; }
+// The block's linear index in its launch (a report's group).
+inline unsigned long long block_id() {
+    return blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+}
 
 
 inline metal::uint3 u3(const uint32_t v[3]) { return metal::uint3(v[0], v[1], v[2]); }
@@ -94,34 +101,24 @@ inline unsigned lane_id() {
     return lane;
 }
 
-// Fills Metal's attributes of the thread of linear index `index` in the block
-// of threadgroup b[3], for a dispatch of grid[3] threads in threadgroups of
-// tg[3] (clamped to the grid, as MLX does), ngroups[3] of them; false for a
-// thread past its threadgroup's extent (the grid's edge), which must return
-// before the kernel runs.
-inline bool thread_attrs(const uint32_t grid[3], const uint32_t tg[3], const uint32_t ngroups[3],
-                         const uint32_t b[3], unsigned index, mkpy_thread_attrs &t) {
-    unsigned count = 1;
+// Metal's attributes of the thread at l[3] in threadgroup b[3] of extent a[3] (count threads; its
+// linear index `index`), for a dispatch of grid[3] threads in threadgroups of tg[3], ngroups[3] of
+// them.
+inline void set_attrs(const uint32_t grid[3], const uint32_t tg[3], const uint32_t ngroups[3], const uint32_t b[3],
+                      const uint32_t a[3], const uint32_t l[3], unsigned index, unsigned count,
+                      mkpy_thread_attrs &t) {
     for (int d = 0; d < 3; d++) {
-        const unsigned a = mkpy_group_extent(grid[d], tg[d], b[d]);
         t.dispatch_threads_per_threadgroup[d] = tg[d];
         t.grid_origin[d] = 0;
         t.grid_size[d] = grid[d];
         t.threads_per_grid[d] = grid[d];
         t.threadgroups_per_grid[d] = ngroups[d];
         t.threadgroup_position_in_grid[d] = b[d];
-        t.threads_per_threadgroup[d] = a;
-        count *= a;
-    }
-    if (index >= count) return false;
-    const unsigned requested = tg[0] * tg[1] * tg[2];
-    const unsigned ax = t.threads_per_threadgroup[0], ay = t.threads_per_threadgroup[1];
-    unsigned l[3] = {index, 0, 0}; // a one-row threadgroup needs no division
-    if (ax != count) l[0] = index % ax, l[1] = (index / ax) % ay, l[2] = index / (ax * ay);
-    for (int d = 0; d < 3; d++) {
+        t.threads_per_threadgroup[d] = a[d];
         t.thread_position_in_threadgroup[d] = l[d];
         t.thread_position_in_grid[d] = b[d] * tg[d] + l[d];
     }
+    const unsigned requested = tg[0] * tg[1] * tg[2];
     t.thread_execution_width = MKPY_SIMD_WIDTH;
     t.threads_per_simdgroup = MKPY_SIMD_WIDTH;
     t.dispatch_simdgroups_per_threadgroup = (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
@@ -133,28 +130,73 @@ inline bool thread_attrs(const uint32_t grid[3], const uint32_t tg[3], const uin
     t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
     t.quadgroup_index_in_threadgroup = index / 4;
     t.thread_index_in_quadgroup = index % 4;
+}
+
+// The position in a threadgroup of extent a[3] (count threads) of its thread of linear index
+// `index`, x fastest.
+inline void group_position(const uint32_t a[3], unsigned count, unsigned index, uint32_t l[3]) {
+    l[0] = index, l[1] = 0, l[2] = 0; // a one-row threadgroup needs no division
+    if (a[0] != count) l[0] = index % a[0], l[1] = (index / a[0]) % a[1], l[2] = index / (a[0] * a[1]);
+}
+
+#ifdef MKPY_CUDA_HOSTED
+// Fills Metal's attributes of the thread of linear index `index` in the block
+// of threadgroup b[3], for a dispatch of grid[3] threads in threadgroups of
+// tg[3] (clamped to the grid, as MLX does), ngroups[3] of them; false for a
+// thread past its threadgroup's extent (the grid's edge), which must return
+// before the kernel runs.
+inline bool thread_attrs(const uint32_t grid[3], const uint32_t tg[3], const uint32_t ngroups[3],
+                         const uint32_t b[3], unsigned index, mkpy_thread_attrs &t) {
+    uint32_t a[3], l[3];
+    unsigned count = 1;
+    for (int d = 0; d < 3; d++) count *= a[d] = mkpy_group_extent(grid[d], tg[d], b[d]);
+    if (index >= count) return false;
+    group_position(a, count, index, l);
+    set_attrs(grid, tg, ngroups, b, a, l, index, count, t);
     return true;
+}
+#endif
+
+// n / d with d's divider from the host (mkpy_cuda_divider): a multiply-high, two adds and two
+// shifts where a division is a routine of some twenty instructions.
+inline uint32_t fast_div(uint32_t n, uint32_t mul, uint32_t shift) {
+    const uint32_t hi = __umulhi(mul, n);
+    return (hi + ((n - hi) >> (shift & 0xffu))) >> (shift >> 8);
 }
 
 // Metal's attributes of this CUDA thread in mkpy's own launches (the ABI of
-// mkpy_cuda_launch.h: one-dimensional blocks and grid, one block per
-// threadgroup of linear id group_begin + blockIdx.x).
+// mkpy_cuda_launch.h: a one-dimensional block per threadgroup, the block's
+// position in the grid its threadgroup's, less the launch's origin):
+// thread_attrs' values. Every kernel's prologue, so without a division: the
+// extents and the dividers are picked by selects, and a one-row threadgroup
+// skips the dividers. What the kernel does not use is dropped by the compiler.
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
-    // The same for every thread of the block, but computed by each: 64-bit division is a long
-    // software routine on a GPU, so the common cases avoid it (a one-row grid of groups, and ids
-    // below 2^32 with 32-bit division).
-    const uint64_t g = L.group_begin + blockIdx.x;
-    const unsigned nx = L.ngroups[0], ny = L.ngroups[1];
-    uint32_t b[3];
-    if (ny == 1 && L.ngroups[2] == 1) {
-        b[0] = (uint32_t)g, b[1] = 0, b[2] = 0;
-    } else if (g <= 0xffffffffull) {
-        const uint32_t g32 = (uint32_t)g, row = g32 / nx;
-        b[0] = g32 - row * nx, b[1] = row % ny, b[2] = row / ny;
-    } else {
-        b[0] = (uint32_t)(g % nx), b[1] = (uint32_t)((g / nx) % ny), b[2] = (uint32_t)(g / ((uint64_t)nx * ny));
+    const uint32_t b[3] = {L.origin[0] + blockIdx.x, L.origin[1] + blockIdx.y, L.origin[2] + blockIdx.z};
+    uint32_t a[3], l[3];
+    bool at_edge[3];
+    for (int d = 0; d < 3; d++) {
+        at_edge[d] = b[d] == L.ngroups[d] - 1;
+        a[d] = at_edge[d] ? L.edge[d] : L.tg[d];
     }
-    return thread_attrs(L.grid, L.tg, L.ngroups, b, threadIdx.x, t);
+    const unsigned count = a[0] * a[1] * a[2], index = threadIdx.x;
+    if (index >= count) return false;
+    l[0] = index, l[1] = 0, l[2] = 0; // a one-row threadgroup needs no division
+    if (a[0] != count) {
+        // the dividers by selects on fixed fields (an index computed at run time into the launch's
+        // parameters would be a chain of conditional loads)
+        const bool ex = at_edge[0], ey = at_edge[1];
+        const unsigned X = MKPY_CUDA_DIV_X, XY = MKPY_CUDA_DIV_XY;
+        const uint32_t row =
+            fast_div(index, ex ? L.div_mul[X + 1] : L.div_mul[X], ex ? L.div_shift[X + 1] : L.div_shift[X]);
+        const uint32_t mxy =
+            ey ? (ex ? L.div_mul[XY + 3] : L.div_mul[XY + 2]) : (ex ? L.div_mul[XY + 1] : L.div_mul[XY]);
+        const uint32_t sxy =
+            ey ? (ex ? L.div_shift[XY + 3] : L.div_shift[XY + 2]) : (ex ? L.div_shift[XY + 1] : L.div_shift[XY]);
+        l[2] = fast_div(index, mxy, sxy);
+        l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
+    }
+    set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, count, t);
+    return true;
 }
 
 #ifdef MKPY_CUDA_HOSTED
@@ -400,10 +442,14 @@ struct barrier_call {
         if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
         const unsigned t = ::mkpy::block_thread(), p = ::mkpy::barrier_parity[t];
         ::mkpy::barrier_slot[p] = site;
-        __syncthreads();
+        // Not __syncthreads: that is `barrier.sync.aligned`, which requires every
+        // thread of a warp to run the same barrier instruction, and a warp split
+        // between two sites then hangs. The unaligned form counts threads, so
+        // threads at different sites (or exited after a report) still release it.
+        asm volatile("barrier.sync 0;" ::: "memory");
         const unsigned seen = ::mkpy::barrier_slot[p];
         ::mkpy::barrier_parity[t] = (unsigned char)(p ^ 1u);
-        if (seen != site) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, blockIdx.x);
+        if (__builtin_expect(seen != site, 0)) ::mkpy::report(MKPY_CUDA_REPORT_BARRIERS, seen, site, ::mkpy::block_id());
     }
 };
 inline barrier_call threadgroup_barrier_at(unsigned site) { return barrier_call{site}; }

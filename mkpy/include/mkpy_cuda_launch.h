@@ -9,10 +9,12 @@
  * used by the source; outputs). Every pointer is device memory: a 0-d input,
  * a shape array or an ndim value included.
  *
- * Launch: a one-dimensional block of tg[0] * tg[1] * tg[2] threads and a
- * one-dimensional grid of `count` blocks; block b runs the threadgroup of
- * linear id group_begin + b (x fastest, as Metal's threadgroup_position_in_grid
- * order). A threadgroup at the grid's edge has fewer threads (Metal's
+ * Launch: a one-dimensional block of tg[0] * tg[1] * tg[2] threads per
+ * threadgroup, in a three-dimensional grid of blocks: block (x, y, z) runs
+ * threadgroup origin + (x, y, z), so the hardware gives each block its
+ * threadgroup's position (no division); a dispatch with more groups than one
+ * launch takes (2^31 - 1 along x, 65535 along y and z) is several launches.
+ * A threadgroup at the grid's edge has fewer threads (Metal's
  * non-uniform threadgroups, mkpy_group_extent): the CUDA threads of the block
  * past its extent return before the kernel runs; the others take Metal's
  * thread_position_in_threadgroup from their linear index in the *actual*
@@ -37,9 +39,28 @@ struct mkpy_cuda_launch {
     mkpy_u32 grid[3];    /* threads per grid, as given to dispatchThreads */
     mkpy_u32 tg[3];      /* threads per threadgroup requested (clamped to the grid) */
     mkpy_u32 ngroups[3]; /* threadgroups per grid */
-    mkpy_u32 pad;
-    mkpy_u64 group_begin; /* linear threadgroup id of block 0 of this launch */
+    mkpy_u32 origin[3];  /* the threadgroup of block (0, 0, 0) of this launch */
+    mkpy_u32 edge[3];    /* threads of the last threadgroup along each dimension (tg where it divides the grid) */
+    /* Division of a thread's index in its threadgroup without a divide routine
+     * (mkpy_cuda_divider): by the threadgroup's width (MKPY_CUDA_DIV_X + 1 at
+     * the x edge) and by its width times its height (MKPY_CUDA_DIV_XY + 1 at
+     * the x edge, + 2 at the y edge). */
+    mkpy_u32 div_mul[6];
+    mkpy_u32 div_shift[6]; /* the two shifts, the first in bits 0-7, the second in 8-15 */
 };
+#define MKPY_CUDA_DIV_X 0
+#define MKPY_CUDA_DIV_XY 2
+
+/* n / d for every 32-bit n as ((hi + ((n - hi) >> s1)) >> s2), hi = the high
+ * word of mul * n (Granlund and Montgomery's round-up method): with
+ * l = ceil(log2 d), mul = floor(2^32 (2^l - d) / d) + 1, s1 = min(l, 1),
+ * s2 = max(l - 1, 0). d = 0 (an unused slot) gives mul = 0 and n. */
+static inline void mkpy_cuda_divider(mkpy_u32 d, mkpy_u32 *mul, mkpy_u32 *shift) {
+    unsigned l = 0;
+    while (l < 32 && ((mkpy_u64)1 << l) < d) l++;
+    *mul = d ? (mkpy_u32)((((mkpy_u64)1 << 32) * (((mkpy_u64)1 << l) - d)) / d + 1) : 0;
+    *shift = (l < 1 ? l : 1) | (l > 1 ? l - 1 : 0) << 8;
+}
 
 #define MKPY_CUDA_ENTRY_SYMBOL "mkpy_cuda_entry"
 

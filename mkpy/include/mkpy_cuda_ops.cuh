@@ -360,9 +360,16 @@ __device__ __forceinline__ float mlx_erfinv(float a) {
 #define MKC_UNARY(name) struct u_##name { template <class S, class R> static __device__ __forceinline__ auto ap(R x)
 #define MKC_END };
 #define MKC_NEG_I(x) ((S)(0 - (u64)(x)))
+// |x| of a complex: the CPU's cabsf, which is glibc's hypotf: an infinity wins
+// over a nan, and finite values give (float)sqrt((double)x*x + (double)y*y) (the
+// squares are exact in double; checked against glibc 2.36 on 2e8 random pairs)
+__device__ __forceinline__ float glibc_hypotf(float x, float y) {
+    if (!isfinite(x) || !isfinite(y)) return isinf(x) || isinf(y) ? MKC_INF : x + y;
+    return (float)sqrt((double)x * (double)x + (double)y * (double)y);
+}
 
 MKC_UNARY(abs) {
-    if constexpr (is_cplx<R>) return hypotf(x.re, x.im);
+    if constexpr (is_cplx<R>) return glibc_hypotf(x.re, x.im);
     else if constexpr (is_flt<R>) return fabsf(x);
     else if constexpr (is_sint<R>) return (R)(x < 0 ? MKC_NEG_I(x) : x);
     else return x;
@@ -374,7 +381,7 @@ MKC_UNARY(negative) {
 } MKC_END
 MKC_UNARY(sign) {
     if constexpr (is_cplx<R>) {
-        float a = hypotf(x.re, x.im);
+        float a = glibc_hypotf(x.re, x.im);
         if (a == 0) return cx(0.0f, 0.0f);
         if (!isfinite(a)) return cx(__int_as_float(0x7fc00000), __int_as_float(0x7fc00000));
         return cx(x.re / a, x.im / a);
@@ -840,62 +847,82 @@ template <class Op, class S, class SO> __device__ void reduce_parts(const red_ar
 // csrc/backend/cuda/ops_fast.c launches them (docs/design.md, "mx.fast on the GPU").
 
 // ---- rms_norm and layer_norm (ops_fast.c's norm_job and NORM_OUT)
-// x's rows: its leading dims (merged) with their strides, the last dim of n
-// elements at stride xst. A block takes MKC_NORM_ROWS rows: one thread per row
-// sums it in order (float: the mean, then the squares of x - mean), then the
-// block writes the rows' outputs, an element per thread.
+// The CPU takes the norms' two means from mk_sum_row_f32 (ops_reduce.c), mean()'s
+// own order, which depends on the problem only (never on the ISA or the thread
+// count): the row in P parts (mk_sum_row_parts: 1 unless a few rows are very
+// long), each part in blocks of 1024 from its start; a block's first multiple of
+// 8 elements in 8 float lanes (lane k takes elements k, k + 8, ...), the lanes
+// added in order (lane 0 first), then the block's tail in order, in float; the
+// block totals added in order into a double per part, the parts in order into a
+// double, rounded to float once. A row of P == 1 shorter than 16 is summed in
+// order in double (the reduction's short rows). warp_row_sum takes that order
+// with the 32 threads of a warp: a thread per (block, lane), four blocks at a
+// time; the lanes and the block totals travel by shuffles, and every thread ends
+// with the sum.
+#define MKC_FULL_WARP 0xffffffffu
+template <class F> __device__ float warp_row_sum(const F &f, i64 n, i64 P) {
+    const int l = threadIdx.x & 31, g = l & ~7, k = l & 7;
+    if (P == 1 && n < 16) {
+        double s = 0.0;
+        for (i64 i = 0; i < n; i++) s = s + (double)f(i);
+        return (float)s;
+    }
+    double acc = 0.0;
+    for (i64 p = 0; p < P; p++) {
+        const i64 r0 = n * p / P, len = n * (p + 1) / P - r0, nb = (len + 1023) / 1024;
+        double part = 0.0;
+        for (i64 b0 = 0; b0 < nb; b0 += 4) {
+            const i64 b = b0 + (l >> 3), s = r0 + b * 1024;
+            const i64 m = b < nb ? (len - b * 1024 < 1024 ? len - b * 1024 : 1024) : 0, full = m & ~(i64)7;
+            float lane = 0.0f;
+            for (i64 i = k; i < full; i += 8) lane = lane + f(s + i);
+            float t = __shfl_sync(MKC_FULL_WARP, lane, g);
+            for (int j = 1; j < 8; j++) t = t + __shfl_sync(MKC_FULL_WARP, lane, g + j);
+            for (i64 i = full; i < m; i++) t = t + f(s + i);
+            for (int q = 0; q < 4 && b0 + q < nb; q++) part = part + (double)__shfl_sync(MKC_FULL_WARP, t, 8 * q);
+        }
+        acc = acc + part;
+    }
+    return (float)acc;
+}
+// A warp per row of x (its leading dims merged with their strides, the last dim
+// of n elements at stride xst): the mean of x (layer_norm), the mean of the
+// terms (x - mean)^2, each rounded to float, then the row's outputs, an element
+// per thread.
 struct norm_args {
-    i64 rows, n, xst, ws, bs;
+    i64 rows, n, xst, ws, bs, parts;
     i32 nd, layer, has_w, has_b;
     float invn, eps;
     i64 shape[MKC_MAX_NDIM], st[MKC_MAX_NDIM];
 };
-#define MKC_NORM_ROWS 32
 template <class SX, class SO>
 __device__ void fast_norm(const norm_args &a, SO *o, const SX *x, const SO *w, const SO *b) {
-    __shared__ float mu_s[MKC_NORM_ROWS], rs_s[MKC_NORM_ROWS];
-    __shared__ i64 off_s[MKC_NORM_ROWS];
-    for (i64 g = blockIdx.x; g * MKC_NORM_ROWS < a.rows; g += gridDim.x) {
-        const i64 r0 = g * MKC_NORM_ROWS;
-        const int nr = a.rows - r0 < MKC_NORM_ROWS ? (int)(a.rows - r0) : MKC_NORM_ROWS;
-        if ((int)threadIdx.x < nr) {
-            const i64 off = dim_off(r0 + threadIdx.x, a.nd, a.shape, a.st);
-            const SX *xr = x + off;
-            float mu = 0.0f;
-            if (a.layer) {
-                float s = 0.0f;
-                for (i64 i = 0; i < a.n; i++) s = s + load(xr + i * a.xst);
-                mu = s * a.invn;
-            }
-            float s = 0.0f;
-            for (i64 i = 0; i < a.n; i++) {
-                float d = load(xr + i * a.xst) - mu;
-                s = s + d * d;
-            }
-            float var = s * a.invn + a.eps;
-            off_s[threadIdx.x] = off;
-            mu_s[threadIdx.x] = mu;
-            rs_s[threadIdx.x] = 1.0f / sqrtf(var);
-        }
-        __syncthreads();
-        for (i64 e = threadIdx.x; e < nr * a.n; e += blockDim.x) {
-            const int k = (int)(e / a.n);
-            const i64 i = e - k * a.n;
-            float v = (load(x + off_s[k] + i * a.xst) - mu_s[k]) * rs_s[k];
-            SO *op = o + (r0 + k) * a.n + i;
+    const i64 wpb = blockDim.x / 32;
+    for (i64 r = blockIdx.x * wpb + threadIdx.x / 32; r < a.rows; r += gridDim.x * wpb) {
+        const SX *xr = x + dim_off(r, a.nd, a.shape, a.st);
+        const i64 xst = a.xst;
+        float mu = 0.0f;
+        if (a.layer) mu = warp_row_sum([&](i64 i) { return (float)load(xr + i * xst); }, a.n, a.parts) * a.invn;
+        const float var = warp_row_sum([&](i64 i) {
+            const float d = load(xr + i * xst) - mu;
+            return d * d;
+        }, a.n, a.parts) * a.invn + a.eps;
+        const float rs = 1.0f / sqrtf(var);
+        SO *orow = o + r * a.n;
+        for (i64 i = threadIdx.x & 31; i < a.n; i += 32) {
+            float v = (load(xr + i * xst) - mu) * rs;
             if (a.has_w && a.has_b) {
                 v = round_to<SO>(v);
                 v = round_to<SO>(v * load(w + i * a.ws));
-                store(op, v + load(b + i * a.bs));
+                store(orow + i, v + load(b + i * a.bs));
             } else if (a.has_w) {
-                store(op, round_to<SO>(v) * load(w + i * a.ws));
+                store(orow + i, round_to<SO>(v) * load(w + i * a.ws));
             } else if (a.has_b) {
-                store(op, round_to<SO>(v) + load(b + i * a.bs));
+                store(orow + i, round_to<SO>(v) + load(b + i * a.bs));
             } else {
-                store(op, v);
+                store(orow + i, v);
             }
         }
-        __syncthreads();
     }
 }
 

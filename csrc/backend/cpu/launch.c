@@ -487,15 +487,6 @@ static mk_buffer *dense_copy(const mk_array *x) {
 }
 
 /* threadgroup_barrier calls in the kernel's source and header (the profiler's column) */
-static int count_barriers(const mkk_kernel *k) {
-    int n = 0;
-    const char *texts[2] = {k->source, k->header};
-    for (int t = 0; t < 2; t++)
-        for (const char *p = texts[t] ? strstr(texts[t], "threadgroup_barrier") : NULL; p;
-             p = strstr(p + 1, "threadgroup_barrier"))
-            n++;
-    return n;
-}
 
 /* One metal_kernel call on the CPU (the CPU back-end's kernel_eval, backend/backend.h):
  * compile through jit.c's caches, stage the buffers, run the threadgroups on the pool with the
@@ -714,14 +705,14 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
     if (profiling) {
         prof.run_end = mkk_now_ns();
         prof.engine = mkk_engine_name(k, &fn);
-        prof.cache = fn.how == MKK_FOUND_IN_MEMORY ? "memory" : fn.how == MKK_FOUND_ON_DISK ? "disk" : "compiled";
+        prof.cache = mkk_profile_cache_word(fn.how);
         for (int d = 0; d < 3; d++) {
             prof.grid[d] = c->grid[d];
             prof.threadgroup[d] = r->base.tg[d];
         }
         prof.threads = (uint64_t)r->base.grid[0] * r->base.grid[1] * r->base.grid[2];
         prof.groups = r->total;
-        prof.barriers = count_barriers(k);
+        prof.barriers = mkk_count_barriers(k);
         mkk_profile_record_kernel(&prof);
     }
     mkk_print_end(print_sink, k->name);

@@ -415,13 +415,18 @@ int mkb_cuda_wait(const char *what, const char *site) {
 
 static int wait_unmasked(const char *what, const char *site) {
     if (mkb_cuda_enter() < 0) return -1;
-    const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
-    double timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
+    /* the watchdog's setting is read once the wait is past its first polls: a launch of a few
+     * microseconds (the common case) does not pay for the environment scan */
+    double timeout = 0.0;
     const uint64_t t0 = now_ns();
     unsigned polls = 0;
     for (;;) {
         CUresult r = mkb_cu.cuStreamQuery(NULL);
         if (r == CUDA_SUCCESS) return 0;
+        if (polls == 64) {
+            const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
+            timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
+        }
         if (r != CUDA_ERROR_NOT_READY) {
             char w[512];
             snprintf(w, sizeof w, "%s failed on the GPU (called at %s)", what, site ? site : "?");
@@ -445,9 +450,13 @@ static int wait_unmasked(const char *what, const char *site) {
                              what, timeout, how, site ? site : "?");
             return -1;
         }
-        /* spin briefly (a launch takes microseconds), then sleep in small steps */
-        if (++polls > 2000) {
-            struct timespec ts = {0, polls > 20000 ? 1000000 : 50000};
+        /* Spin for the first 10 ms, then sleep in small steps, then in 1 ms steps past a second.
+         * By time, not by polls: 2000 polls (the former rule) were over before a 1 ms kernel
+         * ended, and a nanosleep overshoots by the timer slack (~50 us), 5% of such a kernel. */
+        polls++;
+        const uint64_t waited = t - t0;
+        if (waited > 10000000u) {
+            struct timespec ts = {0, waited > 1000000000u ? 1000000 : 50000};
             nanosleep(&ts, NULL);
         }
     }

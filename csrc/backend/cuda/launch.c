@@ -78,7 +78,7 @@ static void report_error(const mkk_kernel *k, const char *generated, const struc
 }
 
 static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const *in, const char *generated,
-                         const char *kernel_name, CUfunction *fn, int *max_threads, int *shared) {
+                         const char *kernel_name, CUfunction *fn, int *max_threads, int *shared, int *how) {
     const unsigned gen = mkb_cuda_generation();
     const uint64_t h = c->gen_hash; /* of generated: dispatch.c hashes it once per call signature */
     const int bound = launch_bound(c), math = (int)k->math_mode;
@@ -89,12 +89,14 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
             *fn = e->fn;
             *max_threads = e->max_threads;
             *shared = e->shared;
+            *how = MKK_FOUND_IN_MEMORY;
             pthread_mutex_unlock(&modules_mu);
             return 0;
         }
     pthread_mutex_unlock(&modules_mu);
     mkb_cuda_image img;
     if (mkb_cuda_build(k, c, in, generated, kernel_name, mkb_cuda_sm(), &img) < 0) return -1;
+    *how = img.how;
     module_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->generated = strdup(generated))) {
         free(e);
@@ -179,12 +181,16 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     CUfunction fn;
     int max_threads;
     int shared;
-    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads, &shared) < 0) return -1;
+    int how = MKK_COMPILED;
+    const bool profiling = mkk_profiling();
+    mkk_profile_kernel prof = {k->name, "gpu (CUDA)", NULL, profiling ? mkk_now_ns() : 0};
+    if (find_function(k, c, in, generated, kernel_name, &fn, &max_threads, &shared, &how) < 0) return -1;
+    if (profiling) prof.compile_end = mkk_now_ns();
     if (shared > MKPY_MAX_THREADGROUP_MEMORY) {
         char where[1024];
         mkk_threadgroup_sites(k, generated, where, sizeof where);
         mk_error_set(MK_ERR_RUNTIME,
-                     "[metal_kernel] Kernel `%s` (GPU): its threadgroup memory is %d bytes (declared at %s), more "
+                     "[metal_kernel] Kernel `%s` (GPU): its threadgroup memory reaches %d bytes (declared at %s), more "
                      "than the %d bytes (32 KiB) a threadgroup may use on Apple GPUs. Kernel called at %s",
                      k->name, shared, *where ? where : "?", MKPY_MAX_THREADGROUP_MEMORY, site);
         return -1;
@@ -287,6 +293,10 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
         L.tg[d] = plan->tg[d];
         L.ngroups[d] = plan->ngroups[d];
     }
+    for (int d = 0; d < 3; d++) L.edge[d] = L.grid[d] - (L.ngroups[d] - 1) * L.tg[d];
+    const uint32_t divisors[6] = {L.tg[0], L.edge[0], L.tg[0] * L.tg[1], L.edge[0] * L.tg[1], L.tg[0] * L.edge[1],
+                                  L.edge[0] * L.edge[1]};
+    for (int i = 0; i < 6; i++) mkpy_cuda_divider(divisors[i], &L.div_mul[i], &L.div_shift[i]);
     params[0] = &L;
     for (int i = 0; i < nargs; i++) params[i + 1] = &ptrs[i];
     if (mkk_debug_level() >= 2)
@@ -299,16 +309,40 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     /* one metal_kernel launch at a time: the report is the context's */
     pthread_mutex_lock(&launch_mu);
     locked = true;
-    for (uint64_t begin = 0; begin < groups;) {
-        uint64_t n = groups - begin < 0x7fffffffu ? groups - begin : 0x7fffffffu;
-        L.group_begin = begin;
-        char w[480];
-        snprintf(w, sizeof w, "[metal_kernel] launching kernel `%s` (called at %s)", k->name, site);
-        if (mkb_cuda_check(mkb_cu.cuLaunchKernel(fn, (unsigned)n, 1, 1, threads, 1, 1, 0, NULL, params, NULL), w) < 0)
-            goto done;
-        begin += n;
-    }
+    if (profiling) prof.run_begin = mkk_now_ns();
+    /* the grid of blocks is the grid of threadgroups, in as many launches as CUDA's limits on a
+     * grid's dimensions need (usually one) */
+    static const uint32_t most[3] = {0x7fffffffu, 65535u, 65535u};
+    for (uint64_t z = 0; z < L.ngroups[2]; z += most[2])
+        for (uint64_t y = 0; y < L.ngroups[1]; y += most[1])
+            for (uint64_t x = 0; x < L.ngroups[0]; x += most[0]) {
+                const uint32_t at[3] = {(uint32_t)x, (uint32_t)y, (uint32_t)z};
+                unsigned n[3];
+                for (int d = 0; d < 3; d++) {
+                    L.origin[d] = at[d];
+                    n[d] = L.ngroups[d] - at[d] < most[d] ? L.ngroups[d] - at[d] : most[d];
+                }
+                const CUresult r = mkb_cu.cuLaunchKernel(fn, n[0], n[1], n[2], threads, 1, 1, 0, NULL, params, NULL);
+                if (r != CUDA_SUCCESS) {
+                    char w[480];
+                    snprintf(w, sizeof w, "[metal_kernel] launching kernel `%s` (called at %s)", k->name, site);
+                    mkb_cuda_check(r, w);
+                    goto done;
+                }
+            }
     if (mkb_cuda_wait(what, site) < 0) goto done;
+    if (profiling) {
+        prof.run_end = mkk_now_ns();
+        prof.cache = mkk_profile_cache_word(how);
+        for (int d = 0; d < 3; d++) {
+            prof.grid[d] = c->grid[d];
+            prof.threadgroup[d] = plan->tg[d];
+        }
+        prof.threads = (uint64_t)plan->grid[0] * plan->grid[1] * plan->grid[2];
+        prof.groups = groups;
+        prof.barriers = mkk_count_barriers(k);
+        mkk_profile_record_kernel(&prof);
+    }
     struct mkpy_cuda_report report;
     if (mkb_cuda_take_report(&report)) {
         report_error(k, generated, &report, site);

@@ -85,7 +85,7 @@ static unsigned row_block(int64_t n) { return n <= 8192 ? 32 : 256; }
 
 /* mkpy_cuda_ops.cuh's norm_args */
 typedef struct {
-    int64_t rows, n, xst, ws, bs;
+    int64_t rows, n, xst, ws, bs, parts;
     int32_t nd, layer, has_w, has_b;
     float invn, eps;
     int64_t shape[MK_MAX_NDIM], st[MK_MAX_NDIM];
@@ -111,6 +111,7 @@ static int norm_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     a.xst = x->strides[x->ndim - 1];
     a.ws = w ? w->strides[0] : 0;
     a.bs = b ? b->strides[0] : 0;
+    a.parts = mk_sum_row_parts(a.n, a.rows); /* the CPU's split of the row's sums */
     a.layer = layer;
     a.has_w = w != NULL;
     a.has_b = b != NULL;
@@ -121,8 +122,8 @@ static int norm_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         (b && mkb_cuda_ptr(b, &pb) < 0) || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &po) < 0)
         return -1;
     void *params[5] = {&a, &po, &px, &pw, &pb};
-    /* a block of 256 threads per 32 rows (MKC_NORM_ROWS) */
-    return run1(body, (a.rows + 31) / 32 * 256, 256, params, layer ? "layer_norm" : "rms_norm");
+    /* a warp per row, 8 rows per block */
+    return run1(body, a.rows * 32, 256, params, layer ? "layer_norm" : "rms_norm");
 }
 
 /* ------------------------------------------------------------ rope */

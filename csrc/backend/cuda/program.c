@@ -26,13 +26,36 @@ static int refuse_printing(const mkk_kernel *k, const mkk_call *c, const char *w
     return -1;
 }
 
+/* CUDA's own built-in variables and device functions: Metal has none of them,
+ * so in the user's header and source each is renamed to a name nothing
+ * declares. NVRTC then refuses a kernel that uses one, and dispatch.c has
+ * clang, Metal's front end, say why in a Mac's words ("use of undeclared
+ * identifier '__shfl_xor_sync'"), instead of the GPU running code that a Mac
+ * rejects. The runtime header above is parsed already, and the names are
+ * restored after the user's text, for the entry point. */
+static const char *const cuda_only_names[] = {
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+    "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or", "__syncwarp",
+    "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
+    "__all_sync", "__activemask", "__match_any_sync", "__match_all_sync", "__reduce_add_sync",
+    "__threadfence", "__threadfence_block", "__threadfence_system",
+    "atomicAdd", "atomicSub", "atomicExch", "atomicMin", "atomicMax", "atomicInc", "atomicDec", "atomicCAS",
+    "atomicAnd", "atomicOr", "atomicXor",
+    "__ldg", "__popc", "__popcll", "__clz", "__clzll", "__ffs", "__brev", "__expf", "__logf", "__sinf", "__cosf",
+    "__powf", "__fdividef", "__float2half", "__half2float", "__nanosleep",
+};
+
 /* The translated kernel with #line markers naming the kernel's header, signature and source. */
 static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, int *nbarriers, int *simt) {
     char fh[600], fg[600], fs[600];
     snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
     snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
     snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
-    return mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, nbarriers, simt);
+    const size_t n = sizeof cuda_only_names / sizeof *cuda_only_names;
+    for (size_t i = 0; i < n; i++) mkk_sbf(b, "#define %s mkpy_not_metal_%s\n", cuda_only_names[i], cuda_only_names[i]);
+    int rc = mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, nbarriers, simt);
+    for (size_t i = 0; i < n; i++) mkk_sbf(b, "#undef %s\n", cuda_only_names[i]);
+    return rc;
 }
 
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,

@@ -1920,6 +1920,83 @@ static int is_intrinsic(LLVMValueRef call, const char *prefix) {
     return c && LLVMIsAFunction(c) && strncmp(mkk_ir_name(c), prefix, strlen(prefix)) == 0;
 }
 
+/* The slot stores at the top of each site block (a region's exit: the
+ * values the thread keeps, stored in the order slot_for met them), in one
+ * order: stores to slots that more site blocks store come last. Two exits
+ * of a region that store the same value to one slot (a loop's running sum
+ * after slot coalescing: the next iteration and the loop's exit) then both
+ * end in that store, which LLVM sinks into one unconditional store after F
+ * is inlined; in the other order it stays two masked stores per lane in
+ * the vectorised loop-step region (measured: the `simd_sum` rows kernel's
+ * loop, which one reordering in the runtime header had flipped). Stores
+ * to distinct slots commute; stores to one slot keep their order. */
+static int site_slot_store(pass *p, LLVMValueRef in) {
+    if (!in || !LLVMIsAStoreInst(in)) return 0;
+    LLVMValueRef ptr = LLVMGetOperand(in, 1);
+    for (int i = 0; i < p->nslot_addrs; i++)
+        if (p->slot_addrs[i] == ptr) return 1;
+    return 0;
+}
+
+static LLVMValueRef first_after_phis(LLVMBasicBlockRef bb) {
+    LLVMValueRef in = LLVMGetFirstInstruction(bb);
+    while (in && LLVMIsAPHINode(in)) in = LLVMGetNextInstruction(in);
+    return in;
+}
+
+static int order_site_stores(pass *p, const site *sites, int nsites) {
+    int ns = p->nslot_addrs;
+    if (ns < 2) return 0;
+    int *count = calloc((size_t)ns, sizeof *count);
+    LLVMValueRef *run = malloc(sizeof *run * (size_t)ns * 4 + 1);
+    int *key = malloc(sizeof *key * (size_t)ns * 4 + 1);
+    if (!count || !run || !key) {
+        free(count);
+        free(run);
+        free(key);
+        return mkk_ir_fail(p, "out of memory");
+    }
+    for (int i = 0; i < nsites; i++)
+        for (LLVMValueRef in = first_after_phis(sites[i].head); site_slot_store(p, in); in = LLVMGetNextInstruction(in))
+            for (int q = 0; q < ns; q++)
+                if (p->slot_addrs[q] == LLVMGetOperand(in, 1)) count[q]++;
+    for (int i = 0; i < nsites; i++) {
+        int n = 0;
+        for (LLVMValueRef in = first_after_phis(sites[i].head); site_slot_store(p, in) && n < ns * 4;
+             in = LLVMGetNextInstruction(in)) {
+            int k = 0;
+            for (int q = 0; q < ns; q++)
+                if (p->slot_addrs[q] == LLVMGetOperand(in, 1)) k = count[q];
+            run[n] = in;
+            key[n++] = k;
+        }
+        if (n < 2) continue;
+        LLVMValueRef after = LLVMGetNextInstruction(run[n - 1]);
+        /* a stable insertion sort by key */
+        for (int a = 1; a < n; a++)
+            for (int b = a; b > 0 && key[b - 1] > key[b]; b--) {
+                LLVMValueRef t = run[b];
+                run[b] = run[b - 1];
+                run[b - 1] = t;
+                int u = key[b];
+                key[b] = key[b - 1];
+                key[b - 1] = u;
+            }
+        for (int a = 0; a < n; a++) {
+            LLVMInstructionRemoveFromParent(run[a]);
+            if (after)
+                LLVMPositionBuilderBefore(p->b, after);
+            else
+                LLVMPositionBuilderAtEnd(p->b, sites[i].head);
+            LLVMInsertIntoBuilder(p->b, run[a]);
+        }
+    }
+    free(count);
+    free(run);
+    free(key);
+    return 0;
+}
+
 /* The def-and-use lists of every slot, then related pairs joined greedily.
  * First the lifetime markers of allocas that moved to the frame go: the frame
  * is no stack object, and a marker in a loop-step region is a call the
@@ -2042,6 +2119,12 @@ out:
     return rc;
 }
 
+/* The run function's result from the two halves of its sites mask. */
+static LLVMValueRef sites_went(pass *p, LLVMValueRef lo, LLVMValueRef hi) {
+    LLVMValueRef l = LLVMBuildZExt(p->b, LLVMBuildLoad2(p->b, p->i32, lo, ""), p->i64, "");
+    LLVMValueRef h = LLVMBuildZExt(p->b, LLVMBuildLoad2(p->b, p->i32, hi, ""), p->i64, "");
+    return LLVMBuildOr(p->b, l, LLVMBuildShl(p->b, h, const_i64(p, 32), ""), "went");
+}
 /* A pass's context, builder and module (the bitcode at bc_path), and their end. */
 static int pass_load(pass *p, mkk_ir_module *mod, const char *bc_path, char *why, size_t whyn) {
     p->why = why;
@@ -2321,6 +2404,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         }
     }
     if (coalesce_slots(p) < 0) goto done;
+    if (order_site_stores(p, sites, nsites) < 0) goto done;
     unsigned long long frame_bytes = p->frame;
 
     /* sites become returns; E' dispatches on `resume` */
@@ -2454,13 +2538,18 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(p->cx, run, "entry");
         LLVMBasicBlockRef out = LLVMAppendBasicBlockInContext(p->cx, run, "out");
         /* the result: bit r (r < 63) set when a released thread went on to
-         * site r, bit 63 for MKPY_CBS_DONE or a site >= 63 (an alloca that
-         * mem2reg turns into an or-reduction across the loops) */
+         * site r, bit 63 for MKPY_CBS_DONE or a site >= 63. Kept as two
+         * 32-bit halves (allocas that mem2reg turns into or-reductions
+         * across the loops): with 64-bit lanes in the work-item loop the
+         * vectoriser chose 8 threads a vector for the loop-step regions of
+         * the reductions, with 32-bit ones 16 (zmm). */
         LLVMPositionBuilderAtEnd(p->b, entry);
-        LLVMValueRef acc = LLVMBuildAlloca(p->b, p->i64, "sites");
-        LLVMBuildStore(p->b, const_i64(p, 0), acc);
+        LLVMValueRef acc_lo = LLVMBuildAlloca(p->b, p->i32, "sites.lo");
+        LLVMValueRef acc_hi = LLVMBuildAlloca(p->b, p->i32, "sites.hi");
+        LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
+        LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
         LLVMPositionBuilderAtEnd(p->b, out);
-        LLVMBuildRet(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""));
+        LLVMBuildRet(p->b, sites_went(p, acc_lo, acc_hi));
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
         LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
@@ -2599,11 +2688,18 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                                        const_i32(p, k), ctxv, x, y, z};
                 LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 9, "");
                 LLVMBuildStore(p->b, r, slotp);
-                LLVMValueRef big = LLVMBuildICmp(p->b, LLVMIntUGT, r, const_i32(p, 63), "");
-                LLVMValueRef bit = LLVMBuildShl(p->b, const_i64(p, 1),
-                                                LLVMBuildZExt(p->b, LLVMBuildSelect(p->b, big, const_i32(p, 63), r, ""),
-                                                              p->i64, ""), "");
-                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i64, acc, ""), bit, ""), acc);
+                /* lo: bit r for r < 32; hi: bit r - 32 for 32 <= r < 63, bit 31 for r >= 63 */
+                LLVMValueRef r2 = LLVMBuildSub(p->b, r, const_i32(p, 32), "");
+                LLVMValueRef lob = LLVMBuildSelect(
+                    p->b, LLVMBuildICmp(p->b, LLVMIntULT, r, const_i32(p, 32), ""),
+                    LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r, const_i32(p, 31), ""), ""), const_i32(p, 0), "");
+                LLVMValueRef hib = LLVMBuildSelect(
+                    p->b, LLVMBuildICmp(p->b, LLVMIntULT, r2, const_i32(p, 31), ""),
+                    LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r2, const_i32(p, 31), ""), ""),
+                    LLVMBuildSelect(p->b, LLVMBuildICmp(p->b, LLVMIntUGE, r, const_i32(p, 63), ""),
+                                    const_i32(p, (long)0x80000000u), const_i32(p, 0), ""), "");
+                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, acc_lo, ""), lob, ""), acc_lo);
+                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, acc_hi, ""), hib, ""), acc_hi);
                 LLVMBuildBr(p->b, xl);
                 LLVMPositionBuilderAtEnd(p->b, xl);
                 LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
@@ -2676,14 +2772,15 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMBuildCondBr(p->b, okv, heads[2], heads[0]);
         }
         LLVMPositionBuilderAtEnd(p->b, chain);
-        LLVMValueRef went = LLVMBuildLoad2(p->b, p->i64, acc, "went");
+        LLVMValueRef went = sites_went(p, acc_lo, acc_hi);
         LLVMValueRef csw = LLVMBuildSwitch(p->b, went, out, 8);
         for (int j = 1; j <= nsites && j < 63; j++) {
             if (sites[j - 1].kind != MKPY_CBS_BARRIER && sites[j - 1].kind != MKPY_CBS_STEP) continue;
             LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "chain.to");
             LLVMAddCase(csw, const_i64(p, 1ll << j), pre);
             LLVMPositionBuilderAtEnd(p->b, pre);
-            LLVMBuildStore(p->b, const_i64(p, 0), acc);
+            LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
+            LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
             if (!loop_steps) {
                 LLVMBuildBr(p->b, dense_head[j]);
                 continue;
