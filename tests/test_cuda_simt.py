@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 
 import mkpy as mx
-from conftest import nvrtc_missing
+from test_cuda_compile import nvrtc  # noqa: F401 (autouse: skips without NVRTC, else checks sm_80 and sm_90)
 from test_kernel_corpus import DIVERGENT_SIMD
 from test_kernel_engine import DIVERGENT_SIDES, EARLY_RETURN, LOOP_MASKS
-
-
-@pytest.fixture(autouse=True)
-def nvrtc(monkeypatch):
-    why = nvrtc_missing()
-    if why:
-        pytest.skip(why)
-    monkeypatch.setenv("MKPY_CUDA_COMPILE_CHECK", "sm_80,sm_90")
 
 
 def program(kernel, name, inputs, grid, tg, shapes, dtypes=None):
