@@ -10,6 +10,7 @@ mk_eval_fn mkb_cuda_op_eval(const mk_prim *p);
  * float accumulation, batches of one stride each (broadcast ones too); other
  * cases go to the op's own evaluator. */
 int mkb_cuda_gemm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
+int mkb_cuda_segmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
 /* Why cuBLAS cannot be used ("" when it can), for python -m mkpy. */
 const char *mkb_cublas_why(void);
 
