@@ -323,20 +323,3 @@ def test_elementwise_ops_write_over_a_temporary_on_the_gpu():
     np.testing.assert_array_equal(np.array(y), want)
     assert np.array_equal(np.array(x), xn)
 
-
-def test_a_loaded_array_is_donated_to_a_gpu_op(tmp_path):
-    # as MLX's test_load_donation: the host buffer Load makes goes up once and is the output
-    f = str(tmp_path / "x.npy")
-    xn = np.arange(4096, dtype=np.float32)
-    np.save(f, xn)
-    scale = mx.array(2.0)
-    mx.eval(scale)
-    mx.synchronize()
-    mx.reset_peak_memory()
-    y = mx.load(f)
-    mx.eval(y)
-    load_only = mx.get_peak_memory()
-    y = mx.load(f) * scale
-    mx.eval(y)
-    assert mx.get_peak_memory() == load_only
-    np.testing.assert_array_equal(np.array(y), xn * 2)
