@@ -718,7 +718,7 @@ def get_active_memory() -> int:
     """Bytes held by live arrays."""
 
 def get_cache_memory() -> int:
-    """Bytes in the buffer cache: freed large buffers kept for reuse."""
+    """Bytes in the buffer caches (the host's and the GPU's): freed buffers kept for reuse."""
 
 def get_memory_limit() -> int:
     """The memory limit (see set_memory_limit)."""

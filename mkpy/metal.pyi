@@ -21,7 +21,7 @@ def get_active_memory() -> int:
     """Bytes held by live arrays."""
 
 def get_cache_memory() -> int:
-    """Bytes in the buffer cache: freed large buffers kept for reuse."""
+    """Bytes in the buffer caches (the host's and the GPU's): freed buffers kept for reuse."""
 
 def get_peak_memory() -> int:
     """Highest get_active_memory() since the last reset."""

@@ -279,3 +279,47 @@ print("ok", bool(np.isfinite(np.array(o)).all()))
 def test_parity_mode_runs_the_cpu_engine_beside_the_gpu():
     r = run_py(PARITY_MODE, env={"MKPY_GPU_PARITY": "1"})
     assert r.returncode == 0 and "ok True" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_cache_memory_counts_and_clears_the_gpus_freed_blocks():
+    x = mx.arange(4096, dtype=mx.float32)
+    mx.eval(x)
+    old = mx.set_cache_limit(0)
+    try:
+        y = mx.abs(x)  # a fresh device buffer (x is held)
+        mx.eval(y)
+        del y
+        mx.synchronize()
+        assert mx.get_cache_memory() == 0
+    finally:
+        mx.set_cache_limit(old)
+    y = mx.abs(x)
+    mx.eval(y)
+    del y
+    mx.synchronize()
+    assert mx.get_cache_memory() >= 4096 * 4
+    mx.clear_cache()
+    assert mx.get_cache_memory() == 0
+
+
+def test_elementwise_ops_write_over_a_temporary_on_the_gpu():
+    n = 1 << 20
+    xn = np.linspace(-2, 2, n, dtype=np.float32)
+    cn, zn = xn > 0.5, np.full(n, 7, np.float32)
+    x, c, z = mx.array(xn), mx.array(cn), mx.array(zn)
+    mx.eval(x, c, z)
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    y = x * 2
+    for _ in range(5):
+        y = mx.abs(y)
+        y = (y + 1).astype(mx.int32).astype(mx.float32)  # same-size casts donate too
+        y = mx.where(c, y, z)
+    mx.eval(y)
+    assert mx.get_peak_memory() - base < 1.5 * xn.nbytes, (mx.get_peak_memory() - base) / xn.nbytes
+    want = xn * 2
+    for _ in range(5):
+        want = np.where(cn, (np.abs(want) + 1).astype(np.int32).astype(np.float32), zn)
+    np.testing.assert_array_equal(np.array(y), want)
+    assert np.array_equal(np.array(x), xn)
+

@@ -205,6 +205,13 @@ int64_t mk_cache_set_limit(int64_t limit) {
     return old;
 }
 
+int64_t mk_cache_limit(void) {
+    pthread_mutex_lock(&cache.mu);
+    int64_t n = cache.limit;
+    pthread_mutex_unlock(&cache.mu);
+    return n;
+}
+
 void mk_cache_clear(void) {
     pthread_mutex_lock(&cache.mu);
     cache_trim_locked(0);

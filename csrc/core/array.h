@@ -42,6 +42,10 @@ typedef struct mk_devmem_ops {
     void (*free)(void *dev, size_t nbytes);
     int (*download)(void *host, const void *dev, size_t nbytes);
     int (*upload)(void *dev, const void *host, size_t nbytes);
+    /* The device's cache of freed blocks (bounded by mk_cache_limit too):
+     * its bytes, and freeing its blocks down to at most `target` bytes. */
+    int64_t (*cache_bytes)(void);
+    void (*cache_trim)(int64_t target);
 } mk_devmem_ops;
 
 /* Where a buffer's bytes are valid (mk_buffer.where). */
@@ -218,6 +222,8 @@ void mk_memory_reset_peak(void);
 int64_t mk_cache_memory(void);
 /* Sets the limit in bytes (trimming the cache to it); returns the old one. */
 int64_t mk_cache_set_limit(int64_t limit);
+/* The cache limit (INT64_MAX: none set). */
+int64_t mk_cache_limit(void);
 void mk_cache_clear(void);
 
 /* --- arrays --- */

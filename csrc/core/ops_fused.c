@@ -7,7 +7,9 @@
  * elements: every step runs the unfused op's own kernel on the chunk
  * (external operands are read in place with their strides, intermediate
  * results live in per-range scratch, the last step writes the output), so
- * the results are those of the unfused graph, bit for bit. */
+ * the results are those of the unfused graph, bit for bit. The output may be
+ * a donated input's buffer: a chunk's inputs are read before its output is
+ * written. */
 #include "ops_fused.h"
 
 #include <stdio.h>
@@ -124,7 +126,11 @@ static void fuse_range(void *v, int64_t begin, int64_t end) {
 static int fused_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     const mk_fused_tape *t = p->params;
     mk_array *o = out[0];
-    if (mk_alloc_out(o) < 0) return -1;
+    /* the output may take an input's buffer (as MLX's Compiled): each chunk's
+     * last step writes the output after every step read the chunk's inputs */
+    bool donated = false;
+    for (int i = 0; i < t->nin && !donated; i++) donated = mk_donate(p, o, in[i]);
+    if (!donated && mk_alloc_out(o) < 0) return -1;
     if (o->size == 0) return 0;
     fuse_ctx cx, *c = &cx;
     atomic_init(&c->nomem, 0);

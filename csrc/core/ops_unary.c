@@ -151,14 +151,18 @@ MATH_FC(log2, log2(x), clogf(x) / (float)M_LN2)
 MATH_FC(log10, log10(x), clogf(x) / (float)M_LN10)
 /* sin and cos: MLX's approximation (mlx_math.h) for every float dtype, in
  * float. The vectorised loop computes it for every element and notes any
- * beyond its range (|x| > 2^23, inf, nan); a second pass, only then, gives
- * those libm's value, as MLX's. The output is never the input's buffer. */
+ * beyond its range (|x| > 2^23, inf, nan), storing those elements unchanged
+ * (same dtype: exact); a second pass, only then, gives them libm's value, as
+ * MLX's, reading them back from the output, whose in-range elements are sines
+ * and cosines (in [-1, 1]). So the output may be the input's buffer (donation). */
 #define SINCOS_BODY(s, R, SINE, IDX)                                                                   \
     for (int64_t i = 0; i < n; i++) {                                                                  \
         R x = MK_LOAD_##s(&in[IDX]);                                                                   \
         R ax = fabs(x);                                                                                \
-        big |= !(ax <= MK_MLX_SINCOS_MAX);                                                             \
-        MK_STORE_##s(&out[i], (R)mk_mlx_sincos_core((float)ax, x < 0, SINE));                          \
+        int out_of_range = !(ax <= MK_MLX_SINCOS_MAX);                                                 \
+        big |= out_of_range;                                                                           \
+        R v = (R)mk_mlx_sincos_core((float)ax, x < 0, SINE);                                           \
+        MK_STORE_##s(&out[i], out_of_range ? x : v);                                                   \
     }
 #define K_SINCOS(E, s, S, R, op, SINE)                                                                 \
     MK_SIMD_CLONES_512(static void, op##_##s, (const void *in_, int64_t is, void *out_, int64_t n), (in_, is, out_, n), {     \
@@ -171,7 +175,7 @@ MATH_FC(log10, log10(x), clogf(x) / (float)M_LN10)
             SINCOS_BODY(s, R, SINE, i * is)                                                            \
         }                                                                                              \
         for (int64_t i = 0; big && i < n; i++) {                                                       \
-            R x = MK_LOAD_##s(&in[i * is]);                                                            \
+            R x = MK_LOAD_##s(&out[i]);                                                                \
             if (!(fabs(x) <= MK_MLX_SINCOS_MAX)) MK_STORE_##s(&out[i], (R)mk_mlx_sincos_big((float)x, SINE)); \
         }                                                                                              \
     })
@@ -373,9 +377,7 @@ static bool unary_f16c(mk_unary_op op, const mk_array *in, const mk_array *out) 
 static int unary_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     mk_unary_op op = *(mk_unary_op *)p->params;
     const unary_spec *spec = &specs[op];
-    /* sin and cos read their input again after writing (K_SINCOS): no donation */
-    if ((op == MK_UNARY_sin || op == MK_UNARY_cos ? mk_alloc_out(out[0]) : mk_donate_or_alloc(p, out[0], in[0])) < 0)
-        return -1;
+    if (mk_donate_or_alloc(p, out[0], in[0]) < 0) return -1;
     if (unary_f16c(op, in[0], out[0])) {
         unary_ctx u = {spec->fn[MK_FLOAT32], mk_data(in[0]), mk_data(out[0]), 2, mk_dtype_size(out[0]->dtype),
                        op == MK_UNARY_exp};

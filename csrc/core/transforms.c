@@ -125,6 +125,20 @@ mk_array *mk_tracer(mk_array *x) {
     return t;
 }
 
+int mk_tracer_detach(mk_array *t) {
+    mk_prim *p = atomic_load_explicit(&t->prim, memory_order_acquire);
+    if (!p || p->op != &tracer_def) return 0;
+    mk_stream sv = mk_stream_scope(mk_default_stream(MK_CPU));
+    mk_array *z = mk_zeros(t->ndim, t->shape, t->dtype);
+    mk_stream_scope(sv);
+    if (!z) return -1;
+    /* the tracer was made by this trace and is seen by nothing else yet */
+    mk_array *x = p->inputs[0];
+    p->inputs[0] = z;
+    mk_decref(x);
+    return 0;
+}
+
 mk_array *mk_stop_gradient(mk_array *x) { return mk_unary(MK_UNARY_stop_gradient, x); }
 
 /* ------------------------------------------------------------ topological order */

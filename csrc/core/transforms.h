@@ -14,6 +14,10 @@
 
 /* An identity node on x (a view): a tracer the walks stop at. */
 mk_array *mk_tracer(mk_array *x);
+/* After a trace whose graph is kept only to be replayed (mx.compile): the
+ * tracer reads lazy zeros of its shape instead of the traced array, which the
+ * kept graph then no longer holds. Returns 0, or -1 with an error set. */
+int mk_tracer_detach(mk_array *t);
 /* stop_gradient(x): the value of x, through which no gradient flows. */
 mk_array *mk_stop_gradient(mk_array *x);
 

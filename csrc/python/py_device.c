@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/pool.h"
 #include "mkpy.h"
 
@@ -93,10 +94,18 @@ static PyObject *py_reset_peak_memory(PyObject *m, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* The GPU back-end's memory, whose cache of freed blocks the cache calls
+ * count and trim with the core's (NULL: none) */
+static const mk_devmem_ops *device_mem(void) {
+    const mkb_backend *g = mkb_gpu();
+    return g && g->mem && g->mem->cache_bytes ? g->mem : NULL;
+}
+
 static PyObject *py_cache_memory(PyObject *m, PyObject *unused) {
     (void)m;
     (void)unused;
-    return PyLong_FromLongLong(mk_cache_memory());
+    const mk_devmem_ops *d = device_mem();
+    return PyLong_FromLongLong(mk_cache_memory() + (d ? d->cache_bytes() : 0));
 }
 
 /* Memory, cache and wired limits, returned as MLX does (each setter returns
@@ -131,6 +140,8 @@ static PyObject *py_set_cache_limit(PyObject *m, PyObject *const *args, Py_ssize
     int64_t v;
     if (mkpy_parse("set_cache_limit", args, nargs, kw, names, 1, a) < 0 || mkpy_parse_int(a[0], &v) < 0) return NULL;
     int64_t old = mk_cache_set_limit(v);
+    const mk_devmem_ops *d = device_mem();
+    if (d) d->cache_trim(v < 0 ? 0 : v);
     return PyLong_FromLongLong(old == INT64_MAX ? default_memory_limit() : old);
 }
 
@@ -139,6 +150,8 @@ static PyObject *py_clear_cache(PyObject *m, PyObject *const *args, Py_ssize_t n
     (void)args;
     (void)nargs;
     mk_cache_clear();
+    const mk_devmem_ops *d = device_mem();
+    if (d) d->cache_trim(0);
     Py_RETURN_NONE;
 }
 
@@ -172,7 +185,7 @@ static PyObject *py_get_memory_limit(PyObject *m, PyObject *unused) {
         {"reset_peak_memory", py_reset_peak_memory, METH_NOARGS,                                       \
          "reset_peak_memory()\n--\n\nSet the peak to the current active memory."},              \
         {"get_cache_memory", py_cache_memory, METH_NOARGS,                                             \
-         "get_cache_memory()\n--\n\nBytes in the buffer cache: freed large buffers kept for reuse."}, \
+         "get_cache_memory()\n--\n\nBytes in the buffer caches (the host's and the GPU's): freed buffers kept for reuse."}, \
         {"clear_cache", FN(py_clear_cache), METH_FASTCALL, "clear_cache()\n--\n\nFree the buffers held in the buffer cache."}, \
         {"set_memory_limit", FN(py_set_memory_limit), METH_FASTCALL | METH_KEYWORDS,                       \
          "set_memory_limit(limit)\n--\n\nSet the memory limit; returns the previous one (not enforced)."}, \

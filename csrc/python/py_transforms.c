@@ -497,6 +497,13 @@ static PyObject *py_trace(PyObject *m, PyObject *const *args, Py_ssize_t nargs, 
                         "[compile] Attempting to compile a function with uncaptured inputs is not allowed.");
         goto error;
     }
+    /* the kept graph does not hold the first call's arrays (as MLX's, whose
+     * tracers hold no data): that call's inputs may then be donated */
+    for (Py_ssize_t i = 0; i < ni; i++)
+        if (mk_tracer_detach(tr[i]) < 0) {
+            mkpy_raise();
+            goto error;
+        }
     lt = list_of(tr, ni);
     lo = lt ? list_of(outs, no) : NULL;
     if (lo) result = PyTuple_Pack(2, lt, lo);

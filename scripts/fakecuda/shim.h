@@ -22,3 +22,9 @@ static inline unsigned long long atomicCAS(unsigned long long *p, unsigned long 
 static inline unsigned atomicMax(unsigned *p, unsigned v) { unsigned o = *p; if (v > o) *p = v; return o; }
 static inline int atomicAdd(int *p, int v) { int o = *p; *p += v; return o; }
 static inline float atomicAdd(float *p, float v) { float o = *p; *p += v; return o; }
+// one thread per block: a shuffle reads the caller's own lane; another lane (absent here) reads 0,
+// so warp-wide reductions come out wrong (README: what it cannot)
+template <class T> static inline T __shfl_sync(unsigned m, T v, int src, int w = 32) {
+    (void)m;
+    return (int)(threadIdx.x % (unsigned)w) == src % w ? v : T(0);
+}

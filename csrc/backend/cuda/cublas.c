@@ -53,6 +53,19 @@ const char *mkb_cublas_why(void) {
 static _Thread_local cublasHandle_t handle;
 static _Thread_local unsigned handle_gen;
 
+/* This thread's handle in the current context. Returns 0, or -1 with an error. */
+static int get_handle(const char *what) {
+    if (mkb_cuda_enter() < 0) return -1;
+    if (!handle || handle_gen != mkb_cuda_generation()) {
+        if (bl.create(&handle) != 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[%s] cublasCreate failed on the GPU.", what);
+            return -1;
+        }
+        handle_gen = mkb_cuda_generation();
+    }
+    return 0;
+}
+
 static int cuda_type(mk_dtype t) {
     return t == MK_FLOAT32 ? CUDA_R_32F : t == MK_FLOAT16 ? CUDA_R_16F : t == MK_BFLOAT16 ? CUDA_R_16BF : -1;
 }
@@ -112,14 +125,7 @@ int mkb_cuda_gemm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         return p->op->eval(p, in, out); /* the CPU's evaluator: copies down, computes, a later GPU op copies up */
     const int64_t batch = o->size / (M * N);
     if (batch > INT32_MAX) return p->op->eval(p, in, out);
-    if (mkb_cuda_enter() < 0) return -1;
-    if (!handle || handle_gen != mkb_cuda_generation()) {
-        if (bl.create(&handle) != 0) {
-            mk_error_set(MK_ERR_RUNTIME, "[matmul] cublasCreate failed on the GPU.");
-            return -1;
-        }
-        handle_gen = mkb_cuda_generation();
-    }
+    if (get_handle("matmul") < 0) return -1;
     CUdeviceptr pa, pb, po;
     mk_buffer *ob = mk_buffer_device((size_t)o->size * mk_dtype_size(o->dtype), &mkb_cuda_mem);
     if (!ob) return -1;
@@ -145,4 +151,47 @@ int mkb_cuda_gemm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         return -1;
     }
     return mkb_cuda_wait("matmul", NULL);
+}
+
+/* segmented_mm (ops_quant.c's SegmentedMM: a and b row-contiguous, the
+ * segments uint32 pairs, clamped to K): one product per segment, of the
+ * slices a[:, k0:k1] and b[k0:k1, :] as matmul takes them (so a segment's
+ * result is that of matmul on the slices: MLX's test compares the two), an
+ * empty segment zeros. The segments are read on the host (a copy down). */
+int mkb_cuda_segmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    const mk_array *a = in[0], *b = in[1], *sg = in[2];
+    mk_array *o = out[0];
+    const int ct = cuda_type(o->dtype);
+    pthread_once(&bl.once, load);
+    const int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1], nseg = sg->size / 2;
+    if (bl.why[0] || ct < 0 || a->dtype != o->dtype || b->dtype != o->dtype || o->size == 0 ||
+        !(a->flags & MK_ROW_CONTIG) || !(b->flags & MK_ROW_CONTIG) || !(sg->flags & MK_ROW_CONTIG) ||
+        sg->dtype != MK_UINT32 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return p->op->eval(p, in, out);
+    const uint32_t *seg = mk_data(sg);
+    if (mk_take_device_error() || get_handle("segmented_mm") < 0) return -1;
+    CUdeviceptr pa, pb, po;
+    if (mkb_cuda_ptr(a, &pa) < 0 || mkb_cuda_ptr(b, &pb) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &po) < 0)
+        return -1;
+    const size_t esz = mk_dtype_size(o->dtype), mn = (size_t)(M * N) * esz;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t i = 0; i < nseg; i++) {
+        int64_t k0 = seg[2 * i] < K ? seg[2 * i] : K, k1 = seg[2 * i + 1] < K ? seg[2 * i + 1] : K;
+        CUdeviceptr oi = po + (CUdeviceptr)(i * mn);
+        if (k1 <= k0) {
+            if (mkb_cuda_check(mkb_cu.cuMemsetD8_v2(oi, 0, mn), "segmented_mm") < 0) return -1;
+            continue;
+        }
+        /* row-major out = a_s @ b_s is column-major out^T = b_s^T @ a_s^T */
+        cublasStatus_t st = bl.gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)N, (int)M, (int)(k1 - k0), &alpha,
+                                    (const void *)(uintptr_t)(pb + (CUdeviceptr)(k0 * N) * esz), ct, (int)N, 0,
+                                    (const void *)(uintptr_t)(pa + (CUdeviceptr)k0 * esz), ct, (int)K, 0, &beta,
+                                    (void *)(uintptr_t)oi, ct, (int)N, M * N, 1, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT);
+        if (st != 0) {
+            mk_error_set(MK_ERR_RUNTIME, "[segmented_mm] cuBLAS failed (status %d) on segment %lld.", st, (long long)i);
+            return -1;
+        }
+    }
+    return mkb_cuda_wait("segmented_mm", NULL);
 }

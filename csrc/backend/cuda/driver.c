@@ -259,10 +259,13 @@ static size_t round_size(size_t n) {
     return (n + (2u << 20) - 1) / (2u << 20) * (2u << 20);
 }
 
+/* MKPY_GPU_CACHE_BYTES, else a quarter of the device's memory; never above
+ * the cache limit (mx.set_cache_limit), which bounds the host's cache too */
 static size_t cache_cap(void) {
     const char *e = getenv("MKPY_GPU_CACHE_BYTES");
-    if (e && *e) return (size_t)strtoull(e, NULL, 10);
-    return cu.total_mem / 4;
+    size_t cap = e && *e ? (size_t)strtoull(e, NULL, 10) : cu.total_mem / 4;
+    int64_t limit = mk_cache_limit();
+    return limit < 0 ? 0 : (uint64_t)limit < cap ? (size_t)limit : cap;
 }
 
 static void free_cache_locked(void) {
@@ -371,7 +374,30 @@ static int mem_upload(void *dev, const void *host, size_t nbytes) {
     return mkb_cuda_check(mkb_cu.cuMemcpyHtoD_v2(d->p, host, nbytes), "copying an array to the GPU");
 }
 
-const mk_devmem_ops mkb_cuda_mem = {"cuda", mem_alloc, mem_free, mem_download, mem_upload};
+/* mx.get_cache_memory counts the cached blocks, mx.set_cache_limit and
+ * mx.clear_cache trim them */
+static int64_t mem_cache_bytes(void) {
+    pthread_mutex_lock(&cu.mu);
+    int64_t n = (int64_t)cached_bytes;
+    pthread_mutex_unlock(&cu.mu);
+    return n;
+}
+
+static void mem_cache_trim(int64_t target) {
+    bool live = mkb_cuda_enter() == 0; /* else the blocks died with the context */
+    pthread_mutex_lock(&cu.mu);
+    while (free_blocks && (int64_t)cached_bytes > target) {
+        block *b = free_blocks;
+        free_blocks = b->next;
+        cached_bytes -= b->size;
+        if (live) mkb_cu.cuMemFree_v2(b->p);
+        free(b);
+    }
+    pthread_mutex_unlock(&cu.mu);
+}
+
+const mk_devmem_ops mkb_cuda_mem = {"cuda",      mem_alloc,       mem_free,      mem_download,
+                                    mem_upload, mem_cache_bytes, mem_cache_trim};
 
 int mkb_cuda_buffer_ptr(mk_buffer *b, CUdeviceptr *out) {
     if (mk_buffer_to_device(b, &mkb_cuda_mem) < 0) return -1;

@@ -150,6 +150,12 @@ int mkb_cuda_out(mk_array *o) {
     return 0;
 }
 
+int mkb_cuda_out_donated(mk_prim *p, mk_array *o, mk_array *const *in, int n) {
+    for (int k = 0; k < n; k++)
+        if (mk_donate_device(p, o, in[k], &mkb_cuda_mem)) return 0;
+    return mkb_cuda_out(o);
+}
+
 int mkb_cuda_ptr(const mk_array *a, CUdeviceptr *p) {
     if (mkb_cuda_buffer_ptr(a->buf, p) < 0) return -1;
     *p += (CUdeviceptr)(a->offset * (int64_t)mk_dtype_size(a->dtype));

@@ -22,6 +22,7 @@ static const entry table[] = {
     {"view", as_is},
     {"diagonal", as_is},
     {"matmul", mkb_cuda_gemm_eval},
+    {"SegmentedMM", mkb_cuda_segmm_eval},
 };
 
 #define SEEN_MAX 128

@@ -10,6 +10,7 @@ mk_eval_fn mkb_cuda_op_eval(const mk_prim *p);
  * float accumulation, batches of one stride each (broadcast ones too); other
  * cases go to the op's own evaluator. */
 int mkb_cuda_gemm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
+int mkb_cuda_segmm_eval(mk_prim *p, mk_array *const *in, mk_array *const *out);
 /* Why cuBLAS cannot be used ("" when it can), for python -m mkpy. */
 const char *mkb_cublas_why(void);
 
@@ -39,6 +40,10 @@ int mkb_opkern_launch(CUfunction f, int64_t work, unsigned block, void **params,
 /* A fresh device buffer for an output (row-contiguous), and an evaluated
  * array's device address (its offset applied; copied up once if needed). */
 int mkb_cuda_out(mk_array *o);
+/* mkb_cuda_out, or the buffer of the first of the n inputs that may be
+ * donated (mk_donate_device; the inputs already have device copies): for an
+ * element-wise kernel, which writes element i after reading element i. */
+int mkb_cuda_out_donated(mk_prim *p, mk_array *o, mk_array *const *in, int n);
 int mkb_cuda_ptr(const mk_array *a, CUdeviceptr *p);
 
 /* The source lines of one kernel named `entry` (ops_ew.c): kind is one of

@@ -2,9 +2,10 @@
  * copies of "reshape" and "contiguous" (docs/design.md, "GPU op
  * evaluators"). Inputs are read in place through their strides (broadcast
  * ones are 0), dims merged as core/iter.c merges them; the output is fresh
- * device memory. Cases left to the CPU's evaluator: float64, the complex
- * ops whose CPU results come from glibc's complex functions or libgcc's
- * complex division, empty arrays. */
+ * device memory, or for unary, binary, astype and where an input's buffer
+ * when it may be donated (mkb_cuda_out_donated). Cases left to the CPU's
+ * evaluator: float64, the complex ops whose CPU results come from glibc's
+ * complex functions or libgcc's complex division, empty arrays. */
 #include <stdio.h>
 #include <string.h>
 
@@ -113,7 +114,7 @@ static int unary_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                                     o->dtype) < 0)
         return p->op->eval(p, in, out);
     CUdeviceptr ptr[2];
-    if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &ptr[1]) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
+    if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &ptr[1]) < 0 || mkb_cuda_out_donated(p, o, in, 1) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
         return -1;
     const int64_t *st[2] = {o->strides, x->strides};
     return mkb_ew_run(body, mk_unary_names[*(const mk_unary_op *)p->params], o->ndim, o->shape, 2, st, ptr);
@@ -127,7 +128,7 @@ static int binary_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
         return p->op->eval(p, in, out);
     CUdeviceptr ptr[3];
     if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(in[0], &ptr[1]) < 0 || mkb_cuda_ptr(in[1], &ptr[2]) < 0 ||
-        mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
+        mkb_cuda_out_donated(p, o, in, 2) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
         return -1;
     int64_t sa[MK_MAX_NDIM], sb[MK_MAX_NDIM];
     mk_broadcast_strides(in[0], o->ndim, o->shape, sa);
@@ -142,7 +143,7 @@ static int astype_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (o->size == 0 || mkb_ew_body(body, sizeof body, "k", MKB_EW_ASTYPE, 0, x->dtype, o->dtype) < 0)
         return p->op->eval(p, in, out);
     CUdeviceptr ptr[2];
-    if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &ptr[1]) < 0 || mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
+    if (mkb_cuda_enter() < 0 || mkb_cuda_ptr(x, &ptr[1]) < 0 || mkb_cuda_out_donated(p, o, in, 1) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0)
         return -1;
     const int64_t *st[2] = {o->strides, x->strides};
     return mkb_ew_run(body, "astype", o->ndim, o->shape, 2, st, ptr);
@@ -158,7 +159,7 @@ static int where_gpu(mk_prim *p, mk_array *const *in, mk_array *const *out) {
     if (mkb_cuda_enter() < 0) return -1;
     for (int k = 0; k < 3; k++)
         if (mkb_cuda_ptr(in[k], &ptr[k + 1]) < 0) return -1;
-    if (mkb_cuda_out(o) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0) return -1;
+    if (mkb_cuda_out_donated(p, o, in, 3) < 0 || mkb_cuda_ptr(o, &ptr[0]) < 0) return -1;
     int64_t s[3][MK_MAX_NDIM];
     for (int k = 0; k < 3; k++) mk_broadcast_strides(in[k], o->ndim, o->shape, s[k]);
     const int64_t *st[4] = {o->strides, s[0], s[1], s[2]};
