@@ -107,8 +107,11 @@ def compute():
         za = magnitudes(z)  # float sums: their terms' magnitudes (gpu_compare.TERMS)
         for op in REDUCE:
             f = getattr(mx, op)
+            # complex products that overflow: which of the parts become nan depends on the order of
+            # the multiplications (inf * 0 terms of the complex product): at most 54 values per output
+            zr = z[:, :3, :3] if op == "prod" and dt.startswith("complex") else z
             for axes in [None, 0, 1, 2, (0, 2), (1, 2)]:
-                put(("reduce", op, dt, axes), lambda: f(z, axis=axes))
+                put(("reduce", op, dt, axes), lambda: f(zr, axis=axes))
                 if op == "sum" and dt in INEXACT:
                     put((TERMS, "reduce", op, dt, axes), lambda: mx.sum(za, axis=axes))
             # a product of 300 values of magnitude ~4 overflows, and whether inf meets a 0 depends on
