@@ -77,9 +77,9 @@ def compute():
             put(("at-2arrays-" + op, dt), lambda: getattr(x3.at[j0, :, j1], op)(_arr(dt, (4, 3, 5), 26)))
             if op in ("add", "subtract") and dt in INEXACT:
                 # the terms' magnitudes of these float sums over repeated targets (gpu_compare.TERMS)
-                put((TERMS, "at-" + op, dt), lambda: _mag(x).at[iu].add(_mag(v)))
+                put((TERMS, "at-" + op, dt), lambda: magnitudes(x).at[iu].add(magnitudes(v)))
                 put((TERMS, "at-2arrays-" + op, dt),
-                    lambda: _mag(x3).at[j0, :, j1].add(_mag(_arr(dt, (4, 3, 5), 26))))
+                    lambda: magnitudes(x3).at[j0, :, j1].add(magnitudes(_arr(dt, (4, 3, 5), 26))))
         put(("slice_update", dt), lambda: mx.slice_update(x3, _arr(dt, (2, 5, 3), 27), mx.array([1, 2]), axes=(0, 2)))
         put(("slice_update-clamped", dt), lambda: mx.slice_update(x, _arr(dt, (3,), 28), mx.array([6, 8]), axes=(0, 1)))
         ip = _index("int32", (7, 5), -9, 9, 29)
@@ -130,7 +130,7 @@ def compute():
         iu8 = mx.array(np.array([6, 0, 6], np.uint8))
         put(("scatter-uint8", dt), lambda: x.at[iu8].add(_arr(dt, (3, 9), 42)))
         if dt in INEXACT:
-            put((TERMS, "scatter-uint8", dt), lambda: _mag(x).at[iu8].add(_mag(_arr(dt, (3, 9), 42))))
+            put((TERMS, "scatter-uint8", dt), lambda: magnitudes(x).at[iu8].add(magnitudes(_arr(dt, (3, 9), 42))))
         put(("empty-scatter", dt), lambda: x.at[none].add(_arr(dt, (0, 9), 43)))
         put(("empty-slice-update", dt), lambda: x.at[2:2].add(_arr(dt, (1,), 44)))
         put(("empty-put_along_axis", dt), lambda: mx.put_along_axis(x, none.reshape(1, 0), x[:1, :1], axis=1))
@@ -149,7 +149,6 @@ def compute():
     return out
 
 
-_mag = magnitudes  # the magnitudes of a float sum's terms (gpu_compare)
 
 
 def _tolerance(key, dtype):
