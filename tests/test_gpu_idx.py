@@ -149,8 +149,6 @@ def compute():
     return out
 
 
-
-
 def _tolerance(key, dtype):
     # float sums and products over repeated targets: the GPU's order of atomic updates. Sums are
     # within eps times their terms' magnitudes (gpu_compare.TERMS), products within a few roundings
