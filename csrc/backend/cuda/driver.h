@@ -60,6 +60,9 @@ int mkb_cuda_wait(const char *what, const char *site);
 
 int mkb_cuda_describe(char *out, size_t n);
 
+/* init_value: n elements of dtype t at p set to v (launch.c). 0 or -1. */
+int mkb_cuda_fill(CUdeviceptr p, mk_dtype t, double v, int64_t n);
+
 /* The device addresses of the claim word and the report for a module's
  * mkpy_cuda_g (mkpy_cuda_launch.h), made once per context. */
 struct mkpy_cuda_globals;

@@ -139,8 +139,7 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
     return 0;
 }
 
-/* init_value: every element of a device buffer set to v (as the dtype) */
-static int fill(CUdeviceptr p, mk_dtype t, double v, int64_t n) {
+int mkb_cuda_fill(CUdeviceptr p, mk_dtype t, double v, int64_t n) {
     unsigned char one[16];
     size_t isz = mk_dtype_size(t);
     mk_put_f64(t, one, v);
@@ -279,7 +278,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
         mk_set_row_contiguous(out[i]);
         CUdeviceptr p;
         if (mkb_cuda_buffer_ptr(b, &p) < 0) goto done;
-        if (c->has_init && out[i]->size && fill(p, out[i]->dtype, c->init_value, out[i]->size) < 0) goto done;
+        if (c->has_init && out[i]->size && mkb_cuda_fill(p, out[i]->dtype, c->init_value, out[i]->size) < 0) goto done;
         if (!c->has_init && nbytes && mkk_parity_fill() &&
             mkb_cuda_check(mkb_cu.cuMemsetD8_v2(p, MKK_PARITY_BYTE, nbytes), "MKPY_GPU_PARITY's fill") < 0)
             goto done;
