@@ -126,22 +126,9 @@ int mkb_cuda_user_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, m
     int a = 0;
     for (int i = 0; i < k->ninputs; i++) {
         const mk_array *x = in[i];
-        mk_buffer *xb = x->buf;
-        int64_t offset = x->offset, st[MK_MAX_NDIM];
-        if (k->ensure_row_contiguous && !(x->flags & MK_ROW_CONTIG)) {
-            /* a dense copy, made on the host (the input is copied down if it lives on the GPU) */
-            if (!(copies[i] = mk_buffer_alloc((size_t)x->size * mk_dtype_size(x->dtype)))) goto done;
-            mk_row_strides(x->ndim, x->shape, st);
-            mk_copy_into(x, copies[i]->data, st);
-            if (mk_take_device_error()) goto done;
-            xb = copies[i];
-            offset = 0;
-        } else {
-            memcpy(st, x->strides, sizeof(int64_t) * (size_t)x->ndim);
-        }
-        CUdeviceptr base;
-        if (mkb_cuda_buffer_ptr(xb, &base) < 0) goto done;
-        CUdeviceptr p = base + (CUdeviceptr)(offset * (int64_t)mk_dtype_size(x->dtype));
+        int64_t st[MK_MAX_NDIM];
+        CUdeviceptr p;
+        if (mkb_cuda_input_ptr(x, k->ensure_row_contiguous, &copies[i], st, &p) < 0) goto done;
         memcpy(slots[a], &p, sizeof p);
         params[a] = slots[a];
         a++;
