@@ -210,3 +210,76 @@ print(info["compiles"], info["disk_hits"])
     assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
     # the next process finds every variant on disk
     assert _child(code, {}, tmp_path).stdout.split() == ["0", "8"]
+
+
+FAKE_CC = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int slow;
+__attribute__((destructor)) static void slow_destructor(void) {
+    if (slow) sleep(1); /* as libLLVM's destructors: the status must not wait for them */
+}
+int main(int argc, char **argv) {
+    const char *how = argc > 1 ? argv[1] : "";
+    printf("out %s\n", how);
+    fflush(stdout);
+    if (!strcmp(how, "exit3")) exit(3);
+    if (!strcmp(how, "_exit5")) _exit(5);
+    if (!strcmp(how, "kill")) raise(SIGKILL);
+    slow = !strcmp(how, "slow-exit");
+    return 0;
+}
+"""
+
+
+def _zygote_ask(sock, args):
+    """One request to a zygote (cc_zygote.c's protocol): its status and the program's output."""
+    import socket
+    import struct
+    r, w = os.pipe()
+    body = b"\0".join([os.getcwd().encode()] + [a.encode() for a in args]) + b"\0"
+    sock.sendmsg([struct.pack("=Q", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", w))])
+    sock.sendall(body)
+    os.close(w)
+    out = b""
+    while True:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        out += chunk
+    os.close(r)
+    status, = struct.unpack("=i", sock.recv(4, socket.MSG_WAITALL))
+    return status, out.decode()
+
+
+@pytest.mark.skipif(not HAVE_ZYGOTE, reason="no mkpy/libmkpy-cc-zygote.so (built on Linux only)")
+def test_the_zygote_reports_each_way_a_compiler_ends(tmp_path):
+    """The status comes back when main returns (before the child's teardown), from exit(),
+    and, for a child that ends without exit() (_exit, a signal), from waitpid."""
+    import shutil
+    import socket
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        pytest.skip("no C compiler to build the stand-in compiler")
+    (tmp_path / "fake.c").write_text(FAKE_CC)
+    prog = str(tmp_path / "fake")
+    subprocess.run([cc, "-O1", "-o", prog, str(tmp_path / "fake.c")], check=True)
+    a, b = socket.socketpair()
+    env = dict(os.environ, LD_PRELOAD=os.path.join(ROOT, "mkpy", "libmkpy-cc-zygote.so"), MKPY_CC_ZYGOTE="1")
+    z = subprocess.Popen([prog], stdin=b, stdout=b, env=env, close_fds=True)
+    b.close()
+    try:
+        assert _zygote_ask(a, [prog, "ok"]) == (0, "out ok\n")
+        assert _zygote_ask(a, [prog, "exit3"]) == (3, "out exit3\n")
+        assert _zygote_ask(a, [prog, "_exit5"]) == (5, "out _exit5\n")
+        assert _zygote_ask(a, [prog, "kill"]) == (128 + 9, "out kill\n")
+        t0 = time.monotonic()
+        assert _zygote_ask(a, [prog, "slow-exit"]) == (0, "out slow-exit\n")
+        assert time.monotonic() - t0 < 0.9  # the destructor's sleep(1) came after the answer
+        assert _zygote_ask(a, [prog, "ok"]) == (0, "out ok\n")  # and the zygote serves the next one
+    finally:
+        a.close()
+        z.wait(timeout=30)

@@ -148,9 +148,9 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
     uint32_t t[3];
     const unsigned count = group_shape(L, g, t);
     uint32_t *next = w->next; /* the first run (site 0, every thread) sets each thread's entry */
-#define RUN(site, dense) \
-    k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, ctx->tg, t[0], t[1], t[2], \
-           dense)
+#define RUN_X(site, dense, tx) \
+    k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, ctx->tg, tx, t[1], t[2], dense)
+#define RUN(site, dense) RUN_X(site, dense, t[0])
     uint64_t present = RUN(0, 1); /* the sites where threads wait, as bits (63: done or site >= 63) */
     int any_done = 0;
     const uint32_t nsites = info->nsites;
@@ -194,7 +194,9 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
             }
         }
         if (best != MKPY_CBS_DONE) {
+            uint32_t tx = t[0]; /* the x extent the run walks */
             if (sites[best].kind == MKPY_CBS_EXCHANGE || sites[best].kind == MKPY_CBS_SIMD_BARRIER) {
+                unsigned hi = 0; /* past the last thread waiting here */
                 /* per SIMD-group: the released lanes and their values (in
                  * the thread's frame slot, or copied to its deposit slot) */
                 const struct mkpy_cbs_site *st = &sites[best];
@@ -226,11 +228,18 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                             memcpy(to, v, dsize);
                     }
                     if (!mask) continue;
+                    hi = sg * MKPY_SIMD_WIDTH + 32 - (unsigned)__builtin_clz(mask);
                     w->masks[sg] = mask;
                     memset(buf + MKPY_SIMD_MEMO_VALID, 0, sizeof(uint32_t));
                 }
+                /* A checked run walks the group's threads and runs those
+                 * waiting here. In a group one thread tall and deep, thread
+                 * x is index x, so it need not walk past the last of them (the
+                 * `simd_sum` row reduction's second exchange is SIMD-group 0's:
+                 * 32 of 256 threads, where the walk was ~10% of the kernel). */
+                if (!dense && hi && t[1] == 1 && t[2] == 1) tx = hi;
             }
-            uint64_t went = RUN(best, dense);
+            uint64_t went = RUN_X(best, dense, tx);
             if (nsites < 63) present = (present & ~(1ull << best)) | went;
             continue;
         }
@@ -252,6 +261,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
         if (nsites < 63) present = (present & ~(1ull << barrier)) | went;
     }
 #undef RUN
+#undef RUN_X
 }
 
 /* The threadgroup that the g-th step of a launch runs. Metal leaves the

@@ -2799,6 +2799,16 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
     if (!LLVMGetFirstUse(p->fn_step)) LLVMDeleteFunction(p->fn_step);
     if (!LLVMGetFirstUse(p->fn_loop_step)) LLVMDeleteFunction(p->fn_loop_step);
 
+    /* Facts that hold on a branch, put into the code below it, in F while it
+     * is whole: in the `simd_sum` row reduction's region after the barrier,
+     * `if (sg == 0) ... part[lane]` has lane = index & 31 with index < 32
+     * known there, so the read is part[index]. The final O2 inlines F into
+     * the work-item loops and SimplifyCFG first turns such branches into
+     * selects, after which the fact is lost: the loop kept a gather and the
+     * vectoriser's cost model left the 256-thread loop scalar (12-15% of the
+     * kernel in cache). Correlated value propagation is exact integer
+     * reasoning: the same bits. */
+    if (run_inliner(p, "function(correlated-propagation)") < 0) goto done;
     if (mkk_ir_finish(p->m, p->tm, obj_path, 1, "split.ll", "final.ll", why, whyn) < 0) goto done;
     rc = 0;
 done:
