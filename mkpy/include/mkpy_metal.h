@@ -679,7 +679,45 @@ constexpr void put(T* d, int& k, const A& a) {
 #define MK_SW4_1(S, N, a) MK_I2_##N(MK_SW4_2, S, N, a)
 #define MK_SW4_2(S, N, a, b) MK_I3_##N(MK_SW4_3, S, N, a, b)
 #define MK_SW4_3(S, N, a, b, c) MK_I4_##N(MK_E4, S, N, a, b, c)
-#define MK_SWIZZLES(N) MK_SW2(0, N) MK_SW3(0, N) MK_SW4(0, N) MK_SW2(1, N) MK_SW3(1, N) MK_SW4(1, N)
+// MKPY_METAL_SWIZZLES (all by default) picks the swizzle sets a program
+// declares, one bit each: 1, 2, 4 the 2-, 3- and 4-component swizzles of xyzw,
+// 8, 16, 32 those of rgba.  A kernel compiled by NVRTC leaves out the sets its
+// text names none of: most of a vector type's cost (backend/cuda/parts.c).
+#ifndef MKPY_METAL_SWIZZLES
+#define MKPY_METAL_SWIZZLES 63
+#endif
+#if MKPY_METAL_SWIZZLES & 1
+#define MK_SWZ_X2(N) MK_SW2(0, N)
+#else
+#define MK_SWZ_X2(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 2
+#define MK_SWZ_X3(N) MK_SW3(0, N)
+#else
+#define MK_SWZ_X3(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 4
+#define MK_SWZ_X4(N) MK_SW4(0, N)
+#else
+#define MK_SWZ_X4(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 8
+#define MK_SWZ_R2(N) MK_SW2(1, N)
+#else
+#define MK_SWZ_R2(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 16
+#define MK_SWZ_R3(N) MK_SW3(1, N)
+#else
+#define MK_SWZ_R3(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 32
+#define MK_SWZ_R4(N) MK_SW4(1, N)
+#else
+#define MK_SWZ_R4(N)
+#endif
+#define MK_SWIZZLES(N) \
+  MK_SWZ_X2(N) MK_SWZ_X3(N) MK_SWZ_X4(N) MK_SWZ_R2(N) MK_SWZ_R3(N) MK_SWZ_R4(N)
 
 #define MK_STORAGE_2 \
   T _v[2];           \
@@ -818,6 +856,12 @@ MK_VEC_TYPES(bfloat, bfloat)
 #undef MK_VEC_MEMBERS
 #undef MK_DEFINE_VEC
 #undef MK_SWIZZLES
+#undef MK_SWZ_X2
+#undef MK_SWZ_X3
+#undef MK_SWZ_X4
+#undef MK_SWZ_R2
+#undef MK_SWZ_R3
+#undef MK_SWZ_R4
 #undef MK_STORAGE_2
 #undef MK_STORAGE_3
 #undef MK_STORAGE_4
@@ -1042,6 +1086,9 @@ constexpr T as_type(const U& u) {
   }
 }
 
+// Left out by MKPY_METAL_NO_MATH (a kernel compiled by NVRTC that names none of
+// these functions; backend/cuda/parts.c).
+#ifndef MKPY_METAL_NO_MATH
 // ===========================================================================
 // 5. Math, integer, relational and geometric functions
 // ===========================================================================
@@ -1815,6 +1862,8 @@ inline V faceforward(const A& n, const B& i, const C& nref) {
   return _mk::dotf(z, y) < 0.0f ? x : V(-x);
 }
 
+#endif  // MKPY_METAL_NO_MATH
+
 namespace precise {
 using namespace ::metal;
 }
@@ -1899,6 +1948,9 @@ using namespace metal;
 //    bf16.h, defines.h): what MLX puts in front of every metal_kernel source.
 //    Global namespace, as in MLX.  Define MKPY_METAL_NO_MLX to leave it out.
 // ===========================================================================
+#if defined(MKPY_METAL_NO_MATH) && !defined(MKPY_METAL_NO_MLX)
+#error "MLX's utilities need the math functions (MKPY_METAL_NO_MATH)"
+#endif
 #ifndef MKPY_METAL_NO_MLX
 
 #ifndef METAL_FUNC

@@ -219,9 +219,10 @@ static int take_cubin(nvrtcProgram prog, unsigned char **cubin, size_t *size) {
     return -1;
 }
 
-/* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set. */
+/* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set (-2 and no error
+ * when NVRTC refuses the program and quiet is set). */
 static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, const char *program, int sm,
-                         unsigned char **cubin, size_t *size) {
+                         bool quiet, unsigned char **cubin, size_t *size) {
     char arch[32], inc[4200];
     snprintf(arch, sizeof arch, "-arch=sm_%d", sm);
     snprintf(inc, sizeof inc, "-I%s", mkk_runtime_dir());
@@ -240,7 +241,9 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
     }
     r = nv.compile(prog, n, opts);
     int ret = -1;
-    if (r != 0) {
+    if (r != 0 && quiet) {
+        ret = -2;
+    } else if (r != 0) {
         char *log = program_log(prog);
         if (log && *log)
             compile_failure(k, c, kernel_name, sm, log);
@@ -357,8 +360,11 @@ static void headers_identity(char *out, size_t n) {
     snprintf(out, n, "%s", hex);
 }
 
-int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                   const char *kernel_name, int sm, mkb_cuda_image *out) {
+/* mkb_cuda_build; with all_if_refused, a program that leaves pieces of the runtime header out
+ * (parts.c) and that NVRTC refuses is compiled again with all of them, and that result is the
+ * program's (cached under its key). */
+static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                 const char *kernel_name, int sm, bool all_if_refused, mkb_cuda_image *out) {
     memset(out, 0, sizeof *out);
     out->sm = sm;
     char why[2300];
@@ -368,7 +374,8 @@ int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inpu
                      k->name, why);
         return -1;
     }
-    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name);
+    bool left_out = false;
+    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name, false, &left_out);
     if (!program) return -1;
     int nm = 0;
     const char *const *m = math_options(k->math_mode, &nm);
@@ -432,7 +439,15 @@ int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inpu
         }
     }
     const uint64_t t0 = mkk_now_ns();
-    if (nvrtc_compile(k, c, kernel_name, program, sm, &out->cubin, &out->size) < 0) goto done;
+    int rc = nvrtc_compile(k, c, kernel_name, program, sm, all_if_refused && left_out, &out->cubin, &out->size);
+    if (rc == -2) {
+        mkk_debug(1, "kernel `%s` (%s): NVRTC refused the program with the runtime header's pieces its names "
+                     "ask for; compiled again with all of them", k->name, kernel_name);
+        free(program);
+        if (!(program = mkb_cuda_program(k, c, inputs, generated, kernel_name, true, NULL))) goto done;
+        rc = nvrtc_compile(k, c, kernel_name, program, sm, false, &out->cubin, &out->size);
+    }
+    if (rc < 0) goto done;
     pthread_mutex_lock(&mem.mu);
     mem.stats.compiles++;
     pthread_mutex_unlock(&mem.mu);
@@ -469,6 +484,11 @@ done:
     free(key);
     free(program);
     return ret;
+}
+
+int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                   const char *kernel_name, int sm, mkb_cuda_image *out) {
+    return build(k, c, inputs, generated, kernel_name, sm, true, out);
 }
 
 /* ------------------------------------------------------ compile-check mode */
@@ -522,7 +542,9 @@ int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *con
     }
     for (int i = 0; i < n; i++) {
         mkb_cuda_image img;
-        if (mkb_cuda_build(k, c, inputs, generated, kernel_name, archs[i], &img) < 0) return -1;
+        /* the program as the kernel's names make it, with no second try: a kernel that needs a piece
+         * of the runtime header that parts.c's tables do not give it fails here */
+        if (build(k, c, inputs, generated, kernel_name, archs[i], false, &img) < 0) return -1;
         mkb_cuda_image_free(&img);
     }
     return 0;
