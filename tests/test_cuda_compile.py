@@ -139,3 +139,52 @@ def test_cuda_only_names_are_hidden_from_the_users_text():
         d = p.index(f"#define {name} mkpy_not_metal_{name}\n")
         u = p.index(f"#undef {name}\n")
         assert d < user < u < end, name
+
+
+PIECES = ("MKPY_METAL_NO_MATH", "MKPY_METAL_NO_MLX", "MKPY_CUDA_NO_SIMD", "MKPY_CUDA_NO_BARRIERS",
+          "MKPY_CUDA_NO_ATOMICS", "MKPY_CUDA_NO_MATRIX")
+
+
+@pytest.mark.parametrize("name,src,kept,swizzles", [
+    ("plain", "out[i] = inp[i] * 2.0f;", (), 0),
+    ("math", "out[i] = metal::exp(inp[i]);", ("MKPY_METAL_NO_MATH",), 0),
+    ("swizzles", "float4 v = float4(inp[i]); v.xy = v.yx; out[i] = dot(v.bgr, float3(1.0f));",
+     ("MKPY_METAL_NO_MATH",), 1 | 16),
+    ("simd", "out[i] = simd_sum(inp[i]);", ("MKPY_CUDA_NO_SIMD", "MKPY_METAL_NO_MATH"), 0),
+    ("barrier", "threadgroup float t[64]; t[i % 64] = inp[i];\n"
+                "threadgroup_barrier(mem_flags::mem_threadgroup); out[i] = t[63 - i % 64];",
+     ("MKPY_CUDA_NO_BARRIERS",), 0),
+    ("atomic", "atomic_fetch_add_explicit((device atomic_float *)&out[0], inp[i], memory_order_relaxed);",
+     ("MKPY_CUDA_NO_ATOMICS",), 0),
+    ("matrix", "simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(inp[0]);\n"
+               "simdgroup_store(m, out, 8);",
+     ("MKPY_CUDA_NO_MATRIX", "MKPY_CUDA_NO_SIMD", "MKPY_METAL_NO_MATH"), 0),
+    ("mlx", "out[i] = float(ceildiv(int(i) + 1, 2)) + inp[i];", ("MKPY_METAL_NO_MLX", "MKPY_METAL_NO_MATH"), 0),
+])
+def test_a_program_leaves_out_the_pieces_of_the_runtime_header_it_names_nothing_of(name, src, kept, swizzles):
+    # NVRTC's parse of the whole runtime header was most of a new kernel's compile: a program
+    # includes only the pieces whose names its kernel uses (backend/cuda/parts.c), and the
+    # swizzle sets it names; each kernel here compiles with what it was given (compile-check mode
+    # has no second try with the whole header)
+    k = mx.fast.metal_kernel(name="cuda_pieces_" + name, input_names=["inp"], output_names=["out"],
+                             source="uint i = thread_position_in_grid.x;\n" + src + "\n")
+    x = mx.arange(64, dtype=mx.float32)
+    mx.eval(run(k, x))
+    p = cuda_sources("cuda_pieces_" + name)[0]
+    head = p[:p.index('#include "mkpy_cuda.h"')]
+    for piece in PIECES:
+        assert (f"#define {piece} 1\n" in head) == (piece not in kept), (piece, head)
+    assert f"#define MKPY_METAL_SWIZZLES {swizzles}\n" in head
+
+
+def test_a_name_the_tables_cannot_see_fails_the_compile_check():
+    # a piece's name made by the kernel's own token pasting is not in its text: the program
+    # leaves the piece out and NVRTC refuses it. On a GPU the build compiles it again with the
+    # whole header (tests/test_gpu.py); compile-check mode does not, so that the corpus finds
+    # names missing from parts.c's tables
+    k = mx.fast.metal_kernel(name="cuda_pasted", input_names=["inp"], output_names=["out"],
+                             header="#define CAT(a, b) a##b\n",
+                             source="uint i = thread_position_in_grid.x;\nout[i] = metal::CAT(ex, p)(inp[i]);\n")
+    with pytest.raises(RuntimeError) as e:
+        mx.eval(run(k, mx.zeros((8,))))
+    assert "Failed to compile kernel `cuda_pasted`" in str(e.value) and "exp" in str(e.value)
