@@ -4,9 +4,10 @@
  * 3,000 lines of templates) for every new kernel, and that parse is most of a
  * new kernel's compile (docs/performance.md, "A new kernel's compile"). The
  * header's optional pieces are regions `#ifndef MKPY_..._NO_X ... #endif`
- * (mkpy_cuda.h lists them), and the swizzle members of the vector types are
- * chosen by MKPY_METAL_SWIZZLES; a program leaves out what the kernel's text
- * names nothing of. The test is on names only (no types are known here):
+ * (mkpy_cuda.h lists them), the swizzle members of the vector types are
+ * chosen by MKPY_METAL_SWIZZLES, and the math section's functions one name at
+ * a time (MKPY_METAL_MATH_NAMES, MKPY_METAL_WANT_<name>: mkpy_metal.h's
+ * MK_WANT); a program leaves out what the kernel's text names nothing of. The test is on names only (no types are known here):
  * every identifier of the translated kernel (its header, signature and
  * source, comments included) against each piece's names and name prefixes.
  * A name that a table below lacks makes the program fail to compile, never
@@ -14,6 +15,7 @@
  * global names are renamed away by mkpy_cuda_std.h), and mkb_cuda_build then
  * compiles the program with every piece (nvrtc.c); compile-check mode does
  * not, so that the test corpus finds such gaps. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,17 +56,26 @@ static const struct {
                   "simdgroup_store simdgroup_multiply"},
 };
 
-/* Is the identifier id[0..n) one of the space-separated words of list (exact), or does it
- * start with one of them (prefix)? */
-static bool listed(const char *list, const char *id, size_t n, bool prefix) {
-    for (const char *w = list; *w;) {
+/* The index of the identifier id[0..n) among the space-separated words of list (equal to one,
+ * or, with prefix, starting with one), or -1. */
+static int listed(const char *list, const char *id, size_t n, bool prefix) {
+    int i = 0;
+    for (const char *w = list; *w; i++) {
         const char *e = strchr(w, ' ');
         size_t len = e ? (size_t)(e - w) : strlen(w);
-        if (len && (prefix ? n >= len : n == len) && memcmp(w, id, len) == 0) return true;
+        if (len && (prefix ? n >= len : n == len) && memcmp(w, id, len) == 0) return i;
         w += len;
         while (*w == ' ') w++;
     }
-    return false;
+    return -1;
+}
+
+/* Word i of a space-separated list, into out[0..size). */
+static void word(const char *list, int i, char *out, size_t size) {
+    const char *w = list;
+    for (; i > 0; i--) w = strchr(w, ' ') + 1;
+    const size_t len = strcspn(w, " ");
+    snprintf(out, size, "%.*s", (int)(len < size ? len : size - 1), w);
 }
 
 /* The swizzle set (MKPY_METAL_SWIZZLES's bit) that the identifier id[0..n) could be: 2 to 4
@@ -77,6 +88,7 @@ static unsigned swizzle_bit(const char *id, size_t n) {
 
 bool mkb_cuda_parts_defines(mkk_sbuf *b, const char *text, size_t len) {
     unsigned used = 0, swizzles = 0;
+    bool math[256] = {false}; /* the math functions named, by their index in parts[P_MATH].names */
     const char *p = text, *end = text + len;
     while (p < end) {
         const char c = *p;
@@ -95,8 +107,11 @@ bool mkb_cuda_parts_defines(mkk_sbuf *b, const char *text, size_t len) {
             p++;
         const size_t n = (size_t)(p - id);
         swizzles |= swizzle_bit(id, n);
+        const int m = listed(parts[P_MATH].names, id, n, false);
+        if (m >= 0 && m < 256) math[m] = true;
         for (int i = 0; i < NPARTS; i++)
-            if (!(used >> i & 1u) && (listed(parts[i].names, id, n, false) || listed(parts[i].prefixes, id, n, true)))
+            if (!(used >> i & 1u) && (listed(parts[i].names, id, n, false) >= 0 ||
+                                      listed(parts[i].prefixes, id, n, true) >= 0))
                 used |= 1u << i;
     }
     for (bool grew = true; grew;) { /* and what those pieces use */
@@ -107,5 +122,19 @@ bool mkb_cuda_parts_defines(mkk_sbuf *b, const char *text, size_t len) {
     if (swizzles != 63) mkk_sbf(b, "#define MKPY_METAL_SWIZZLES %u\n", swizzles);
     for (int i = 0; i < NPARTS; i++)
         if (!(used >> i & 1u)) mkk_sbf(b, "#define %s 1\n", parts[i].macro);
-    return swizzles != 63 || used != (1u << NPARTS) - 1;
+    /* the math section's functions one by one (mkpy_metal.h's MK_WANT), unless MLX's utilities,
+     * which use many of them, are in; the SIMD-group functions use min and max */
+    const bool by_name = (used >> P_MATH & 1u) && !(used >> P_MLX & 1u);
+    if (by_name) {
+        mkk_sb(b, "#define MKPY_METAL_MATH_NAMES 1\n");
+        if (used >> P_SIMD & 1u)
+            math[listed(parts[P_MATH].names, "min", 3, false)] = math[listed(parts[P_MATH].names, "max", 3, false)] = true;
+        for (int i = 0; i < 256; i++)
+            if (math[i]) {
+                char w[64];
+                word(parts[P_MATH].names, i, w, sizeof w);
+                mkk_sbf(b, "#define MKPY_METAL_WANT_%s 1\n", w);
+            }
+    }
+    return swizzles != 63 || used != (1u << NPARTS) - 1 || by_name;
 }
