@@ -34,7 +34,7 @@ PLAIN_EXP = ('extern "C" __global__ void vexp(const float *x, float *y, unsigned
              '    if (i < n) y[i] = expf(x[i]) * 1.0f;\n}\n')
 EXP_SRC = "uint i = thread_position_in_grid.x;\nout[i] = metal::exp(inp[i]) * 1.0f;\n"
 # the pieces' switches that mkpy writes before #include "mkpy_cuda.h"
-PIECE_LINE = re.compile(r"^#define MKPY_(METAL_NO_\w+|CUDA_NO_\w+|METAL_SWIZZLES) .*\n", re.M)
+PIECE_LINE = re.compile(r"^#define MKPY_(METAL_NO_\w+|CUDA_NO_\w+|METAL_SWIZZLES|METAL_MATH_NAMES|METAL_WANT_\w+) .*\n", re.M)
 
 
 def load_nvrtc():

@@ -17,6 +17,11 @@
 //   7. MSL constants (M_PI_F, MAXFLOAT, HALF_MAX, ...)
 //   8. MLX kernel utilities (global namespace, as in MLX)
 //
+// Sections 5 and 8, the swizzles of section 3 and section 5's functions one by
+// one can be left out by macros that only NVRTC programs define (MKPY_METAL_NO_MATH,
+// MKPY_METAL_NO_MLX, MKPY_METAL_SWIZZLES, MKPY_METAL_MATH_NAMES: csrc/backend/cuda/
+// parts.c); without them everything is declared.
+//
 // See docs/runtime_header.md for the rules the translator follows and the known
 // differences from Metal.  Build requirements: C++17, clang >= 15 (uses
 // __builtin_bit_cast, __builtin_is_constant_evaluated); works with and without
