@@ -1,18 +1,22 @@
 """Where a new kernel's compile goes (issue #24's "new kernel, first result" row): NVRTC times of
-mkpy's program for the bench's one-thread kernel against the same kernel in plain CUDA (what CuPy
-compiles), with the options NVRTC offers that could cut it. A profiling tool, not a bench section:
-it needs no GPU (NVRTC only), and its numbers are only worth quoting on an idle machine.
+mkpy's programs for the GPU bench's kernels (the one-thread kernel of the `first` row, `exp`, the
+16x16 tiled SGEMM) against the same kernels in plain CUDA (what CuPy compiles), each as mkpy writes
+it (the runtime header's pieces its names use: backend/cuda/parts.c) and with the whole header,
+and NVRTC's per-process precompiled header. A profiling tool, not a bench section: it needs no GPU
+(NVRTC only).
 
-  PYTHONPATH=. python3 benchmarks/nvrtc_profile.py [--reps=N]
+  PYTHONPATH=. python3 benchmarks/nvrtc_profile.py [--reps=N] [--wall]
 
-NVRTC is loaded as mkpy's back-end finds it (MKPY_NVRTC, mkpy/_nvrtc, the system's); the program
-is the one mkpy writes (MKPY_CUDA_COMPILE_CHECK leaves it in a scratch disk cache), compiled with
-mkpy's options (csrc/backend/cuda/nvrtc.c). Each case is compiled --reps times with a new constant
-(no cache can serve it), interleaved with the others; min and median are printed.
+NVRTC is loaded as mkpy's back-end finds it (MKPY_NVRTC, mkpy/_nvrtc, the system's); the programs
+are the ones mkpy writes (MKPY_CUDA_COMPILE_CHECK leaves them in a scratch disk cache), compiled
+with mkpy's options (csrc/backend/cuda/nvrtc.c). Each case is compiled --reps times with a new
+constant (no cache can serve it), interleaved with the others; min and median are printed, in the
+process's CPU time (steadier than wall time on a loaded machine; --wall for wall time).
 """
 import ctypes
 import glob
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -22,7 +26,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 INCLUDE = os.path.join(ROOT, "mkpy", "include")
 SAFE = ["-fmad=true", "-prec-div=true", "-prec-sqrt=true", "-ftz=false"]
+MKPY = ["-arch=sm_90", "-std=c++17", "-default-device", "-I" + INCLUDE, "-lineinfo", "-diag-suppress=161"] + SAFE
+CUPY = ["-arch=sm_90", "-std=c++17"]
 PLAIN = 'extern "C" __global__ void one(const float *x, float *o) { o[0] = x[0] + 1.0f; }\n'
+PLAIN_EXP = ('extern "C" __global__ void vexp(const float *x, float *y, unsigned long long n) {\n'
+             '    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n'
+             '    if (i < n) y[i] = expf(x[i]) * 1.0f;\n}\n')
+EXP_SRC = "uint i = thread_position_in_grid.x;\nout[i] = metal::exp(inp[i]) * 1.0f;\n"
+# the pieces' switches that mkpy writes before #include "mkpy_cuda.h"
+PIECE_LINE = re.compile(r"^#define MKPY_(METAL_NO_\w+|CUDA_NO_\w+|METAL_SWIZZLES|METAL_MATH_NAMES|METAL_WANT_\w+) .*\n", re.M)
 
 
 def load_nvrtc():
@@ -41,30 +53,44 @@ def load_nvrtc():
     return None
 
 
-def mkpy_program():
-    """mkpy's CUDA program for the bench's call kernel, as MKPY_CUDA_COMPILE_CHECK leaves it."""
+def mkpy_programs():
+    """mkpy's CUDA programs for the bench's kernels, as MKPY_CUDA_COMPILE_CHECK leaves them."""
     cache = tempfile.mkdtemp(prefix="mkpy_nvrtc_profile_")
     os.environ.update(MKPY_CACHE_DIR=cache, MKPY_CUDA_COMPILE_CHECK="sm_90", MKPY_GPU="cpu")
     sys.path.insert(0, ROOT)
+    sys.path.insert(0, HERE)
     import mkpy as mx
-    k = mx.fast.metal_kernel(name="bench_call_gpu", input_names=["x"], output_names=["o"],
-                             source="o[0] = x[0] + 1.0f;")
-    mx.eval(k(inputs=[mx.array([1.0])], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],
-              output_dtypes=[mx.float32])[0])
+    from bench_kernels import SGEMM_SRC
+
+    def program(name, source, names, out, inputs, grid, tg, shape):
+        k = mx.fast.metal_kernel(name=name, input_names=names, output_names=[out], source=source)
+        mx.eval(k(inputs=inputs, grid=grid, threadgroup=tg, output_shapes=[shape], output_dtypes=[mx.float32])[0])
+        found = [p for p in glob.glob(os.path.join(cache, "*.cu")) if f"<kernel {name} source>" in open(p).read()]
+        return open(found[0]).read()
+
     try:
-        return open(glob.glob(os.path.join(cache, "*.cu"))[0]).read()
+        x = mx.array([1.0])
+        v = mx.arange(1024, dtype=mx.float32) / 1024
+        a = mx.ones((64, 64))
+        return {
+            "first": program("bench_first_gpu", "o[0] = x[0] + 1.0f;", ["x"], "o", [x], (1, 1, 1), (1, 1, 1), (1,)),
+            "exp": program("bench_exp_gpu", EXP_SRC, ["inp"], "out", [v], (1024, 1, 1), (256, 1, 1), (1024,)),
+            # (1.0f - 1.0f: a constant that each repetition changes)
+            "sgemm": program("bench_sgemm_gpu", SGEMM_SRC.replace("0.0f", "1.0f - 1.0f"), ["A", "B", "n"], "C",
+                             [a, a, 64], (64, 64, 1), (16, 16, 1), (64, 64)),
+        }
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def compile_once(nv, src, opts):
+def compile_once(nv, src, opts, clock):
     prog = ctypes.c_void_p()
     if nv.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"k.cu", 0, None, None) != 0:
         raise RuntimeError("nvrtcCreateProgram failed")
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
-    t0 = time.perf_counter()
+    t0 = clock()
     rc = nv.nvrtcCompileProgram(prog, len(opts), arr)
-    dt = time.perf_counter() - t0
+    dt = clock() - t0
     nv.nvrtcDestroyProgram(ctypes.byref(prog))
     if rc != 0:
         raise RuntimeError("NVRTC failed (%d) with %s" % (rc, " ".join(opts)))
@@ -73,38 +99,33 @@ def compile_once(nv, src, opts):
 
 def main():
     reps = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--reps=")), 8)
+    clock = time.perf_counter if "--wall" in sys.argv else time.process_time
     nv = load_nvrtc()
     if nv is None:
         print("NVRTC not found (make deps unpacks it into mkpy/_nvrtc)")
         return
-    prog = mkpy_program()
-    mkpy = ["-arch=sm_90", "-std=c++17", "-default-device", "-I" + INCLUDE, "-lineinfo", "-diag-suppress=161"] + SAFE
-    cases = [
-        ("plain CUDA kernel, CuPy's options", PLAIN, ["-arch=sm_90", "-std=c++17"]),
-        ("plain kernel + mkpy_metal.h", '#include "mkpy_metal.h"\n' + PLAIN, mkpy),
-        ("plain kernel + mkpy_cuda.h", '#include "mkpy_cuda.h"\n' + PLAIN, mkpy),
-        ("mkpy's program, mkpy's options", prog, mkpy),
-        ("mkpy's program without -lineinfo", prog, [o for o in mkpy if o != "-lineinfo"]),
-        ("mkpy's program, -minimal", prog, mkpy + ["-minimal"]),
-        ("mkpy's program, -pch (after the first)", prog, mkpy + ["-pch", "-diag-suppress=20283"]),
-    ]
+    progs = mkpy_programs()
+    cases = [("plain CUDA one-thread kernel, CuPy's options", PLAIN, CUPY),
+             ("plain CUDA exp kernel, CuPy's options", PLAIN_EXP, CUPY)]
+    for k, p in progs.items():
+        cases.append(("%s: mkpy's program (its pieces)" % k, p, MKPY))
+        cases.append(("%s: with the whole runtime header" % k, PIECE_LINE.sub("", p), MKPY))
+    cases.append(("first: mkpy's program, -pch, later ones", progs["first"], MKPY + ["-pch", "-diag-suppress=20283"]))
     times = {name: [] for name, _, _ in cases}
     first_pch = None
     for r in range(reps):
         for name, src, opts in cases:
-            dt = compile_once(nv, src.replace("1.0f", "%d.0f" % (r + 2)), opts)
+            dt = compile_once(nv, src.replace("1.0f", "%d.0f" % (r + 2), 1), opts, clock)
             if "-pch" in opts and first_pch is None:
-                first_pch = dt  # creates the process's PCH
+                first_pch = dt  # creates the process's PCH for this header and macros
                 continue
             times[name].append(dt)
-    print("%-44s %9s %9s" % ("NVRTC compile (sm_90)", "min ms", "median ms"))
+    print("%-52s %9s %9s  (%s)" % ("NVRTC compile for sm_90", "min ms", "median ms",
+                                   "wall" if clock is time.perf_counter else "CPU time"))
     for name, ts in times.items():
         ts = sorted(ts)
-        print("%-44s %9.1f %9.1f" % (name, ts[0] * 1e3, ts[len(ts) // 2] * 1e3))
-    print("%-44s %9.1f" % ("mkpy's program, -pch, first (creates it)", first_pch * 1e3))
-    parts = ["mkpy_cuda.h", "mkpy_metal.h", "mkpy_launch.h", "mkpy_cuda_launch.h", "mkpy_cuda_std.h"]
-    print("runtime header (%s): %d bytes" % (", ".join(parts),
-                                             sum(os.path.getsize(os.path.join(INCLUDE, p)) for p in parts)))
+        print("%-52s %9.1f %9.1f" % (name, ts[0] * 1e3, ts[len(ts) // 2] * 1e3))
+    print("%-52s %9.1f" % ("first: mkpy's program, -pch, first (creates it)", first_pch * 1e3))
 
 
 if __name__ == "__main__":

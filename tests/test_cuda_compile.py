@@ -3,6 +3,7 @@ compiled by NVRTC (MKPY_CUDA_COMPILE_CHECK). conftest.py turns the mode on for t
 the guides' examples and the simdgroup_matrix tests; these check the mode itself."""
 import glob
 import os
+import re
 
 import pytest
 
@@ -139,3 +140,85 @@ def test_cuda_only_names_are_hidden_from_the_users_text():
         d = p.index(f"#define {name} mkpy_not_metal_{name}\n")
         u = p.index(f"#undef {name}\n")
         assert d < user < u < end, name
+
+
+PIECES = ("MKPY_METAL_NO_MATH", "MKPY_METAL_NO_MLX", "MKPY_CUDA_NO_SIMD", "MKPY_CUDA_NO_BARRIERS",
+          "MKPY_CUDA_NO_ATOMICS", "MKPY_CUDA_NO_MATRIX")
+
+
+@pytest.mark.parametrize("name,src,kept,swizzles,math", [
+    ("plain", "out[i] = inp[i] * 2.0f;", (), 0, ()),
+    ("math", "out[i] = metal::exp(inp[i]) + metal::precise::sqrt(inp[i]);", ("MKPY_METAL_NO_MATH",), 0,
+     ("exp", "sqrt")),
+    ("swizzles", "float4 v = float4(inp[i]); v.xy = v.yx; out[i] = dot(v.bgr, float3(1.0f));",
+     ("MKPY_METAL_NO_MATH",), 1 | 16, ("dot",)),
+    ("uses", "out[i] = clamp(inp[i], 1.0f, 2.0f) + float(mad24(int(i), 3, 4));", ("MKPY_METAL_NO_MATH",), 0,
+     ("clamp", "mad24")),  # they call min, max and mul24: the header's block brings those
+    ("simd", "out[i] = simd_sum(inp[i]) + simd_max(inp[i]);", ("MKPY_CUDA_NO_SIMD", "MKPY_METAL_NO_MATH"), 0,
+     ("max", "min")),  # what simd_min and simd_max call
+    ("barrier", "threadgroup float t[64]; t[i % 64] = inp[i];\n"
+                "threadgroup_barrier(mem_flags::mem_threadgroup); out[i] = t[63 - i % 64];",
+     ("MKPY_CUDA_NO_BARRIERS",), 0, ()),
+    ("atomic", "atomic_fetch_add_explicit((device atomic_float *)&out[0], inp[i], memory_order_relaxed);",
+     ("MKPY_CUDA_NO_ATOMICS",), 0, ()),
+    ("matrix", "simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(inp[0]);\n"
+               "simdgroup_store(m, out, 8);",
+     ("MKPY_CUDA_NO_MATRIX", "MKPY_CUDA_NO_SIMD", "MKPY_METAL_NO_MATH"), 0, ("max", "min")),
+    ("mlx", "out[i] = float(ceildiv(int(i) + 1, 2)) + inp[i];", ("MKPY_METAL_NO_MLX", "MKPY_METAL_NO_MATH"), 0,
+     None),  # MLX's utilities use many math functions: the whole section
+])
+def test_a_program_leaves_out_the_pieces_of_the_runtime_header_it_names_nothing_of(name, src, kept, swizzles, math):
+    # NVRTC's parse of the whole runtime header was most of a new kernel's compile: a program
+    # includes only the pieces whose names its kernel uses (backend/cuda/parts.c), the swizzle
+    # sets and the math functions it names; each kernel here compiles with what it was given
+    # (compile-check mode has no second try with the whole header)
+    k = mx.fast.metal_kernel(name="cuda_pieces_" + name, input_names=["inp"], output_names=["out"],
+                             source="uint i = thread_position_in_grid.x;\n" + src + "\n")
+    x = mx.arange(64, dtype=mx.float32)
+    mx.eval(run(k, x))
+    p = cuda_sources("cuda_pieces_" + name)[0]
+    head = p[:p.index('#include "mkpy_cuda.h"')]
+    for piece in PIECES:
+        assert (f"#define {piece} 1\n" in head) == (piece not in kept), (piece, head)
+    assert f"#define MKPY_METAL_SWIZZLES {swizzles}\n" in head
+    wanted = tuple(sorted(re.findall(r"#define MKPY_METAL_WANT_(\w+) 1\n", head)))
+    assert ("#define MKPY_METAL_MATH_NAMES 1\n" in head) == (math is not None and "MKPY_METAL_NO_MATH" in kept)
+    assert wanted == (tuple(sorted(math)) if math and "MKPY_METAL_NO_MATH" in kept else ()), wanted
+
+
+def test_a_name_the_tables_cannot_see_fails_the_compile_check():
+    # a piece's name made by the kernel's own token pasting is not in its text: the program
+    # leaves the piece out and NVRTC refuses it. On a GPU the build compiles it again with the
+    # whole header (tests/test_gpu.py); compile-check mode does not, so that the corpus finds
+    # names missing from parts.c's tables
+    k = mx.fast.metal_kernel(name="cuda_pasted", input_names=["inp"], output_names=["out"],
+                             header="#define CAT(a, b) a##b\n",
+                             source="uint i = thread_position_in_grid.x;\nout[i] = metal::CAT(ex, p)(inp[i]);\n")
+    with pytest.raises(RuntimeError) as e:
+        mx.eval(run(k, mx.zeros((8,))))
+    assert "Failed to compile kernel `cuda_pasted`" in str(e.value) and "exp" in str(e.value)
+
+
+def test_the_math_sections_names_and_their_uses_are_all_listed():
+    # a program names the math functions it wants one by one (MKPY_METAL_WANT_<name>): parts.c's
+    # list must hold every function of mkpy_metal.h's math section, and the section's own block of
+    # uses must bring the functions that others call (a missing one fails the compile; on a GPU
+    # the build then compiles with the whole header). Read from the sources, which are the lists.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = open(os.path.join(root, "mkpy", "include", "mkpy_metal.h")).read()
+    sec = re.sub(r"//[^\n]*", "", h[h.index("#ifndef MKPY_METAL_NO_MATH"):h.index("#endif  // MKPY_METAL_NO_MATH")])
+    c = open(os.path.join(root, "csrc", "backend", "cuda", "parts.c")).read()
+    table = set(re.search(r'\[P_MATH\] = \{"MKPY_METAL_NO_MATH", 0,\s*((?:"[^"]*"\s*)+)', c).group(1)
+                .replace('"', " ").split())
+    uses = {}
+    for m in re.finditer(r"#if MK_WANT\((\w+)\)\n(.*?)\n#endif", sec, re.S):  # the hand-written ones
+        uses.setdefault(m.group(1), set()).update(re.findall(r"[A-Za-z_]\w*", m.group(2)))
+    for m in re.finditer(r"^MK_(?:UN|PRED|BIN|TER|VEC1|VEC2|VEC3)\((\w+)(.*?)\)[ \t]*$", sec, re.M | re.S):
+        uses.setdefault(m.group(1), set()).update(re.findall(r"[A-Za-z_]\w*", m.group(2)))
+    assert set(uses) == table, (set(uses) - table, table - set(uses))
+    block = {}
+    for m in re.finditer(r"#if ((?:MK_WANT\(\w+\)(?: \|\| )?)+)\n#undef MKPY_METAL_WANT_(\w+)\n", sec):
+        block[m.group(2)] = set(re.findall(r"MK_WANT\((\w+)\)", m.group(1)))
+    for name, ids in uses.items():
+        for callee in (ids & table) - {name}:
+            assert name in block.get(callee, set()), f"{name} calls {callee}: add it to mkpy_metal.h's block"

@@ -237,6 +237,24 @@ def test_compile_errors_use_the_words_of_metals_compiler():
     assert "use of undeclared identifier 'y'" in str(e.value) and "<kernel gpu_undeclared source>:2" in str(e.value)
 
 
+def test_a_kernel_that_needs_a_piece_its_names_do_not_show_compiles_with_the_whole_header():
+    # the program leaves out the runtime header's pieces whose names the kernel does not use
+    # (backend/cuda/parts.c); a name made by token pasting is not seen, NVRTC refuses the program,
+    # and the build compiles it again with every piece (MKPY_DEBUG=1 says so)
+    r = run_py("""
+        import mkpy as mx
+        k = mx.fast.metal_kernel(name="gpu_pasted", input_names=["x"], output_names=["o"],
+                                 header="#define CAT(a, b) a##b\\n",
+                                 source="uint i = thread_position_in_grid.x; o[i] = metal::CAT(ex, p)(x[i]);")
+        o, = k(inputs=[mx.zeros((4,))], grid=(4, 1, 1), threadgroup=(4, 1, 1), output_shapes=[(4,)],
+               output_dtypes=[mx.float32])
+        print(o.tolist())
+    """, env={"MKPY_DEBUG": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[1.0, 1.0, 1.0, 1.0]"
+    assert "compiled again with all of them" in r.stderr
+
+
 def test_divergent_barriers_raise_on_the_gpu_and_the_gpu_goes_on():
     k = mx.fast.metal_kernel(name="gpu_diverge", input_names=["x"], output_names=["o"], source="""
         uint l = thread_position_in_threadgroup.x;

@@ -26,6 +26,22 @@
 #error "mkpy_cuda.h is compiled by NVRTC (mkpy's CUDA back-end)"
 #endif
 
+// Pieces a kernel may leave out (backend/cuda/parts.c decides from the names
+// its text uses; every piece is in without the macros, as in hosted mode):
+//   MKPY_CUDA_NO_SIMD      SIMD-group and quad-group functions, votes
+//   MKPY_CUDA_NO_BARRIERS  threadgroup_barrier, simdgroup_barrier
+//   MKPY_CUDA_NO_ATOMICS   atomic<T> and its functions
+//   MKPY_CUDA_NO_MATRIX    simdgroup_matrix
+// and mkpy_metal.h's (MKPY_METAL_NO_MATH, MKPY_METAL_NO_MLX,
+// MKPY_METAL_SWIZZLES). Each is a region `#ifndef MACRO ... #endif` that
+// parts.c reads to learn the piece's names.
+#if defined(MKPY_CUDA_NO_SIMD) && !defined(MKPY_CUDA_NO_MATRIX)
+#error "simdgroup_matrix needs the SIMD-group functions (MKPY_CUDA_NO_SIMD)"
+#endif
+#if defined(MKPY_METAL_NO_MATH) && !defined(MKPY_CUDA_NO_SIMD)
+#error "the SIMD-group functions need the math functions (MKPY_METAL_NO_MATH)"
+#endif
+
 #include "mkpy_metal.h"
 #include "mkpy_launch.h"
 #include "mkpy_cuda_launch.h"
@@ -332,6 +348,7 @@ inline auto simt_select(bool c, A a, B b) -> decltype(true ? a() : b()) {
 inline unsigned simd_mask() { return __activemask(); }
 #endif
 
+#ifndef MKPY_CUDA_NO_SIMD
 // ---- moving values of any plain type between lanes, 32 bits at a time
 template <class T>
 inline T shfl(unsigned mask, const T &v, int src) {
@@ -418,6 +435,7 @@ inline T fill(const T &data, const T &filling, int delta, int modulo, bool up) {
 }
 
 inline uint32_t seg_bits(unsigned width) { return (uint32_t)((1ull << width) - 1); }
+#endif // MKPY_CUDA_NO_SIMD
 
 } // namespace mkpy
 
@@ -429,6 +447,7 @@ enum class mem_flags : unsigned { mem_none = 0, mem_device = 1, mem_threadgroup 
 inline constexpr mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags((unsigned)a | (unsigned)b); }
 inline constexpr mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags((unsigned)a & (unsigned)b); }
 
+#ifndef MKPY_CUDA_NO_BARRIERS
 // __syncthreads orders the block's shared and global memory accesses, which
 // covers every mem_flags; device memory seen by other blocks needs a fence.
 inline void threadgroup_barrier(mem_flags f = mem_flags::mem_none) {
@@ -457,7 +476,9 @@ inline void simdgroup_barrier(mem_flags f = mem_flags::mem_none) {
     if ((unsigned)(f & mem_flags::mem_device)) __threadfence();
     __syncwarp(::mkpy::simd_mask());
 }
+#endif // MKPY_CUDA_NO_BARRIERS
 
+#ifndef MKPY_CUDA_NO_SIMD
 // ------------------------------------------------------------ votes
 struct simd_vote {
     typedef uint64_t vote_t;
@@ -557,7 +578,9 @@ inline quad_vote quad_active_threads_mask() {
 #undef MKPY_REDUCE
 #undef MKPY_PREFIX
 #undef MKPY_TAKE
+#endif // MKPY_CUDA_NO_SIMD
 
+#ifndef MKPY_CUDA_NO_ATOMICS
 // ------------------------------------------------------------- atomics
 // MSL 6.15: atomic<T> in device or threadgroup memory (CUDA's generic
 // addresses reach both), relaxed order as Metal has; the fence's scope picks
@@ -590,8 +613,10 @@ inline void atomic_thread_fence(mem_flags, memory_order, thread_scope s = thread
         __threadfence_block();
 }
 
+#endif // MKPY_CUDA_NO_ATOMICS
 } // namespace metal
 
+#ifndef MKPY_CUDA_NO_ATOMICS
 namespace mkpy {
 template <class U, class T>
 inline U bits_of(const T &v) {
@@ -648,8 +673,10 @@ inline T rmw(T *p, T v, Op op) {
 template <class T> struct is_i32 : std::bool_constant<std::is_integral<T>::value && sizeof(T) == 4> {};
 template <class T> struct is_i64 : std::bool_constant<std::is_integral<T>::value && sizeof(T) == 8> {};
 } // namespace mkpy
+#endif // MKPY_CUDA_NO_ATOMICS
 
 namespace metal {
+#ifndef MKPY_CUDA_NO_ATOMICS
 
 template <class T> inline T atomic_load_explicit(const volatile atomic<T> *o, memory_order) {
     return *(const volatile T *)&o->value;
@@ -734,7 +761,9 @@ template <class T, class U> inline void atomic_min_explicit(volatile atomic<T> *
 template <class T, class U> inline void atomic_max_explicit(volatile atomic<T> *o, U u, memory_order m) {
     atomic_fetch_max_explicit(o, u, m);
 }
+#endif // MKPY_CUDA_NO_ATOMICS
 
+#ifndef MKPY_CUDA_NO_MATRIX
 // ---------------------------------------------------- simdgroup matrices
 // MSL 6.7: an 8x8 matrix spread over the 32 lanes of a warp, two elements
 // per lane, in the layout of Apple GPUs (and of mkpy_coop.h). Multiplies
@@ -745,8 +774,10 @@ template <class T, class U> inline void atomic_max_explicit(volatile atomic<T> *
 template <class T, int Cols, int Rows>
 struct simdgroup_matrix;
 
+#endif // MKPY_CUDA_NO_MATRIX
 } // namespace metal
 
+#ifndef MKPY_CUDA_NO_MATRIX
 namespace mkpy {
 inline void simdgroup_coord(unsigned l, unsigned &row, unsigned &col) {
     unsigned q = l / 4;
@@ -847,5 +878,6 @@ inline void simdgroup_multiply_accumulate(simdgroup_matrix<TD, Cols, Rows> &d, c
     ::mkpy::simdgroup_mma(d, a, b, &c);
 }
 } // namespace metal
+#endif // MKPY_CUDA_NO_MATRIX
 
 #endif

@@ -17,6 +17,11 @@
 //   7. MSL constants (M_PI_F, MAXFLOAT, HALF_MAX, ...)
 //   8. MLX kernel utilities (global namespace, as in MLX)
 //
+// Sections 5 and 8, the swizzles of section 3 and section 5's functions one by
+// one can be left out by macros that only NVRTC programs define (MKPY_METAL_NO_MATH,
+// MKPY_METAL_NO_MLX, MKPY_METAL_SWIZZLES, MKPY_METAL_MATH_NAMES: csrc/backend/cuda/
+// parts.c); without them everything is declared.
+//
 // See docs/runtime_header.md for the rules the translator follows and the known
 // differences from Metal.  Build requirements: C++17, clang >= 15 (uses
 // __builtin_bit_cast, __builtin_is_constant_evaluated); works with and without
@@ -679,7 +684,45 @@ constexpr void put(T* d, int& k, const A& a) {
 #define MK_SW4_1(S, N, a) MK_I2_##N(MK_SW4_2, S, N, a)
 #define MK_SW4_2(S, N, a, b) MK_I3_##N(MK_SW4_3, S, N, a, b)
 #define MK_SW4_3(S, N, a, b, c) MK_I4_##N(MK_E4, S, N, a, b, c)
-#define MK_SWIZZLES(N) MK_SW2(0, N) MK_SW3(0, N) MK_SW4(0, N) MK_SW2(1, N) MK_SW3(1, N) MK_SW4(1, N)
+// MKPY_METAL_SWIZZLES (all by default) picks the swizzle sets a program
+// declares, one bit each: 1, 2, 4 the 2-, 3- and 4-component swizzles of xyzw,
+// 8, 16, 32 those of rgba.  A kernel compiled by NVRTC leaves out the sets its
+// text names none of: most of a vector type's cost (backend/cuda/parts.c).
+#ifndef MKPY_METAL_SWIZZLES
+#define MKPY_METAL_SWIZZLES 63
+#endif
+#if MKPY_METAL_SWIZZLES & 1
+#define MK_SWZ_X2(N) MK_SW2(0, N)
+#else
+#define MK_SWZ_X2(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 2
+#define MK_SWZ_X3(N) MK_SW3(0, N)
+#else
+#define MK_SWZ_X3(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 4
+#define MK_SWZ_X4(N) MK_SW4(0, N)
+#else
+#define MK_SWZ_X4(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 8
+#define MK_SWZ_R2(N) MK_SW2(1, N)
+#else
+#define MK_SWZ_R2(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 16
+#define MK_SWZ_R3(N) MK_SW3(1, N)
+#else
+#define MK_SWZ_R3(N)
+#endif
+#if MKPY_METAL_SWIZZLES & 32
+#define MK_SWZ_R4(N) MK_SW4(1, N)
+#else
+#define MK_SWZ_R4(N)
+#endif
+#define MK_SWIZZLES(N) \
+  MK_SWZ_X2(N) MK_SWZ_X3(N) MK_SWZ_X4(N) MK_SWZ_R2(N) MK_SWZ_R3(N) MK_SWZ_R4(N)
 
 #define MK_STORAGE_2 \
   T _v[2];           \
@@ -818,6 +861,12 @@ MK_VEC_TYPES(bfloat, bfloat)
 #undef MK_VEC_MEMBERS
 #undef MK_DEFINE_VEC
 #undef MK_SWIZZLES
+#undef MK_SWZ_X2
+#undef MK_SWZ_X3
+#undef MK_SWZ_X4
+#undef MK_SWZ_R2
+#undef MK_SWZ_R3
+#undef MK_SWZ_R4
 #undef MK_STORAGE_2
 #undef MK_STORAGE_3
 #undef MK_STORAGE_4
@@ -1042,9 +1091,54 @@ constexpr T as_type(const U& u) {
   }
 }
 
+// Left out by MKPY_METAL_NO_MATH (a kernel compiled by NVRTC that names none of
+// these functions; backend/cuda/parts.c).
+#ifndef MKPY_METAL_NO_MATH
 // ===========================================================================
 // 5. Math, integer, relational and geometric functions
 // ===========================================================================
+//
+// A program that defines MKPY_METAL_MATH_NAMES declares only the functions
+// it names with MKPY_METAL_WANT_<name> (1): every overload of a name (scalar,
+// half/bfloat, mixed, integer, component-wise) or none of them
+// (backend/cuda/parts.c).  MK_WANT(name) is 1 or 0 in #if and in macros;
+// `name` is pasted before the renames of mkpy_cuda_std.h can touch it.
+#ifdef MKPY_METAL_MATH_NAMES
+#define MK_WANT(name) MK_WANT_I(MKPY_METAL_WANT_##name)
+#define MK_WANT_I(x) MK_WANT_II(x)
+#define MK_WANT_II(x) MK_WANT_III(MK_WANT_PROBE_##x)
+#define MK_WANT_III(...) MK_WANT_IV(__VA_ARGS__, 0, ~)
+#define MK_WANT_IV(a, b, ...) b
+#define MK_WANT_PROBE_1 ~, 1
+#else
+#define MK_WANT(name) 1
+#define MK_WANT_I(x) 1
+#endif
+// Functions that call others of this section bring them (tests/test_cuda_compile.py checks the list).
+#if MK_WANT(addsat) || MK_WANT(clamp) || MK_WANT(madsat) || MK_WANT(median3) || MK_WANT(min3) || MK_WANT(subsat)
+#undef MKPY_METAL_WANT_min
+#define MKPY_METAL_WANT_min 1
+#endif
+#if MK_WANT(addsat) || MK_WANT(clamp) || MK_WANT(madsat) || MK_WANT(max3) || MK_WANT(median3) || MK_WANT(subsat)
+#undef MKPY_METAL_WANT_max
+#define MKPY_METAL_WANT_max 1
+#endif
+#if MK_WANT(distance)
+#undef MKPY_METAL_WANT_distance_squared
+#define MKPY_METAL_WANT_distance_squared 1
+#endif
+#if MK_WANT(mad24)
+#undef MKPY_METAL_WANT_mul24
+#define MKPY_METAL_WANT_mul24 1
+#endif
+#if MK_WANT(madhi)
+#undef MKPY_METAL_WANT_mulhi
+#define MKPY_METAL_WANT_mulhi 1
+#endif
+#define MK_WHEN(c) MK_WHEN_I(c)
+#define MK_WHEN_I(c) MK_WHEN_##c
+#define MK_WHEN_1(...) __VA_ARGS__
+#define MK_WHEN_0(...)
 //
 // Scalar overloads exist for float, half and bfloat (half/bfloat compute in
 // float and round once), templates for the integer types, and a template per
@@ -1186,19 +1280,24 @@ inline H nextafter16(H x, H y) {
 
 // float overloads are functions; the half and bfloat ones are one template per
 // name (H is half or bfloat), which is cheaper to parse and resolves the same.
-#define MK_UN(name, expr)                                               \
+#define MK_UN(name, expr) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   inline float name(float x) { return expr; }                          \
   template <class H, _mk::if_hb<H> = 0>                                 \
   inline H name(H x) {                                                  \
     return H(name(float(x)));                                           \
-  }
-#define MK_PRED(name, expr)                                             \
+  } \
+  )
+#define MK_PRED(name, expr) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   inline bool name(float x) { return expr; }                           \
   template <class H, _mk::if_hb<H> = 0>                                 \
   inline bool name(H x) {                                               \
     return name(float(x));                                              \
-  }
-#define MK_BIN(name, expr)                                                      \
+  } \
+  )
+#define MK_BIN(name, expr) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   inline float name(float x, float y) { return expr; }                         \
   template <class H, _mk::if_hb<H> = 0>                                         \
   inline H name(H x, H y) {                                                     \
@@ -1207,8 +1306,10 @@ inline H nextafter16(H x, H y) {
   template <class A, class B, class C = typename _mk::mix2<A, B>::type>         \
   inline auto name(A x, B y) {                                                  \
     return name(C(x), C(y));                                                    \
-  }
-#define MK_TER(name, expr)                                                      \
+  } \
+  )
+#define MK_TER(name, expr) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   inline float name(float x, float y, float z) { return expr; }                \
   template <class H, _mk::if_hb<H> = 0>                                         \
   inline H name(H x, H y, H z) {                                                \
@@ -1217,10 +1318,12 @@ inline H nextafter16(H x, H y) {
   template <class A, class B, class C, class D = typename _mk::mix3<A, B, C>::type> \
   inline auto name(A x, B y, C z) {                                             \
     return name(D(x), D(y), D(z));                                              \
-  }
+  } \
+  )
 
 // ---- integer functions (templates for all integer types but bool); declared
 // before the float ones so that abs/min/max/clamp(int) resolve here.
+#if MK_WANT(abs)
 template <class T, _mk::if_int<T> = 0>
 constexpr T abs(T x) {
   if constexpr (std::is_signed<T>::value)
@@ -1228,36 +1331,52 @@ constexpr T abs(T x) {
   else
     return x;
 }
+#endif
+#if MK_WANT(min)
 template <class T, _mk::if_int<T> = 0>
 constexpr T min(T a, T b) {
   return b < a ? b : a;
 }
+#endif
+#if MK_WANT(max)
 template <class T, _mk::if_int<T> = 0>
 constexpr T max(T a, T b) {
   return a < b ? b : a;
 }
+#endif
+#if MK_WANT(clamp)
 template <class T, _mk::if_int<T> = 0>
 constexpr T clamp(T x, T lo, T hi) {
   return min(max(x, lo), hi);
 }
+#endif
+#if MK_WANT(min3)
 template <class T, _mk::if_int<T> = 0>
 constexpr T min3(T a, T b, T c) {
   return min(min(a, b), c);
 }
+#endif
+#if MK_WANT(max3)
 template <class T, _mk::if_int<T> = 0>
 constexpr T max3(T a, T b, T c) {
   return max(max(a, b), c);
 }
+#endif
+#if MK_WANT(median3)
 template <class T, _mk::if_int<T> = 0>
 constexpr T median3(T a, T b, T c) {
   return max(min(a, b), min(max(a, b), c));
 }
+#endif
 // |x - y| without overflow
+#if MK_WANT(absdiff)
 template <class T, _mk::if_int<T> = 0>
 constexpr T absdiff(T x, T y) {
   using U = std::make_unsigned_t<T>;
   return T(x > y ? U(U(x) - U(y)) : U(U(y) - U(x)));
 }
+#endif
+#if MK_WANT(addsat)
 template <class T, _mk::if_int<T> = 0>
 constexpr T addsat(T x, T y) {
   T r{};
@@ -1265,6 +1384,8 @@ constexpr T addsat(T x, T y) {
     return (std::is_signed<T>::value && y < 0) ? numeric_limits<T>::min() : numeric_limits<T>::max();
   return r;
 }
+#endif
+#if MK_WANT(subsat)
 template <class T, _mk::if_int<T> = 0>
 constexpr T subsat(T x, T y) {
   T r{};
@@ -1272,15 +1393,21 @@ constexpr T subsat(T x, T y) {
     return (std::is_signed<T>::value && y < 0) ? numeric_limits<T>::max() : numeric_limits<T>::min();
   return r;
 }
+#endif
 // (x + y) >> 1 and (x + y + 1) >> 1 without overflow
+#if MK_WANT(hadd)
 template <class T, _mk::if_int<T> = 0>
 constexpr T hadd(T x, T y) {
   return T((x >> 1) + (y >> 1) + (x & y & 1));
 }
+#endif
+#if MK_WANT(rhadd)
 template <class T, _mk::if_int<T> = 0>
 constexpr T rhadd(T x, T y) {
   return T((x >> 1) + (y >> 1) + ((x | y) & 1));
 }
+#endif
+#if MK_WANT(popcount)
 template <class T, _mk::if_int<T> = 0>
 constexpr T popcount(T x) {
   using U = std::make_unsigned_t<T>;
@@ -1289,7 +1416,9 @@ constexpr T popcount(T x) {
   else
     return T(__builtin_popcountll(uint64_t(U(x))));
 }
+#endif
 // clz(0) = ctz(0) = bit width
+#if MK_WANT(clz)
 template <class T, _mk::if_int<T> = 0>
 constexpr T clz(T x) {
   using U = std::make_unsigned_t<T>;
@@ -1301,6 +1430,8 @@ constexpr T clz(T x) {
   else
     return T(__builtin_clzll(uint64_t(u)));
 }
+#endif
+#if MK_WANT(ctz)
 template <class T, _mk::if_int<T> = 0>
 constexpr T ctz(T x) {
   using U = std::make_unsigned_t<T>;
@@ -1312,6 +1443,8 @@ constexpr T ctz(T x) {
   else
     return T(__builtin_ctzll(uint64_t(u)));
 }
+#endif
+#if MK_WANT(reverse_bits)
 template <class T, _mk::if_int<T> = 0>
 constexpr T reverse_bits(T x) {
   using U = std::make_unsigned_t<T>;
@@ -1324,7 +1457,9 @@ constexpr T reverse_bits(T x) {
   else
     return T(__builtin_bitreverse64(U(x)));
 }
+#endif
 // high half of the full product
+#if MK_WANT(mulhi)
 template <class T, _mk::if_int<T> = 0>
 constexpr T mulhi(T a, T b) {
   constexpr int W = int(sizeof(T) * 8);
@@ -1336,12 +1471,16 @@ constexpr T mulhi(T a, T b) {
     return T((D(a) * D(b)) >> 64);
   }
 }
+#endif
+#if MK_WANT(madhi)
 template <class T, _mk::if_int<T> = 0>
 constexpr T madhi(T a, T b, T c) {
   using U = std::make_unsigned_t<T>;
   return T(U(mulhi(a, b)) + U(c));
 }
+#endif
 // saturating a * b + c
+#if MK_WANT(madsat)
 template <class T, _mk::if_int<T> = 0>
 constexpr T madsat(T a, T b, T c) {
   if constexpr (std::is_signed<T>::value) {
@@ -1357,7 +1496,9 @@ constexpr T madsat(T a, T b, T c) {
     return p > W(numeric_limits<T>::max()) ? numeric_limits<T>::max() : T(p);
   }
 }
+#endif
 // 24-bit multiply (operands use their low 24 bits, sign-extended for signed types)
+#if MK_WANT(mul24)
 template <class T, _mk::if_int<T> = 0>
 constexpr T mul24(T a, T b) {
   using U = std::make_unsigned_t<T>;
@@ -1368,12 +1509,16 @@ constexpr T mul24(T a, T b) {
     return T(U((uint32_t(a) & 0xffffffu) * (uint32_t(b) & 0xffffffu)));
   }
 }
+#endif
+#if MK_WANT(mad24)
 template <class T, _mk::if_int<T> = 0>
 constexpr T mad24(T a, T b, T c) {
   using U = std::make_unsigned_t<T>;
   return T(U(mul24(a, b)) + U(c));
 }
+#endif
 // bits of v rotated left by i (mod width)
+#if MK_WANT(rotate)
 template <class T, _mk::if_int<T> = 0>
 constexpr T rotate(T v, T i) {
   using U = std::make_unsigned_t<T>;
@@ -1382,8 +1527,10 @@ constexpr T rotate(T v, T i) {
   U u = U(v);
   return T(U((u << s) | (u >> ((W - s) & (W - 1)))));
 }
+#endif
 // bits [offset, offset + bits) of x in the low bits, sign-extended for signed
 // types; 0 when bits == 0
+#if MK_WANT(extract_bits)
 template <class T, _mk::if_int<T> = 0>
 constexpr T extract_bits(T x, uint offset, uint bits) {
   if (bits == 0) return T(0);
@@ -1393,7 +1540,9 @@ constexpr T extract_bits(T x, uint offset, uint bits) {
   else
     return T(t >> (64u - bits));
 }
+#endif
 // base with bits [offset, offset + bits) replaced by the low bits of insert
+#if MK_WANT(insert_bits)
 template <class T, _mk::if_int<T> = 0>
 constexpr T insert_bits(T base, T insert, uint offset, uint bits) {
   if (bits == 0) return base;
@@ -1402,6 +1551,7 @@ constexpr T insert_bits(T base, T insert, uint offset, uint bits) {
   uint64_t r = (uint64_t(U(base)) & ~m) | ((uint64_t(U(insert)) << offset) & m);
   return T(U(r));
 }
+#endif
 
 // ---- float / half / bfloat
 MK_UN(abs, __builtin_fabsf(x))
@@ -1438,76 +1588,132 @@ MK_UN(saturate, __builtin_fminf(__builtin_fmaxf(x, 0.0f), 1.0f))
 // 1 for x > 0, -1 for x < 0, +-0 for +-0, 0 for NaN
 MK_UN(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == 0.0f ? x : 0.0f)))
 
+#if MK_WANT(fract)
 inline float fract(float x) { return _mk::fract_f(x); }
+#endif
+#if MK_WANT(fract)
 inline half fract(half x) {  // stays below 1 after rounding to half
   half r = half(_mk::fract_f(float(x)));
   return float(r) >= 1.0f ? half::from_bits(0x3bff) : r;
 }
+#endif
+#if MK_WANT(fract)
 inline bfloat fract(bfloat x) {
   bfloat r = bfloat(_mk::fract_f(float(x)));
   return float(r) >= 1.0f ? bfloat::from_bits(0x3f7f) : r;
 }
+#endif
 
 // erf is not in MSL; it is a template so that a kernel's own erf(float)
 // (MLX ships one in erf.h) wins overload resolution instead of clashing.
+#if MK_WANT(erf)
 template <class T, enable_if_t<is_same<T, float>::value || _mk::is_hb<T>::value, int> = 0>
 inline T erf(T x) {
   return T(__builtin_erff(float(x)));
 }
+#endif
 
 MK_PRED(isnan, _mk::isnan_f(x))
 MK_PRED(isinf, (_mk::f2u(x) & 0x7fffffffu) == 0x7f800000u)
 MK_PRED(isfinite, _mk::isfinite_f(x))
 MK_PRED(signbit, (_mk::f2u(x) >> 31) != 0)
+#if MK_WANT(isnormal)
 inline bool isnormal(float x) {
   uint32_t e = (_mk::f2u(x) >> 23) & 0xffu;
   return e != 0 && e != 0xffu;
 }
+#endif
+#if MK_WANT(isnormal)
 inline bool isnormal(half x) {
   uint32_t e = (x.bits >> 10) & 0x1fu;
   return e != 0 && e != 0x1fu;
 }
+#endif
+#if MK_WANT(isnormal)
 inline bool isnormal(bfloat x) { return isnormal(float(x)); }
+#endif
+#if MK_WANT(isordered)
 inline bool isordered(float x, float y) { return !_mk::isnan_f(x) && !_mk::isnan_f(y); }
+#endif
+#if MK_WANT(isunordered)
 inline bool isunordered(float x, float y) { return _mk::isnan_f(x) || _mk::isnan_f(y); }
+#endif
+#if MK_WANT(isordered)
 inline bool isordered(half x, half y) { return isordered(float(x), float(y)); }
+#endif
+#if MK_WANT(isunordered)
 inline bool isunordered(half x, half y) { return isunordered(float(x), float(y)); }
+#endif
+#if MK_WANT(isordered)
 inline bool isordered(bfloat x, bfloat y) { return isordered(float(x), float(y)); }
+#endif
+#if MK_WANT(isunordered)
 inline bool isunordered(bfloat x, bfloat y) { return isunordered(float(x), float(y)); }
+#endif
 
+#if MK_WANT(ilogb)
 inline int ilogb(float x) { return __builtin_ilogbf(x); }
+#endif
+#if MK_WANT(ilogb)
 inline int ilogb(half x) { return __builtin_ilogbf(float(x)); }
+#endif
+#if MK_WANT(ilogb)
 inline int ilogb(bfloat x) { return __builtin_ilogbf(float(x)); }
+#endif
+#if MK_WANT(ldexp)
 inline float ldexp(float x, int k) { return __builtin_ldexpf(x, k); }
+#endif
+#if MK_WANT(ldexp)
 inline half ldexp(half x, int k) { return half(__builtin_ldexpf(float(x), k)); }
+#endif
+#if MK_WANT(ldexp)
 inline bfloat ldexp(bfloat x, int k) { return bfloat(__builtin_ldexpf(float(x), k)); }
+#endif
+#if MK_WANT(frexp)
 inline float frexp(float x, int& e) { return __builtin_frexpf(x, &e); }
+#endif
+#if MK_WANT(frexp)
 inline half frexp(half x, int& e) { return half(__builtin_frexpf(float(x), &e)); }
+#endif
+#if MK_WANT(frexp)
 inline bfloat frexp(bfloat x, int& e) { return bfloat(__builtin_frexpf(float(x), &e)); }
+#endif
+#if MK_WANT(modf)
 inline float modf(float x, float& ip) { return __builtin_modff(x, &ip); }
+#endif
+#if MK_WANT(modf)
 inline half modf(half x, half& ip) {
   float i = 0.0f, f = __builtin_modff(float(x), &i);
   ip = half(i);
   return half(f);
 }
+#endif
+#if MK_WANT(modf)
 inline bfloat modf(bfloat x, bfloat& ip) {
   float i = 0.0f, f = __builtin_modff(float(x), &i);
   ip = bfloat(i);
   return bfloat(f);
 }
+#endif
 // returns sin(x), stores cos(x)
+#if MK_WANT(sincos)
 inline float sincos(float x, float& c) {
   c = __builtin_cosf(x);
   return __builtin_sinf(x);
 }
+#endif
+#if MK_WANT(sincos)
 inline half sincos(half x, half& c) {
   c = half(__builtin_cosf(float(x)));
   return half(__builtin_sinf(float(x)));
 }
+#endif
+#if MK_WANT(sincos)
 inline bfloat sincos(bfloat x, bfloat& c) {
   c = bfloat(__builtin_cosf(float(x)));
   return bfloat(__builtin_sinf(float(x)));
 }
+#endif
 
 // max/min/fmax/fmin: if one argument is NaN the other is returned.
 MK_BIN(fmax, __builtin_fmaxf(x, y))
@@ -1522,13 +1728,21 @@ MK_BIN(pow, __builtin_powf(x, y))
 MK_BIN(powr, x < 0.0f ? _mk::nan_f() : __builtin_powf(x, y))
 MK_BIN(divide, x / y)
 MK_BIN(step, y < x ? 0.0f : 1.0f)  // step(edge, x)
+#if MK_WANT(nextafter)
 inline float nextafter(float x, float y) { return __builtin_nextafterf(x, y); }
+#endif
+#if MK_WANT(nextafter)
 inline half nextafter(half x, half y) { return _mk::nextafter16(x, y); }
+#endif
+#if MK_WANT(nextafter)
 inline bfloat nextafter(bfloat x, bfloat y) { return _mk::nextafter16(x, y); }
+#endif
+#if MK_WANT(nextafter)
 template <class A, class B, class C = typename _mk::mix2<A, B>::type>
 inline auto nextafter(A x, B y) {
   return nextafter(C(x), C(y));
 }
+#endif
 
 MK_TER(clamp, __builtin_fminf(__builtin_fmaxf(x, y), z))
 MK_TER(mix, x + (y - x) * z)
@@ -1544,42 +1758,63 @@ MK_TER(fmedian3, __builtin_fmaxf(__builtin_fminf(x, y), __builtin_fminf(__builti
 MK_TER(median3, __builtin_fmaxf(__builtin_fminf(x, y), __builtin_fminf(__builtin_fmaxf(x, y), z)))
 // fma: one rounding.  For half/bfloat the exact product plus the addend is
 // formed in double and rounded to odd, then to nearest: correctly rounded.
+#if MK_WANT(fma)
 inline float fma(float x, float y, float z) { return __builtin_fmaf(x, y, z); }
+#endif
+#if MK_WANT(fma)
 inline half fma(half x, half y, half z) {
   return half(_mk::d2f_odd(double(float(x)) * double(float(y)) + double(float(z))));
 }
+#endif
+#if MK_WANT(fma)
 inline bfloat fma(bfloat x, bfloat y, bfloat z) {
   return bfloat(_mk::d2f_odd(double(float(x)) * double(float(y)) + double(float(z))));
 }
+#endif
+#if MK_WANT(fma)
 template <class A, class B, class C, class D = typename _mk::mix3<A, B, C>::type>
 inline auto fma(A x, B y, C z) {
   return fma(D(x), D(y), D(z));
 }
+#endif
 
 // ---- relational
+#if MK_WANT(all)
 constexpr bool all(bool b) { return b; }
+#endif
+#if MK_WANT(any)
 constexpr bool any(bool b) { return b; }
+#endif
+#if MK_WANT(all)
 template <class A, enable_if_t<(_mk::vt<A>::n > 0), int> = 0>
 constexpr bool all(const A& a) {
   for (int i = 0; i < _mk::vt<A>::n; ++i)
     if (!bool(_mk::at(a, i))) return false;
   return true;
 }
+#endif
+#if MK_WANT(any)
 template <class A, enable_if_t<(_mk::vt<A>::n > 0), int> = 0>
 constexpr bool any(const A& a) {
   for (int i = 0; i < _mk::vt<A>::n; ++i)
     if (bool(_mk::at(a, i))) return true;
   return false;
 }
+#endif
 // select(a, b, c) = c ? b : a (component-wise for vectors)
+#if MK_WANT(select)
 template <class T, _mk::if_num<T> = 0>
 constexpr T select(T a, T b, bool c) {
   return c ? b : a;
 }
+#endif
+#if MK_WANT(select)
 template <class A, class B, class C = typename _mk::mix2<A, B>::type>
 constexpr C select(A a, B b, bool c) {
   return c ? C(b) : C(a);
 }
+#endif
+#if MK_WANT(select)
 template <class A, class B, class C, class V = _mk::vargs_t<A, B>>
 constexpr V select(const A& a, const B& b, const C& c) {
   V x(a), y(b), r{};
@@ -1587,33 +1822,40 @@ constexpr V select(const A& a, const B& b, const C& c) {
   for (int i = 0; i < V::size; ++i) r[i] = m[i] ? y[i] : x[i];
   return r;
 }
+#endif
 
 // ---- component-wise versions of everything above, for vectors.  Declared
 // after all scalar overloads so that they find them.
-#define MK_VEC1(name)                                                   \
+#define MK_VEC1(name) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   template <class A, class V = _mk::vargs_t<A>>                         \
   inline auto name(const A& a) {                                        \
     V x(a);                                                             \
     vec<decltype(name(x[0])), V::size> r{};                             \
     for (int i = 0; i < V::size; ++i) r[i] = name(x[i]);                \
     return r;                                                           \
-  }
-#define MK_VEC2(name)                                                   \
+  } \
+  )
+#define MK_VEC2(name) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   template <class A, class B, class V = _mk::vargs_t<A, B>>             \
   inline auto name(const A& a, const B& b) {                            \
     V x(a), y(b);                                                       \
     vec<decltype(name(x[0], y[0])), V::size> r{};                       \
     for (int i = 0; i < V::size; ++i) r[i] = name(x[i], y[i]);          \
     return r;                                                           \
-  }
-#define MK_VEC3(name)                                                   \
+  } \
+  )
+#define MK_VEC3(name) \
+  MK_WHEN(MK_WANT_I(MKPY_METAL_WANT_##name))( \
   template <class A, class B, class C, class V = _mk::vargs_t<A, B, C>> \
   inline auto name(const A& a, const B& b, const C& c) {                \
     V x(a), y(b), z(c);                                                 \
     vec<decltype(name(x[0], y[0], z[0])), V::size> r{};                 \
     for (int i = 0; i < V::size; ++i) r[i] = name(x[i], y[i], z[i]);    \
     return r;                                                           \
-  }
+  } \
+  )
 MK_VEC1(abs)
 MK_VEC1(fabs)
 MK_VEC1(acos)
@@ -1703,6 +1945,7 @@ MK_VEC3(extract_bits)
 #undef MK_BIN
 #undef MK_TER
 
+#if MK_WANT(insert_bits)
 template <class A, class B, class C, class D, class V = _mk::vargs_t<A, B, C, D>>
 inline V insert_bits(const A& base, const B& ins, const C& offset, const D& bits) {
   V x(base), y(ins), r{};
@@ -1710,6 +1953,8 @@ inline V insert_bits(const A& base, const B& ins, const C& offset, const D& bits
   for (int i = 0; i < V::size; ++i) r[i] = insert_bits(x[i], y[i], o[i], n[i]);
   return r;
 }
+#endif
+#if MK_WANT(ldexp)
 template <class A, class K, class V = _mk::vargs_t<A>>
 inline V ldexp(const A& a, const K& k) {
   V x(a), r{};
@@ -1717,24 +1962,31 @@ inline V ldexp(const A& a, const K& k) {
   for (int i = 0; i < V::size; ++i) r[i] = ldexp(x[i], e[i]);
   return r;
 }
+#endif
+#if MK_WANT(frexp)
 template <class T, int N>
 inline vec<T, N> frexp(const vec<T, N>& x, vec<int, N>& e) {
   vec<T, N> r{};
   for (int i = 0; i < N; ++i) r[i] = frexp(x[i], e[i]);
   return r;
 }
+#endif
+#if MK_WANT(modf)
 template <class T, int N>
 inline vec<T, N> modf(const vec<T, N>& x, vec<T, N>& ip) {
   vec<T, N> r{};
   for (int i = 0; i < N; ++i) r[i] = modf(x[i], ip[i]);
   return r;
 }
+#endif
+#if MK_WANT(sincos)
 template <class T, int N>
 inline vec<T, N> sincos(const vec<T, N>& x, vec<T, N>& c) {
   vec<T, N> r{};
   for (int i = 0; i < N; ++i) r[i] = sincos(x[i], c[i]);
   return r;
 }
+#endif
 
 // ---- geometric (float, half, bfloat vectors).  Sums are accumulated in float
 // and rounded once to the element type.
@@ -1746,21 +1998,28 @@ inline float dotf(const V& x, const V& y) {
   return s;
 }
 }  // namespace _mk
+#if MK_WANT(dot)
 template <class A, class B, class V = _mk::vargs_t<A, B>>
 inline typename V::elem_t dot(const A& a, const B& b) {
   V x(a), y(b);
   return typename V::elem_t(_mk::dotf(x, y));
 }
+#endif
+#if MK_WANT(length_squared)
 template <class A, class V = _mk::vargs_t<A>>
 inline typename V::elem_t length_squared(const A& a) {
   V x(a);
   return typename V::elem_t(_mk::dotf(x, x));
 }
+#endif
+#if MK_WANT(length)
 template <class A, class V = _mk::vargs_t<A>>
 inline typename V::elem_t length(const A& a) {
   V x(a);
   return typename V::elem_t(__builtin_sqrtf(_mk::dotf(x, x)));
 }
+#endif
+#if MK_WANT(distance_squared)
 template <class A, class B, class V = _mk::vargs_t<A, B>>
 inline typename V::elem_t distance_squared(const A& a, const B& b) {
   V x(a), y(b);
@@ -1771,10 +2030,14 @@ inline typename V::elem_t distance_squared(const A& a, const B& b) {
   }
   return typename V::elem_t(s);
 }
+#endif
+#if MK_WANT(distance)
 template <class A, class B, class V = _mk::vargs_t<A, B>>
 inline typename V::elem_t distance(const A& a, const B& b) {
   return typename V::elem_t(__builtin_sqrtf(float(distance_squared(a, b))));
 }
+#endif
+#if MK_WANT(normalize)
 template <class A, class V = _mk::vargs_t<A>>
 inline V normalize(const A& a) {
   V x(a), r{};
@@ -1782,13 +2045,17 @@ inline V normalize(const A& a) {
   for (int i = 0; i < V::size; ++i) r[i] = typename V::elem_t(float(x[i]) / l);
   return r;
 }
+#endif
+#if MK_WANT(cross)
 template <class A, class B, class V = _mk::vargs_t<A, B>>
 inline V cross(const A& a, const B& b) {
   static_assert(V::size == 3, "cross takes 3-component vectors");
   V x(a), y(b);
   return V(x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0]);
 }
+#endif
 // i - 2 dot(n, i) n
+#if MK_WANT(reflect)
 template <class A, class B, class V = _mk::vargs_t<A, B>>
 inline V reflect(const A& i, const B& n) {
   V x(i), y(n), r{};
@@ -1797,6 +2064,8 @@ inline V reflect(const A& i, const B& n) {
     r[k] = typename V::elem_t(float(x[k]) - 2.0f * d * float(y[k]));
   return r;
 }
+#endif
+#if MK_WANT(refract)
 template <class A, class B, class E, class V = _mk::vargs_t<A, B>>
 inline V refract(const A& i, const B& n, E eta_) {
   V x(i), y(n), r{};
@@ -1808,12 +2077,29 @@ inline V refract(const A& i, const B& n, E eta_) {
     r[j] = typename V::elem_t(eta * float(x[j]) - s * float(y[j]));
   return r;
 }
+#endif
 // dot(nref, i) < 0 ? n : -n
+#if MK_WANT(faceforward)
 template <class A, class B, class C, class V = _mk::vargs_t<A, B, C>>
 inline V faceforward(const A& n, const B& i, const C& nref) {
   V x(n), y(i), z(nref);
   return _mk::dotf(z, y) < 0.0f ? x : V(-x);
 }
+#endif
+
+#undef MK_WANT
+#undef MK_WANT_I
+#ifdef MKPY_METAL_MATH_NAMES
+#undef MK_WANT_II
+#undef MK_WANT_III
+#undef MK_WANT_IV
+#undef MK_WANT_PROBE_1
+#endif
+#undef MK_WHEN
+#undef MK_WHEN_I
+#undef MK_WHEN_1
+#undef MK_WHEN_0
+#endif  // MKPY_METAL_NO_MATH
 
 namespace precise {
 using namespace ::metal;
@@ -1899,6 +2185,9 @@ using namespace metal;
 //    bf16.h, defines.h): what MLX puts in front of every metal_kernel source.
 //    Global namespace, as in MLX.  Define MKPY_METAL_NO_MLX to leave it out.
 // ===========================================================================
+#if defined(MKPY_METAL_NO_MATH) && !defined(MKPY_METAL_NO_MLX)
+#error "MLX's utilities need the math functions (MKPY_METAL_NO_MATH)"
+#endif
 #ifndef MKPY_METAL_NO_MLX
 
 #ifndef METAL_FUNC

@@ -8,12 +8,19 @@
 
 #include "kernel/kernel.h"
 
-/* The CUDA C++ program of one call (mkpy_cuda.h, the translated kernel with
+/* The CUDA C++ program of one call (mkpy_cuda.h less the pieces the kernel does
+ * not use, unless all_parts, the translated kernel with
  * #line markers at the user's lines, the entry point mkpy_cuda_entry of
  * mkpy_cuda_launch.h). Returns a malloc'd string, or NULL with an error set
  * (a RuntimeError for kernels CUDA cannot run yet: os_log/printf). */
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                       const char *kernel_name);
+                       const char *kernel_name, bool all_parts, bool *left_out);
+
+/* Appends to b the #defines that leave out the pieces of the runtime header
+ * that the translated kernel text[0..len) names nothing of (parts.c);
+ * true when something is left out (nothing is written otherwise). mkb_cuda_program writes them unless
+ * all_parts, and says in *left_out (when not NULL) whether it left anything out. */
+bool mkb_cuda_parts_defines(mkk_sbuf *b, const char *text, size_t len);
 
 /* For MLX's mx.fast.cuda_kernel as the host (mkpy.cuda.metal_kernel): the
  * `source` (the body of the __global__ function MLX writes) and `header` of

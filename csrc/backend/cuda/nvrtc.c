@@ -224,9 +224,10 @@ static int take_cubin(nvrtcProgram prog, unsigned char **cubin, size_t *size) {
     return -1;
 }
 
-/* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set. */
+/* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set (-2 and no error
+ * when NVRTC refuses the program and quiet is set). */
 static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, const char *program, int sm,
-                         unsigned char **cubin, size_t *size) {
+                         bool quiet, unsigned char **cubin, size_t *size) {
     char arch[32], inc[4200];
     snprintf(arch, sizeof arch, "-arch=sm_%d", sm);
     snprintf(inc, sizeof inc, "-I%s", mkk_runtime_dir());
@@ -245,7 +246,9 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
     }
     r = nv.compile(prog, n, opts);
     int ret = -1;
-    if (r != 0) {
+    if (r != 0 && quiet) {
+        ret = -2;
+    } else if (r != 0) {
         char *log = program_log(prog);
         if (log && *log)
             compile_failure(k, c, kernel_name, sm, log);
@@ -460,17 +463,30 @@ done:
 typedef struct {
     const mkk_kernel *k;
     const mkk_call *c;
-    const char *kernel_name, *program;
+    mk_array *const *inputs;
+    const char *generated, *kernel_name, *program;
     int sm;
+    bool all_if_refused; /* the program leaves pieces out (parts.c) and may be retried whole */
 } metal_compile;
 
+/* With all_if_refused, a program that NVRTC refuses is compiled again with all of the runtime
+ * header's pieces, and that result is the program's (cached under the reduced program's key). */
 static int compile_metal(void *ctx, unsigned char **cubin, size_t *size) {
     metal_compile *m = ctx;
-    return nvrtc_compile(m->k, m->c, m->kernel_name, m->program, m->sm, cubin, size);
+    int rc = nvrtc_compile(m->k, m->c, m->kernel_name, m->program, m->sm, m->all_if_refused, cubin, size);
+    if (rc != -2) return rc;
+    mkk_debug(1, "kernel `%s` (%s): NVRTC refused the program with the runtime header's pieces its names "
+                 "ask for; compiled again with all of them", m->k->name, m->kernel_name);
+    char *whole = mkb_cuda_program(m->k, m->c, m->inputs, m->generated, m->kernel_name, true, NULL);
+    if (!whole) return -1;
+    rc = nvrtc_compile(m->k, m->c, m->kernel_name, whole, m->sm, false, cubin, size);
+    free(whole);
+    return rc;
 }
 
-int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                   const char *kernel_name, int sm, mkb_cuda_image *out) {
+/* mkb_cuda_build; with all_if_refused, see compile_metal. */
+static int build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                 const char *kernel_name, int sm, bool all_if_refused, mkb_cuda_image *out) {
     memset(out, 0, sizeof *out);
     out->sm = sm;
     char why[2300];
@@ -480,7 +496,8 @@ int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inpu
                      k->name, why);
         return -1;
     }
-    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name);
+    bool left_out = false;
+    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name, false, &left_out);
     if (!program) return -1;
     int nm = 0;
     const char *const *m = math_options(k->math_mode, &nm);
@@ -499,13 +516,18 @@ int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inpu
         return -1;
     }
     snprintf(key, klen, "%s\n%s", ident, program);
-    metal_compile ctx = {k, c, kernel_name, program, sm};
+    metal_compile ctx = {k, c, inputs, generated, kernel_name, program, sm, all_if_refused && left_out};
     char name[700];
     snprintf(name, sizeof name, "%s` (%s", k->name, kernel_name);
     int ret = cached_build(name, key, program, generated, sm, compile_metal, &ctx, out);
     free(key);
     free(program);
     return ret;
+}
+
+int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                   const char *kernel_name, int sm, mkb_cuda_image *out) {
+    return build(k, c, inputs, generated, kernel_name, sm, true, out);
 }
 
 /* ----------------------------------------------- mx.fast.cuda_kernel's programs */
@@ -705,7 +727,9 @@ int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *con
     }
     for (int i = 0; i < n; i++) {
         mkb_cuda_image img;
-        if (mkb_cuda_build(k, c, inputs, generated, kernel_name, archs[i], &img) < 0) return -1;
+        /* the program as the kernel's names make it, with no second try: a kernel that needs a piece
+         * of the runtime header that parts.c's tables do not give it fails here */
+        if (build(k, c, inputs, generated, kernel_name, archs[i], false, &img) < 0) return -1;
         mkb_cuda_image_free(&img);
     }
     return 0;

@@ -45,27 +45,34 @@ static const char *const cuda_only_names[] = {
     "__powf", "__fdividef", "__float2half", "__half2float", "__nanosleep",
 };
 
-/* The translated kernel with #line markers naming the kernel's header, signature and source. */
-static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, int *nbarriers, int *simt) {
+/* The translated kernel with #line markers naming the kernel's header, signature and source;
+ * the kernel's own text is b's [*kernel_at, *kernel_end) (when not NULL), without the renames
+ * around it. */
+static int program_body(mkk_sbuf *b, const mkk_kernel *k, const char *generated, int *nbarriers, int *simt,
+                        size_t *kernel_at, size_t *kernel_end) {
     char fh[600], fg[600], fs[600];
     snprintf(fh, sizeof fh, "<kernel %s header>", k->name);
     snprintf(fg, sizeof fg, "<kernel %s signature>", k->name);
     snprintf(fs, sizeof fs, "<kernel %s source>", k->name);
     const size_t n = sizeof cuda_only_names / sizeof *cuda_only_names;
     for (size_t i = 0; i < n; i++) mkk_sbf(b, "#define %s mkpy_not_metal_%s\n", cuda_only_names[i], cuda_only_names[i]);
+    if (kernel_at) *kernel_at = b->n;
     int rc = mkk_program_body(b, k, generated, MKK_TARGET_CUDA, fh, fg, fs, nbarriers, simt);
+    if (kernel_end) *kernel_end = b->n;
     for (size_t i = 0; i < n; i++) mkk_sbf(b, "#undef %s\n", cuda_only_names[i]);
     return rc;
 }
 
 char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                       const char *kernel_name) {
+                       const char *kernel_name, bool all_parts, bool *left_out) {
+    if (left_out) *left_out = false;
     if (refuse_printing(k, c, "mkpy's CUDA back-end", "; run it on the CPU (mx.cpu stream, or MKPY_GPU=cpu)") < 0)
         return NULL;
     mkk_sbuf b = {0}, body = {0};
     char *call = NULL;
     int nbarriers = 0, simt = 0;
-    if (program_body(&body, k, generated, &nbarriers, &simt) < 0 ||
+    size_t kernel_at = 0, kernel_end = 0;
+    if (program_body(&body, k, generated, &nbarriers, &simt, &kernel_at, &kernel_end) < 0 ||
         !(call = mkk_call_expr(k, c, inputs, kernel_name, "a%d", NULL))) {
         free(body.s);
         return NULL;
@@ -76,6 +83,8 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
     while (threads < requested && threads < 1024) threads *= 2;
     /* Metal's active mask tracked by the translation (kernel/simt.c): one slot per thread */
     if (simt) mkk_sbf(&b, "#define MKPY_SIMT %d\n", (int)threads);
+    if (!all_parts && body.s && mkb_cuda_parts_defines(&b, body.s + kernel_at, kernel_end - kernel_at) && left_out)
+        *left_out = true;
     mkk_sb(&b, "#include \"mkpy_cuda.h\"\n");
     mkk_sb(&b, body.s ? body.s : "");
     free(body.s);
@@ -200,7 +209,7 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
         char seen[32][64];
         int nseen = 0, nbarriers = 0, simt = 0;
         mkk_sbuf text = {0};
-        if (program_body(&text, k, generated, &nbarriers, &simt) < 0) goto done;
+        if (program_body(&text, k, generated, &nbarriers, &simt, NULL, NULL) < 0) goto done;
         /* the runtime's `#pragma clang ...` lines mean nothing to NVRTC */
         mkk_sb(&h, "#pragma nv_diag_suppress 161\n#define MKPY_CUDA_HOSTED 1\n");
         if (simt) mkk_sbf(&h, "#define MKPY_SIMT %d\n", (int)threads);
