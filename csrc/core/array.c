@@ -443,6 +443,21 @@ mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
     return b;
 }
 
+mk_buffer *mk_buffer_foreign(void *data, size_t nbytes, void (*release)(mk_buffer *), void *owner) {
+    mk_buffer *b = malloc(sizeof *b);
+    if (!b) return mk_nomem();
+    atomic_init(&b->refcnt, 1);
+    b->nbytes = nbytes;
+    b->capacity = 0;
+    b->data = data;
+    b->release = release;
+    b->owner = owner;
+    b->dev = NULL;
+    b->devops = NULL;
+    atomic_init(&b->where, MK_ON_HOST);
+    return b;
+}
+
 int mk_buffer_to_host(mk_buffer *b) {
     int rc = 0;
     pthread_mutex_lock(&devcopy_mu);
@@ -814,6 +829,18 @@ bool mk_donate_device(mk_prim *p, mk_array *out, mk_array *in, const mk_devmem_o
 
 int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in) {
     return mk_donate(p, out, in) ? 0 : mk_alloc_out(out);
+}
+
+mk_array *mk_array_over(mk_buffer *b, mk_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides) {
+    mk_array *a = array_new(dtype, ndim, shape);
+    if (!a) {
+        mk_buffer_decref(b);
+        return NULL;
+    }
+    a->buf = b;
+    if (ndim) memcpy(a->strides, strides, ndim * sizeof *strides);
+    mk_update_flags(a);
+    return a;
 }
 
 mk_array *mk_array_empty(mk_dtype dtype, int ndim, const int64_t *shape) {
