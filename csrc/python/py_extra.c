@@ -993,9 +993,11 @@ PyMethodDef mkpy_extra_functions[] = {
     {"printoptions", FN(py_printoptions), FASTKW,
      "printoptions(precision=-1)\n--\n\nA context manager setting print options temporarily."},
     {"asarray", FN(py_asarray), FASTKW,
-     "asarray(a, dtype=None, *, copy=None)\n--\n\nConvert the input to an array (an array of that dtype is returned as is)."},
+     "asarray(a, dtype=None, *, copy=None)\n--\n\nConvert the input to an array (an array of that dtype is returned as is; "
+     "copy=False adopts a host buffer's memory)."},
     {"from_dlpack", FN(py_from_dlpack), FASTKW,
-     "from_dlpack(x, /, *, device=None, copy=None)\n--\n\nA copy of a CPU DLPack tensor as an array."},
+     "from_dlpack(x, /, *, device=None, copy=None)\n--\n\nA copy of a CPU DLPack tensor as an array (copy=False adopts "
+     "its memory)."},
     {NULL},
 };
 
