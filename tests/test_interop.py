@@ -138,6 +138,11 @@ def test_asarray_copy_false_adopts_host_memory():
     a[2] = 7
     assert z[2].item() == 7 and mx.asarray(DLPackOnly(a), copy=False)[2].item() == 7
     assert mx.asarray(b"\x01\x02", copy=False).tolist() == [1, 2]  # any buffer: uint8
+    # a size-1 dimension's stride is never read (NumPy may leave any value there)
+    col = np.arange(6, dtype=np.float32)[:, None][::2]
+    assert mx.asarray(col, copy=False).tolist() == [[0.0], [2.0], [4.0]]
+    with pytest.raises(TypeError, match="not a DLPack tensor or buffer"):
+        mx.from_dlpack([1, 2], copy=False)
 
 
 def test_asarray_copy_false_refuses_what_needs_a_copy():

@@ -1016,7 +1016,7 @@ mk_array *mkpy_adopt(PyObject *obj, int dtype) {
     for (int k = 0; k < l.ndim; k++) {
         shape[k] = l.shape[k];
         if (l.shape[k] == 0) storage = 0;
-        if (l.strides[k] < 0) {
+        if (l.strides[k] < 0 && l.shape[k] > 1) {
             PyErr_SetString(PyExc_ValueError, "Cannot convert DLPack arrays with negative strides to mlx array.");
             goto done;
         }
@@ -1026,6 +1026,10 @@ mk_array *mkpy_adopt(PyObject *obj, int dtype) {
                          "MLX currently uses 32-bit integers for shape dimensions.",
                          (long long)l.shape[k]);
             goto done;
+        }
+        if (l.shape[k] <= 1) { /* its stride is never used (NumPy may leave any value there) */
+            strides[k] = 0;
+            continue;
         }
         if (l.strides[k] % l.itemsize) fits = false;
         strides[k] = l.strides[k] / l.itemsize;

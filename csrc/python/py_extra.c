@@ -892,6 +892,13 @@ PyObject *mkpy_array_dlpack_device(PyObject *self, PyObject *unused) {
  * adopts it (mkpy_adopt). When the producer refuses DLPack (NumPy 1.x has no
  * bool DLPack), its buffer protocol is read instead, as nanobind's import
  * falls back to it. */
+static PyObject *not_dlpack(PyObject *x) {
+    PyObject *name = mkpy_type_name(x);
+    if (name) PyErr_Format(PyExc_TypeError, "from_dlpack(): %U is not a DLPack tensor or buffer.", name);
+    Py_XDECREF(name);
+    return NULL;
+}
+
 static PyObject *py_from_dlpack(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "*device", "*copy", NULL};
     PARSE("from_dlpack", 1);
@@ -899,15 +906,11 @@ static PyObject *py_from_dlpack(PyObject *m, PyObject *const *args, Py_ssize_t n
     if (a[2] && a[2] != Py_None && mkpy_parse_bool(a[2], 0, &copy) < 0) return NULL;
     if (copy == 0) {
         mk_array *r = mkpy_adopt(a[0], -1);
-        if (!r && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
-        return r ? mkpy_wrap(r) : NULL;
+        return r ? mkpy_wrap(r) : PyErr_Occurred() ? NULL : not_dlpack(a[0]);
     }
     mkpy_lent l;
     int rc = mkpy_lend(a[0], &l);
-    if (rc <= 0) {
-        if (rc == 0) PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
-        return NULL;
-    }
+    if (rc <= 0) return rc == 0 ? not_dlpack(a[0]) : NULL;
     int64_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
     PyObject *res = NULL;
     for (int k = 0; k < l.ndim; k++) {
