@@ -422,28 +422,9 @@ static void device_buffer_release(mk_buffer *b) {
     free(b->data); /* the host copy, if one was made */
 }
 
-mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
-    mk_buffer *b = malloc(sizeof *b);
-    if (!b) return mk_nomem();
-    void *dev = ops->alloc(nbytes ? nbytes : 1);
-    if (!dev) {
-        free(b);
-        return NULL;
-    }
-    atomic_init(&b->refcnt, 1);
-    b->nbytes = nbytes;
-    b->capacity = 0;
-    b->data = NULL;
-    b->release = device_buffer_release;
-    b->owner = NULL;
-    b->dev = dev;
-    b->devops = ops;
-    atomic_init(&b->where, MK_ON_DEVICE);
-    mem_add((int64_t)nbytes);
-    return b;
-}
-
-mk_buffer *mk_buffer_foreign(void *data, size_t nbytes, void (*release)(mk_buffer *), void *owner) {
+/* A buffer whose memory mkpy's host allocator did not make (capacity 0). */
+static mk_buffer *buffer_new(size_t nbytes, void *data, void *dev, const mk_devmem_ops *ops,
+                             void (*release)(mk_buffer *), void *owner, unsigned where) {
     mk_buffer *b = malloc(sizeof *b);
     if (!b) return mk_nomem();
     atomic_init(&b->refcnt, 1);
@@ -452,10 +433,26 @@ mk_buffer *mk_buffer_foreign(void *data, size_t nbytes, void (*release)(mk_buffe
     b->data = data;
     b->release = release;
     b->owner = owner;
-    b->dev = NULL;
-    b->devops = NULL;
-    atomic_init(&b->where, MK_ON_HOST);
+    b->dev = dev;
+    b->devops = ops;
+    atomic_init(&b->where, where);
     return b;
+}
+
+mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
+    void *dev = ops->alloc(nbytes ? nbytes : 1);
+    if (!dev) return NULL;
+    mk_buffer *b = buffer_new(nbytes, NULL, dev, ops, device_buffer_release, NULL, MK_ON_DEVICE);
+    if (!b) {
+        ops->free(dev, nbytes);
+        return NULL;
+    }
+    mem_add((int64_t)nbytes);
+    return b;
+}
+
+mk_buffer *mk_buffer_foreign(void *data, size_t nbytes, void (*release)(mk_buffer *), void *owner) {
+    return buffer_new(nbytes, data, NULL, NULL, release, owner, MK_ON_HOST);
 }
 
 int mk_buffer_to_host(mk_buffer *b) {
