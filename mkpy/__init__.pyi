@@ -469,7 +469,7 @@ def as_strided(a: array, /, shape: Optional[Union[int, Sequence[int]]] = None, s
     """A view of a's elements (in row-major order) with the given shape, strides and offset."""
 
 def asarray(a: array, dtype: Optional[Dtype] = None, *, copy: Optional[bool] = None) -> array:
-    """Convert the input to an array (an array of that dtype is returned as is)."""
+    """Convert the input to an array (an array of that dtype is returned as is; copy=False adopts a host buffer's memory)."""
 
 def async_eval(*args: Any) -> None:
     """Start evaluating arrays."""
@@ -694,7 +694,7 @@ def floor_divide(a: Union[scalar, array], b: Union[scalar, array], /, *, stream:
     """Element-wise floor_divide with broadcasting."""
 
 def from_dlpack(x: array, /, *, device: Optional[Union[Device, DeviceType]] = None, copy: Optional[bool] = None) -> array:
-    """A copy of a CPU DLPack tensor as an array."""
+    """A copy of a CPU DLPack tensor as an array (copy=False adopts its memory)."""
 
 def from_fp8(x: array, dtype: Optional[Dtype] = bfloat16, *, stream: StreamOrDevice = None) -> array:
     """uint8 fp8 e4m3 bytes to a floating dtype."""

@@ -769,11 +769,12 @@ def test_asarray_copy_false_never_copies_silently():
             mx.asarray(src, copy=False)
     with pytest.raises(ValueError, match="Unable to avoid copy"):
         mx.asarray(a, dtype=mx.float32, copy=False)
-    # host buffers are never adopted: refused rather than copied
+    # host buffers are adopted (tests/test_interop.py), never converted
     n = np.arange(3, dtype=np.float32)
     for kw in ({}, {"dtype": mx.float32}):
-        with pytest.raises(ValueError, match="Cannot import a CPU array without a copy"):
-            mx.asarray(n, copy=False, **kw)
+        assert mx.asarray(n, copy=False, **kw).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="Cannot import a CPU array without a copy"):
+        mx.asarray(n.astype(np.float64), copy=False)
     with pytest.raises(ValueError, match="requested dtype without a copy"):
         mx.asarray(n, dtype=mx.int32, copy=False)
     assert mx.asarray(n).tolist() == [0.0, 1.0, 2.0]
@@ -806,4 +807,4 @@ def test_from_dlpack_dtypes_and_layout():
     with pytest.raises(ValueError, match="negative strides"):
         mx.from_dlpack(np.arange(5, dtype=np.float32)[::-1])
     with pytest.raises(ValueError, match="without a copy"):
-        mx.from_dlpack(np.arange(5, dtype=np.float32), copy=False)
+        mx.from_dlpack(np.arange(5, dtype=np.float64), copy=False)

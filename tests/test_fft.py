@@ -260,3 +260,29 @@ def test_grads_complex_convention():
             fd[i] += unit * (L(zp) - L(zm)) / (2 * eps)
     g = mx.grad(lambda v: (mx.fft.irfftn(v) ** 2).sum())(mx.array(z))
     close(g, fd, atol=1e-3, rtol=1e-3)
+
+
+def test_gpu_stream_keeps_metals_plan_limit():
+    # Metal's FFT plan has no four-step decomposition beyond 4096 * 4096 points, and lengths that
+    # are not powers of two above 4096 run Bluestein on the next power of two >= 2n - 1: MLX's GPU
+    # stream raises at eval for those (test_fft_too_large); its CPU stream computes them.
+    # mkpy's GPU stream keeps the refusal on every back-end.
+    def zeros(n, dtype=mx.float32):  # broadcast: no memory to fill
+        return mx.broadcast_to(mx.zeros(1, dtype), (n,))
+
+    for make in (lambda: mx.fft.fft(zeros(2**25, mx.complex64), stream=mx.gpu),
+                 lambda: mx.fft.rfft(zeros(2**25), stream=mx.gpu),
+                 lambda: mx.fft.fft(zeros(2**23 + 1, mx.complex64), stream=mx.gpu),
+                 lambda: mx.fft.irfft(zeros(2**24 + 1, mx.complex64), stream=mx.gpu),
+                 lambda: mx.fft.fft2(zeros(2**25, mx.complex64).reshape(1, -1), stream=mx.gpu)):
+        y = make()  # lazily made: the refusal is the evaluation's
+        with pytest.raises(RuntimeError, match=r"\[FFT\] GPU FFT is not supported for size 33554432, the "
+                                               r"largest supported size is 16777216"):
+            mx.eval(y)
+    # lengths that plan: four steps (2^13), Bluestein (5000 = 2^3 5^4 is not a power of two),
+    # a batch of them; the CPU stream refuses nothing (its evaluation of 2^25 points takes
+    # seconds on this machine: MLX's test_fft_too_large, run on the GPU stream, is the check of
+    # the stream's part)
+    for n in (2**13, 5000):
+        y = mx.fft.fft(mx.ones((2, n), mx.complex64), stream=mx.gpu)
+        assert y[:, 0].tolist() == [n, n] and abs(y[1, 1].item()) < 1e-2

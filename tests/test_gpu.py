@@ -341,3 +341,29 @@ def test_elementwise_ops_write_over_a_temporary_on_the_gpu():
     np.testing.assert_array_equal(np.array(y), want)
     assert np.array_equal(np.array(x), xn)
 
+
+
+def test_adopted_host_memory_goes_up_on_first_gpu_use_and_stays_the_callers():
+    # mx.asarray(a, copy=False) adopts a's memory as a host buffer, as a loaded array is one: the
+    # first GPU op reading it takes a device copy (once), host reads keep reading a's memory, and
+    # the buffer is released, never recycled (MLX's test_adopt_in_loop_not_recycled)
+    a = np.arange(1 << 16, dtype=np.float32)
+    x = mx.asarray(a, copy=False)
+    a[3] = -1  # before any GPU use: seen by the GPU ops
+    down0, up0 = mx.cuda._transfers()
+    y, z = x * x, x + x  # (no scalar operands: each would go up too)
+    mx.eval(y)
+    mx.eval(z)
+    assert mx.cuda._transfers()[1] - up0 == 1  # one copy up for both ops
+    assert y[3].item() == 1 and z[3].item() == -2
+    a[4] = 50
+    assert x[4].item() == 50 and np.array(x)[4] == 50  # host reads see the caller's memory
+    del x, y, z
+    w = mx.random.normal((64, 64), key=mx.random.key(0))
+    wn = np.array(w).astype(np.float64)
+    for i in range(100):
+        b = np.random.default_rng(i).random((256, 64), dtype=np.float32)
+        r = mx.sum(mx.asarray(b, copy=False) @ w)
+        p = b @ wn
+        assert abs(r.item() - p.sum()) <= 1e-5 * np.abs(p).sum()  # float32 sums' rounding
+    assert a[3] == -1 and a[4] == 50 and a[5] == 5

@@ -422,25 +422,37 @@ static void device_buffer_release(mk_buffer *b) {
     free(b->data); /* the host copy, if one was made */
 }
 
-mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
+/* A buffer whose memory mkpy's host allocator did not make (capacity 0). */
+static mk_buffer *buffer_new(size_t nbytes, void *data, void *dev, const mk_devmem_ops *ops,
+                             void (*release)(mk_buffer *), void *owner, unsigned where) {
     mk_buffer *b = malloc(sizeof *b);
     if (!b) return mk_nomem();
-    void *dev = ops->alloc(nbytes ? nbytes : 1);
-    if (!dev) {
-        free(b);
-        return NULL;
-    }
     atomic_init(&b->refcnt, 1);
     b->nbytes = nbytes;
     b->capacity = 0;
-    b->data = NULL;
-    b->release = device_buffer_release;
-    b->owner = NULL;
+    b->data = data;
+    b->release = release;
+    b->owner = owner;
     b->dev = dev;
     b->devops = ops;
-    atomic_init(&b->where, MK_ON_DEVICE);
+    atomic_init(&b->where, where);
+    return b;
+}
+
+mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops) {
+    void *dev = ops->alloc(nbytes ? nbytes : 1);
+    if (!dev) return NULL;
+    mk_buffer *b = buffer_new(nbytes, NULL, dev, ops, device_buffer_release, NULL, MK_ON_DEVICE);
+    if (!b) {
+        ops->free(dev, nbytes);
+        return NULL;
+    }
     mem_add((int64_t)nbytes);
     return b;
+}
+
+mk_buffer *mk_buffer_foreign(void *data, size_t nbytes, void (*release)(mk_buffer *), void *owner) {
+    return buffer_new(nbytes, data, NULL, NULL, release, owner, MK_ON_HOST);
 }
 
 int mk_buffer_to_host(mk_buffer *b) {
@@ -814,6 +826,18 @@ bool mk_donate_device(mk_prim *p, mk_array *out, mk_array *in, const mk_devmem_o
 
 int mk_donate_or_alloc(mk_prim *p, mk_array *out, mk_array *in) {
     return mk_donate(p, out, in) ? 0 : mk_alloc_out(out);
+}
+
+mk_array *mk_array_over(mk_buffer *b, mk_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides) {
+    mk_array *a = array_new(dtype, ndim, shape);
+    if (!a) {
+        mk_buffer_decref(b);
+        return NULL;
+    }
+    a->buf = b;
+    if (ndim) memcpy(a->strides, strides, ndim * sizeof *strides);
+    mk_update_flags(a);
+    return a;
 }
 
 mk_array *mk_array_empty(mk_dtype dtype, int ndim, const int64_t *shape) {

@@ -71,6 +71,14 @@ typedef struct mk_buffer {
 /* A buffer whose bytes live on a device only (a GPU op's output). Returns
  * NULL with an error set. */
 mk_buffer *mk_buffer_device(size_t nbytes, const mk_devmem_ops *ops);
+/* A buffer over host memory that someone else owns (an array adopted without
+ * a copy, mx.asarray(..., copy=False)): `release` is called (with the buffer,
+ * whose `owner` is as given) once the last array lets go of it, and the
+ * memory is never recycled into the cache, donated or counted as mkpy's.
+ * Its first use on a device takes a device copy (mk_buffer_to_device), which
+ * later writes to the owner's memory do not reach. Returns NULL after
+ * mk_nomem(), `release` not called. */
+mk_buffer *mk_buffer_foreign(void *data, size_t nbytes, void (*release)(mk_buffer *), void *owner);
 /* Makes the host copy valid (one copy down, under the buffer's lock).
  * Returns 0, or -1 with an error set. */
 int mk_buffer_to_host(mk_buffer *b);
@@ -254,6 +262,9 @@ static inline int mk_host_sync(const mk_array *a) {
 
 /* Product of the shape, or -1 with an error if it overflows. */
 int64_t mk_shape_size(int ndim, const int64_t *shape);
+/* An evaluated array viewing buffer b (its reference is taken over, also on
+ * failure) at element strides `strides` from its start. */
+mk_array *mk_array_over(mk_buffer *b, mk_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides);
 /* An evaluated array of the given shape with fresh row-contiguous storage. */
 mk_array *mk_array_empty(mk_dtype dtype, int ndim, const int64_t *shape);
 /* A 0-d evaluated array holding one value (bytes in the dtype's layout). */

@@ -23,6 +23,7 @@
 
 #include "ops.h"
 #include "pool.h"
+#include "stream.h"
 #include "transforms.h"
 
 typedef struct {
@@ -346,10 +347,42 @@ static int fft_pass(const void *src, bool src_real, void *dst, bool dst_real, in
     return 0;
 }
 
+/* Metal's FFT plan (MLX's backend/metal/fft.cpp): each threadgroup FFT is at
+ * most 4096 points, a power of two above that runs in four steps of two such
+ * FFTs, and any other length above 4096 through Bluestein's algorithm on a
+ * power of two of at least 2n - 1 points, itself in four steps; so a length
+ * whose power of two exceeds 4096^2 has no plan, and MLX's GPU stream raises
+ * at evaluation (the CPU stream computes it). mkpy's GPU stream keeps that
+ * refusal, whichever back-end runs it: code written on a Mac fails here as
+ * there. */
+#define METAL_FFT_MAX_STEP 4096
+
+static int metal_fft_plan_check(const fft_params *fp, const mk_array *in, const mk_array *out) {
+    for (int i = 0; i < fp->naxes; i++) {
+        int ax = fp->axes[i];
+        /* the transform's length: irfft's last axis is the output's */
+        int64_t n = fp->real && fp->inverse && i == fp->naxes - 1 ? out->shape[ax] : in->shape[ax], m = n;
+        bool pow2 = (n & (n - 1)) == 0;
+        if (n <= METAL_FFT_MAX_STEP) continue;
+        if (!pow2)
+            for (m = 1; m < 2 * n - 1;) m *= 2;
+        if (m > (int64_t)METAL_FFT_MAX_STEP * METAL_FFT_MAX_STEP) {
+            mk_error_set(MK_ERR_RUNTIME,
+                         "[FFT] GPU FFT is not supported for size %lld, the largest supported size is %lld. "
+                         "Run the FFT on the CPU stream instead.",
+                         (long long)m, (long long)METAL_FFT_MAX_STEP * METAL_FFT_MAX_STEP);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int fft_eval(mk_prim *p, mk_array *const *inputs, mk_array *const *outputs) {
     const fft_params *fp = p->params;
     mk_array *in = inputs[0], *out = outputs[0];
     int nd = in->ndim;
+    if (p->stream != MK_STREAM_NONE && mk_stream_device(p->stream) == MK_GPU && metal_fft_plan_check(fp, in, out) < 0)
+        return -1;
     if (mk_alloc_out(out) < 0) return -1;
     if (out->size == 0) return 0;
     /* a row-contiguous copy of the input when needed */

@@ -182,6 +182,29 @@ int mkpy_stream_arg(const char *fname, PyObject *stream);
  * stream of the default device). 0, or -1 with the error set (py_stream.c). */
 int mkpy_stream_resolve(const char *fname, PyObject *stream, mk_stream *out);
 
+/* Host memory another library lends, as nanobind's ndarray reads it: a
+ * "dltensor" capsule, the buffer protocol (NumPy's arrays of ml_dtypes'
+ * bfloat16 through a uint16 view), or __dlpack__ (with the library's
+ * to_dlpack when __dlpack__ refuses, as for PyTorch's tensors that require
+ * grad). CPU memory only; strides in bytes. */
+typedef struct {
+    PyObject *owner; /* holds the memory while alive: a memoryview or the (unused) capsule */
+    const char *data;
+    int src; /* dtype (100: complex128) */
+    int ndim;
+    Py_ssize_t itemsize;
+    Py_ssize_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
+} mkpy_lent;
+/* 1: lent; 0: obj lends nothing (no error); -1: error (MLX's messages). */
+int mkpy_lend(PyObject *obj, mkpy_lent *l);
+void mkpy_lent_release(mkpy_lent *l);
+/* asarray(obj, copy=False) as a Mac's MLX adopts host memory: an array over
+ * obj's own memory, never copied, never recycled or donated, released when
+ * the last array lets go. dtype < 0: MLX's dtype for the source. NULL with
+ * MLX's ValueError when that needs a copy (another dtype or element size, a
+ * misaligned element), NULL without an error when obj lends nothing. */
+mk_array *mkpy_adopt(PyObject *obj, int dtype);
+
 /* Buffer-protocol format -> dtype (100: complex128, converted), -1 if none;
  * and a copy of a strided source that keeps its strides (py_convert.c). */
 int mkpy_format_dtype(const char *fmt, Py_ssize_t itemsize);

@@ -9,6 +9,7 @@
 #include "core/pool.h"
 #include "core/types.h"
 #include "kernel/diag.h"
+#include "dlpack_abi.h"
 #include "mkpy.h"
 
 extern const char *mkpy_public_name; /* py_dtype.c: "mkpy", or "mlx.core" (mkpy.as_mlx) */
@@ -810,10 +811,267 @@ mk_array *mkpy_from_strided(const void *data, int src_dtype, int ndim, const int
     return v;
 }
 
+/* ------------------------------------- host memory lent by other libraries */
+
+/* Called when obj's buffer export just failed (its error pending): for an
+ * array of ml_dtypes' bfloat16, whose dtype the buffer protocol cannot
+ * describe (NumPy: "cannot include dtype 'E' in a buffer"), obj.view("uint16"),
+ * which MLX reads as bfloat16 bits, and the error is dropped; otherwise NULL
+ * with the export's error. */
+static PyObject *bfloat16_bits(PyObject *obj) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *dt = PyObject_GetAttrString(obj, "dtype"), *name = NULL, *r = NULL;
+    int eq = -1;
+    if (dt && (name = PyUnicode_FromString("bfloat16"))) eq = PyObject_RichCompareBool(dt, name, Py_EQ);
+    Py_XDECREF(dt);
+    Py_XDECREF(name);
+    if (eq > 0) r = PyObject_CallMethod(obj, "view", "s", "uint16");
+    if (!r) {
+        PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        return NULL;
+    }
+    Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
+    return r;
+}
+
+static PyObject *name_dlpack;
+
+/* Whether o's type has __dlpack__ (a type attribute: no instance look-up). */
+static int has_dlpack(PyObject *o) {
+    if (!name_dlpack && !(name_dlpack = PyUnicode_InternFromString("__dlpack__"))) {
+        PyErr_Clear();
+        return 0;
+    }
+    return _PyType_Lookup(Py_TYPE(o), name_dlpack) != NULL;
+}
+
+/* The libraries whose tensors may refuse __dlpack__ but export through their
+ * module's to_dlpack (PyTorch's tensors that require grad), as nanobind's
+ * import falls back to it: type's module prefix, to_dlpack's module. */
+static const char *const to_dlpack_modules[][2] = {
+    {"torch", "torch.utils.dlpack"},
+    {"jaxlib", "jax.dlpack"},
+    {"tensorflow", "tensorflow.experimental.dlpack"},
+};
+
+static PyObject *framework_to_dlpack(PyObject *obj) {
+    PyObject *mod = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__module__");
+    const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+    PyObject *r = NULL;
+    for (size_t i = 0; m && i < sizeof to_dlpack_modules / sizeof *to_dlpack_modules; i++) {
+        if (strncmp(m, to_dlpack_modules[i][0], strlen(to_dlpack_modules[i][0]))) continue;
+        PyObject *pkg = PyImport_ImportModule(to_dlpack_modules[i][1]);
+        if (pkg) r = PyObject_CallMethod(pkg, "to_dlpack", "O", obj);
+        Py_XDECREF(pkg);
+        break;
+    }
+    Py_XDECREF(mod);
+    if (!r) PyErr_Clear();
+    return r;
+}
+
+/* DLPack dtype -> mkpy dtype (100: complex128, converted), -1 if none. */
+static int dl_dtype(mk_DLDataType t) {
+    if (t.lanes != 1) return -1;
+    switch (t.code) {
+    case DL_BOOL: return t.bits == 8 ? MK_BOOL : -1;
+    case DL_UINT: return t.bits == 8 ? MK_UINT8 : t.bits == 16 ? MK_UINT16 : t.bits == 32 ? MK_UINT32 : t.bits == 64 ? MK_UINT64 : -1;
+    case DL_INT: return t.bits == 8 ? MK_INT8 : t.bits == 16 ? MK_INT16 : t.bits == 32 ? MK_INT32 : t.bits == 64 ? MK_INT64 : -1;
+    case DL_FLOAT: return t.bits == 16 ? MK_FLOAT16 : t.bits == 32 ? MK_FLOAT32 : t.bits == 64 ? MK_FLOAT64 : -1;
+    case DL_BFLOAT: return t.bits == 16 ? MK_BFLOAT16 : -1;
+    case DL_COMPLEX: return t.bits == 64 ? MK_COMPLEX64 : t.bits == 128 ? 100 : -1;
+    }
+    return -1;
+}
+
+/* Reads a "dltensor" or "dltensor_versioned" capsule, left unconsumed (its
+ * destructor calls the producer's deleter when l->owner, which takes the
+ * reference, is released). MLX's messages for what it cannot import. */
+static int lend_capsule(PyObject *cap, mkpy_lent *l) {
+    mk_DLTensor *t = NULL;
+    l->owner = cap;
+    if (PyCapsule_IsValid(cap, "dltensor"))
+        t = &((mk_DLManagedTensor *)PyCapsule_GetPointer(cap, "dltensor"))->dl_tensor;
+    else if (PyCapsule_IsValid(cap, "dltensor_versioned"))
+        t = &((mk_DLManagedTensorVersioned *)PyCapsule_GetPointer(cap, "dltensor_versioned"))->dl_tensor;
+    if (!t) {
+        PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx: not a DLPack capsule (or one already used).");
+        return -1;
+    }
+    if (t->device.device_type != DL_CPU) {
+        PyErr_SetString(PyExc_ValueError, t->device.device_type == DL_CUDA || t->device.device_type == DL_CUDA_MANAGED
+                                              ? "[convert] CUDA import is not supported."
+                                              : "[convert] Unsupported device.");
+        return -1;
+    }
+    l->src = dl_dtype(t->dtype);
+    if (l->src < 0) {
+        PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
+        return -1;
+    }
+    if (t->ndim < 0 || t->ndim > MK_MAX_NDIM) {
+        PyErr_SetString(PyExc_ValueError, "Too many dimensions in array initialization.");
+        return -1;
+    }
+    l->ndim = t->ndim;
+    l->itemsize = t->dtype.bits / 8;
+    l->data = (const char *)t->data + t->byte_offset;
+    Py_ssize_t s = l->itemsize;
+    for (int k = l->ndim - 1; k >= 0; k--) {
+        l->shape[k] = (Py_ssize_t)t->shape[k];
+        l->strides[k] = t->strides ? (Py_ssize_t)t->strides[k] * l->itemsize : s;
+        s *= l->shape[k];
+    }
+    return 1;
+}
+
+/* Through the buffer protocol, held by a memoryview. */
+static int lend_buffer(PyObject *obj, mkpy_lent *l) {
+    PyObject *mv = PyMemoryView_FromObject(obj);
+    int bf16 = 0;
+    if (!mv) {
+        PyObject *bits = bfloat16_bits(obj);
+        if (!bits) return -1; /* the export's error */
+        mv = PyMemoryView_FromObject(bits);
+        Py_DECREF(bits);
+        if (!mv) return -1;
+        bf16 = 1;
+    }
+    l->owner = mv;
+    Py_buffer *v = PyMemoryView_GET_BUFFER(mv);
+    l->src = bf16 ? MK_BFLOAT16 : format_dtype(v->format, v->itemsize);
+    if (l->src < 0) {
+        PyErr_Format(PyExc_RuntimeError, "Cannot convert a buffer of format '%s' to an mkpy array.",
+                     v->format ? v->format : "B");
+        return -1;
+    }
+    if (v->ndim > MK_MAX_NDIM) {
+        PyErr_SetString(PyExc_ValueError, "Too many dimensions in array initialization.");
+        return -1;
+    }
+    l->ndim = v->ndim;
+    l->itemsize = v->itemsize;
+    l->data = v->buf;
+    Py_ssize_t s = l->itemsize;
+    for (int k = l->ndim - 1; k >= 0; k--) {
+        l->shape[k] = v->shape ? v->shape[k] : v->len / v->itemsize;
+        l->strides[k] = v->strides ? v->strides[k] : s;
+        s *= l->shape[k];
+    }
+    return 1;
+}
+
+int mkpy_lend(PyObject *obj, mkpy_lent *l) {
+    memset(l, 0, sizeof *l);
+    int rc;
+    if (PyCapsule_CheckExact(obj)) {
+        Py_INCREF(obj);
+        rc = lend_capsule(obj, l);
+    } else if (PyObject_CheckBuffer(obj)) {
+        rc = lend_buffer(obj, l);
+    } else if (has_dlpack(obj)) {
+        PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+        if (!cap) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if ((cap = framework_to_dlpack(obj))) {
+                Py_XDECREF(et), Py_XDECREF(ev), Py_XDECREF(tb);
+            } else {
+                PyErr_Restore(et, ev, tb); /* the producer's own error */
+                return -1;
+            }
+        }
+        rc = lend_capsule(cap, l);
+    } else {
+        return 0;
+    }
+    if (rc < 0) mkpy_lent_release(l);
+    return rc;
+}
+
+void mkpy_lent_release(mkpy_lent *l) { Py_CLEAR(l->owner); }
+
+/* Adopted memory is let go of by whichever thread drops the last array,
+ * maybe without the GIL: the decref then waits for mkpy_flush_deferred. */
+static void adopted_release(mk_buffer *b) { mkpy_defer_decref((PyObject *)b->owner); }
+
+mk_array *mkpy_adopt(PyObject *obj, int dtype) {
+    mkpy_lent l;
+    int rc = mkpy_lend(obj, &l);
+    if (rc <= 0) return NULL;
+    mk_dtype src = l.src == 100 ? MK_COMPLEX64 : l.src == MK_FLOAT64 ? MK_FLOAT32 : (mk_dtype)l.src; /* as MLX maps them */
+    int64_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM], storage = 1;
+    mk_array *a = NULL;
+    mk_buffer *b;
+    if (dtype >= 0 && (mk_dtype)dtype != src) {
+        PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to the requested dtype without a copy.");
+        goto done;
+    }
+    /* the bytes are read as they are: the element sizes must match (float64
+     * and complex128, read as float32 and complex64, need a copy), and every
+     * element must be aligned to its size */
+    bool fits = (size_t)l.itemsize == mk_dtype_size(src) && (uintptr_t)l.data % (uintptr_t)l.itemsize == 0;
+    for (int k = 0; k < l.ndim; k++) {
+        shape[k] = l.shape[k];
+        if (l.shape[k] == 0) storage = 0;
+        if (l.strides[k] < 0 && l.shape[k] > 1) {
+            PyErr_SetString(PyExc_ValueError, "Cannot convert DLPack arrays with negative strides to mlx array.");
+            goto done;
+        }
+        if (l.shape[k] > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError,
+                         "Shape dimension %lld is outside the supported range [-2147483648, 2147483647]. "
+                         "MLX currently uses 32-bit integers for shape dimensions.",
+                         (long long)l.shape[k]);
+            goto done;
+        }
+        if (l.shape[k] <= 1) { /* its stride is never used (NumPy may leave any value there) */
+            strides[k] = 0;
+            continue;
+        }
+        if (l.strides[k] % l.itemsize) fits = false;
+        strides[k] = l.strides[k] / l.itemsize;
+    }
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "[convert] Cannot import a CPU array without a copy.");
+        goto done;
+    }
+    for (int k = 0; k < l.ndim && storage; k++) storage += (shape[k] - 1) * strides[k];
+    if (!(b = mk_buffer_foreign((void *)l.data, (size_t)storage * (size_t)l.itemsize, adopted_release, l.owner))) {
+        mkpy_raise();
+        goto done;
+    }
+    l.owner = NULL; /* the buffer's now */
+    if (!(a = mk_array_over(b, src, l.ndim, shape, strides))) mkpy_raise();
+done:
+    mkpy_lent_release(&l);
+    return a;
+}
+
+/* A copy of what obj lends through DLPack, converted to dtype (< 0: MLX's
+ * default for the source). */
+static mk_array *from_dlpack_copy(PyObject *obj, int dtype) {
+    mkpy_lent l;
+    if (mkpy_lend(obj, &l) < 0) return NULL;
+    mk_array *a = from_memory(l.data, l.src, l.ndim, l.shape, l.strides, l.itemsize, dtype);
+    mkpy_lent_release(&l);
+    return a;
+}
+
 static mk_array *from_buffer(PyObject *obj, int dtype) {
     Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) return NULL;
-    int src = format_dtype(view.format, view.itemsize);
+    int bf16 = 0;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
+        PyObject *bits = bfloat16_bits(obj);
+        if (!bits) return NULL;
+        int rc = PyObject_GetBuffer(bits, &view, PyBUF_RECORDS_RO);
+        Py_DECREF(bits); /* the view holds the exporter */
+        if (rc < 0) return NULL;
+        bf16 = 1;
+    }
+    int src = bf16 ? MK_BFLOAT16 : format_dtype(view.format, view.itemsize);
     mk_array *a = NULL;
     if (src < 0)
         PyErr_Format(PyExc_RuntimeError, "Cannot convert a buffer of format '%s' to an mkpy array.",
@@ -932,6 +1190,8 @@ static mk_array *from_non_sequence(PyObject *obj, int dtype) {
         note_plain_buffer_type(obj);
         return from_buffer(obj, dtype);
     }
+    /* DLPack (PyTorch, JAX, CuPy on the host, a capsule), as nanobind's ndarray */
+    if (PyCapsule_CheckExact(obj) || has_dlpack(obj)) return from_dlpack_copy(obj, dtype);
     if (!PyUnicode_Check(obj) && !PyList_Check(obj) && !PyTuple_Check(obj)) {
         PyObject *iface = PyObject_GetAttrString(obj, "__array_interface__");
         if (iface) {
@@ -986,7 +1246,9 @@ mk_array *mkpy_to_array_arg(PyObject *obj, int dtype) {
 int mkpy_is_operand(PyObject *o) {
     if (PyMkArray_Check(o) || mkpy_is_scalar(o)) return 1;
     if (PyUnicode_Check(o) || PyList_Check(o) || PyTuple_Check(o) || o == Py_None) return 0;
-    if (PyObject_CheckBuffer(o) || HAS_MLX_ARRAY(o) || HAS_ARRAY_INTERFACE(o)) return 1;
+    if (PyObject_CheckBuffer(o) || PyCapsule_CheckExact(o) || has_dlpack(o) || HAS_MLX_ARRAY(o) ||
+        HAS_ARRAY_INTERFACE(o))
+        return 1;
     /* as nanobind's caster, an operand whose conversion fails is of an invalid type */
     if (!has_complex_protocol(o)) return 0;
     Py_complex z = PyComplex_AsCComplex(o);

@@ -758,26 +758,18 @@ static PyObject *py_asarray(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     int copy = -1;
     if (a[2] && a[2] != Py_None && mkpy_parse_bool(a[2], 0, &copy) < 0) return NULL;
     if (copy == 0) {
-        /* Nothing is adopted without a copy: mkpy's arrays own or map their
-         * memory (a Mac's MLX wraps a host buffer only when Metal accepts its
-         * alignment, and raises as here otherwise). */
+        /* host memory lent by another library is adopted, as a Mac's MLX
+         * adopts it (design.md, "asarray(copy=False)"); anything else needs
+         * a copy */
+        mk_dtype dt = 0;
+        if (!no_dtype && mkpy_parse_dtype(a[1], &dt) < 0) return NULL;
         PyObject *o = a[0];
-        int host = !PyMkArray_Check(o) && !PyList_Check(o) && !PyTuple_Check(o) && !mkpy_is_scalar(o) &&
-                   (PyObject_CheckBuffer(o) || PyObject_HasAttrString(o, "__dlpack__") ||
-                    PyObject_HasAttrString(o, "__array_interface__"));
-        if (host && !no_dtype) {
-            mk_array *probe = mkpy_to_array(o, -1);
-            if (!probe) return NULL;
-            mk_dtype src = probe->dtype;
-            mk_decref(probe);
-            if (!PyMkDtype_Check(a[1]) || ((PyMkDtype *)a[1])->dtype != src) {
-                PyErr_SetString(PyExc_ValueError,
-                                "[convert] Cannot convert array to the requested dtype without a copy.");
-                return NULL;
-            }
+        if (!PyMkArray_Check(o) && !mkpy_is_scalar(o)) {
+            mk_array *r = mkpy_adopt(o, no_dtype ? -1 : (int)dt);
+            if (r) return mkpy_wrap(r);
+            if (PyErr_Occurred()) return NULL;
         }
-        PyErr_SetString(PyExc_ValueError, host ? "[convert] Cannot import a CPU array without a copy."
-                                               : "Unable to avoid copy while creating an array as requested.");
+        PyErr_SetString(PyExc_ValueError, "Unable to avoid copy while creating an array as requested.");
         return NULL;
     }
     if (PyMkArray_Check(a[0]) && copy != 1 &&
@@ -796,29 +788,7 @@ static PyObject *py_asarray(PyObject *m, PyObject *const *args, Py_ssize_t nargs
 
 /* ------------------------------------------------------------------- DLPack */
 
-/* DLPack's C ABI (dlpack.h, version 0.x "dltensor" capsules), declared here. */
-typedef struct {
-    int32_t device_type, device_id;
-} mk_DLDevice;
-typedef struct {
-    uint8_t code, bits;
-    uint16_t lanes;
-} mk_DLDataType;
-typedef struct {
-    void *data;
-    mk_DLDevice device;
-    int32_t ndim;
-    mk_DLDataType dtype;
-    int64_t *shape, *strides;
-    uint64_t byte_offset;
-} mk_DLTensor;
-typedef struct mk_DLManagedTensor {
-    mk_DLTensor dl_tensor;
-    void *manager_ctx;
-    void (*deleter)(struct mk_DLManagedTensor *self);
-} mk_DLManagedTensor;
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_COMPLEX = 5, DL_BOOL = 6 };
-enum { DL_CPU = 1, DL_CUDA = 2, DL_METAL = 8, DL_CUDA_MANAGED = 13 };
+#include "dlpack_abi.h"
 
 extern const char *mkpy_public_name; /* py_dtype.c: "mkpy", or "mlx.core" (mkpy.as_mlx) */
 
@@ -918,93 +888,45 @@ PyObject *mkpy_array_dlpack_device(PyObject *self, PyObject *unused) {
 
 /* from_dlpack(x, /, *, device=None, copy=None): a copy of the CPU tensor
  * behind x.__dlpack__() that keeps its strides (as MLX's import), with MLX's
- * dtype mapping (float64 -> float32, complex128 -> complex64). When the
- * producer refuses DLPack (NumPy 1.x has no bool DLPack), its buffer protocol
- * is read instead, as nanobind's import falls back to it. */
+ * dtype mapping (float64 -> float32, complex128 -> complex64); copy=False
+ * adopts it (mkpy_adopt). When the producer refuses DLPack (NumPy 1.x has no
+ * bool DLPack), its buffer protocol is read instead, as nanobind's import
+ * falls back to it. */
+static PyObject *not_dlpack(PyObject *x) {
+    PyObject *name = mkpy_type_name(x);
+    if (name) PyErr_Format(PyExc_TypeError, "from_dlpack(): %U is not a DLPack tensor or buffer.", name);
+    Py_XDECREF(name);
+    return NULL;
+}
+
 static PyObject *py_from_dlpack(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"x", "*device", "*copy", NULL};
     PARSE("from_dlpack", 1);
     int copy = -1;
     if (a[2] && a[2] != Py_None && mkpy_parse_bool(a[2], 0, &copy) < 0) return NULL;
-    Py_buffer view;
-    int have_view = 0;
-    PyObject *res = NULL, *cap = PyObject_CallMethod(a[0], "__dlpack__", NULL);
-    mk_DLManagedTensor *t = NULL;
-    const char *data;
-    int ndim, src = -1;
-    Py_ssize_t isz;
-    int64_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
-    if (!cap) {
-        if (!PyObject_CheckBuffer(a[0])) return NULL;
-        PyErr_Clear();
-        if (PyObject_GetBuffer(a[0], &view, PyBUF_RECORDS_RO) < 0) return NULL;
-        have_view = 1;
-        isz = view.itemsize;
-        src = mkpy_format_dtype(view.format, isz);
-        ndim = view.ndim;
-        data = view.buf;
-        if (src < 0 || ndim > MK_MAX_NDIM) {
-            PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
-            goto done;
-        }
-        for (int k = 0; k < ndim; k++) {
-            shape[k] = view.shape[k];
-            if (view.strides[k] % isz) {
-                PyErr_SetString(PyExc_ValueError, "[from_dlpack] Strides must be whole elements.");
-                goto done;
-            }
-            strides[k] = view.strides[k] / isz;
-        }
-    } else {
-        t = PyCapsule_IsValid(cap, "dltensor") ? PyCapsule_GetPointer(cap, "dltensor") : NULL;
-        if (!t) {
-            Py_DECREF(cap);
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "[from_dlpack] __dlpack__ did not return a DLPack capsule.");
-            return NULL;
-        }
-        mk_DLTensor *d = &t->dl_tensor;
-        for (int k = 0; k < MK_NDTYPES; k++) {
-            mk_DLDataType c;
-            dl_type((mk_dtype)k, &c);
-            if (c.code == d->dtype.code && c.bits == d->dtype.bits && d->dtype.lanes == 1) src = k;
-        }
-        if (d->dtype.code == DL_COMPLEX && d->dtype.bits == 128 && d->dtype.lanes == 1) src = 100; /* converted */
-        if (d->device.device_type != DL_CPU) {
-            PyErr_Format(PyExc_ValueError, "[from_dlpack] Only CPU tensors are supported (device type %d).",
-                         (int)d->device.device_type);
-            goto done;
-        }
-        if (src < 0 || d->ndim < 0 || d->ndim > MK_MAX_NDIM) {
-            PyErr_SetString(PyExc_ValueError, "[convert] Cannot convert array to mlx.");
-            goto done;
-        }
-        ndim = d->ndim;
-        isz = d->dtype.bits / 8;
-        data = (const char *)d->data + d->byte_offset;
-        int64_t s = 1;
-        for (int k = ndim - 1; k >= 0; k--) {
-            shape[k] = d->shape[k];
-            strides[k] = d->strides ? d->strides[k] : s;
-            s *= d->shape[k];
-        }
-    }
     if (copy == 0) {
-        /* a Mac's MLX adopts a host buffer only when Metal accepts its
-         * alignment; mkpy adopts none */
-        PyErr_SetString(PyExc_ValueError, "[convert] Cannot import a CPU array without a copy.");
-        goto done;
+        mk_array *r = mkpy_adopt(a[0], -1);
+        return r ? mkpy_wrap(r) : PyErr_Occurred() ? NULL : not_dlpack(a[0]);
+    }
+    mkpy_lent l;
+    int rc = mkpy_lend(a[0], &l);
+    if (rc <= 0) return rc == 0 ? not_dlpack(a[0]) : NULL;
+    int64_t shape[MK_MAX_NDIM], strides[MK_MAX_NDIM];
+    PyObject *res = NULL;
+    for (int k = 0; k < l.ndim; k++) {
+        shape[k] = l.shape[k];
+        if (l.strides[k] % l.itemsize) {
+            PyErr_SetString(PyExc_ValueError, "[from_dlpack] Strides must be whole elements.");
+            goto done;
+        }
+        strides[k] = l.strides[k] / l.itemsize;
     }
     {
-        mk_array *out = mkpy_from_strided(data, src, ndim, shape, strides, isz);
+        mk_array *out = mkpy_from_strided(l.data, l.src, l.ndim, shape, strides, l.itemsize);
         res = out ? mkpy_wrap(out) : NULL;
     }
 done:
-    if (have_view) PyBuffer_Release(&view);
-    if (cap) {
-        /* consumed: the producer's memory is released now */
-        if (PyCapsule_SetName(cap, "used_dltensor") == 0 && t->deleter) t->deleter(t);
-        Py_DECREF(cap);
-    }
+    mkpy_lent_release(&l);
     return res;
 }
 
@@ -1074,9 +996,11 @@ PyMethodDef mkpy_extra_functions[] = {
     {"printoptions", FN(py_printoptions), FASTKW,
      "printoptions(precision=-1)\n--\n\nA context manager setting print options temporarily."},
     {"asarray", FN(py_asarray), FASTKW,
-     "asarray(a, dtype=None, *, copy=None)\n--\n\nConvert the input to an array (an array of that dtype is returned as is)."},
+     "asarray(a, dtype=None, *, copy=None)\n--\n\nConvert the input to an array (an array of that dtype is returned as is; "
+     "copy=False adopts a host buffer's memory)."},
     {"from_dlpack", FN(py_from_dlpack), FASTKW,
-     "from_dlpack(x, /, *, device=None, copy=None)\n--\n\nA copy of a CPU DLPack tensor as an array."},
+     "from_dlpack(x, /, *, device=None, copy=None)\n--\n\nA copy of a CPU DLPack tensor as an array (copy=False adopts "
+     "its memory)."},
     {NULL},
 };
 
