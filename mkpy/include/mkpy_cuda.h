@@ -173,6 +173,30 @@ inline uint32_t fast_div(uint32_t n, uint32_t mul, uint32_t shift) {
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     const uint32_t b[3] = {L.origin[0] + blockIdx.x, L.origin[1] + blockIdx.y, L.origin[2] + blockIdx.z};
     uint32_t a[3], l[3];
+    if (L.shape & MKPY_CUDA_WHOLE) {
+        // Whole threadgroups (the common case): the extent is the threadgroup's, every thread of the
+        // block is in it, and the dividers are the two whole-group ones. A branch on a launch
+        // constant, so a warp's path to its first load is a few instructions, as a CUDA kernel's.
+        const unsigned index = threadIdx.x, count = L.tg[0] * L.tg[1] * L.tg[2];
+        for (int d = 0; d < 3; d++) a[d] = L.tg[d];
+        l[0] = index, l[1] = 0, l[2] = 0;
+        if (!(L.shape & MKPY_CUDA_ROW)) {
+            const uint32_t row = fast_div(index, L.div_mul[MKPY_CUDA_DIV_X], L.div_shift[MKPY_CUDA_DIV_X]);
+            l[2] = fast_div(index, L.div_mul[MKPY_CUDA_DIV_XY], L.div_shift[MKPY_CUDA_DIV_XY]);
+            l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
+        }
+        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, count, t);
+        return true;
+    }
+    if (L.shape & MKPY_CUDA_ROW) {
+        // one-row threadgroups, the last one along x partial: its extent, no division
+        const unsigned index = threadIdx.x;
+        a[0] = b[0] == L.ngroups[0] - 1 ? L.edge[0] : L.tg[0], a[1] = 1, a[2] = 1;
+        if (index >= a[0]) return false;
+        l[0] = index, l[1] = 0, l[2] = 0;
+        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
+        return true;
+    }
     bool at_edge[3];
     for (int d = 0; d < 3; d++) {
         at_edge[d] = b[d] == L.ngroups[d] - 1;

@@ -287,16 +287,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     }
 
     struct mkpy_cuda_launch L;
-    memset(&L, 0, sizeof L);
-    for (int d = 0; d < 3; d++) {
-        L.grid[d] = plan->grid[d];
-        L.tg[d] = plan->tg[d];
-        L.ngroups[d] = plan->ngroups[d];
-    }
-    for (int d = 0; d < 3; d++) L.edge[d] = L.grid[d] - (L.ngroups[d] - 1) * L.tg[d];
-    const uint32_t divisors[6] = {L.tg[0], L.edge[0], L.tg[0] * L.tg[1], L.edge[0] * L.tg[1], L.tg[0] * L.edge[1],
-                                  L.edge[0] * L.edge[1]};
-    for (int i = 0; i < 6; i++) mkpy_cuda_divider(divisors[i], &L.div_mul[i], &L.div_shift[i]);
+    mkpy_cuda_launch_fill(&L, plan->grid, plan->tg, plan->ngroups);
     params[0] = &L;
     for (int i = 0; i < nargs; i++) params[i + 1] = &ptrs[i];
     if (mkk_debug_level() >= 2)
