@@ -5,12 +5,20 @@ from typing import Any, Optional, Sequence, Union, type_check_only
 from mkpy import Dtype, StreamOrDevice, array, float32, scalar
 
 @type_check_only
+class CudaKernel:
+    """A CUDA kernel made by mx.fast.cuda_kernel (see its help)."""
+    def __call__(self, *, inputs: Sequence[Union[scalar, array]], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[Dtype], grid: tuple[int, int, int], threadgroup: tuple[int, int, int], template: Optional[Sequence[tuple[str, Union[bool, int, Dtype]]]] = None, init_value: Optional[float] = None, verbose: bool = False, stream: StreamOrDevice = None) -> list[array]: ...
+
+@type_check_only
 class MetalKernel:
     """A Metal kernel made by mx.fast.metal_kernel (see its help)."""
     def __call__(self, *, inputs: Sequence[Union[scalar, array]], output_shapes: Sequence[Sequence[int]], output_dtypes: Sequence[Dtype], grid: tuple[int, int, int], threadgroup: tuple[int, int, int], template: Optional[Sequence[tuple[str, Union[bool, int, Dtype]]]] = None, init_value: Optional[float] = None, verbose: bool = False, stream: StreamOrDevice = None) -> list[array]: ...
 
 def cross_entropy(logits: array, targets: Any, *, stream: StreamOrDevice = None) -> array:
     """Cross entropy loss with class indices as targets: logsumexp(logits, -1) - logits[..., targets] in float32 (accumulated in float32 on the GPU stream, in the logits' dtype on the CPU, as MLX)."""
+
+def cuda_kernel(name: str, input_names: Sequence[str], output_names: Sequence[str], source: str, header: str = '', ensure_row_contiguous: bool = True, shared_memory: int = 0) -> CudaKernel:
+    """A JIT-compiled custom CUDA kernel defined from a source string, as ``mlx.core.fast.cuda_kernel``."""
 
 def layer_norm(x: array, weight: Optional[array], bias: Optional[array], eps: float, *, stream: StreamOrDevice = None) -> array:
     """Layer normalization over the last axis of x, then weight and bias (each may be None)."""

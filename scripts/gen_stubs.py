@@ -129,6 +129,7 @@ PARAM_BY_FUNC = {
     "random:permutation": {"x": "Union[int, array]"},
     "fast:*": {"k": A, "weight": OPT_A, "bias": OPT_A, "source": "str"},
     "cuda:metal_kernel": {"source": "str"},
+    "fast:cuda_kernel": {"shared_memory": "int"},
     "fast:rope": {"base": "Optional[float]"},
     "fast:scaled_dot_product_attention": {"mask": "Union[None, str, array]"},
     "metal:*": {},
@@ -188,7 +189,7 @@ RETURNS = {
     "new_thread_unsafe_stream": "Stream",
     "distributed:init": "Group",
     "random:seed": "None", "random:split": "array",
-    "fast:metal_kernel": "MetalKernel",
+    "fast:metal_kernel": "MetalKernel", "fast:cuda_kernel": "CudaKernel",
     "cuda:metal_kernel": "Callable[..., list[Any]]", "cuda:patch_mlx": "Callable[..., Any]",
     "metal:clear_kernel_cache": "None", "metal:kernel_cache_info": "dict[str, Union[str, int]]",
     "metal:precompile_runtime": "str", "metal:start_capture": "None",
@@ -564,10 +565,9 @@ def render_enum(cls):
     return f"class {cls.__name__}(enum.Enum):\n" + "".join(f"    {m.name} = {m.value!r}\n" for m in cls)
 
 
-def render_kernel_class():
-    """The type mx.fast.metal_kernel returns (not a module attribute: type_check_only)."""
-    k = mkpy.fast.metal_kernel(name="stub_probe", input_names=["a"], output_names=["o"],
-                               source="o[0] = a[0];")
+def render_kernel_class(factory):
+    """The type mx.fast.metal_kernel (or cuda_kernel) returns (not a module attribute: type_check_only)."""
+    k = factory(name="stub_probe", input_names=["a"], output_names=["o"], source="o[0] = a[0];")
     cls = type(k)
     doc = cls.__doc__ or ""
     # "Call it with inputs=, ... (and optionally template=, ...)."
@@ -582,7 +582,7 @@ def render_kernel_class():
                 t = f"Optional[{t}]"
             params.append(f"{n}: {t} = {d}")
     else:
-        warnings.append("fast.MetalKernel.__call__: no parameter names in the docstring")
+        warnings.append(f"fast.{cls.__name__}.__call__: no parameter names in the docstring")
         params = ["self", "*args: Any", "**kwargs: Any"]
     return ("@type_check_only\n" f"class {cls.__name__}:\n" + docline(doc, "") +
             f"    def __call__({', '.join(params)}) -> list[array]: ...\n")
@@ -663,7 +663,8 @@ def gen_submodule(key):
         else:
             attrs.append(f"{name}: Any\n")
     text = ("".join(attrs) + ("\n" if attrs else "") +
-            (render_kernel_class() + "\n" if key == "fast" else "") + "\n".join(funcs))
+            (render_kernel_class(mkpy.fast._cuda_kernel) + "\n" + render_kernel_class(mkpy.fast.metal_kernel) + "\n"
+             if key == "fast" else "") + "\n".join(funcs))
     used = sorted(n for n in ("Dtype", "StreamOrDevice", "array", "float32", "int32", "scalar")
                   if re.search(r"\b%s\b" % n, text))
     return (HEADER + typing_import(text) + "\n" +

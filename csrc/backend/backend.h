@@ -43,6 +43,13 @@ typedef struct mkb_backend {
      * error (the CPU's: clang's diagnostics, the words Metal's compiler uses). */
     int (*kernel_compile)(mkk_kernel *k, mkk_call *c, mk_array *const *in, const char *generated,
                           const char *kernel_name);
+    /* One mx.fast.cuda_kernel call (NULL: the back-end cannot run CUDA):
+     * MLX's CUDA program of the call (kernel/cuda_kernel.c) and its
+     * __global__ function's name, compiled, launched as MLX launches it
+     * (blocks of min(threadgroup, grid), ceil(grid / threadgroup) of them),
+     * outputs filled. Returns 0, or -1 with MLX's error. */
+    int (*cuda_kernel_eval)(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out,
+                            const char *program, const char *kernel_name);
     /* Waits for the device's queued work. Returns 0 or -1 with an error. */
     int (*synchronize)(void);
     /* True once the device cannot be used any more in this process (NULL:

@@ -376,9 +376,30 @@ fail:
     return mk_nomem();
 }
 
+/* A cuda_kernel node (cuda_kernel.c): MLX's CUDA program for the call,
+ * compiled and launched by the CUDA back-end; a stream whose device has no
+ * CUDA back-end raises as MLX's build without one. */
+static int cuda_kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
+    kernel_params *kp = p->params;
+    mkk_kernel *k = kp->k;
+    const mkb_backend *be = mkb_for_device(mk_stream_device(p->stream));
+    if (!be->cuda_kernel_eval) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] No CUDA back-end.");
+        return -1;
+    }
+    mkk_memo *src = call_source(k, kp->c, in);
+    if (!src) return -1;
+    kp->c->gen_hash = src->hash;
+    int rc = be->cuda_kernel_eval(k, kp->c, in, out, src->generated, src->kname);
+    mkk_memo_release(src);
+    return rc;
+}
+
 /* own_device: the front end hands the node to its stream's back-end itself */
 static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params, NULL, NULL, NULL, false,
                                     false, 0, copy_params, NULL, .own_device = true, .gpu_arms = true};
+static const mk_opdef cuda_kernel_def = {"cuda_kernel", cuda_kernel_eval, free_params, NULL, NULL, NULL, false,
+                                         false, 0, copy_params, NULL, .own_device = true, .gpu_arms = true};
 
 int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
                      const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs) {
@@ -393,7 +414,8 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
     }
     for (int i = 0; i < k->noutputs; i++) {
         if (out_ndims[i] > MK_MAX_NDIM || mk_shape_size(out_ndims[i], out_shapes[i]) < 0) {
-            if (out_ndims[i] > MK_MAX_NDIM) mk_error_set(MK_ERR_VALUE, "[metal_kernel] Too many output dimensions.");
+            if (out_ndims[i] > MK_MAX_NDIM)
+                mk_error_set(MK_ERR_VALUE, "%s Too many output dimensions.", k->cuda ? "[cuda_kernel]" : "[metal_kernel]");
             free(kp);
             free(desc);
             mkk_call_free(call);
@@ -402,8 +424,8 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
         /* refused at the call, not at eval, when it could never be allocated */
         int64_t n = mk_shape_size(out_ndims[i], out_shapes[i]), nbytes;
         if (__builtin_mul_overflow(n, (int64_t)mk_dtype_size(call->output_dtypes[i]), &nbytes)) {
-            mk_error_set(MK_ERR_VALUE, "[metal_kernel] Output %d of %lld elements overflows int64 bytes.", i,
-                         (long long)n);
+            mk_error_set(MK_ERR_VALUE, "%s Output %d of %lld elements overflows int64 bytes.",
+                         k->cuda ? "[cuda_kernel]" : "[metal_kernel]", i, (long long)n);
             nbytes = -1;
         }
         if (nbytes < 0 || mk_check_alloc((size_t)nbytes) < 0) {
@@ -419,7 +441,7 @@ int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, con
     mkk_kernel_incref(k);
     kp->k = k;
     kp->c = call;
-    int rc = mk_prim_make(&kernel_def, kp, k->ninputs, inputs, k->noutputs, desc, outs);
+    int rc = mk_prim_make(k->cuda ? &cuda_kernel_def : &kernel_def, kp, k->ninputs, inputs, k->noutputs, desc, outs);
     free(desc);
     return rc;
 }

@@ -73,12 +73,28 @@ typedef struct {
     pthread_mutex_t memo_mu;
     mkk_memo *memo[MKK_MEMO_N];
     unsigned memo_next; /* the slot the next signature replaces */
+    /* mx.fast.cuda_kernel (cuda_kernel.c): `source` is the body of a CUDA
+     * __global__ function that MLX's CUDA back-end writes; generated source
+     * is that CUDA program; it runs on the CUDA back-end only */
+    bool cuda;
+    int shared_memory; /* cuda_kernel's dynamic shared memory, bytes */
 } mkk_kernel;
 
 mkk_kernel *mkk_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
                            const char *const *output_names, const char *source, const char *header,
                            bool ensure_row_contiguous, bool atomic_outputs, mkk_math_mode math_mode,
                            bool allow_non_metal);
+
+/* mx.fast.cuda_kernel(name, input_names, output_names, source, header,
+ * ensure_row_contiguous, shared_memory) (cuda_kernel.c): a kernel whose
+ * mkk_generate is MLX's CUDA program (MLX's build_kernel in
+ * mlx/backend/cuda/custom_kernel.cpp) and whose node runs on the CUDA
+ * back-end's cuda_kernel_eval. NULL with a ValueError for no outputs. */
+mkk_kernel *mkk_cuda_kernel_new(const char *name, int ninputs, const char *const *input_names, int noutputs,
+                                const char *const *output_names, const char *source, const char *header,
+                                bool ensure_row_contiguous, int shared_memory);
+/* MLX's dtype_to_cuda_type: the parameter types of the __global__ function. */
+const char *mkk_cuda_type(mk_dtype t);
 
 /* Metal-only checks (metal_check.c): scans the user's source and header
  * (comments, string and character literals skipped) for what Metal's
@@ -120,6 +136,10 @@ typedef struct {
  * Inputs are described by their dtype, ndim and size. Returns 0 or -1. */
 int mkk_generate(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **source_out,
                  char **name_out);
+/* The CUDA program and kernel name (custom_kernel_<name>[_<template values>])
+ * of a cuda_kernel call, byte for byte as MLX writes them. 0 or -1. */
+int mkk_cuda_generate(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **program_out,
+                      char **name_out);
 /* Where the user's header and source start in the generated text (1-based
  * lines), for mapping compiler diagnostics back. */
 typedef struct {

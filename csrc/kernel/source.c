@@ -193,6 +193,7 @@ static void write_template(strbuf *b, const mkk_call *c) {
 
 int mkk_generate(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **source_out,
                  char **name_out) {
+    if (k->cuda) return mkk_cuda_generate(k, c, inputs, source_out, name_out);
     strbuf name = {0}, src = {0}, tdef = {0};
     *source_out = *name_out = NULL;
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/stream.h"
+#include "backend/backend.h"
 #include "backend/cpu/check.h"
 #include "backend/cuda/cuda.h"
 #include "kernel/kernel.h"
@@ -12,6 +13,30 @@
 
 #define FASTKW METH_FASTCALL | METH_KEYWORDS
 #define FN(f) (PyCFunction)(void (*)(void))(f)
+
+/* The prefix of this thread's argument errors: "[metal_kernel]", or
+ * "[cuda_kernel]" while a cuda_kernel factory or call parses (TAG_SIZES:
+ * MLX's "[custom_kernel]" for the size checks of a cuda_kernel call). Set
+ * by tag_begin and restored by tag_end around each entry point. */
+static _Thread_local const char *kernel_tag;
+#define TAG (kernel_tag ? kernel_tag : "[metal_kernel]")
+#define TAG_SIZES (kernel_tag ? "[custom_kernel]" : "[metal_kernel]")
+static const char *tag_begin(bool cuda) {
+    const char *prev = kernel_tag;
+    kernel_tag = cuda ? "[cuda_kernel]" : NULL;
+    return prev;
+}
+static void tag_end(const char *prev) { kernel_tag = prev; }
+
+/* PySequence_Fast with a TypeError "<tag> <msg>" for a non-sequence. */
+static PyObject *seq_fast(PyObject *o, const char *msg) {
+    PyObject *seq = PySequence_Fast(o, "");
+    if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s %s", TAG, msg);
+    }
+    return seq;
+}
 
 typedef struct {
     PyObject_HEAD
@@ -32,7 +57,7 @@ static const char *utf8_no_nul(PyObject *s, const char *what) {
     const char *u = PyUnicode_AsUTF8AndSize(s, &n);
     if (!u) return NULL;
     if ((size_t)n != strlen(u)) {
-        PyErr_Format(PyExc_ValueError, "[metal_kernel] `%s` contains a NUL character.", what);
+        PyErr_Format(PyExc_ValueError, "%s `%s` contains a NUL character.", TAG, what);
         return NULL;
     }
     return u;
@@ -43,7 +68,7 @@ static int str_list(PyObject *obj, const char *what, PyObject **keep, const char
     /* a str is a sequence of characters, not of names (MLX refuses it too) */
     PyObject *seq = PyUnicode_Check(obj) || PyBytes_Check(obj) ? NULL : PySequence_Fast(obj, "");
     if (!seq) {
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
+        PyErr_Format(PyExc_TypeError, "%s `%s` must be a list of strings.", TAG, what);
         return -1;
     }
     Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
@@ -56,7 +81,7 @@ static int str_list(PyObject *obj, const char *what, PyObject **keep, const char
     for (Py_ssize_t i = 0; i < len; i++) {
         PyObject *s = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyUnicode_Check(s)) {
-            PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a list of strings.", what);
+            PyErr_Format(PyExc_TypeError, "%s `%s` must be a list of strings.", TAG, what);
             names[i] = NULL;
         } else {
             names[i] = utf8_no_nul(s, what);
@@ -68,7 +93,7 @@ static int str_list(PyObject *obj, const char *what, PyObject **keep, const char
         }
     }
     if (len > 1000000) {
-        PyErr_Format(PyExc_ValueError, "[metal_kernel] Too many `%s` (%zd).", what, len);
+        PyErr_Format(PyExc_ValueError, "%s Too many `%s` (%zd).", TAG, what, len);
         PyMem_Free(names);
         Py_DECREF(seq);
         return -1;
@@ -82,11 +107,11 @@ static int str_list(PyObject *obj, const char *what, PyObject **keep, const char
 /* A str argument; dflt (NULL: required) when absent or None. */
 static const char *opt_str(PyObject *o, const char *dflt, const char *what) {
     if (!o || o == Py_None) {
-        if (!dflt) PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a string, not None.", what);
+        if (!dflt) PyErr_Format(PyExc_TypeError, "%s `%s` must be a string, not None.", TAG, what);
         return dflt;
     }
     if (!PyUnicode_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a string, not %s.", what, Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s `%s` must be a string, not %s.", TAG, what, Py_TYPE(o)->tp_name);
         return NULL;
     }
     return utf8_no_nul(o, what);
@@ -318,18 +343,18 @@ static int dim_value(PyObject *o, const char *what, int64_t *out) {
                             : PyFloat_CheckExact(o) ? "float"
                                                     : Py_TYPE(o)->tp_name;
         PyErr_Format(PyExc_TypeError,
-                     "[metal_kernel] `%s` entries must be ints, not a %s%s (as in MLX). For an integer division use "
+                     "%s `%s` entries must be ints, not a %s%s (as in MLX). For an integer division use "
                      "`//` or mx.floor_divide, e.g. grid=((n + 255) // 256 * 256, 1, 1).",
-                     what, tname, is_float_array ? " scalar" : "");
+                     TAG, what, tname, is_float_array ? " scalar" : "");
         return -1;
     }
     if (PyMkArray_Check(o) && MKARR(o)->ndim != 0) {
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` entries must be ints, not an array of %d dimensions.",
-                     what, MKARR(o)->ndim);
+        PyErr_Format(PyExc_TypeError, "%s `%s` entries must be ints, not an array of %d dimensions.",
+                     TAG, what, MKARR(o)->ndim);
         return -1;
     }
     if (!PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` entries must be ints, not %s.", what,
+        PyErr_Format(PyExc_TypeError, "%s `%s` entries must be ints, not %s.", TAG, what,
                      Py_TYPE(o)->tp_name);
         return -1;
     }
@@ -340,7 +365,7 @@ static int dim_value(PyObject *o, const char *what, int64_t *out) {
     Py_DECREF(i);
     if (v == -1 && PyErr_Occurred()) return -1;
     if (overflow) {
-        PyErr_Format(PyExc_ValueError, "[metal_kernel] `%s` entry %R is out of range.", what, o);
+        PyErr_Format(PyExc_ValueError, "%s `%s` entry %R is out of range.", TAG, what, o);
         return -1;
     }
     *out = v;
@@ -352,7 +377,7 @@ static int dims3(PyObject *o, const char *what, int64_t out[3]) {
     if (!seq || PySequence_Fast_GET_SIZE(seq) != 3) {
         Py_XDECREF(seq);
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] `%s` must be a tuple of 3 ints.", what);
+        PyErr_Format(PyExc_TypeError, "%s `%s` must be a tuple of 3 ints.", TAG, what);
         return -1;
     }
     for (int d = 0; d < 3; d++)
@@ -367,17 +392,17 @@ static int dims3(PyObject *o, const char *what, int64_t out[3]) {
 /* An output shape: a sequence of ints (dim_value's rules). */
 static int out_shape(PyObject *o, int *ndim, int64_t *shape) {
     if (PyUnicode_Check(o) || PyBytes_Check(o) || !PySequence_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "[metal_kernel] Each of `output_shapes` must be a sequence of ints, not %s.",
-                     Py_TYPE(o)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s Each of `output_shapes` must be a sequence of ints, not %s.",
+                     TAG, Py_TYPE(o)->tp_name);
         return -1;
     }
-    PyObject *seq = PySequence_Fast(o, "[metal_kernel] Each of `output_shapes` must be a sequence of ints.");
+    PyObject *seq = seq_fast(o, "Each of `output_shapes` must be a sequence of ints.");
     if (!seq) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (n > MK_MAX_NDIM) {
         Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "[metal_kernel] Output shapes of more than %d dimensions are not supported.",
-                     MK_MAX_NDIM);
+        PyErr_Format(PyExc_ValueError, "%s Output shapes of more than %d dimensions are not supported.",
+                     TAG, MK_MAX_NDIM);
         return -1;
     }
     for (Py_ssize_t d = 0; d < n; d++)
@@ -393,7 +418,8 @@ static int out_shape(PyObject *o, int *ndim, int64_t *shape) {
 static int expect_size(PyObject *seq, const char *what, int n) {
     Py_ssize_t got = PySequence_Fast_GET_SIZE(seq);
     if (got != n) {
-        PyErr_Format(PyExc_ValueError, "[metal_kernel] Expected `%s` to have size %d but got size %zd.", what, n,
+        PyErr_Format(PyExc_ValueError, "%s Expected `%s` to have size %d but got size %zd.",
+                     TAG_SIZES, what, n,
                      got);
         return -1;
     }
@@ -466,9 +492,10 @@ static int print_generated(const mkk_kernel *k, const mkk_call *c, mk_array *con
         mkpy_raise();
         return -1;
     }
-    size_t len = strlen(src) + strlen(k->name) + 64;
+    size_t len = strlen(src) + strlen(k->name) + strlen(kname) + 64;
     char *text = malloc(len);
-    if (text) snprintf(text, len, "Generated source code for `%s`:\n```\n%s\n```\n", k->name, src);
+    /* MLX's cuda_kernel names the __global__ function (custom_kernel_<name>...) */
+    if (text) snprintf(text, len, "Generated source code for `%s`:\n```\n%s\n```\n", k->cuda ? kname : k->name, src);
     free(src);
     free(kname);
     int rc = text ? write_stdout(text) : (PyErr_NoMemory(), -1);
@@ -479,10 +506,10 @@ static int print_generated(const mkk_kernel *k, const mkk_call *c, mk_array *con
 static int parse_template(PyObject *obj, mkk_call *c) {
     if (!obj || obj == Py_None) return 0;
     if (!PyList_Check(obj) && !PyTuple_Check(obj)) {
-        PyErr_SetString(PyExc_TypeError, "[metal_kernel] `template` must be a list of (name, value) pairs.");
+        PyErr_Format(PyExc_TypeError, "%s `template` must be a list of (name, value) pairs.", TAG);
         return -1;
     }
-    PyObject *seq = PySequence_Fast(obj, "[metal_kernel] `template` must be a list of (name, value) pairs.");
+    PyObject *seq = seq_fast(obj, "`template` must be a list of (name, value) pairs.");
     if (!seq) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     c->templ = calloc(n ? n : 1, sizeof *c->templ);
@@ -494,7 +521,7 @@ static int parse_template(PyObject *obj, mkk_call *c) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
-            PyErr_SetString(PyExc_TypeError, "[metal_kernel] `template` must be a list of (name, value) pairs.");
+            PyErr_Format(PyExc_TypeError, "%s `template` must be a list of (name, value) pairs.", TAG);
             Py_DECREF(seq);
             return -1;
         }
@@ -535,15 +562,15 @@ static int parse_template(PyObject *obj, mkk_call *c) {
             }
             /* MLX's template ints are C ints */
             if (overflow || iv < INT32_MIN || iv > INT32_MAX) {
-                PyErr_SetString(PyExc_ValueError,
-                                "[metal_kernel] Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.");
+                PyErr_Format(PyExc_ValueError,
+                         "%s Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.", TAG);
                 Py_DECREF(seq);
                 return -1;
             }
             t->value = iv;
         } else {
-            PyErr_SetString(PyExc_ValueError,
-                            "[metal_kernel] Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.");
+            PyErr_Format(PyExc_ValueError,
+                         "%s Invalid template argument. Must be `mlx.core.Dtype`, `int` or `bool`.", TAG);
             Py_DECREF(seq);
             return -1;
         }
@@ -558,7 +585,9 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
  * stream= (mkpy_parse makes it current) lasts for the call */
 static PyObject *kernel_vectorcall(PyObject *self_o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     mk_stream saved = mk_stream_call_begin();
+    const char *tag = tag_begin(((PyMkKernel *)self_o)->k->cuda);
     PyObject *r = kernel_call(self_o, args, nargsf, kwnames);
+    tag_end(tag);
     mk_stream_call_end(saved);
     return r;
 }
@@ -571,10 +600,10 @@ static int parse_call(mkk_kernel *k, PyObject *const *a, mk_array *const *inputs
                       int64_t (*shapes)[MK_MAX_NDIM]) {
     PyObject *shp_seq = NULL, *dt_seq = NULL;
     int verbose = 0, rc = -1;
-    if (!(shp_seq = PySequence_Fast(a[1], "[metal_kernel] `output_shapes` must be a list.")) ||
+    if (!(shp_seq = seq_fast(a[1], "`output_shapes` must be a list.")) ||
         expect_size(shp_seq, "output_shapes", k->noutputs) < 0)
         goto error;
-    if (!(dt_seq = PySequence_Fast(a[2], "[metal_kernel] `output_dtypes` must be a list.")) ||
+    if (!(dt_seq = seq_fast(a[2], "`output_dtypes` must be a list.")) ||
         expect_size(dt_seq, "output_dtypes", k->noutputs) < 0)
         goto error;
     c->output_dtypes = calloc(k->noutputs, sizeof *c->output_dtypes);
@@ -626,10 +655,11 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     mkk_kernel *k = self->k;
     PyObject *a[9];
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (mkpy_parse("metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
+    if (mkpy_parse(k->cuda ? "cuda_kernel" : "metal_kernel", args, nargs, kwnames, names, 5, a) < 0) return NULL;
 
-    /* as MLX: an explicit stream must be a GPU one (no stream: the GPU's) */
-    if (a[8] && a[8] != Py_None && mk_stream_device(mk_current_stream()) != MK_GPU) {
+    /* as MLX: an explicit stream must be a GPU one (no stream: the GPU's); cuda_kernel checks the
+     * stream, the default one too, after the arguments */
+    if (!k->cuda && a[8] && a[8] != Py_None && mk_stream_device(mk_current_stream()) != MK_GPU) {
         PyErr_SetString(PyExc_ValueError, "[metal_kernel] Only supports the GPU.");
         return NULL;
     }
@@ -642,7 +672,7 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
     int n_in = 0;
     if (!c) return PyErr_NoMemory();
 
-    if (!(in_seq = PySequence_Fast(a[0], "[metal_kernel] `inputs` must be a list.")) ||
+    if (!(in_seq = seq_fast(a[0], "`inputs` must be a list.")) ||
         expect_size(in_seq, "inputs", k->ninputs) < 0)
         goto error;
     {
@@ -661,6 +691,10 @@ static PyObject *kernel_call(PyObject *self_o, PyObject *const *args, size_t nar
         if (!(inputs[n_in] = mkpy_to_array(PySequence_Fast_GET_ITEM(in_seq, n_in), -1))) goto error;
     }
     if (parse_call(k, a, inputs, c, ndims, shapes) < 0) goto error;
+    if (k->cuda && mk_stream_device(mk_current_stream()) != MK_GPU) {
+        PyErr_SetString(PyExc_ValueError, "[custom_kernel] Only supports the GPU.");
+        goto error;
+    }
     mkk_call *owned = c;
     c = NULL;
     if (mkk_make_outputs(k, owned, inputs, ndims, (const int64_t(*)[MK_MAX_NDIM])shapes, outs) < 0) {
@@ -701,7 +735,7 @@ static PyObject *kernel_mlx_cuda(PyObject *self_o, PyObject *const *args, Py_ssi
     mkk_call *c = calloc(1, sizeof *c);
     if (!c) return PyErr_NoMemory();
     if (mkpy_parse_bool(a[7], 1, &with_header) < 0) goto error;
-    if (!(in_seq = PySequence_Fast(a[0], "[metal_kernel] `inputs` must be a list.")) ||
+    if (!(in_seq = seq_fast(a[0], "`inputs` must be a list.")) ||
         expect_size(in_seq, "inputs", k->ninputs) < 0)
         goto error;
     desc = calloc(k->ninputs ? k->ninputs : 1, sizeof *desc);
@@ -787,7 +821,9 @@ static void kernel_dealloc(PyMkKernel *self) {
     PyObject_Free(self);
 }
 
-static PyObject *kernel_repr(PyMkKernel *self) { return PyUnicode_FromFormat("<metal_kernel %s>", self->k->name); }
+static PyObject *kernel_repr(PyMkKernel *self) {
+    return PyUnicode_FromFormat(self->k->cuda ? "<cuda_kernel %s>" : "<metal_kernel %s>", self->k->name);
+}
 
 static PyTypeObject PyMkKernel_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mkpy.fast.MetalKernel",
@@ -803,6 +839,237 @@ static PyTypeObject PyMkKernel_Type = {
               "init_value=, verbose=, stream=): help(kernel.__call__) describes them.",
 };
 
+/* ------------------------------------------------------------ cuda_kernel */
+
+PyDoc_STRVAR(cuda_kernel_doc,
+             "cuda_kernel(name, input_names, output_names, source, header='', ensure_row_contiguous=True, "
+             "shared_memory=0)\n--\n\n"
+             "A JIT-compiled custom CUDA kernel defined from a source string, as ``mlx.core.fast.cuda_kernel``.\n\n"
+             "This is the CUDA equivalent of ``metal_kernel``. ``source`` is the *body* of a CUDA\n"
+             "``__global__`` function whose signature is generated as MLX's CUDA back-end writes it\n"
+             "(``verbose=True`` at the call prints the program): in namespace ``mlx::core::cu``, after\n"
+             "``mlx/backend/cuda/device/utils.cuh`` (``Shape``, ``Strides``, ``elem_to_loc``, ``WARP_SIZE``,\n"
+             "...), ``<cooperative_groups.h>`` and ``header``. NVRTC compiles it for the GPU when an output\n"
+             "is evaluated (cached in memory and on disk). It needs mkpy's CUDA back-end (an NVIDIA GPU):\n"
+             "without one it raises RuntimeError, as MLX built without CUDA. See docs/kernels.md.\n\n"
+             "Args:\n"
+             "    name (str): Name for the kernel (the function is ``custom_kernel_<name>``).\n"
+             "    input_names (List[str]): The parameter names of the inputs in the function signature\n"
+             "        (``const T* name``). An input whose name appears in the source with ``_shape``,\n"
+             "        ``_strides`` or ``_ndim`` also gets those parameters (``Shape``, ``Strides``, ``int``).\n"
+             "    output_names (List[str]): The parameter names of the outputs in the function signature.\n"
+             "    source (str): The body of the kernel function, in CUDA C++.\n"
+             "    header (str): Code put before the function: includes, helper functions. Default: ``''``.\n"
+             "    ensure_row_contiguous (bool): Copy inputs to row-contiguous layout before the kernel runs.\n"
+             "        Default: ``True``.\n"
+             "    shared_memory (int): The dynamic shared memory to request for the kernel, in bytes\n"
+             "        (``extern __shared__``). Default: ``0``.\n\n"
+             "Returns:\n"
+             "    CudaKernel: a callable; ``help(kernel.__call__)`` describes its arguments.\n\n"
+             "Example:\n\n"
+             "    >>> source = '''\n"
+             "    ...     auto elem = cooperative_groups::this_grid().thread_rank();\n"
+             "    ...     out[elem] = exp(inp[elem]);\n"
+             "    ... '''\n"
+             "    >>> kernel = mx.fast.cuda_kernel(name=\"myexp\", input_names=[\"inp\"],\n"
+             "    ...                              output_names=[\"out\"], source=source)\n"
+             "    >>> a = mx.array([0.0, 1.0])\n"
+             "    >>> (out,) = kernel(inputs=[a], grid=(a.size, 1, 1), threadgroup=(256, 1, 1),\n"
+             "    ...                 output_shapes=[a.shape], output_dtypes=[a.dtype])\n");
+
+PyDoc_STRVAR(cuda_kernel_call_doc,
+             "__call__($self, /, *, inputs, output_shapes, output_dtypes, grid, threadgroup, template=None, "
+             "init_value=None, verbose=False, stream=None)\n--\n\n"
+             "Run the kernel: returns one lazy array per output name. The program is compiled (NVRTC) and\n"
+             "launched when an output is evaluated; compile errors are raised then, as MLX's RuntimeError\n"
+             "\"Failed to compile kernel: <NVRTC's log>.\"\n\n"
+             "Args:\n"
+             "    inputs (List[array | scalar]): One value per input name, passed as ``const T*`` (Python\n"
+             "        scalars become 0-d arrays: float32, int32 or bool).\n"
+             "    output_shapes (List[Sequence[int]]): The shape of each output.\n"
+             "    output_dtypes (List[Dtype]): The dtype of each output.\n"
+             "    grid (tuple[int, int, int]): The grid, in *threads* (as ``metal_kernel``): the launch has\n"
+             "        ceil(grid / threadgroup) blocks per dimension.\n"
+             "    threadgroup (tuple[int, int, int]): Threads per block (min(threadgroup, grid) per\n"
+             "        dimension).\n"
+             "    template (List[tuple[str, bool | int | Dtype]], optional): Compile-time constants, written\n"
+             "        at the top of the body as ``constexpr int N = 4;``, ``constexpr bool B = true;``,\n"
+             "        ``using T = float;``.\n"
+             "    init_value (float, optional): Fill every output with this value before the kernel runs.\n"
+             "        Without it, outputs start uninitialised. Default: ``None``.\n"
+             "    verbose (bool): Print the generated program at the call. Default: ``False``.\n"
+             "    stream (Stream | Device, optional): A GPU stream or device (a CPU one raises ValueError,\n"
+             "        as MLX's). Default: the default stream.\n\n"
+             "Returns:\n"
+             "    List[array]: The outputs, in ``output_names`` order.");
+
+static PyObject *cuda_kernel_compile(PyObject *self_o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
+static PyMethodDef cuda_kernel_methods[] = {
+    {"__call__", FN(kernel_call_method), METH_FASTCALL | METH_KEYWORDS, cuda_kernel_call_doc},
+    {NULL},
+};
+
+static PyMethodDef cuda_kernel_private_methods[] = {
+    {"_compile", FN(cuda_kernel_compile), METH_FASTCALL | METH_KEYWORDS, NULL},
+    {NULL},
+};
+
+static PyTypeObject PyMkCudaKernel_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mkpy.fast.CudaKernel",
+    .tp_basicsize = sizeof(PyMkKernel),
+    .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_repr = (reprfunc)kernel_repr,
+    .tp_vectorcall_offset = offsetof(PyMkKernel, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_methods = cuda_kernel_private_methods,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A CUDA kernel made by mx.fast.cuda_kernel (see its help). Call it with inputs=,\n"
+              "output_shapes=, output_dtypes=, grid=, threadgroup= (and optionally template=,\n"
+              "init_value=, verbose=, stream=): help(kernel.__call__) describes them.",
+};
+
+static int cuda_kernel_type_ready(void) {
+    if (PyType_Ready(&PyMkCudaKernel_Type) < 0) return -1;
+    PyObject *call = PyDescr_NewMethod(&PyMkCudaKernel_Type, &cuda_kernel_methods[0]);
+    int rc = call ? PyDict_SetItemString(PyMkCudaKernel_Type.tp_dict, "__call__", call) : -1;
+    Py_XDECREF(call);
+    PyType_Modified(&PyMkCudaKernel_Type);
+    return rc;
+}
+
+/* The factory; `checked`: raise as MLX built without CUDA where GPU streams
+ * have no CUDA back-end (mkpy.fast._cuda_kernel, for tests, skips that). */
+static PyObject *make_cuda_kernel(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, bool checked) {
+    static const char *const names[] = {"name",   "input_names",           "output_names",  "source",
+                                        "header", "ensure_row_contiguous", "shared_memory", NULL};
+    PyObject *a[7], *in_keep = NULL, *out_keep = NULL, *result = NULL;
+    const char **in_names = NULL, **out_names = NULL;
+    int nin = 0, nout = 0, erc = 1;
+    int64_t smem = 0;
+    if (mkpy_parse("cuda_kernel", args, nargs, kwnames, names, 4, a) < 0) return NULL;
+    const char *name = opt_str(a[0], NULL, "name");
+    const char *source = name ? opt_str(a[3], NULL, "source") : NULL;
+    const char *header = source ? opt_str(a[4], "", "header") : NULL;
+    if (!header) return NULL;
+    if (str_list(a[1], "input_names", &in_keep, &in_names, &nin) < 0) goto error;
+    if (str_list(a[2], "output_names", &out_keep, &out_names, &nout) < 0) goto error;
+    if (mkpy_parse_bool(a[5], 1, &erc) < 0) goto error;
+    if (a[6] && a[6] != Py_None && mkpy_parse_int(a[6], &smem) < 0) goto error;
+    if (smem < 0 || smem > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "[cuda_kernel] `shared_memory` must be between 0 and %d bytes, not %lld.",
+                     INT32_MAX, (long long)smem);
+        goto error;
+    }
+    if (checked && !mkb_for_device(MK_GPU)->cuda_kernel_eval) {
+        PyErr_SetString(PyExc_RuntimeError, "[cuda_kernel] No CUDA back-end.");
+        goto error;
+    }
+    mkk_kernel *k = mkk_cuda_kernel_new(name, nin, in_names, nout, out_names, source, header, erc != 0, (int)smem);
+    if (!k) {
+        mkpy_raise();
+        goto error;
+    }
+    PyMkKernel *self = PyObject_New(PyMkKernel, &PyMkCudaKernel_Type);
+    if (!self) {
+        mkk_kernel_decref(k);
+        goto error;
+    }
+    self->k = k;
+    self->vectorcall = kernel_vectorcall;
+    result = (PyObject *)self;
+error:
+    PyMem_Free(in_names);
+    PyMem_Free(out_names);
+    Py_XDECREF(in_keep);
+    Py_XDECREF(out_keep);
+    return result;
+}
+
+static PyObject *py_cuda_kernel(PyObject *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    (void)m;
+    const char *tag = tag_begin(true);
+    PyObject *r = make_cuda_kernel(args, nargs, kwnames, true);
+    tag_end(tag);
+    return r;
+}
+
+static PyObject *py_cuda_kernel_unchecked(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                          PyObject *kwnames) {
+    (void)m;
+    const char *tag = tag_begin(true);
+    PyObject *r = make_cuda_kernel(args, nargs, kwnames, false);
+    tag_end(tag);
+    return r;
+}
+
+/* kernel._compile(sm, *, inputs, output_shapes, output_dtypes, grid,
+ * threadgroup, template=None), for tests on machines without a GPU: the
+ * call's program, compiled with NVRTC for sm_<sm> as an eval compiles it
+ * (same caches). Returns (program, kernel name, lowered name, CUBIN bytes). */
+static PyObject *cuda_kernel_compile_impl(PyObject *self_o, PyObject *const *args, Py_ssize_t nargs,
+                                          PyObject *kwnames) {
+    static const char *const names[] = {"sm",          "*inputs",   "*output_shapes", "*output_dtypes", "*grid",
+                                        "*threadgroup", "*template", NULL};
+    mkk_kernel *k = ((PyMkKernel *)self_o)->k;
+    PyObject *a[7], *in_seq = NULL, *result = NULL;
+    if (mkpy_parse("_compile", args, nargs, kwnames, names, 6, a) < 0) return NULL;
+    PyObject *const pa[8] = {a[1], a[2], a[3], a[4], a[5], a[6], NULL, NULL};
+    int64_t sm;
+    mk_array **inputs = NULL;
+    int *ndims = NULL, n_in = 0;
+    int64_t(*shapes)[MK_MAX_NDIM] = NULL;
+    char *program = NULL, *kname = NULL, *lowered = NULL;
+    mkb_cuda_image img = {0};
+    mkk_call *c = calloc(1, sizeof *c);
+    if (!c) return PyErr_NoMemory();
+    if (mkpy_parse_int(a[0], &sm) < 0) goto error;
+    if (!(in_seq = seq_fast(a[1], "`inputs` must be a list.")) || expect_size(in_seq, "inputs", k->ninputs) < 0)
+        goto error;
+    inputs = calloc(k->ninputs ? k->ninputs : 1, sizeof *inputs);
+    ndims = calloc(k->noutputs, sizeof *ndims);
+    shapes = calloc(k->noutputs, sizeof *shapes);
+    if (!inputs || !ndims || !shapes) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (; n_in < k->ninputs; n_in++)
+        if (!(inputs[n_in] = mkpy_to_array(PySequence_Fast_GET_ITEM(in_seq, n_in), -1))) goto error;
+    if (parse_call(k, pa, inputs, c, ndims, shapes) < 0) goto error;
+    int rc;
+    if (mkk_generate(k, c, inputs, &program, &kname) < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = mkb_cuda_build_user(program, kname, (int)sm, &img, &lowered);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        mkpy_raise();
+        goto error;
+    }
+    result = Py_BuildValue("(sssn)", program, kname, lowered, (Py_ssize_t)img.size);
+error:
+    mkb_cuda_image_free(&img);
+    free(program);
+    free(kname);
+    free(lowered);
+    mkk_call_free(c);
+    for (int i = 0; i < n_in; i++) mk_decref(inputs[i]);
+    free(inputs);
+    free(ndims);
+    free(shapes);
+    Py_XDECREF(in_seq);
+    return result;
+}
+
+static PyObject *cuda_kernel_compile(PyObject *self_o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    const char *tag = tag_begin(true);
+    PyObject *r = cuda_kernel_compile_impl(self_o, args, nargs, kwnames);
+    tag_end(tag);
+    return r;
+}
+
 /* Messages of the kernel layer (verbose=True at eval time, what kernels
  * print) go to Python's sys.stdout, so that they show in notebook cells; its
  * warnings (an untrusted cache folder) become RuntimeWarnings. Both come
@@ -815,7 +1082,7 @@ int mkpy_fast_init(void) {
     mkk_set_reporter(report_stdout);
     mkk_set_warner(report_warning);
     mkk_watchdog_start(); /* at import, so that the process's threads are all there from the start */
-    if (PyType_Ready(&PyMkKernel_Type) < 0) return -1;
+    if (PyType_Ready(&PyMkKernel_Type) < 0 || cuda_kernel_type_ready() < 0) return -1;
     /* __call__ with its documentation (PyType_Ready put the slot wrapper, "Call self as a function.",
      * there first) */
     PyObject *call = PyDescr_NewMethod(&PyMkKernel_Type, &kernel_methods[0]);
@@ -931,6 +1198,8 @@ static PyObject *py_launch_geometry(PyObject *m, PyObject *const *args, Py_ssize
 
 PyMethodDef mkpy_fast_functions[] = {
     {"metal_kernel", FN(py_metal_kernel), FASTKW, metal_kernel_doc},
+    {"cuda_kernel", FN(py_cuda_kernel), FASTKW, cuda_kernel_doc},
+    {"_cuda_kernel", FN(py_cuda_kernel_unchecked), FASTKW, NULL},
     {NULL},
 };
 

@@ -59,19 +59,43 @@ CUresult cuModuleLoadData(void **m, const void *image) {
     return OK;
 }
 CUresult cuModuleUnload(void *m) { (void)m; return OK; }
+/* a function: fakecc.py's wrapper, NAME__fake3 (every block and thread of the launch) or NAME__fake
+ * (the first blocks, one thread each) */
+typedef struct {
+    void *fn;
+    int full;
+} fakefn;
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
     char n[512];
-    snprintf(n, sizeof n, "%s__fake", name);
-    *f = dlsym(m, n);
-    return *f ? OK : 500;
+    fakefn *r = calloc(1, sizeof *r);
+    snprintf(n, sizeof n, "%s__fake3", name);
+    if ((r->fn = dlsym(m, n))) r->full = 1;
+    else {
+        snprintf(n, sizeof n, "%s__fake", name);
+        r->fn = dlsym(m, n);
+    }
+    if (!r->fn) {
+        free(r);
+        return 500;
+    }
+    *f = r;
+    return OK;
 }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { (void)f; *v = a == 0 ? 1024 : 32; return OK; }
+CUresult cuFuncSetAttribute(void *f, int a, int v) { (void)f, (void)a, (void)v; return OK; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shm, void *stream, void **params, void **extra) {
-    (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)stream, (void)extra;
+    (void)shm, (void)stream, (void)extra;
     static int launches;
+    const fakefn *fn = f;
     if (getenv("FAKECUDA_TRACE")) fprintf(stderr, "fakecuda: launch %d grid %u block %u\n", ++launches, gx, bx);
-    ((void (*)(void **, unsigned))f)(params, gx < 3 ? gx : 3);
+    if (fn->full) {
+        if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024) return 1; /* CUDA_ERROR_INVALID_VALUE */
+        ((void (*)(void **, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned))fn->fn)(params, gx, gy, gz,
+                                                                                             bx, by, bz);
+    } else {
+        ((void (*)(void **, unsigned))fn->fn)(params, gx < 3 ? gx : 3);
+    }
     return OK;
 }
 CUresult cuStreamQuery(void *s) { (void)s; return OK; }

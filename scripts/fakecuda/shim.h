@@ -6,6 +6,7 @@ using std::isinf; using std::isnan; using std::isfinite;
 struct mkfake_dim3 { unsigned x, y, z; };
 static thread_local mkfake_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
+#define __grid_constant__
 #define __device__
 #define __host__
 #define __forceinline__ inline

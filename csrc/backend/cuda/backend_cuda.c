@@ -39,6 +39,7 @@ const mkb_backend mkb_cuda_backend = {
     .mem = &mkb_cuda_mem,
     .op_eval = mkb_cuda_op_eval,
     .kernel_eval = mkb_cuda_kernel_eval,
+    .cuda_kernel_eval = mkb_cuda_user_kernel_eval,
     .synchronize = cuda_synchronize,
     .lost = mkb_cuda_lost,
 };

@@ -86,6 +86,20 @@ int mkb_cuda_compile_check(const mkk_kernel *k, const mkk_call *c, mk_array *con
  * ValueError and returns (char *)-1 for a malformed list. */
 char *mkb_cuda_set_compile_check(const char *archs);
 
+/* mx.fast.cuda_kernel's program (kernel/cuda_kernel.c: MLX's text) for
+ * sm_<sm>, compiled as MLX's jit_module.cpp compiles it (NVRTC with
+ * --device-as-default-execution-space, sm_XY, sm_XYa from sm_90 on; the
+ * include path: mkpy's mlx/backend/cuda/device/utils.cuh, CCCL and the CUDA
+ * headers, found as nvrtc.c's cuda_include says), through the caches of
+ * mkb_cuda_build. *lowered gets the mangled name of
+ * mlx::core::cu::<kernel_name> (malloc'd). Returns 0, or -1 with MLX's
+ * error: "Failed to compile kernel: <NVRTC's log>." for a compile error. */
+int mkb_cuda_build_user(const char *program, const char *kernel_name, int sm, mkb_cuda_image *out,
+                        char **lowered);
+/* The back-end's cuda_kernel_eval (user.c). */
+int mkb_cuda_user_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out,
+                              const char *program, const char *kernel_name);
+
 /* The back-end's kernel_eval (launch.c): one metal_kernel call on the GPU. */
 int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out, const char *generated,
                          const char *kernel_name, const mkk_launch *plan, uint64_t groups);

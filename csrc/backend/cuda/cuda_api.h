@@ -27,7 +27,12 @@ enum {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 };
-enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1, CU_FUNC_ATTRIBUTE_NUM_REGS = 4 };
+enum {
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
 
 /* name in libcuda, (parameters); each returns CUresult. X-macro: driver.h makes a pointer of each */
 #define MKB_CUDA_FUNCS(X)                                                                                   \
@@ -56,6 +61,7 @@ enum { CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0, CU_FUNC_ATTRIBUTE_SHARED_SIZ
     X(cuModuleUnload, (CUmodule))                                                               \
     X(cuModuleGetFunction, (CUfunction *, CUmodule, const char *))                              \
     X(cuFuncGetAttribute, (int *, int, CUfunction))                                             \
+    X(cuFuncSetAttribute, (CUfunction, int, int))                                               \
     X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
                                    unsigned, CUstream, void **, void **))                                   \
     X(cuStreamQuery, (CUstream))                                                                \

@@ -62,6 +62,14 @@ int mkb_cuda_wait_kernel(const char *name, const char *site);
 
 int mkb_cuda_describe(char *out, size_t n);
 
+/* A kernel input's device address (its offset applied), and its strides in
+ * elements: with `dense`, an input that is not row-contiguous is first
+ * copied into *copy (a host buffer the caller releases; row strides).
+ * 0 or -1 (launch.c). */
+int mkb_cuda_input_ptr(const mk_array *x, bool dense, mk_buffer **copy, int64_t *strides, CUdeviceptr *p);
+/* init_value: n elements of dtype t at p set to v (launch.c). 0 or -1. */
+int mkb_cuda_fill(CUdeviceptr p, mk_dtype t, double v, int64_t n);
+
 /* The device addresses of the claim word and the report for a module's
  * mkpy_cuda_g (mkpy_cuda_launch.h), made once per context. */
 struct mkpy_cuda_globals;

@@ -139,8 +139,7 @@ static int find_function(const mkk_kernel *k, const mkk_call *c, mk_array *const
     return 0;
 }
 
-/* init_value: every element of a device buffer set to v (as the dtype) */
-static int fill(CUdeviceptr p, mk_dtype t, double v, int64_t n) {
+int mkb_cuda_fill(CUdeviceptr p, mk_dtype t, double v, int64_t n) {
     unsigned char one[16];
     size_t isz = mk_dtype_size(t);
     mk_put_f64(t, one, v);
@@ -165,6 +164,26 @@ static int fill(CUdeviceptr p, mk_dtype t, double v, int64_t n) {
     int rc = mkb_cuda_check(mkb_cu.cuMemcpyHtoD_v2(p, h, (size_t)n * isz), "init_value");
     free(h);
     return rc;
+}
+
+int mkb_cuda_input_ptr(const mk_array *x, bool dense, mk_buffer **copy, int64_t *strides, CUdeviceptr *p) {
+    mk_buffer *xb = x->buf;
+    int64_t offset = x->offset;
+    if (dense && !(x->flags & MK_ROW_CONTIG)) {
+        /* a dense copy, made on the host (the input is copied down if it lives on the GPU) */
+        if (!(*copy = mk_buffer_alloc((size_t)x->size * mk_dtype_size(x->dtype)))) return -1;
+        mk_row_strides(x->ndim, x->shape, strides);
+        mk_copy_into(x, (*copy)->data, strides);
+        if (mk_take_device_error()) return -1;
+        xb = *copy;
+        offset = 0;
+    } else {
+        for (int d = 0; d < x->ndim; d++) strides[d] = x->strides[d];
+    }
+    CUdeviceptr base;
+    if (mkb_cuda_buffer_ptr(xb, &base) < 0) return -1;
+    *p = base + (CUdeviceptr)(offset * (int64_t)mk_dtype_size(x->dtype));
+    return 0;
 }
 
 int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_array *const *out,
@@ -233,23 +252,8 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     int a = 0;
     for (int i = 0; i < k->ninputs; i++) {
         const mk_array *x = in[i];
-        mk_buffer *xb = x->buf;
-        int64_t offset = x->offset;
         int64_t st[MK_MAX_NDIM];
-        if (k->ensure_row_contiguous && !(x->flags & MK_ROW_CONTIG)) {
-            /* a dense copy, made on the host (the input is copied down if it lives on the GPU) */
-            if (!(copies[i] = mk_buffer_alloc((size_t)x->size * mk_dtype_size(x->dtype)))) goto done;
-            mk_row_strides(x->ndim, x->shape, st);
-            mk_copy_into(x, copies[i]->data, st);
-            if (mk_take_device_error()) goto done;
-            xb = copies[i];
-            offset = 0;
-        } else {
-            for (int d = 0; d < x->ndim; d++) st[d] = x->strides[d];
-        }
-        CUdeviceptr base;
-        if (mkb_cuda_buffer_ptr(xb, &base) < 0) goto done;
-        ptrs[a++] = base + (CUdeviceptr)(offset * (int64_t)mk_dtype_size(x->dtype));
+        if (mkb_cuda_input_ptr(x, k->ensure_row_contiguous, &copies[i], st, &ptrs[a++]) < 0) goto done;
         if (x->ndim > 0) {
             if (k->shape_info[i][0]) {
                 int32_t *sh = (int32_t *)(meta + mo);
@@ -281,7 +285,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
         mk_set_row_contiguous(out[i]);
         CUdeviceptr p;
         if (mkb_cuda_buffer_ptr(b, &p) < 0) goto done;
-        if (c->has_init && out[i]->size && fill(p, out[i]->dtype, c->init_value, out[i]->size) < 0) goto done;
+        if (c->has_init && out[i]->size && mkb_cuda_fill(p, out[i]->dtype, c->init_value, out[i]->size) < 0) goto done;
         if (!c->has_init && nbytes && mkk_parity_fill() &&
             mkb_cuda_check(mkb_cu.cuMemsetD8_v2(p, MKK_PARITY_BYTE, nbytes), "MKPY_GPU_PARITY's fill") < 0)
             goto done;

@@ -38,6 +38,9 @@ static struct {
     nvrtcResult (*cubin)(nvrtcProgram, char *);
     nvrtcResult (*destroy)(nvrtcProgram *);
     const char *(*error_string)(nvrtcResult);
+    /* for cuda_kernel's C++ names (optional: checked where used) */
+    nvrtcResult (*add_name)(nvrtcProgram, const char *);
+    nvrtcResult (*lowered_name)(nvrtcProgram, const char *, const char **);
 } nv = {.once = PTHREAD_ONCE_INIT};
 
 static bool try_load(const char *path) {
@@ -58,6 +61,8 @@ static bool try_load(const char *path) {
     SYM(cubin, "nvrtcGetCUBIN");
     SYM(destroy, "nvrtcDestroyProgram");
     SYM(error_string, "nvrtcGetErrorString");
+    SYM(add_name, "nvrtcAddNameExpression");
+    SYM(lowered_name, "nvrtcGetLoweredName");
 #undef SYM
     if (!nv.version || !nv.create || !nv.compile || !nv.log_size || !nv.log || !nv.cubin_size || !nv.cubin ||
         !nv.destroy || !nv.error_string || nv.version(&nv.major, &nv.minor) != 0) {
@@ -357,44 +362,26 @@ static void headers_identity(char *out, size_t n) {
     snprintf(out, n, "%s", hex);
 }
 
-int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
-                   const char *kernel_name, int sm, mkb_cuda_image *out) {
-    memset(out, 0, sizeof *out);
-    out->sm = sm;
-    char why[2300];
-    if (!mkb_nvrtc_available(why, sizeof why)) {
-        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` cannot be compiled for CUDA: %s. Install NVRTC "
-                     "(pip install nvidia-cuda-nvrtc, or `make deps`) or set MKPY_NVRTC to its libnvrtc.so.",
-                     k->name, why);
-        return -1;
-    }
-    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name);
-    if (!program) return -1;
-    int nm = 0;
-    const char *const *m = math_options(k->math_mode, &nm);
-    char ident[400], hid[40];
-    headers_identity(hid, sizeof hid);
-    snprintf(ident, sizeof ident, CUDA_KEY_MAGIC " sm_%d nvrtc %d.%d headers %s math", sm, nv.major, nv.minor, hid);
-    for (int i = 0; i < nm; i++) {
-        size_t l = strlen(ident);
-        snprintf(ident + l, sizeof ident - l, " %s", m[i]);
-    }
-    size_t klen = strlen(ident) + strlen(program) + 2;
-    char *key = malloc(klen);
+/* A compiler for cached_build: fills a malloc'd image (the CUBIN, or what
+ * the caller keeps with it) and returns 0, or -1 with the error set. */
+typedef int (*compile_fn)(void *ctx, unsigned char **image, size_t *size);
+
+/* The image of `program` for sm_<sm> under `key` (the program and all that
+ * changes its compile): from the in-memory cache, else the disk cache
+ * (written by another process or an earlier run; a lock file makes
+ * concurrent compiles of one program wait for the first), else compiled
+ * with no lock held and published to both. `generated` (may be NULL) is
+ * kept beside the program on disk as <hash>.metal. `name` names the kernel
+ * in debug logs. Returns 0 with *out filled, or -1 with the error set. */
+static int cached_build(const char *name, const char *key, const char *program, const char *generated, int sm,
+                        compile_fn compile, void *ctx, mkb_cuda_image *out) {
     int ret = -1, lock_fd = -1;
     char dir[4400] = "", hex[33], obj[4500], keyp[4500], lockp[4500];
-    if (!key) {
-        free(program);
-        mk_nomem();
-        return -1;
-    }
-    snprintf(key, klen, "%s\n%s", ident, program);
     if (mem_find(key, out)) {
         out->how = MKK_FOUND_IN_MEMORY;
-        ret = 0;
-        goto done;
+        return 0;
     }
-    mkb_hash_hex(program, ident, hex);
+    mkb_hash_hex(program, key, hex);
     bool disk = mkb_cache_dir(dir, sizeof dir) == 0;
     if (!disk) mk_error_clear();
     if (disk) {
@@ -426,18 +413,18 @@ int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inpu
             pthread_mutex_unlock(&mem.mu);
             mem_put(key, out->cubin, out->size);
             out->how = MKK_FOUND_ON_DISK;
-            mkk_debug(1, "kernel `%s` (%s): CUDA sm_%d disk cache hit, %s", k->name, kernel_name, sm, obj);
+            mkk_debug(1, "kernel `%s`: CUDA sm_%d disk cache hit, %s", name, sm, obj);
             ret = 0;
             goto done;
         }
     }
     const uint64_t t0 = mkk_now_ns();
-    if (nvrtc_compile(k, c, kernel_name, program, sm, &out->cubin, &out->size) < 0) goto done;
+    if (compile(ctx, &out->cubin, &out->size) < 0) goto done;
     pthread_mutex_lock(&mem.mu);
     mem.stats.compiles++;
     pthread_mutex_unlock(&mem.mu);
-    mkk_debug(1, "kernel `%s` (%s): compiled for CUDA sm_%d by NVRTC %d.%d in %.3f s", k->name, kernel_name, sm,
-              nv.major, nv.minor, (double)(mkk_now_ns() - t0) / 1e9);
+    mkk_debug(1, "kernel `%s`: compiled for CUDA sm_%d by NVRTC %d.%d in %.3f s", name, sm, nv.major, nv.minor,
+              (double)(mkk_now_ns() - t0) / 1e9);
     mem_put(key, out->cubin, out->size);
     out->how = MKK_COMPILED;
     ret = 0;
@@ -453,8 +440,9 @@ int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inpu
             snprintf(src, sizeof src, "%s/%s.cu", dir, hex);
             snprintf(metal, sizeof metal, "%s/%s.metal", dir, hex);
             mkb_write_file(src, program);
-            mkb_write_file(metal, generated);
-            mkb_stats_update(dir, mkb_file_size(obj) + mkb_file_size(keyp) + mkb_file_size(src) + mkb_file_size(metal),
+            if (generated) mkb_write_file(metal, generated);
+            mkb_stats_update(dir, mkb_file_size(obj) + mkb_file_size(keyp) + mkb_file_size(src) +
+                                      (generated ? mkb_file_size(metal) : 0),
                              0, 1, false, NULL);
         } else {
             unlink(tmp);
@@ -466,8 +454,203 @@ done:
         unlink(lockp);
         close(lock_fd);
     }
+    return ret;
+}
+
+typedef struct {
+    const mkk_kernel *k;
+    const mkk_call *c;
+    const char *kernel_name, *program;
+    int sm;
+} metal_compile;
+
+static int compile_metal(void *ctx, unsigned char **cubin, size_t *size) {
+    metal_compile *m = ctx;
+    return nvrtc_compile(m->k, m->c, m->kernel_name, m->program, m->sm, cubin, size);
+}
+
+int mkb_cuda_build(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
+                   const char *kernel_name, int sm, mkb_cuda_image *out) {
+    memset(out, 0, sizeof *out);
+    out->sm = sm;
+    char why[2300];
+    if (!mkb_nvrtc_available(why, sizeof why)) {
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` cannot be compiled for CUDA: %s. Install NVRTC "
+                     "(pip install nvidia-cuda-nvrtc, or `make deps`) or set MKPY_NVRTC to its libnvrtc.so.",
+                     k->name, why);
+        return -1;
+    }
+    char *program = mkb_cuda_program(k, c, inputs, generated, kernel_name);
+    if (!program) return -1;
+    int nm = 0;
+    const char *const *m = math_options(k->math_mode, &nm);
+    char ident[400], hid[40];
+    headers_identity(hid, sizeof hid);
+    snprintf(ident, sizeof ident, CUDA_KEY_MAGIC " sm_%d nvrtc %d.%d headers %s math", sm, nv.major, nv.minor, hid);
+    for (int i = 0; i < nm; i++) {
+        size_t l = strlen(ident);
+        snprintf(ident + l, sizeof ident - l, " %s", m[i]);
+    }
+    size_t klen = strlen(ident) + strlen(program) + 2;
+    char *key = malloc(klen);
+    if (!key) {
+        free(program);
+        mk_nomem();
+        return -1;
+    }
+    snprintf(key, klen, "%s\n%s", ident, program);
+    metal_compile ctx = {k, c, kernel_name, program, sm};
+    char name[700];
+    snprintf(name, sizeof name, "%s` (%s", k->name, kernel_name);
+    int ret = cached_build(name, key, program, generated, sm, compile_metal, &ctx, out);
     free(key);
     free(program);
+    return ret;
+}
+
+/* ----------------------------------------------- mx.fast.cuda_kernel's programs */
+
+typedef struct {
+    const char *program, *prog_name, *name_expr;
+    const char *const *opts;
+    int nopts;
+} user_compile;
+
+/* Compiles as MLX's jit_module.cpp: the image is the lowered name of the
+ * kernel's name expression, a NUL, and the CUBIN. A compile error is MLX's
+ * RuntimeError "Failed to compile kernel: <NVRTC's log>." */
+static int compile_user(void *ctx, unsigned char **image, size_t *size) {
+    user_compile *u = ctx;
+    nvrtcProgram prog = NULL;
+    nvrtcResult r = nv.create(&prog, u->program, u->prog_name, 0, NULL, NULL);
+    if (r != 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] nvrtcCreateProgram failed: %s", nv.error_string(r));
+        return -1;
+    }
+    int ret = -1;
+    const char *lowered = NULL;
+    unsigned char *cubin = NULL;
+    size_t n = 0;
+    if ((r = nv.add_name(prog, u->name_expr)) != 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] nvrtcAddNameExpression failed: %s", nv.error_string(r));
+    } else if ((r = nv.compile(prog, u->nopts, u->opts)) != 0) {
+        char *log = program_log(prog);
+        mk_error_set(MK_ERR_RUNTIME, "Failed to compile kernel: %s.", log ? log : nv.error_string(r));
+        free(log);
+    } else if ((r = nv.lowered_name(prog, u->name_expr, &lowered)) != 0 || !lowered) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] nvrtcGetLoweredName failed: %s", nv.error_string(r));
+    } else if (take_cubin(prog, &cubin, &n) < 0) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] NVRTC gave no CUBIN for `%s`", u->name_expr);
+    } else {
+        size_t ln = strlen(lowered) + 1;
+        if (!(*image = malloc(ln + n))) {
+            mk_nomem();
+        } else {
+            memcpy(*image, lowered, ln);
+            memcpy(*image + ln, cubin, n);
+            *size = ln + n;
+            ret = 0;
+        }
+        free(cubin);
+    }
+    nv.destroy(&prog);
+    return ret;
+}
+
+/* The CUDA headers' folder: MKPY_CUDA_INCLUDE, the headers `make deps`
+ * unpacks beside NVRTC (mkpy/_nvrtc), those of the pip packages beside the
+ * loaded libnvrtc (nvidia/cu13/lib -> nvidia/cu13/include), $CUDA_HOME,
+ * $CUDA_PATH, /usr/local/cuda: the first holding cuda_fp16.h. CCCL is its
+ * cccl/ folder where there is one (CUDA 13), else the same folder. */
+static bool cuda_include(char *inc, size_t n, char *cccl, size_t cn) {
+    char cands[6][4400];
+    int nc = 0;
+    const char *e = getenv("MKPY_CUDA_INCLUDE");
+    if (e && *e) snprintf(cands[nc++], sizeof cands[0], "%s", e);
+    snprintf(cands[nc++], sizeof cands[0], "%s/../_nvrtc/nvidia/cu13/include", mkk_runtime_dir());
+    const char *lib = mkb_nvrtc_path(), *slash = strrchr(lib, '/');
+    if (slash) snprintf(cands[nc++], sizeof cands[0], "%.*s/../include", (int)(slash - lib), lib);
+    static const char *const homes[] = {"CUDA_HOME", "CUDA_PATH"};
+    for (int i = 0; i < 2; i++)
+        if ((e = getenv(homes[i])) && *e) snprintf(cands[nc++], sizeof cands[0], "%s/include", e);
+    snprintf(cands[nc++], sizeof cands[0], "/usr/local/cuda/include");
+    for (int i = 0; i < nc; i++) {
+        char p[4500];
+        snprintf(p, sizeof p, "%.4300s/cuda_fp16.h", cands[i]);
+        if (access(p, R_OK) != 0) continue;
+        snprintf(inc, n, "%.4300s", cands[i]);
+        snprintf(p, sizeof p, "%.4300s/cccl/cuda/std/array", cands[i]);
+        snprintf(cccl, cn, access(p, R_OK) == 0 ? "%.4300s/cccl" : "%.4300s", cands[i]);
+        return true;
+    }
+    return false;
+}
+
+int mkb_cuda_build_user(const char *program, const char *kernel_name, int sm, mkb_cuda_image *out,
+                        char **lowered) {
+    memset(out, 0, sizeof *out);
+    out->sm = sm;
+    *lowered = NULL;
+    char why[2300], inc[4400], cccl[4500];
+    if (!mkb_nvrtc_available(why, sizeof why)) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] Kernel `%s` cannot be compiled: %s. Install NVRTC (pip install "
+                     "nvidia-cuda-nvrtc, or `make deps`) or set MKPY_NVRTC to its libnvrtc.so.", kernel_name, why);
+        return -1;
+    }
+    if (!nv.add_name || !nv.lowered_name) {
+        mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] %s lacks nvrtcAddNameExpression.", nv.path);
+        return -1;
+    }
+    if (!cuda_include(inc, sizeof inc, cccl, sizeof cccl)) {
+        mk_error_set(MK_ERR_RUNTIME, "Can not find locations of CUDA headers, please set environment variable "
+                     "CUDA_HOME or CUDA_PATH. (mkpy looked in MKPY_CUDA_INCLUDE, mkpy/_nvrtc, beside %s, "
+                     "$CUDA_HOME, $CUDA_PATH and /usr/local/cuda for include/cuda_fp16.h.)", nv.path);
+        return -1;
+    }
+    /* MLX's options: its headers (mkpy's utils.cuh), CCCL, the CUDA headers; sm_XYa from Hopper on */
+    char arch[48], i_rt[4500], i_cccl[4600], i_cuda[4500], utils[4500];
+    snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d%s", sm, sm >= 90 ? "a" : "");
+    snprintf(i_rt, sizeof i_rt, "--include-path=%s", mkk_runtime_dir());
+    snprintf(i_cccl, sizeof i_cccl, "--include-path=%s", cccl);
+    snprintf(i_cuda, sizeof i_cuda, "--include-path=%s", inc);
+    const char *opts[] = {"--device-as-default-execution-space", arch, i_rt, i_cccl, i_cuda};
+    snprintf(utils, sizeof utils, "%s/mlx/backend/cuda/device/utils.cuh", mkk_runtime_dir());
+    char *ut = mkb_read_file(utils), uhex[33];
+    mkb_hash_hex(ut ? ut : "(missing)", "", uhex);
+    free(ut);
+    size_t nlen = strlen(kernel_name);
+    char *name_expr = malloc(nlen + 32), *prog_name = malloc(nlen + 32);
+    mkk_sbuf key = {0};
+    mkk_sbf(&key, "mkpy cuda_kernel 1 nvrtc %d.%d utils %s", nv.major, nv.minor, uhex);
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) mkk_sbf(&key, " %s", opts[i]);
+    mkk_sbf(&key, "\n%s\n", kernel_name);
+    mkk_sb(&key, program);
+    int ret = -1;
+    if (!name_expr || !prog_name || key.failed) {
+        mk_nomem();
+        goto done;
+    }
+    snprintf(name_expr, nlen + 32, "mlx::core::cu::%s", kernel_name);
+    char hex[33];
+    mkb_hash_hex(program, "", hex);
+    snprintf(prog_name, nlen + 32, "%s_%.16s.cu", kernel_name, hex);
+    user_compile ctx = {program, prog_name, name_expr, opts, (int)(sizeof opts / sizeof *opts)};
+    if (cached_build(kernel_name, key.s, program, NULL, sm, compile_user, &ctx, out) < 0) goto done;
+    /* the image: lowered name, NUL, CUBIN */
+    size_t ln = strnlen((const char *)out->cubin, out->size);
+    if (ln == out->size || !(*lowered = strdup((const char *)out->cubin))) {
+        mkb_cuda_image_free(out);
+        if (ln == out->size) mk_error_set(MK_ERR_RUNTIME, "[cuda_kernel] A cached image of `%s` is malformed.", kernel_name);
+        else mk_nomem();
+        goto done;
+    }
+    memmove(out->cubin, out->cubin + ln + 1, out->size - ln - 1);
+    out->size -= ln + 1;
+    ret = 0;
+done:
+    free(name_expr);
+    free(prog_name);
+    free(key.s);
     return ret;
 }
 

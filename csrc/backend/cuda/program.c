@@ -158,26 +158,6 @@ static int inline_header(mkk_sbuf *b, const char *name, char (*seen)[64], int *n
     return rc;
 }
 
-/* MLX's dtype_to_cuda_type: the parameter types of the __global__ function it writes */
-static const char *mlx_cuda_type(mk_dtype t) {
-    switch (t) {
-    case MK_BOOL: return "bool";
-    case MK_UINT8: return "uint8_t";
-    case MK_UINT16: return "uint16_t";
-    case MK_UINT32: return "uint32_t";
-    case MK_UINT64: return "uint64_t";
-    case MK_INT8: return "int8_t";
-    case MK_INT16: return "int16_t";
-    case MK_INT32: return "int32_t";
-    case MK_INT64: return "int64_t";
-    case MK_FLOAT16: return "__half";
-    case MK_FLOAT32: return "float";
-    case MK_FLOAT64: return "double";
-    case MK_BFLOAT16: return "__nv_bfloat16";
-    default: return "mlx::core::cu::complex64_t";
-    }
-}
-
 int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, char **body,
                          char **header, char **name) {
     *body = NULL;
@@ -246,7 +226,7 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
         mkk_sbf(&h, "#line 1 \"<mkpy entry, in MLX's cuda_kernel>\"\nnamespace mlx::core::cu {\n"
                     "__global__ void __launch_bounds__(%d) custom_kernel_%s(", (int)threads, nm.s ? nm.s : "");
         for (int i = 0; i < k->ninputs; i++) {
-            mkk_sbf(&h, "const %s* " MKB_MLX_INPUT_FMT ", ", mlx_cuda_type(inputs[i]->dtype), i);
+            mkk_sbf(&h, "const %s* " MKB_MLX_INPUT_FMT ", ", mkk_cuda_type(inputs[i]->dtype), i);
             if (inputs[i]->ndim == 0) continue;
             if (k->shape_info[i][0]) mkk_sbf(&h, "const __grid_constant__ Shape " MKB_MLX_INPUT_FMT "_shape, ", i);
             if (k->shape_info[i][1])
@@ -255,7 +235,7 @@ int mkb_cuda_mlx_sources(const mkk_kernel *k, const mkk_call *c, mk_array *const
         }
         mkk_sb(&h, "const uint32_t* " MKB_MLX_GRID_NAME);
         for (int i = 0; i < k->noutputs; i++)
-            mkk_sbf(&h, ", %s* " MKB_MLX_OUTPUT_FMT, mlx_cuda_type(c->output_dtypes[i]), i);
+            mkk_sbf(&h, ", %s* " MKB_MLX_OUTPUT_FMT, mkk_cuda_type(c->output_dtypes[i]), i);
         mkk_sb(&h, ");\n}\n");
         if (h.failed || nm.failed) goto nomem;
         *header = h.s;
