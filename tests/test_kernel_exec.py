@@ -68,6 +68,9 @@ def model(grid, tg):
     ((3, 5, 6), (2, 2, 4)),          # 3D
     ((3, 2, 1), (8, 8, 8)),          # threadgroup clamped to the grid
     ((70, 3, 1), (64, 2, 1)),        # several SIMD-groups, partial edge groups
+    ((96, 1, 1), (32, 1, 1)),        # whole one-row groups (the GPU prologue's shortest path)
+    ((12, 6, 4), (4, 3, 2)),         # whole groups of several rows and planes
+    ((10, 3, 2), (4, 1, 1)),         # one-row groups in a 3D grid, partial along x
 ])
 def test_every_attribute_has_its_metal_value(grid, tg):
     n = grid[0] * grid[1] * grid[2]

@@ -1336,6 +1336,11 @@ static int eval_impl(mk_array *const *arrays, int n, bool small_only) {
      * (a system call to check it) is not armed for it */
     bool quick = on <= MK_SMALL_PRIMS;
     for (size_t k = 0; k < on && quick; k++) quick = small_prim(order[k]);
+    /* nor for GPU work whose evaluators arm it where the work gets long (mk_opdef.gpu_arms) */
+    bool gpu_arms = !quick && atomic_load_explicit(&mk_gpu_evaluator, memory_order_relaxed);
+    for (size_t k = 0; k < on && gpu_arms; k++)
+        gpu_arms = order[k]->op->gpu_arms && mk_stream_device(order[k]->stream) == MK_GPU;
+    quick = quick || gpu_arms;
     if (small_only && on == 1 && nunlinked == 0) {
         /* one primitive: run it under this hold of the lock */
         if (stack != stack0) free(stack);

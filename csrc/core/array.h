@@ -185,6 +185,11 @@ typedef struct mk_opdef {
      * hands the node to its stream's back-end), so the evaluator loop never
      * replaces it with a back-end's */
     bool own_device;
+    /* on a GPU stream with a GPU back-end active, the evaluator arms the
+     * binding's Ctrl-C handler itself (mk_eval_arm) before work that may be
+     * long (a GPU wait past its first polls, a CPU run): mk_eval does not,
+     * so that a cached GPU kernel call makes no system call for it */
+    bool gpu_arms;
 } mk_opdef;
 
 typedef struct {
@@ -358,7 +363,8 @@ extern void (*_Atomic mk_op_trace)(const char *op, uint64_t begin_ns, uint64_t e
 extern mk_eval_fn (*_Atomic mk_gpu_evaluator)(const mk_prim *p);
 
 /* Called by mk_eval (without the GIL) before it runs primitives, unless the
- * work is one small element-wise op: the binding arms its Ctrl-C handler. */
+ * work is one small element-wise op or GPU work whose evaluators arm it
+ * themselves (mk_opdef.gpu_arms): the binding arms its Ctrl-C handler. */
 extern void (*_Atomic mk_eval_arm)(void);
 
 #endif

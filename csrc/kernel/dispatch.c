@@ -276,6 +276,10 @@ static int kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *out) {
                                     ? &mkb_cpu_backend
                                     : mkb_for_device(mk_stream_device(p->stream));
         if (be == &mkb_cpu_backend) {
+            /* a GPU stream's node run on the CPU (the checker, printing, the GPU lost): mk_eval left
+             * Ctrl-C's handler to this evaluator (gpu_arms), and a CPU run may be long */
+            void (*arm)(void) = mk_eval_arm;
+            if (arm && mk_stream_device(p->stream) == MK_GPU) arm();
             rc = be->kernel_eval(k, c, in, out, generated, kname, &plan, plan_total);
         } else {
             const int parity = parity_mode();
@@ -393,9 +397,9 @@ static int cuda_kernel_eval(mk_prim *p, mk_array *const *in, mk_array *const *ou
 
 /* own_device: the front end hands the node to its stream's back-end itself */
 static const mk_opdef kernel_def = {"metal_kernel", kernel_eval, free_params, NULL, NULL, NULL, false,
-                                    false, 0, copy_params, NULL, .own_device = true};
+                                    false, 0, copy_params, NULL, .own_device = true, .gpu_arms = true};
 static const mk_opdef cuda_kernel_def = {"cuda_kernel", cuda_kernel_eval, free_params, NULL, NULL, NULL, false,
-                                         false, 0, copy_params, NULL, .own_device = true};
+                                         false, 0, copy_params, NULL, .own_device = true, .gpu_arms = true};
 
 int mkk_make_outputs(mkk_kernel *k, mkk_call *call, mk_array *const *inputs, const int *out_ndims,
                      const int64_t (*out_shapes)[MK_MAX_NDIM], mk_array **outs) {

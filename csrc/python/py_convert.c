@@ -1380,7 +1380,7 @@ int mkpy_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObj
         int found = -1;
         for (int i = 0; i < n; i++) {
             const char *nm = names[i][0] == '*' ? names[i] + 1 : names[i];
-            if (strcmp(nm, key) == 0) {
+            if (nm[0] == key[0] && strcmp(nm, key) == 0) { /* the first letter first: a call's hot loop */
                 found = i;
                 break;
             }
@@ -1405,7 +1405,8 @@ int mkpy_parse(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObj
      * is a device queue handle, not one of MLX's streams */
     if (strcmp(fname, "__dlpack__") != 0)
         for (int i = 0; i < n; i++)
-            if (out[i] && out[i] != Py_None && !strcmp(names[i][0] == '*' ? names[i] + 1 : names[i], "stream") &&
+            if (out[i] && out[i] != Py_None && names[i][names[i][0] == '*'] == 's' &&
+                !strcmp(names[i][0] == '*' ? names[i] + 1 : names[i], "stream") &&
                 mkpy_stream_arg(fname, out[i]) < 0)
                 return -1;
     return 0;

@@ -185,19 +185,44 @@ inline uint32_t fast_div(uint32_t n, uint32_t mul, uint32_t shift) {
 // position in the grid its threadgroup's, less the launch's origin):
 // thread_attrs' values. Every kernel's prologue, so without a division: the
 // extents and the dividers are picked by selects, and a one-row threadgroup
-// skips the dividers. What the kernel does not use is dropped by the compiler.
+// skips the dividers. The launch's shape word picks a short path first (a branch
+// on a launch constant): whole one-row threadgroups reach the kernel in as many
+// instructions as a CUDA kernel's index computation. What the kernel does not
+// use is dropped by the compiler.
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     const uint32_t b[3] = {L.origin[0] + blockIdx.x, L.origin[1] + blockIdx.y, L.origin[2] + blockIdx.z};
-    uint32_t a[3], l[3];
+    const unsigned index = threadIdx.x;
+    uint32_t a[3], l[3] = {index, 0, 0};
+    if (L.shape == (MKPY_CUDA_WHOLE | MKPY_CUDA_ROW)) {
+        // whole one-row threadgroups: every thread of the block is in its group, at x = index
+        a[0] = L.tg[0], a[1] = 1, a[2] = 1;
+        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
+        return true;
+    }
+    if (L.shape & MKPY_CUDA_WHOLE) {
+        // whole threadgroups of several rows: the whole group's dividers, no extents, no early exit
+        for (int d = 0; d < 3; d++) a[d] = L.tg[d];
+        const uint32_t row = fast_div(index, L.div_mul[MKPY_CUDA_DIV_X], L.div_shift[MKPY_CUDA_DIV_X]);
+        l[2] = fast_div(index, L.div_mul[MKPY_CUDA_DIV_XY], L.div_shift[MKPY_CUDA_DIV_XY]);
+        l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
+        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0] * a[1] * a[2], t);
+        return true;
+    }
+    if (L.shape & MKPY_CUDA_ROW) {
+        // one-row threadgroups, the last one along x partial: its extent, no division
+        a[0] = b[0] == L.ngroups[0] - 1 ? L.edge[0] : L.tg[0], a[1] = 1, a[2] = 1;
+        if (index >= a[0]) return false;
+        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
+        return true;
+    }
     bool at_edge[3];
     for (int d = 0; d < 3; d++) {
         at_edge[d] = b[d] == L.ngroups[d] - 1;
         a[d] = at_edge[d] ? L.edge[d] : L.tg[d];
     }
-    const unsigned count = a[0] * a[1] * a[2], index = threadIdx.x;
+    const unsigned count = a[0] * a[1] * a[2];
     if (index >= count) return false;
-    l[0] = index, l[1] = 0, l[2] = 0; // a one-row threadgroup needs no division
-    if (a[0] != count) {
+    if (a[0] != count) { // a one-row threadgroup needs no division
         // the dividers by selects on fixed fields (an index computed at run time into the launch's
         // parameters would be a chain of conditional loads)
         const bool ex = at_edge[0], ey = at_edge[1];

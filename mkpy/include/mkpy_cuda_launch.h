@@ -47,7 +47,13 @@ struct mkpy_cuda_launch {
      * the x edge, + 2 at the y edge). */
     mkpy_u32 div_mul[6];
     mkpy_u32 div_shift[6]; /* the two shifts, the first in bits 0-7, the second in 8-15 */
+    /* MKPY_CUDA_WHOLE: every threadgroup of the dispatch is whole (the grid a multiple of the
+     * threadgroup along each dimension): the prologue needs no extents, no selects and no early
+     * exit. MKPY_CUDA_ROW: one-row threadgroups (tg[1] = tg[2] = 1): no division. */
+    mkpy_u32 shape;
 };
+#define MKPY_CUDA_WHOLE 1u
+#define MKPY_CUDA_ROW 2u
 #define MKPY_CUDA_DIV_X 0
 #define MKPY_CUDA_DIV_XY 2
 
@@ -61,6 +67,28 @@ static inline void mkpy_cuda_divider(mkpy_u32 d, mkpy_u32 *mul, mkpy_u32 *shift)
     *mul = d ? (mkpy_u32)((((mkpy_u64)1 << 32) * (((mkpy_u64)1 << l) - d)) / d + 1) : 0;
     *shift = (l < 1 ? l : 1) | (l > 1 ? l - 1 : 0) << 8;
 }
+
+#ifndef __CUDACC_RTC__
+/* The launch struct of a dispatch of grid[3] threads in threadgroups of tg[3] (clamped to the
+ * grid), ngroups[3] of them; origin 0 (the host sets it per launch). */
+static inline void mkpy_cuda_launch_fill(struct mkpy_cuda_launch *L, const mkpy_u32 grid[3], const mkpy_u32 tg[3],
+                                         const mkpy_u32 ngroups[3]) {
+    L->shape = 0;
+    for (int d = 0; d < 3; d++) {
+        L->origin[d] = 0;
+        L->grid[d] = grid[d];
+        L->tg[d] = tg[d];
+        L->ngroups[d] = ngroups[d];
+        L->edge[d] = grid[d] - (ngroups[d] - 1) * tg[d];
+    }
+    const mkpy_u32 divisors[6] = {tg[0], L->edge[0], tg[0] * tg[1], L->edge[0] * tg[1], tg[0] * L->edge[1],
+                                  L->edge[0] * L->edge[1]};
+    for (int i = 0; i < 6; i++) mkpy_cuda_divider(divisors[i], &L->div_mul[i], &L->div_shift[i]);
+    /* the prologue's short paths (mkpy_cuda.h's cuda_thread_attrs) */
+    if (L->edge[0] == tg[0] && L->edge[1] == tg[1] && L->edge[2] == tg[2]) L->shape |= MKPY_CUDA_WHOLE;
+    if (tg[1] == 1 && tg[2] == 1) L->shape |= MKPY_CUDA_ROW;
+}
+#endif
 
 #define MKPY_CUDA_ENTRY_SYMBOL "mkpy_cuda_entry"
 

@@ -28,6 +28,7 @@ static struct {
     int sm, sms, driver;
     char name[256];
     size_t total_mem;
+    size_t cache_env; /* MKPY_GPU_CACHE_BYTES, read once (SIZE_MAX: unset) */
     /* bumped by each context reset: device memory of an older generation is gone */
     unsigned gen;
     pthread_mutex_t mu; /* the free-block cache, resets */
@@ -69,6 +70,8 @@ static void load(void) {
     mkb_cu.cuDeviceGetAttribute(&cu.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu.dev);
     mkb_cu.cuDeviceGetName(cu.name, sizeof cu.name, cu.dev);
     mkb_cu.cuDeviceTotalMem_v2(&cu.total_mem, cu.dev);
+    const char *e = getenv("MKPY_GPU_CACHE_BYTES");
+    cu.cache_env = e && *e ? (size_t)strtoull(e, NULL, 10) : SIZE_MAX;
     mkb_cu.cuDriverGetVersion(&cu.driver);
     if (cu.sm < 70) {
         snprintf(cu.why, sizeof cu.why, "GPU 0 (%s) is sm_%d; mkpy needs sm_70 or newer (independent thread scheduling)",
@@ -259,11 +262,10 @@ static size_t round_size(size_t n) {
     return (n + (2u << 20) - 1) / (2u << 20) * (2u << 20);
 }
 
-/* MKPY_GPU_CACHE_BYTES, else a quarter of the device's memory; never above
- * the cache limit (mx.set_cache_limit), which bounds the host's cache too */
+/* MKPY_GPU_CACHE_BYTES (read when the driver is loaded), else a quarter of the device's memory;
+ * never above the cache limit (mx.set_cache_limit), which bounds the host's cache too */
 static size_t cache_cap(void) {
-    const char *e = getenv("MKPY_GPU_CACHE_BYTES");
-    size_t cap = e && *e ? (size_t)strtoull(e, NULL, 10) : cu.total_mem / 4;
+    size_t cap = cu.cache_env != SIZE_MAX ? cu.cache_env : cu.total_mem / 4;
     int64_t limit = mk_cache_limit();
     return limit < 0 ? 0 : (uint64_t)limit < cap ? (size_t)limit : cap;
 }
@@ -422,59 +424,74 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static int wait_unmasked(const char *what, const char *site);
-
-/* Ctrl-C must reach this thread while it waits: a thread that has SIGINT
- * blocked (seen on the GPU machine after a kernel had run: the driver's
- * doing) would leave the signal pending, unseen, for as long as the kernel
- * runs. The mask is restored after. */
-int mkb_cuda_wait(const char *what, const char *site) {
-    sigset_t intr, old;
-    sigemptyset(&intr);
-    sigaddset(&intr, SIGINT);
-    const bool masked = pthread_sigmask(SIG_UNBLOCK, &intr, &old) == 0 && sigismember(&old, SIGINT);
-    if (masked) mkk_debug(3, "SIGINT was blocked in the thread waiting for %s: unblocked while it waits", what);
-    const int rc = wait_unmasked(what, site);
-    if (masked) pthread_sigmask(SIG_BLOCK, &intr, NULL);
-    return rc;
+/* What a wait's errors call the work: `what`, or "Kernel `name`" (formatted only for an error: a
+ * cached kernel call does not pay for the snprintf). */
+static const char *subject(char *buf, size_t n, const char *what, const char *name) {
+    if (!name) return what;
+    snprintf(buf, n, "Kernel `%s`", name);
+    return buf;
 }
 
-static int wait_unmasked(const char *what, const char *site) {
+/* The wait has three phases, by time: a spin on cuStreamQuery (a kernel of a few microseconds,
+ * the common case, sees nothing else), from the 64th poll the watchdog's setting and Ctrl-C's
+ * reach (below), and past 10 ms sleeps between polls.
+ *
+ * Ctrl-C must reach this thread while it waits: a thread that has SIGINT blocked (seen on the GPU
+ * machine after a kernel had run: the driver's doing) would leave the signal pending, unseen, for
+ * as long as the kernel runs. The mask is unblocked once the wait is past its first polls (two
+ * system calls a cached call need not make: a Ctrl-C during a microseconds' wait is seen when the
+ * eval returns) and restored after. */
+static int wait_for(const char *what, const char *name, const char *site) {
     if (mkb_cuda_enter() < 0) return -1;
-    /* the watchdog's setting is read once the wait is past its first polls: a launch of a few
-     * microseconds (the common case) does not pay for the environment scan */
     double timeout = 0.0;
     const uint64_t t0 = now_ns();
     unsigned polls = 0;
+    sigset_t intr, old;
+    bool masked = false;
+    int rc = 0;
+    char buf[400];
     for (;;) {
         CUresult r = mkb_cu.cuStreamQuery(NULL);
-        if (r == CUDA_SUCCESS) return 0;
+        if (r == CUDA_SUCCESS) break;
         if (polls == 64) {
             const char *tmo = getenv("MKPY_KERNEL_TIMEOUT");
             timeout = tmo && *tmo ? strtod(tmo, NULL) : 0.0;
+            sigemptyset(&intr);
+            sigaddset(&intr, SIGINT);
+            masked = pthread_sigmask(SIG_UNBLOCK, &intr, &old) == 0 && sigismember(&old, SIGINT);
+            /* and the binding's handler, which mk_eval leaves to a GPU kernel's wait (gpu_arms) */
+            void (*arm)(void) = mk_eval_arm;
+            if (arm) arm();
+            if (masked)
+                mkk_debug(3, "SIGINT was blocked in the thread waiting for %s: unblocked while it waits",
+                          subject(buf, sizeof buf, what, name));
         }
         if (r != CUDA_ERROR_NOT_READY) {
             char w[512];
-            snprintf(w, sizeof w, "%s failed on the GPU (called at %s)", what, site ? site : "?");
-            return mkb_cuda_check(r, w);
+            snprintf(w, sizeof w, "%s failed on the GPU (called at %s)", subject(buf, sizeof buf, what, name),
+                     site ? site : "?");
+            rc = mkb_cuda_check(r, w);
+            break;
         }
         const uint64_t t = now_ns();
         const bool interrupted = mk_interrupted();
         if ((polls & 1023) == 1023 && mkk_debug_level() >= 3)
-            mkk_debug(3, "waiting for %s: %.2f s, interrupted %d", what, (double)(t - t0) / 1e9, (int)interrupted);
+            mkk_debug(3, "waiting for %s: %.2f s, interrupted %d", subject(buf, sizeof buf, what, name),
+                      (double)(t - t0) / 1e9, (int)interrupted);
         if (interrupted || (timeout > 0 && (double)(t - t0) > timeout * 1e9)) {
             /* a running kernel cannot be stopped otherwise */
             reset_context();
             const char *how = "the GPU context was reset to stop it; arrays that lived only in GPU memory are lost";
             if (interrupted)
-                mk_error_set(MK_ERR_INTERRUPT, "[metal_kernel] %s was interrupted (%s). Called at %s", what, how,
-                             site ? site : "?");
+                mk_error_set(MK_ERR_INTERRUPT, "[metal_kernel] %s was interrupted (%s). Called at %s",
+                             subject(buf, sizeof buf, what, name), how, site ? site : "?");
             else
                 mk_error_set(MK_ERR_RUNTIME,
                              "[metal_kernel] %s ran longer than MKPY_KERNEL_TIMEOUT (%g s) and was stopped, as a "
                              "GPU's watchdog stops it (%s). Called at %s",
-                             what, timeout, how, site ? site : "?");
-            return -1;
+                             subject(buf, sizeof buf, what, name), timeout, how, site ? site : "?");
+            rc = -1;
+            break;
         }
         /* Spin for the first 10 ms, then sleep in small steps, then in 1 ms steps past a second.
          * By time, not by polls: 2000 polls (the former rule) were over before a 1 ms kernel
@@ -486,7 +503,12 @@ static int wait_unmasked(const char *what, const char *site) {
             nanosleep(&ts, NULL);
         }
     }
+    if (masked) pthread_sigmask(SIG_BLOCK, &intr, NULL);
+    return rc;
 }
+
+int mkb_cuda_wait(const char *what, const char *site) { return wait_for(what, NULL, site); }
+int mkb_cuda_wait_kernel(const char *name, const char *site) { return wait_for(NULL, name, site); }
 
 int mkb_cuda_describe(char *out, size_t n) {
     if (!mkb_cuda_load()) return snprintf(out, n, "not available: %s", cu.why);

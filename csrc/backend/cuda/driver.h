@@ -57,6 +57,8 @@ void mkb_cuda_scratch_free(CUdeviceptr p, size_t nbytes);
  * running kernel cannot be stopped otherwise) and fails with MLX's wording.
  * `what` names the work for errors ("kernel `k`"). Returns 0 or -1. */
 int mkb_cuda_wait(const char *what, const char *site);
+/* The same for metal_kernel `name`'s launch (errors say "Kernel `name`"). */
+int mkb_cuda_wait_kernel(const char *name, const char *site);
 
 int mkb_cuda_describe(char *out, size_t n);
 

@@ -190,10 +190,12 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
                          const char *generated, const char *kernel_name, const mkk_launch *plan, uint64_t groups) {
     const char *site = c->call_site ? c->call_site : "?";
     int rc = -1;
-    mk_buffer **copies = NULL;
-    void **params = NULL;
-    CUdeviceptr *ptrs = NULL, scratch = 0;
-    unsigned char *meta = NULL;
+    /* the ABI's arguments: no more than Metal's 31 buffers (mkk_check_call), so on the stack */
+    enum { MAX_ARGS = 32 };
+    mk_buffer *copies[MAX_ARGS] = {0};
+    void *params[MAX_ARGS + 1];
+    CUdeviceptr ptrs[MAX_ARGS], scratch = 0;
+    unsigned char meta_small[256], *meta = NULL;
     size_t meta_bytes = 0;
     bool locked = false;
     if (mkb_cuda_enter() < 0) return -1;
@@ -227,11 +229,9 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     int nargs = k->noutputs;
     for (int i = 0; i < k->ninputs; i++)
         nargs += 1 + (in[i]->ndim > 0) * (k->shape_info[i][0] + k->shape_info[i][1] + k->shape_info[i][2]);
-    ptrs = calloc((size_t)nargs + 1, sizeof *ptrs);
-    params = calloc((size_t)nargs + 2, sizeof *params);
-    copies = calloc((size_t)k->ninputs + 1, sizeof *copies);
-    if (!ptrs || !params || !copies) {
-        mk_nomem();
+    if (nargs > MAX_ARGS || k->ninputs > MAX_ARGS) { /* mkk_check_call refused these already */
+        mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] Kernel `%s` takes %d buffers. Kernel called at %s", k->name,
+                     nargs, site);
         goto done;
     }
     /* shapes (int32), strides (int64) and ndims (int32), 8-byte aligned, in one scratch block */
@@ -240,7 +240,9 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
             meta_bytes += k->shape_info[i][0] * (size_t)(in[i]->ndim * 4 + 7) / 8 * 8 +
                           k->shape_info[i][1] * (size_t)in[i]->ndim * 8 + k->shape_info[i][2] * 8;
     if (meta_bytes) {
-        if (!(meta = calloc(1, meta_bytes))) {
+        if (meta_bytes <= sizeof meta_small)
+            memset(meta = meta_small, 0, meta_bytes);
+        else if (!(meta = calloc(1, meta_bytes))) {
             mk_nomem();
             goto done;
         }
@@ -291,16 +293,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
     }
 
     struct mkpy_cuda_launch L;
-    memset(&L, 0, sizeof L);
-    for (int d = 0; d < 3; d++) {
-        L.grid[d] = plan->grid[d];
-        L.tg[d] = plan->tg[d];
-        L.ngroups[d] = plan->ngroups[d];
-    }
-    for (int d = 0; d < 3; d++) L.edge[d] = L.grid[d] - (L.ngroups[d] - 1) * L.tg[d];
-    const uint32_t divisors[6] = {L.tg[0], L.edge[0], L.tg[0] * L.tg[1], L.edge[0] * L.tg[1], L.tg[0] * L.edge[1],
-                                  L.edge[0] * L.edge[1]};
-    for (int i = 0; i < 6; i++) mkpy_cuda_divider(divisors[i], &L.div_mul[i], &L.div_shift[i]);
+    mkpy_cuda_launch_fill(&L, plan->grid, plan->tg, plan->ngroups);
     params[0] = &L;
     for (int i = 0; i < nargs; i++) params[i + 1] = &ptrs[i];
     if (mkk_debug_level() >= 2)
@@ -308,8 +301,6 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
                      "called at %s",
                   k->name, L.grid[0], L.grid[1], L.grid[2], L.tg[0], L.tg[1], L.tg[2], (unsigned long long)groups,
                   threads, site);
-    char what[400];
-    snprintf(what, sizeof what, "Kernel `%s`", k->name);
     /* one metal_kernel launch at a time: the report is the context's */
     pthread_mutex_lock(&launch_mu);
     locked = true;
@@ -334,7 +325,7 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
                     goto done;
                 }
             }
-    if (mkb_cuda_wait(what, site) < 0) goto done;
+    if (mkb_cuda_wait_kernel(k->name, site) < 0) goto done;
     if (profiling) {
         prof.run_end = mkk_now_ns();
         prof.cache = mkk_profile_cache_word(how);
@@ -357,12 +348,8 @@ int mkb_cuda_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arr
 done:
     if (locked) pthread_mutex_unlock(&launch_mu);
     if (scratch) mkb_cuda_scratch_free(scratch, meta_bytes);
-    free(meta);
-    if (copies)
-        for (int i = 0; i < k->ninputs; i++)
-            if (copies[i]) mk_buffer_decref(copies[i]);
-    free(copies);
-    free(ptrs);
-    free(params);
+    if (meta != meta_small) free(meta);
+    for (int i = 0; i < k->ninputs && i < MAX_ARGS; i++)
+        if (copies[i]) mk_buffer_decref(copies[i]);
     return rc;
 }
