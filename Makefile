@@ -99,6 +99,6 @@ clean:
 # documented results). MKPY_REQUIRE_GPU=1 turns a missing GPU into a failure.
 GPU_TESTS ?= tests/test_gpu.py tests/test_gpu_ops.py tests/test_gpu_fast.py tests/test_gpu_idx.py tests/test_kernel_corpus.py tests/test_examples.py tests/test_kernel_engine.py \
 	tests/test_simdgroup_matrix.py tests/test_kernel_exec.py tests/test_kernel_errors.py tests/test_kernel_parity.py \
-	tests/test_runtime_header.py tests/test_fuzz_regressions.py tests/test_gpu_cuda_kernel.py
+	tests/test_runtime_header.py tests/test_fuzz_regressions.py tests/test_interop.py tests/test_gpu_cuda_kernel.py
 test-gpu: build
 	MKPY_REQUIRE_GPU=1 PYTHONPATH=. $(PYTHON) -m pytest $(PYTEST_ARGS) $(GPU_TESTS)

@@ -222,3 +222,28 @@ def test_the_math_sections_names_and_their_uses_are_all_listed():
     for name, ids in uses.items():
         for callee in (ids & table) - {name}:
             assert name in block.get(callee, set()), f"{name} calls {callee}: add it to mkpy_metal.h's block"
+
+
+@pytest.mark.parametrize("dtype", [mx.int16, mx.int32, mx.uint32, mx.int64, mx.uint64])
+def test_wide_integer_helpers_compile(dtype):
+    """mulhi, madhi and madsat go through __int128 in the Metal library: NVRTC needs -device-int128."""
+    k = mx.fast.metal_kernel(name="cuda_mulhi", input_names=["inp"], output_names=["out"],
+                             source="uint i = thread_position_in_grid.x;\n"
+                                    "out[i] = mulhi(inp[i], inp[i]) + madhi(inp[i], inp[i], inp[i]) + "
+                                    "madsat(inp[i], inp[i], inp[i]);\n")
+    mx.eval(run(k, mx.arange(1, 9, dtype=dtype) * 3001))
+    assert cuda_sources("cuda_mulhi")
+
+
+def test_barrier_in_both_sides_leaves_the_sides_unordered():
+    """A threadgroup barrier in a side of a divergent `if` with an `else`: the SIMD pass must not make
+    one side wait for the other (the first side's lanes wait in the barrier: a hang on the GPU
+    where the barrier check should report)."""
+    k = mx.fast.metal_kernel(name="cuda_side_barrier", input_names=["inp"], output_names=["out"],
+                             source="threadgroup float tile[32];\nuint t = thread_position_in_threadgroup.x;\n"
+                                    "tile[t] = inp[t];\nif (t < 16) { threadgroup_barrier(mem_flags::mem_threadgroup); }"
+                                    " else { threadgroup_barrier(mem_flags::mem_threadgroup); }\nout[t] = tile[31 - t];\n")
+    with pytest.raises(RuntimeError, match="different barriers"):
+        mx.eval(run(k, mx.arange(32, dtype=mx.float32)))
+    texts = cuda_sources("cuda_side_barrier")  # one per architecture
+    assert texts and all("simt_if<1, 0, true>" in t for t in texts)

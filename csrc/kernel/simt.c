@@ -700,12 +700,27 @@ static int tok_end(const pass *P, int i) { return P->t[i].start + P->t[i].len; }
 #define CLOSE(d) (1000 - (d))
 #define OPEN(d) (2000 + (d))
 
+/* 1 when a threadgroup barrier is called between tokens a and b (directly:
+ * a helper function's barriers are not seen). */
+static int has_barrier(const pass *P, int a, int b) {
+    for (int i = a; i <= b && i < P->nt; i++)
+        if (is(P, i, "threadgroup_barrier_at") || is(P, i, "threadgroup_barrier")) return 1;
+    return 0;
+}
+
 static void emit(pass *P, int idx) {
     node *n = &P->n[idx];
     char buf[160];
     const int d = n->depth * 2;
     if (n->kind == N_IF) {
-        snprintf(buf, sizeof buf, "{ ::mkpy::simt_if<%d, %d> mkpy_g(static_cast<bool>", n->else_tok >= 0, n->leaves);
+        /* A side that calls a threadgroup barrier runs beside the other side (no side syncs): with
+         * the warp split, the then side's lanes wait in the barrier for the else side's, which
+         * would wait at the side sync for them, a hang where the barrier check should report. */
+        if (n->else_tok >= 0 && has_barrier(P, n->close + 1, n->else_end))
+            snprintf(buf, sizeof buf, "{ ::mkpy::simt_if<1, %d, true> mkpy_g(static_cast<bool>", n->leaves);
+        else
+            snprintf(buf, sizeof buf, "{ ::mkpy::simt_if<%d, %d> mkpy_g(static_cast<bool>", n->else_tok >= 0,
+                     n->leaves);
         add_edit(P, P->t[n->kw].start, OPEN(d), P->t[n->kw].len, buf);
         add_edit(P, tok_end(P, n->close), CLOSE(d + 1), 0, "); if (mkpy_g.then()) {");
         add_edit(P, tok_end(P, n->body_end), CLOSE(d + 1), 0, n->else_tok >= 0 ? " mkpy_g.then_end(); }" : " }");

@@ -287,12 +287,15 @@ __noinline__ void simt_side(unsigned m) { __syncwarp(m); }
 
 // if (c) A else B  ->  { simt_if<E, X> g((c)); if (g.then()) { A g.then_end(); }
 //                        else if (g.other()) B g.stay(); }
-// E: there is an else; X: a lane may leave the statement early.
-template <bool HasElse, bool MayLeave> struct simt_if {
+// E: there is an else; X: a lane may leave the statement early. Barrier: a
+// side calls threadgroup_barrier, so the sides are not ordered (the then side
+// waiting in the barrier for the else side's lanes would never let them pass
+// the side sync; the barrier check reports the divergence instead).
+template <bool HasElse, bool MayLeave, bool Barrier = false> struct simt_if {
     unsigned m, t;
     bool c, done = false, then_done = false;
     explicit simt_if(bool cond) : m(simd_mask()), t(__ballot_sync(m, cond)), c(cond) {}
-    bool sides() const { return HasElse && t != 0 && t != m; }
+    bool sides() const { return HasElse && !Barrier && t != 0 && t != m; }
     bool then() {
         if (c) simt_set(t);
         return c;

@@ -231,8 +231,10 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
     char arch[32], inc[4200];
     snprintf(arch, sizeof arch, "-arch=sm_%d", sm);
     snprintf(inc, sizeof inc, "-I%s", mkk_runtime_dir());
-    const char *opts[16] = {arch, "-std=c++17", "-default-device", inc, "-lineinfo", "-diag-suppress=161"};
-    int n = 6, nm = 0;
+    /* -device-int128: the Metal library's mulhi, madhi and 64-bit saturating arithmetic use __int128 */
+    const char *opts[16] = {arch, "-std=c++17", "-default-device", inc, "-lineinfo", "-diag-suppress=161",
+                            "-device-int128"};
+    int n = 7, nm = 0;
     const char *const *m = math_options(k->math_mode, &nm);
     for (int i = 0; i < nm; i++) opts[n++] = m[i];
     nvrtcProgram prog = NULL;
@@ -345,7 +347,7 @@ void mkb_cuda_image_free(mkb_cuda_image *img) {
 
 /* ------------------------------------------------------------ building */
 
-#define CUDA_KEY_MAGIC "mkpy cuda program 1"
+#define CUDA_KEY_MAGIC "mkpy cuda program 2"
 
 /* The runtime headers the program includes are part of its identity. */
 static void headers_identity(char *out, size_t n) {
