@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 INCLUDE = os.path.join(ROOT, "mkpy", "include")
 SAFE = ["-fmad=true", "-prec-div=true", "-prec-sqrt=true", "-ftz=false"]
-MKPY = ["-arch=sm_90", "-std=c++17", "-default-device", "-I" + INCLUDE, "-lineinfo", "-diag-suppress=161"] + SAFE
+MKPY = ["-arch=sm_90", "-std=c++17", "-default-device", "-I" + INCLUDE, "-lineinfo", "-diag-suppress=161",
+        "-device-int128"] + SAFE
 CUPY = ["-arch=sm_90", "-std=c++17"]
 PLAIN = 'extern "C" __global__ void one(const float *x, float *o) { o[0] = x[0] + 1.0f; }\n'
 PLAIN_EXP = ('extern "C" __global__ void vexp(const float *x, float *y, unsigned long long n) {\n'
