@@ -235,6 +235,14 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
     const char *opts[16] = {arch, "-std=c++17", "-default-device", inc, "-lineinfo", "-diag-suppress=161",
                             "-device-int128"};
     int n = 7, nm = 0;
+    /* NVRTC's automatic precompiled header (per process, per set of the pieces' macros): the first
+     * kernel of a set pays ~10% to create it, later new kernels parse the runtime header from it
+     * (4x faster on the H200, docs/performance.md). MKPY_NVRTC_PCH=0 turns it off. */
+    const char *pch = getenv("MKPY_NVRTC_PCH");
+    if (!pch || strcmp(pch, "0") != 0) {
+        opts[n++] = "-pch";
+        opts[n++] = "-diag-suppress=20283";
+    }
     const char *const *m = math_options(k->math_mode, &nm);
     for (int i = 0; i < nm; i++) opts[n++] = m[i];
     nvrtcProgram prog = NULL;
