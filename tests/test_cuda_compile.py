@@ -247,3 +247,28 @@ def test_barrier_in_both_sides_leaves_the_sides_unordered():
         mx.eval(run(k, mx.arange(32, dtype=mx.float32)))
     texts = cuda_sources("cuda_side_barrier")  # one per architecture
     assert texts and all("simt_if<1, 0, true>" in t for t in texts)
+
+
+@pytest.mark.parametrize("pch", ["1", "0"])
+def test_debug_says_whether_nvrtc_took_its_precompiled_header(pch, tmp_path):
+    # NVRTC's automatic PCH (-pch): the first program of a piece set creates it, a later one takes
+    # it; MKPY_NVRTC_PCH=0 turns it off (a child process: the debug level is read once)
+    import subprocess
+    import sys
+    code = ("import mkpy as mx\n"
+            "x = mx.array([1.0])\n"
+            "for c in (2, 3):\n"
+            "    k = mx.fast.metal_kernel(name='pch_probe', input_names=['x'], output_names=['o'],\n"
+            "                             source='o[0] = x[0] + %d.0f;' % c)\n"
+            "    mx.eval(k(inputs=[x], grid=(1, 1, 1), threadgroup=(1, 1, 1), output_shapes=[(1,)],\n"
+            "              output_dtypes=[mx.float32])[0])\n")
+    env = dict(os.environ, MKPY_DEBUG="1", MKPY_NVRTC_PCH=pch, MKPY_CUDA_COMPILE_CHECK="sm_90",
+               MKPY_CACHE_DIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    said = re.findall(r"kernel `pch_probe`: NVRTC (created a precompiled header|took the precompiled header|"
+                      r"no precompiled header[^\n]*)", p.stderr)
+    if pch == "0":
+        assert said == []
+    else:
+        assert said == ["created a precompiled header", "took the precompiled header"], p.stderr

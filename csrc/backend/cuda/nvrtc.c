@@ -41,6 +41,11 @@ static struct {
     /* for cuda_kernel's C++ names (optional: checked where used) */
     nvrtcResult (*add_name)(nvrtcProgram, const char *);
     nvrtcResult (*lowered_name)(nvrtcProgram, const char *, const char **);
+    /* the automatic precompiled header's status and heap (NVRTC 12.8+; optional) */
+    nvrtcResult (*pch_status)(nvrtcProgram);
+    nvrtcResult (*pch_required)(nvrtcProgram, size_t *);
+    nvrtcResult (*pch_heap_size)(size_t *);
+    nvrtcResult (*pch_set_heap_size)(size_t);
 } nv = {.once = PTHREAD_ONCE_INIT};
 
 static bool try_load(const char *path) {
@@ -63,6 +68,10 @@ static bool try_load(const char *path) {
     SYM(error_string, "nvrtcGetErrorString");
     SYM(add_name, "nvrtcAddNameExpression");
     SYM(lowered_name, "nvrtcGetLoweredName");
+    SYM(pch_status, "nvrtcGetPCHCreateStatus");
+    SYM(pch_required, "nvrtcGetPCHHeapSizeRequired");
+    SYM(pch_heap_size, "nvrtcGetPCHHeapSize");
+    SYM(pch_set_heap_size, "nvrtcSetPCHHeapSize");
 #undef SYM
     if (!nv.version || !nv.create || !nv.compile || !nv.log_size || !nv.log || !nv.cubin_size || !nv.cubin ||
         !nv.destroy || !nv.error_string || nv.version(&nv.major, &nv.minor) != 0) {
@@ -224,6 +233,36 @@ static int take_cubin(nvrtcProgram prog, unsigned char **cubin, size_t *size) {
     return -1;
 }
 
+/* NVRTC's codes for the automatic PCH (nvrtc.h, 12.8+) */
+enum { NVRTC_NO_PCH_CREATE_ATTEMPTED = 13, NVRTC_PCH_CREATE_HEAP_EXHAUSTED = 14 };
+
+/* After a compile with -pch: the PCH heap grown when it was too small for the header (NVRTC then
+ * made no PCH; the next program creates it), and with MKPY_DEBUG whether this program took a PCH,
+ * made one, or neither. Growing the heap invalidates the PCHs made before, so it only grows, to the
+ * size asked for plus room for the other piece sets' headers. */
+static void pch_after(nvrtcProgram prog, const char *name, bool verbose) {
+    nvrtcResult st = nv.pch_status ? nv.pch_status(prog) : -1;
+    size_t need = 0, have = 0;
+    if (st == NVRTC_PCH_CREATE_HEAP_EXHAUSTED && nv.pch_required && nv.pch_heap_size && nv.pch_set_heap_size &&
+        nv.pch_required(prog, &need) == 0 && nv.pch_heap_size(&have) == 0 && need > have) {
+        static pthread_mutex_t grow_mu = PTHREAD_MUTEX_INITIALIZER;
+        pthread_mutex_lock(&grow_mu);
+        if (nv.pch_heap_size(&have) == 0 && need > have) nv.pch_set_heap_size(need * 2);
+        pthread_mutex_unlock(&grow_mu);
+        mkk_debug(1, "kernel `%s`: NVRTC's PCH heap (%zu MB) was too small for the runtime header (%zu MB); "
+                     "grown for the next kernels", name, have >> 20, need >> 20);
+    }
+    if (!verbose) return;
+    char *log = program_log(prog);
+    const char *how = st == 0                               ? "created a precompiled header"
+                      : log && strstr(log, "using precompiled header") ? "took the precompiled header"
+                      : st == NVRTC_PCH_CREATE_HEAP_EXHAUSTED ? "no precompiled header (heap too small)"
+                                                              : "no precompiled header";
+    mkk_debug(1, "kernel `%s`: NVRTC %s", name, how);
+    if (log && *log && !strstr(log, "using precompiled header") && st != 0) mkk_debug(2, "NVRTC's PCH log: %s", log);
+    free(log);
+}
+
 /* Compiles program for sm_<sm>; 0 and the CUBIN, or -1 with the error set (-2 and no error
  * when NVRTC refuses the program and quiet is set). */
 static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *kernel_name, const char *program, int sm,
@@ -232,16 +271,18 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
     snprintf(arch, sizeof arch, "-arch=sm_%d", sm);
     snprintf(inc, sizeof inc, "-I%s", mkk_runtime_dir());
     /* -device-int128: the Metal library's mulhi, madhi and 64-bit saturating arithmetic use __int128 */
-    const char *opts[16] = {arch, "-std=c++17", "-default-device", inc, "-lineinfo", "-diag-suppress=161",
+    const char *opts[20] = {arch, "-std=c++17", "-default-device", inc, "-lineinfo", "-diag-suppress=161",
                             "-device-int128"};
     int n = 7, nm = 0;
     /* NVRTC's automatic precompiled header (per process, per set of the pieces' macros): the first
      * kernel of a set pays ~10% to create it, later new kernels parse the runtime header from it
      * (4x faster on the H200, docs/performance.md). MKPY_NVRTC_PCH=0 turns it off. */
     const char *pch = getenv("MKPY_NVRTC_PCH");
-    if (!pch || strcmp(pch, "0") != 0) {
+    const bool use_pch = !pch || strcmp(pch, "0") != 0, verbose = use_pch && mkk_debug_level() >= 1;
+    if (use_pch) {
         opts[n++] = "-pch";
         opts[n++] = "-diag-suppress=20283";
+        if (verbose) opts[n++] = "-pch-verbose=true"; /* MKPY_DEBUG says whether the PCH was taken */
     }
     const char *const *m = math_options(k->math_mode, &nm);
     for (int i = 0; i < nm; i++) opts[n++] = m[i];
@@ -268,6 +309,7 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
         free(log);
     } else if (take_cubin(prog, cubin, size) == 0) {
         ret = 0;
+        if (use_pch) pch_after(prog, k->name, verbose);
     } else {
         mk_error_set(MK_ERR_RUNTIME, "[metal_kernel] NVRTC gave no CUBIN for `%s` (sm_%d)", k->name, sm);
     }
