@@ -66,7 +66,9 @@ def test_program_shape_and_threadgroup_memory():
     assert "__shared__ float buf[64];" in p and "threadgroup_alloc" not in p
     assert 'extern "C" __global__ void __launch_bounds__(64) mkpy_cuda_entry(const mkpy_cuda_launch L, ' \
            "void *a0, void *a1)" in p
-    assert "if (!mkpy::cuda_thread_attrs(L, t)) return;" in p
+    # the prologue writes only the attributes the kernel reads: thread_index_in_threadgroup and
+    # thread_position_in_grid (bits 12 and 13, mkpy_launch.h's MKPY_ATTR_*)
+    assert "if (!mkpy::cuda_thread_attrs<0x3000u>(L, t)) return;" in p
 
 
 def test_template_and_header_and_atomics():

@@ -60,8 +60,26 @@ int main(int argc, char **argv) {
                         memset(&want, 0, sizeof want);
                         const bool runs = mkpy::cuda_thread_attrs(L, got);
                         const bool should = mkpy::thread_attrs(grid, tg, ngroups, b, i, want);
+                        // the prologue a kernel gets: only the attributes it reads (here none, and the
+                        // position in the grid with the index in the group), the others left as they were
+                        mkpy_thread_attrs none, pos, zero;
+                        memset(&none, 0, sizeof none);
+                        memset(&pos, 0, sizeof pos);
+                        memset(&zero, 0, sizeof zero);
+                        const bool runs0 = mkpy::cuda_thread_attrs<0u>(L, none);
+                        const bool runs_pos = mkpy::cuda_thread_attrs<MKPY_ATTR_THREAD_POSITION_IN_GRID |
+                                                                      MKPY_ATTR_THREAD_INDEX_IN_THREADGROUP>(L, pos);
+                        bool pos_ok = memcmp(&none, &zero, sizeof zero) == 0;
+                        if (runs) {
+                            pos_ok = pos_ok && memcmp(pos.thread_position_in_grid, want.thread_position_in_grid, 12) == 0 &&
+                                     pos.thread_index_in_threadgroup == want.thread_index_in_threadgroup;
+                            memset(pos.thread_position_in_grid, 0, 12);
+                            pos.thread_index_in_threadgroup = 0;
+                            pos_ok = pos_ok && memcmp(&pos, &zero, sizeof zero) == 0;
+                        }
                         threads_checked++;
-                        if (runs != should || (runs && memcmp(&got, &want, sizeof got) != 0)) {
+                        if (runs != should || runs0 != should || runs_pos != should || !pos_ok ||
+                            (runs && memcmp(&got, &want, sizeof got) != 0)) {
                             if (bad++ < 5)
                                 printf("differs: grid %%u %%u %%u, threadgroup %%u %%u %%u, group %%u %%u %%u, thread %%u\n",
                                        grid[0], grid[1], grid[2], tg[0], tg[1], tg[2], bx, by, bz, i);
@@ -76,8 +94,9 @@ int main(int argc, char **argv) {
 
 
 def _function(text, name):
-    """The text of `inline ... name(...) {...}` in the header (up to its closing brace at column 0)."""
-    m = re.search(r"^inline [^\n]*\b%s\(" % name, text, re.M)
+    """The text of `[template <...>] inline ... name(...) {...}` in the header (up to its closing brace at
+    column 0)."""
+    m = re.search(r"^(template <[^\n]*>\n)?inline [^\n]*\b%s\(" % name, text, re.M)
     assert m, "mkpy_cuda.h has no inline function %s" % name
     end = text.index("\n}\n", m.start()) + 3
     return text[m.start():end]

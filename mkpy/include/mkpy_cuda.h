@@ -120,32 +120,37 @@ inline unsigned lane_id() {
 // Metal's attributes of the thread at l[3] in threadgroup b[3] of extent a[3] (count threads; its
 // linear index `index`), for a dispatch of grid[3] threads in threadgroups of tg[3], ngroups[3] of
 // them.
+template <uint32_t M = MKPY_ATTRS_ALL>
 inline void set_attrs(const uint32_t grid[3], const uint32_t tg[3], const uint32_t ngroups[3], const uint32_t b[3],
                       const uint32_t a[3], const uint32_t l[3], unsigned index, unsigned count,
                       mkpy_thread_attrs &t) {
+#define MKPY_SET(bit, field, value)                                                                            \
+    if constexpr ((M & (bit)) != 0) t.field = (value)
     for (int d = 0; d < 3; d++) {
-        t.dispatch_threads_per_threadgroup[d] = tg[d];
-        t.grid_origin[d] = 0;
-        t.grid_size[d] = grid[d];
-        t.threads_per_grid[d] = grid[d];
-        t.threadgroups_per_grid[d] = ngroups[d];
-        t.threadgroup_position_in_grid[d] = b[d];
-        t.threads_per_threadgroup[d] = a[d];
-        t.thread_position_in_threadgroup[d] = l[d];
-        t.thread_position_in_grid[d] = b[d] * tg[d] + l[d];
+        MKPY_SET(MKPY_ATTR_DISPATCH_THREADS_PER_THREADGROUP, dispatch_threads_per_threadgroup[d], tg[d]);
+        MKPY_SET(MKPY_ATTR_GRID_ORIGIN, grid_origin[d], 0);
+        MKPY_SET(MKPY_ATTR_GRID_SIZE, grid_size[d], grid[d]);
+        MKPY_SET(MKPY_ATTR_THREADS_PER_GRID, threads_per_grid[d], grid[d]);
+        MKPY_SET(MKPY_ATTR_THREADGROUPS_PER_GRID, threadgroups_per_grid[d], ngroups[d]);
+        MKPY_SET(MKPY_ATTR_THREADGROUP_POSITION_IN_GRID, threadgroup_position_in_grid[d], b[d]);
+        MKPY_SET(MKPY_ATTR_THREADS_PER_THREADGROUP, threads_per_threadgroup[d], a[d]);
+        MKPY_SET(MKPY_ATTR_THREAD_POSITION_IN_THREADGROUP, thread_position_in_threadgroup[d], l[d]);
+        MKPY_SET(MKPY_ATTR_THREAD_POSITION_IN_GRID, thread_position_in_grid[d], b[d] * tg[d] + l[d]);
     }
     const unsigned requested = tg[0] * tg[1] * tg[2];
-    t.thread_execution_width = MKPY_SIMD_WIDTH;
-    t.threads_per_simdgroup = MKPY_SIMD_WIDTH;
-    t.dispatch_simdgroups_per_threadgroup = (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
-    t.dispatch_quadgroups_per_threadgroup = (requested + 3) / 4;
-    t.simdgroups_per_threadgroup = (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH;
-    t.quadgroups_per_threadgroup = (count + 3) / 4;
-    t.thread_index_in_threadgroup = index;
-    t.simdgroup_index_in_threadgroup = index / MKPY_SIMD_WIDTH;
-    t.thread_index_in_simdgroup = index % MKPY_SIMD_WIDTH;
-    t.quadgroup_index_in_threadgroup = index / 4;
-    t.thread_index_in_quadgroup = index % 4;
+    MKPY_SET(MKPY_ATTR_THREAD_EXECUTION_WIDTH, thread_execution_width, MKPY_SIMD_WIDTH);
+    MKPY_SET(MKPY_ATTR_THREADS_PER_SIMDGROUP, threads_per_simdgroup, MKPY_SIMD_WIDTH);
+    MKPY_SET(MKPY_ATTR_DISPATCH_SIMDGROUPS_PER_THREADGROUP, dispatch_simdgroups_per_threadgroup,
+             (requested + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH);
+    MKPY_SET(MKPY_ATTR_DISPATCH_QUADGROUPS_PER_THREADGROUP, dispatch_quadgroups_per_threadgroup, (requested + 3) / 4);
+    MKPY_SET(MKPY_ATTR_SIMDGROUPS_PER_THREADGROUP, simdgroups_per_threadgroup, (count + MKPY_SIMD_WIDTH - 1) / MKPY_SIMD_WIDTH);
+    MKPY_SET(MKPY_ATTR_QUADGROUPS_PER_THREADGROUP, quadgroups_per_threadgroup, (count + 3) / 4);
+    MKPY_SET(MKPY_ATTR_THREAD_INDEX_IN_THREADGROUP, thread_index_in_threadgroup, index);
+    MKPY_SET(MKPY_ATTR_SIMDGROUP_INDEX_IN_THREADGROUP, simdgroup_index_in_threadgroup, index / MKPY_SIMD_WIDTH);
+    MKPY_SET(MKPY_ATTR_THREAD_INDEX_IN_SIMDGROUP, thread_index_in_simdgroup, index % MKPY_SIMD_WIDTH);
+    MKPY_SET(MKPY_ATTR_QUADGROUP_INDEX_IN_THREADGROUP, quadgroup_index_in_threadgroup, index / 4);
+    MKPY_SET(MKPY_ATTR_THREAD_INDEX_IN_QUADGROUP, thread_index_in_quadgroup, index % 4);
+#undef MKPY_SET
 }
 
 // The position in a threadgroup of extent a[3] (count threads) of its thread of linear index
@@ -188,31 +193,37 @@ inline uint32_t fast_div(uint32_t n, uint32_t mul, uint32_t shift) {
 // skips the dividers. The launch's shape word picks a short path first (a branch
 // on a launch constant): whole one-row threadgroups reach the kernel in as many
 // instructions as a CUDA kernel's index computation. What the kernel does not
-// use is dropped by the compiler.
+// use is dropped by the compiler; M, the attributes the kernel reads (program.c), keeps it from
+// being written at all: NVVM's time on a small kernel halves.
+template <uint32_t M = MKPY_ATTRS_ALL>
 inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     const uint32_t b[3] = {L.origin[0] + blockIdx.x, L.origin[1] + blockIdx.y, L.origin[2] + blockIdx.z};
     const unsigned index = threadIdx.x;
     uint32_t a[3], l[3] = {index, 0, 0};
+    // the position in the threadgroup (two divisions in a group of several rows) only when read
+    constexpr bool position = (M & (MKPY_ATTR_THREAD_POSITION_IN_THREADGROUP | MKPY_ATTR_THREAD_POSITION_IN_GRID)) != 0;
     if (L.shape == (MKPY_CUDA_WHOLE | MKPY_CUDA_ROW)) {
         // whole one-row threadgroups: every thread of the block is in its group, at x = index
         a[0] = L.tg[0], a[1] = 1, a[2] = 1;
-        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
+        set_attrs<M>(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
         return true;
     }
     if (L.shape & MKPY_CUDA_WHOLE) {
         // whole threadgroups of several rows: the whole group's dividers, no extents, no early exit
         for (int d = 0; d < 3; d++) a[d] = L.tg[d];
-        const uint32_t row = fast_div(index, L.div_mul[MKPY_CUDA_DIV_X], L.div_shift[MKPY_CUDA_DIV_X]);
-        l[2] = fast_div(index, L.div_mul[MKPY_CUDA_DIV_XY], L.div_shift[MKPY_CUDA_DIV_XY]);
-        l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
-        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0] * a[1] * a[2], t);
+        if constexpr (position) {
+            const uint32_t row = fast_div(index, L.div_mul[MKPY_CUDA_DIV_X], L.div_shift[MKPY_CUDA_DIV_X]);
+            l[2] = fast_div(index, L.div_mul[MKPY_CUDA_DIV_XY], L.div_shift[MKPY_CUDA_DIV_XY]);
+            l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
+        }
+        set_attrs<M>(L.grid, L.tg, L.ngroups, b, a, l, index, a[0] * a[1] * a[2], t);
         return true;
     }
     if (L.shape & MKPY_CUDA_ROW) {
         // one-row threadgroups, the last one along x partial: its extent, no division
         a[0] = b[0] == L.ngroups[0] - 1 ? L.edge[0] : L.tg[0], a[1] = 1, a[2] = 1;
         if (index >= a[0]) return false;
-        set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
+        set_attrs<M>(L.grid, L.tg, L.ngroups, b, a, l, index, a[0], t);
         return true;
     }
     bool at_edge[3];
@@ -222,7 +233,7 @@ inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
     }
     const unsigned count = a[0] * a[1] * a[2];
     if (index >= count) return false;
-    if (a[0] != count) { // a one-row threadgroup needs no division
+    if (position && a[0] != count) { // a one-row threadgroup needs no division
         // the dividers by selects on fixed fields (an index computed at run time into the launch's
         // parameters would be a chain of conditional loads)
         const bool ex = at_edge[0], ey = at_edge[1];
@@ -236,7 +247,7 @@ inline bool cuda_thread_attrs(const mkpy_cuda_launch &L, mkpy_thread_attrs &t) {
         l[2] = fast_div(index, mxy, sxy);
         l[0] = index - row * a[0], l[1] = row - l[2] * a[1];
     }
-    set_attrs(L.grid, L.tg, L.ngroups, b, a, l, index, count, t);
+    set_attrs<M>(L.grid, L.tg, L.ngroups, b, a, l, index, count, t);
     return true;
 }
 

@@ -41,6 +41,43 @@ static inline uint32_t mkpy_group_extent(uint32_t grid, uint32_t tg, uint64_t b)
     return start + tg <= grid ? tg : (uint32_t)(grid - start);
 }
 
+/* The attributes a kernel reads, one bit each in MLX's order (the index in
+ * csrc/kernel/source.c's mkk_attrs): the CPU's jit.c gives run_threadgroups
+ * the set of the kernel's and the CUDA program gives it to cuda_thread_attrs,
+ * and only those fields are filled (dead ones cost the optimiser ~15% of a
+ * small kernel's compile on the CPU, NVVM half of its time on CUDA, even
+ * though both remove them). */
+enum {
+    MKPY_ATTR_DISPATCH_QUADGROUPS_PER_THREADGROUP = 1u << 0,
+    MKPY_ATTR_DISPATCH_SIMDGROUPS_PER_THREADGROUP = 1u << 1,
+    MKPY_ATTR_DISPATCH_THREADS_PER_THREADGROUP = 1u << 2,
+    MKPY_ATTR_GRID_ORIGIN = 1u << 3,
+    MKPY_ATTR_GRID_SIZE = 1u << 4,
+    MKPY_ATTR_QUADGROUP_INDEX_IN_THREADGROUP = 1u << 5,
+    MKPY_ATTR_QUADGROUPS_PER_THREADGROUP = 1u << 6,
+    MKPY_ATTR_SIMDGROUP_INDEX_IN_THREADGROUP = 1u << 7,
+    MKPY_ATTR_SIMDGROUPS_PER_THREADGROUP = 1u << 8,
+    MKPY_ATTR_THREAD_EXECUTION_WIDTH = 1u << 9,
+    MKPY_ATTR_THREAD_INDEX_IN_QUADGROUP = 1u << 10,
+    MKPY_ATTR_THREAD_INDEX_IN_SIMDGROUP = 1u << 11,
+    MKPY_ATTR_THREAD_INDEX_IN_THREADGROUP = 1u << 12,
+    MKPY_ATTR_THREAD_POSITION_IN_GRID = 1u << 13,
+    MKPY_ATTR_THREAD_POSITION_IN_THREADGROUP = 1u << 14,
+    MKPY_ATTR_THREADGROUP_POSITION_IN_GRID = 1u << 15,
+    MKPY_ATTR_THREADGROUPS_PER_GRID = 1u << 16,
+    MKPY_ATTR_THREADS_PER_GRID = 1u << 17,
+    MKPY_ATTR_THREADS_PER_SIMDGROUP = 1u << 18,
+    MKPY_ATTR_THREADS_PER_THREADGROUP = 1u << 19,
+    MKPY_ATTRS_ALL = (1u << 20) - 1,
+    /* filled by launch_attrs and group_attrs_at (mkpy_dispatch.h) */
+    MKPY_ATTRS_LAUNCH = MKPY_ATTR_DISPATCH_QUADGROUPS_PER_THREADGROUP | MKPY_ATTR_DISPATCH_SIMDGROUPS_PER_THREADGROUP |
+                        MKPY_ATTR_DISPATCH_THREADS_PER_THREADGROUP | MKPY_ATTR_GRID_ORIGIN | MKPY_ATTR_GRID_SIZE |
+                        MKPY_ATTR_THREAD_EXECUTION_WIDTH | MKPY_ATTR_THREADGROUPS_PER_GRID | MKPY_ATTR_THREADS_PER_GRID |
+                        MKPY_ATTR_THREADS_PER_SIMDGROUP,
+    MKPY_ATTRS_GROUP = MKPY_ATTR_QUADGROUPS_PER_THREADGROUP | MKPY_ATTR_SIMDGROUPS_PER_THREADGROUP |
+                       MKPY_ATTR_THREADGROUP_POSITION_IN_GRID | MKPY_ATTR_THREADS_PER_THREADGROUP,
+};
+
 /* Metal's values of every kernel attribute for one thread (filled by
  * mkpy_dispatch.h on the CPU, by mkpy_cuda.h on a GPU). */
 struct mkpy_thread_attrs {

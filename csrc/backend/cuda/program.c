@@ -93,11 +93,15 @@ char *mkb_cuda_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *
             (int)threads);
     const int nargs = mkk_nargs(k, c, inputs);
     for (int i = 0; i < nargs; i++) mkk_sbf(&b, ", void *a%d", i);
+    /* only the attributes the kernel reads are written (mkpy_launch.h's bits, mkk_attrs's order): the
+     * others would cost NVVM as much time as a small kernel's own code, to be dropped */
+    unsigned attrs = 0;
+    for (int i = 0; i < MKK_NATTRS; i++) attrs |= (unsigned)k->attr_used[i] << i;
     if (simt) /* the warp's lanes, read first, while all are converged: the first mask is those in the extent */
-        mkk_sb(&b, ") {\n    const unsigned mkpy_warp = __activemask();\n    mkpy_thread_attrs t;\n"
-                   "    if (!mkpy::simt_begin(mkpy_warp, mkpy::cuda_thread_attrs(L, t))) return;\n    ");
+        mkk_sbf(&b, ") {\n    const unsigned mkpy_warp = __activemask();\n    mkpy_thread_attrs t;\n"
+                    "    if (!mkpy::simt_begin(mkpy_warp, mkpy::cuda_thread_attrs<%#xu>(L, t))) return;\n    ", attrs);
     else
-        mkk_sb(&b, ") {\n    mkpy_thread_attrs t;\n    if (!mkpy::cuda_thread_attrs(L, t)) return;\n    ");
+        mkk_sbf(&b, ") {\n    mkpy_thread_attrs t;\n    if (!mkpy::cuda_thread_attrs<%#xu>(L, t)) return;\n    ", attrs);
     if (nbarriers) mkk_sb(&b, "mkpy::barrier_init();\n    ");
     mkk_sb(&b, call);
     mkk_sb(&b, "}\n");
