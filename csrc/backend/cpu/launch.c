@@ -368,7 +368,9 @@ static void byte_extent(const mk_array *x, const int64_t *strides, int64_t *lo, 
 static char *page_floor(const char *p) { return (char *)((uintptr_t)p & ~(uintptr_t)4095); }
 static char *page_ceil(const char *p) { return (char *)(((uintptr_t)p + 4095) & ~(uintptr_t)4095); }
 
-static bool all_zero(const char *a, const char *b) {
+/* AVX2 where the CPU has it (half the instructions of the SSE2 loop: the checks are ~10% of a
+ * cached call's instructions), chosen once by the loader (an ifunc) */
+__attribute__((target_clones("avx2", "default"))) static bool all_zero(const char *a, const char *b) {
     uint64_t acc = 0;
     for (; a < b && ((uintptr_t)a & 31); a++) acc |= (unsigned char)*a;
     /* 32 bytes a step in four lanes: a counted loop the compiler vectorises
