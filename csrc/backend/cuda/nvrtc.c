@@ -233,8 +233,8 @@ static int take_cubin(nvrtcProgram prog, unsigned char **cubin, size_t *size) {
     return -1;
 }
 
-/* NVRTC's codes for the automatic PCH (nvrtc.h, 12.8+) */
-enum { NVRTC_NO_PCH_CREATE_ATTEMPTED = 13, NVRTC_PCH_CREATE_HEAP_EXHAUSTED = 14 };
+/* NVRTC's code for a PCH that did not fit its heap (nvrtc.h, 12.8+) */
+enum { NVRTC_PCH_CREATE_HEAP_EXHAUSTED = 14 };
 
 /* After a compile with -pch: the PCH heap grown when it was too small for the header (NVRTC then
  * made no PCH; the next program creates it), and with MKPY_DEBUG whether this program took a PCH,
@@ -254,12 +254,13 @@ static void pch_after(nvrtcProgram prog, const char *name, bool verbose) {
     }
     if (!verbose) return;
     char *log = program_log(prog);
+    const bool took = log && strstr(log, "using precompiled header");
     const char *how = st == 0                               ? "created a precompiled header"
-                      : log && strstr(log, "using precompiled header") ? "took the precompiled header"
+                      : took                                ? "took the precompiled header"
                       : st == NVRTC_PCH_CREATE_HEAP_EXHAUSTED ? "no precompiled header (heap too small)"
                                                               : "no precompiled header";
     mkk_debug(1, "kernel `%s`: NVRTC %s", name, how);
-    if (log && *log && !strstr(log, "using precompiled header") && st != 0) mkk_debug(2, "NVRTC's PCH log: %s", log);
+    if (st != 0 && !took && log && *log) mkk_debug(2, "NVRTC's PCH log: %s", log); /* why not */
     free(log);
 }
 
@@ -275,8 +276,9 @@ static int nvrtc_compile(const mkk_kernel *k, const mkk_call *c, const char *ker
                             "-device-int128"};
     int n = 7, nm = 0;
     /* NVRTC's automatic precompiled header (per process, per set of the pieces' macros): the first
-     * kernel of a set pays ~10% to create it, later new kernels parse the runtime header from it
-     * (4x faster on the H200, docs/performance.md). MKPY_NVRTC_PCH=0 turns it off. */
+     * kernel of a set pays ~10% to create it, later new kernels take the runtime header from it
+     * (then it costs them nothing: docs/performance.md, the H200's fifth session). MKPY_NVRTC_PCH=0
+     * turns it off. */
     const char *pch = getenv("MKPY_NVRTC_PCH");
     const bool use_pch = !pch || strcmp(pch, "0") != 0, verbose = use_pch && mkk_debug_level() >= 1;
     if (use_pch) {
