@@ -175,7 +175,9 @@ def test_two_machines_on_one(tmp_path):
                   f"--env MKPY_DIST_TIMEOUT=60 --mpi-arg '{mca}' {CHECKS} --training-only")
         p, secs = run(["ip", "netns", "exec", ns_a, "unshare", "--uts", "sh", "-c", launch], timeout=120)
         counts = expect_checks(p, 2)
-        hosts = set(re.findall(r"host=(\S+)", p.stdout))
+        # mpirun forwards each rank's output as it comes: a rank's line may end after the other's
+        # starts ("host=ACHECKS rank=1 ... host=B"), so a name ends where the next report begins
+        hosts = set(re.findall(r"host=(\S+?)(?=CHECKS|\s|$)", p.stdout))
         assert hosts == {ns_a, ns_b}, p.stdout  # one rank in each namespace
         print(f"two namespaces over TCP: {secs:.1f} s, {counts}")
     finally:
