@@ -58,12 +58,18 @@ __kernel void small(__global const float* restrict in, __global float* restrict 
 """
 
 
+def _start_ticks(pid):
+    with open("/proc/%s/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+_START = _start_ticks(os.getpid())  # when this process started, in clock ticks since boot
+
+
 def _shared_server(pid, comm):
     """Whether process pid is a shared compile-server daemon or one of its servers (started with
     MKPY_SRV_SOCKET in its environment, csrc/backend/cpu/srvd.c), under MKPY_SERVER_DIR when
     that is set."""
-    if "clang" not in comm and "cbs-pass" not in comm:
-        return False
     want = b"\0MKPY_SRV_SOCKET=" + (os.environ.get("MKPY_SERVER_DIR", "").encode() + b"/"
                                     if os.environ.get("MKPY_SERVER_DIR") else b"")
     try:
@@ -78,8 +84,9 @@ def _cpu_s():
     compiler servers stay up: their time is not in the children's until they end), and of the
     shared compile servers under MKPY_SERVER_DIR (a benchmark gives them a folder of its own, so
     that only its processes use them, one at a time): each daemon's own time (its start, its
-    forks) and its servers' with what they reaped (not the daemon's reaped servers: an earlier
-    process's server reaped meanwhile would count). getrusage and /proc/PID/schedstat count in
+    forks) and its servers' started since this process started, with what they reaped (not the
+    daemon's reaped servers nor an earlier process's servers: one that ends meanwhile would take
+    its time with it). getrusage and /proc/PID/schedstat count in
     microseconds and nanoseconds; only a live process's reaped children (the compilers a zygote
     forked) come in clock ticks."""
     import resource
@@ -91,32 +98,51 @@ def _cpu_s():
     own = resource.getrusage(resource.RUSAGE_SELF)
     done = resource.getrusage(resource.RUSAGE_CHILDREN)
     live = 0.0
-    for ppid, t, reaped, shared, _state in procs.values():
-        daemon = shared and not (ppid in procs and procs[ppid][3])
+    for ppid, t, reaped, shared, _state, started in procs.values():
+        daemon = shared and not (ppid in procs and procs[ppid][3])  # (its reaped: earlier servers)
+        if shared and not daemon and started < _START:
+            continue  # an earlier process's server: it may end meanwhile, its time going to the daemon
         live += t + (0.0 if daemon else reaped)
     return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime + live
 
 
 def _cpu_procs():
-    """The processes _cpu_s counts (but this one)."""
+    """The processes _cpu_s counts (but this one): its children, the shared servers, and their
+    children (a compiler a zygote forked: live, its time is its own; a zombie, it is nowhere)."""
     tick = os.sysconf("SC_CLK_TCK")
-    procs = {}  # pid: (ppid, own seconds, reaped children's seconds, shared, state)
+    stats = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open("/proc/%s/stat" % d) as f:
                     comm, rest = f.read().rsplit(")", 1)
-                    fields = rest.split()
-                shared = _shared_server(d, comm)
-                if int(fields[1]) != os.getpid() and not shared:
-                    continue
-                t = 0.0
-                for task in os.listdir("/proc/%s/task" % d):  # its own, in ns, every thread
-                    with open("/proc/%s/task/%s/schedstat" % (d, task)) as f:
-                        t += int(f.read().split()[0]) / 1e9
-                procs[int(d)] = (int(fields[1]), t, sum(int(v) for v in fields[13:15]) / tick, shared, fields[0])
-            except (OSError, ValueError, IndexError):
+                stats[int(d)] = (comm, rest.split())
+            except (OSError, ValueError):
                 continue
+    me = os.getpid()
+    shared = {pid: _shared_server(pid, comm) for pid, (comm, fields) in stats.items()
+              if "clang" in comm or "cbs-pass" in comm}
+    counted = {pid: shared.get(pid, False) for pid, (comm, fields) in stats.items()
+               if int(fields[1]) == me or shared.get(pid)}
+    for pid, (comm, fields) in stats.items():  # their children
+        ppid = int(fields[1])
+        if pid not in counted and ppid in counted and ppid != me:
+            counted[pid] = counted[ppid]
+    procs = {}  # pid: (ppid, own seconds, reaped children's seconds, shared, state, start)
+    for pid, sh in counted.items():
+        fields = stats[pid][1]
+        try:
+            if fields[0] == "Z":
+                t = sum(int(v) for v in fields[11:13]) / tick
+            else:
+                t = 0.0
+                for task in os.listdir("/proc/%d/task" % pid):  # its own, in ns, every thread
+                    with open("/proc/%d/task/%s/schedstat" % (pid, task)) as f:
+                        t += int(f.read().split()[0]) / 1e9
+            procs[pid] = (int(fields[1]), t, sum(int(v) for v in fields[13:15]) / tick, sh, fields[0],
+                          int(fields[19]))
+        except (OSError, ValueError, IndexError):
+            continue
     return procs
 
 
