@@ -108,7 +108,7 @@ def run(opts):
                                  lambda i: first_on_machine(i + runs,
                                                             {"MKPY_CACHE_DIR": os.path.join(tmp, "fc%d" % i)}))
         progress("launch: cold compiles with servers of the process's own (MKPY_NO_SHARED_SERVER=1)")
-        own = {"MKPY_NO_SHARED_SERVER": "1"}
+        own = {"MKPY_NO_SHARED_SERVER": "1", "MKPY_SERVER_DIR": servers}  # (the folder: child.py's CPU count)
         cold_own = _best_child(runs, ["kernel-first-eval", "bench_small"],
                                lambda i: dict(own, MKPY_CACHE_DIR=os.path.join(tmp, "o%d" % i)))
         cold_coop_own = _best_child(runs, ["kernel-first-eval-coop", "bench_coop"],

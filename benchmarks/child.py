@@ -58,14 +58,6 @@ __kernel void small(__global const float* restrict in, __global float* restrict 
 """
 
 
-def _start_ticks(pid):
-    with open("/proc/%s/stat" % pid) as f:
-        return int(f.read().rsplit(")", 1)[1].split()[19])
-
-
-_START = _start_ticks(os.getpid())  # when this process started, in clock ticks since boot
-
-
 def _shared_server(pid, comm):
     """Whether process pid is a shared compile-server daemon or one of its servers (started with
     MKPY_SRV_SOCKET in its environment, csrc/backend/cpu/srvd.c), under MKPY_SERVER_DIR when
@@ -79,35 +71,53 @@ def _shared_server(pid, comm):
         return False
 
 
-def _cpu_s():
+class _Cpu:
     """CPU seconds of this process, its finished children and its live ones with theirs (the
     compiler servers stay up: their time is not in the children's until they end), and of the
     shared compile servers under MKPY_SERVER_DIR (a benchmark gives them a folder of its own, so
     that only its processes use them, one at a time): each daemon's own time (its start, its
-    forks) and its servers' started since this process started, with what they reaped (not the
-    daemon's reaped servers nor an earlier process's servers: one that ends meanwhile would take
-    its time with it). getrusage and /proc/PID/schedstat count in
-    microseconds and nanoseconds; only a live process's reaped children (the compilers a zygote
-    forked) come in clock ticks."""
-    import resource
-    for _ in range(100):  # a compiler that has exited but is not reaped yet counts nowhere: wait
-        procs = _cpu_procs()
-        if not any(p[4] == "Z" for p in procs.values()):
-            break
-        time.sleep(0.002)
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    done = resource.getrusage(resource.RUSAGE_CHILDREN)
-    live = 0.0
-    for ppid, t, reaped, shared, _state, started in procs.values():
-        daemon = shared and not (ppid in procs and procs[ppid][3])  # (its reaped: earlier servers)
-        if shared and not daemon and started < _START:
-            continue  # an earlier process's server: it may end meanwhile, its time going to the daemon
-        live += t + (0.0 if daemon else reaped)
-    return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime + live
+    forks) and its servers' with what they reaped (not the daemon's reaped servers: an earlier
+    process's server ending meanwhile would bring its whole time). `_Cpu()` marks a start; `.since()`
+    is the time since, per process: what a process counted at the mark has added, and all of a
+    process started after the mark. getrusage and /proc/PID/schedstat count in microseconds and
+    nanoseconds; only a live process's reaped children (the compilers a zygote forked) come in
+    clock ticks."""
+
+    def __init__(self):
+        self.own, self.procs, self.at = self._now()
+
+    @staticmethod
+    def _now():
+        import resource
+        for _ in range(100):  # a compiler that has exited but is not reaped yet: wait for its reaping
+            procs = _cpu_procs()
+            if not any(p[4] == "Z" for p in procs.values()):
+                break
+            time.sleep(0.002)
+        with open("/proc/uptime") as f:
+            at = float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        each = {}
+        for pid, (ppid, t, reaped, shared, _state, started) in procs.items():
+            daemon = shared and not (ppid in procs and procs[ppid][3])
+            each[pid] = (started, t + (0.0 if daemon else reaped))
+        return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime, each, at
+
+    def since(self):
+        own, procs, _ = self._now()
+        total = own - self.own
+        for pid, (started, v) in procs.items():
+            before = self.procs.get(pid)
+            if before and before[0] == started:
+                total += v - before[1]
+            elif started >= self.at - 1:  # (start times are in clock ticks)
+                total += v
+        return total
 
 
 def _cpu_procs():
-    """The processes _cpu_s counts (but this one): its children, the shared servers, and their
+    """The processes _Cpu counts (but this one): its children, the shared servers, and their
     children (a compiler a zygote forked: live, its time is its own; a zombie, it is nowhere)."""
     tick = os.sysconf("SC_CLK_TCK")
     stats = {}
@@ -128,7 +138,7 @@ def _cpu_procs():
         ppid = int(fields[1])
         if pid not in counted and ppid in counted and ppid != me:
             counted[pid] = counted[ppid]
-    procs = {}  # pid: (ppid, own seconds, reaped children's seconds, shared, state, start)
+    procs = {}  # pid: (ppid, own seconds, reaped children's seconds, shared, state, start tick)
     for pid, sh in counted.items():
         fields = stats[pid][1]
         try:
@@ -155,12 +165,12 @@ def kernel_first_eval(name, coop=False):
     before = mx.metal.kernel_cache_info()
     out, = k(inputs=[x], grid=(256, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(256,)],
              output_dtypes=[mx.float32], **({"template": [("SCALE", 1)]} if coop else {}))
-    c0 = _cpu_s()
+    c0 = _Cpu()
     t0 = time.perf_counter()
     mx.eval(out)
     t = time.perf_counter() - t0
     after = mx.metal.kernel_cache_info()
-    return {"seconds": t, "cpu_seconds": _cpu_s() - c0, "compiles": after["compiles"] - before["compiles"],
+    return {"seconds": t, "cpu_seconds": c0.since(), "compiles": after["compiles"] - before["compiles"],
             "disk_hits": after["disk_hits"] - before["disk_hits"]}
 
 
@@ -181,13 +191,13 @@ def sweep(name, n):
         got = out.tolist()
         return all(got[64 * g] == want[g] * scale for g in range(4))
     before = mx.metal.kernel_cache_info()
-    c0 = _cpu_s()
+    c0 = _Cpu()
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         ok = all(pool.map(first, range(1, n + 1)))
     t = time.perf_counter() - t0
     after = mx.metal.kernel_cache_info()
-    return {"seconds": t, "cpu_seconds": _cpu_s() - c0, "ok": ok,
+    return {"seconds": t, "cpu_seconds": c0.since(), "ok": ok,
             "compiles": after["compiles"] - before["compiles"]}
 
 
@@ -207,14 +217,14 @@ def pocl_first_run(coop=False):
     # a cold run names a fresh program (MKPY_BENCH_NONCE), so no cache can answer
     src = (COOP_CL if coop else SMALL_CL) + (
         "// %s\n" % os.environ["MKPY_BENCH_NONCE"] if os.environ.get("MKPY_BENCH_NONCE") else "")
-    c0 = _cpu_s()
+    c0 = _Cpu()
     t0 = time.perf_counter()
     prg = cl.Program(ctx, src).build()
     knl = cl.Kernel(prg, "small")
     knl.set_args(bi, bo)
     cl.enqueue_nd_range_kernel(q, knl, (256,), (64,))
     q.finish()
-    return {"seconds": time.perf_counter() - t0, "cpu_seconds": _cpu_s() - c0}
+    return {"seconds": time.perf_counter() - t0, "cpu_seconds": c0.since()}
 
 
 def _rss_kib():
