@@ -45,6 +45,10 @@
 
 extern char **environ;
 
+#ifndef POSIX_SPAWN_SETSID /* glibc before 2.26: the daemon calls setsid itself */
+#define POSIX_SPAWN_SETSID 0
+#endif
+
 #define SRVD_PROTOCOL "mkpy-srvd-1"
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
