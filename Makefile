@@ -13,7 +13,7 @@ deps:
 
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
-	@PYTHONPATH=. $(PYTHON) -c "import mkpy; print(mkpy.metal.precompile_runtime())" \
+	@MKPY_NO_SHARED_SERVER=1 PYTHONPATH=. $(PYTHON) -c "import mkpy; print(mkpy.metal.precompile_runtime())" \
 	  || echo "note: no precompiled kernel runtime header; kernels still compile, more slowly"
 
 run: build

@@ -107,9 +107,10 @@ def find_llvm():
 LLVM = find_llvm()
 HAVE_LLVM = LLVM is not None
 PASS_SOURCES = ["csrc/backend/cpu/ir/cbs_ir.c", "csrc/backend/cpu/ir/cbs_main.c", "csrc/backend/cpu/ir/check_ir.c",
-                "csrc/backend/cpu/ir/ir_load.c"]
+                "csrc/backend/cpu/ir/ir_load.c", "csrc/backend/cpu/srvd.c"]
 
-ZYGOTE_SOURCE = "csrc/backend/cpu/zygote/cc_zygote.c"
+# the zygote and the pass program share srvd.c (the shared daemons) with the extension
+ZYGOTE_SOURCES = ["csrc/backend/cpu/zygote/cc_zygote.c", "csrc/backend/cpu/srvd.c"]
 
 
 def _parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
@@ -224,9 +225,11 @@ class BuildExt(build_ext):
         """mkpy/libmkpy-cc-zygote.so: preloaded into the kernel compiler, it keeps clang started
         (csrc/backend/cpu/zygote/cc_zygote.c)."""
         out = os.path.join(os.path.dirname(self.get_ext_fullpath("mkpy._core")), "libmkpy-cc-zygote.so")
-        if os.path.exists(out) and os.path.getmtime(out) > os.path.getmtime(ZYGOTE_SOURCE):
+        newest = max(os.path.getmtime(f) for f in ZYGOTE_SOURCES + ["csrc/backend/cpu/srvd.h"])
+        if os.path.exists(out) and os.path.getmtime(out) > newest:
             return
-        objects = self.compiler.compile([ZYGOTE_SOURCE], output_dir=self.build_temp, extra_postargs=cflags)
+        objects = self.compiler.compile(ZYGOTE_SOURCES, output_dir=os.path.join(self.build_temp, "zygote"),
+                                        extra_postargs=cflags + ["-fPIC"])
         self.compiler.link_shared_object(objects, out, libraries=["dl"])
 
     def build_pass(self):

@@ -1,6 +1,8 @@
 """Kernel launch path: a cached 1-thread kernel (call + eval), the cold compile
 of a small plain kernel and of a small cooperative one in a fresh
-MKPY_CACHE_DIR, a 100-variant template sweep of the cooperative one compiled in
+MKPY_CACHE_DIR (in a new process that finds the shared compile servers an
+earlier one started, the normal case; in the first process on the machine,
+which starts them; with servers of the process's own), a 100-variant template sweep of the cooperative one compiled in
 parallel, and a disk-cache hit in a fresh process (timed inside the child
 around its first eval). PoCL does the same
 steps as reference: a 1-work-item enqueue + finish, a program build + first
@@ -72,26 +74,56 @@ def run(opts):
                     note="" if pocl else why))
 
     # ------------------------------------------------ cold compile, disk hit
+    # The compile servers are shared across processes (csrc/backend/cpu/srvd.c): the normal case
+    # is a new process that finds the daemons an earlier one started. Every child here uses a
+    # rendezvous folder under tmp (MKPY_SERVER_DIR), so that only this run's processes use its
+    # daemons; removing tmp at the end stops them (a daemon ends when its socket file is gone).
     runs = 2 if opts.quick else 3
     tmp = tempfile.mkdtemp(prefix="mkpy-bench-cache-")
     try:
+        servers = os.path.join(tmp, "servers")
+        os.mkdir(servers, 0o700)
+
+        def up(extra):
+            return dict(extra, MKPY_SERVER_DIR=servers)
+
+        def first_on_machine(i, extra):  # a rendezvous folder of its own: no daemon yet
+            d = os.path.join(tmp, "first%d" % i)
+            os.makedirs(d, 0o700, exist_ok=True)
+            return dict(extra, MKPY_SERVER_DIR=d)
+
+        progress("launch: an earlier process starts the shared compile servers")
+        run_child("child.py", ["kernel-first-eval-coop", "bench_warm"],
+                  env=up({"MKPY_CACHE_DIR": os.path.join(tmp, "warm")}))
         progress("launch: cold compiles in fresh cache dirs (%d processes)" % runs)
         dirs = [os.path.join(tmp, "cold%d" % i) for i in range(runs)]
-        cold = _best_child(runs, ["kernel-first-eval", "bench_small"], lambda i: {"MKPY_CACHE_DIR": dirs[i]})
+        cold = _best_child(runs, ["kernel-first-eval", "bench_small"], lambda i: up({"MKPY_CACHE_DIR": dirs[i]}))
         progress("launch: cold compiles of a cooperative kernel (barrier, simd_sum)")
         cold_coop = _best_child(runs, ["kernel-first-eval-coop", "bench_coop"],
-                                lambda i: {"MKPY_CACHE_DIR": os.path.join(tmp, "coop%d" % i)})
+                                lambda i: up({"MKPY_CACHE_DIR": os.path.join(tmp, "coop%d" % i)}))
+        progress("launch: cold compiles, each the first process on the machine (it starts the servers)")
+        first = _best_child(runs, ["kernel-first-eval", "bench_small"],
+                            lambda i: first_on_machine(i, {"MKPY_CACHE_DIR": os.path.join(tmp, "f%d" % i)}))
+        first_coop = _best_child(runs, ["kernel-first-eval-coop", "bench_coop"],
+                                 lambda i: first_on_machine(i + runs,
+                                                            {"MKPY_CACHE_DIR": os.path.join(tmp, "fc%d" % i)}))
+        progress("launch: cold compiles with servers of the process's own (MKPY_NO_SHARED_SERVER=1)")
+        own = {"MKPY_NO_SHARED_SERVER": "1", "MKPY_SERVER_DIR": servers}  # (the folder: child.py's CPU count)
+        cold_own = _best_child(runs, ["kernel-first-eval", "bench_small"],
+                               lambda i: dict(own, MKPY_CACHE_DIR=os.path.join(tmp, "o%d" % i)))
+        cold_coop_own = _best_child(runs, ["kernel-first-eval-coop", "bench_coop"],
+                                    lambda i: dict(own, MKPY_CACHE_DIR=os.path.join(tmp, "oc%d" % i)))
         sweep = None
         if not opts.quick:
             progress("launch: a %d-variant sweep of the cooperative kernel, compiled in parallel" % SWEEP_N)
             sweep = run_child("child.py", ["sweep", "bench_sweep", str(SWEEP_N)],
-                              env={"MKPY_CACHE_DIR": os.path.join(tmp, "sweep")})
+                              env=up({"MKPY_CACHE_DIR": os.path.join(tmp, "sweep")}))
         progress("launch: cold compiles without a precompiled runtime header")
         no_pch = _best_child(runs, lambda i: ["kernel-first-eval", "bench_small_%s" % uuid.uuid4().hex[:8]],
-                             lambda i: {"MKPY_CACHE_DIR": os.path.join(tmp, "nopch%d" % i), "MKPY_NO_PCH": "1"})
+                             lambda i: up({"MKPY_CACHE_DIR": os.path.join(tmp, "nopch%d" % i), "MKPY_NO_PCH": "1"}))
         # same kernel again: a disk hit
         progress("launch: disk-cache hits in fresh processes")
-        hit = _best_child(runs + 2, ["kernel-first-eval", "bench_small"], lambda i: {"MKPY_CACHE_DIR": dirs[0]})
+        hit = _best_child(runs + 2, ["kernel-first-eval", "bench_small"], lambda i: up({"MKPY_CACHE_DIR": dirs[0]}))
 
         p_cold = p_hit = p_cold_coop = None
         pocl_ok = find_device()[0] is not None
@@ -125,11 +157,19 @@ def run(opts):
     pch_dir = os.path.join(os.path.dirname(mx.__file__), "include", "pch")
     prebuilt = os.path.isdir(pch_dir) and any(f.endswith(".pch") for f in os.listdir(pch_dir))
     child_row("cold compile, fresh cache dir", cold, p_cold, COLD, "compiles",
-              "runtime header precompiled by make build" if prebuilt
-              else "no precompiled header from make build: the first kernel builds one")
+              "a new process, the compile servers started by an earlier one; " +
+              ("runtime header precompiled by make build" if prebuilt
+               else "no precompiled header from make build: the first kernel builds one"))
     child_row("cold compile, cooperative kernel", cold_coop, p_cold_coop, COLD_COOP, "compiles",
-              "one barrier + simd_sum: the lockstep engine; PoCL: a work-group reduction")
-    child_row("cold compile, no PCH", no_pch, p_cold, None, "compiles", "MKPY_NO_PCH=1")
+              "servers up; one barrier + simd_sum: the lockstep engine; PoCL: a work-group reduction")
+    child_row("cold compile, first process on the machine", first, p_cold, None, "compiles",
+              "it starts the shared compile servers")
+    child_row("cold compile, cooperative, first process on the machine", first_coop, p_cold_coop, None,
+              "compiles", "it starts the shared compile servers")
+    child_row("cold compile, servers of its own", cold_own, p_cold, None, "compiles", "MKPY_NO_SHARED_SERVER=1")
+    child_row("cold compile, cooperative, servers of its own", cold_coop_own, p_cold_coop, None, "compiles",
+              "MKPY_NO_SHARED_SERVER=1")
+    child_row("cold compile, no PCH", no_pch, p_cold, None, "compiles", "MKPY_NO_PCH=1; servers up")
     if sweep:
         rows.append(row(SECTION, "%d-variant sweep, cooperative kernel" % SWEEP_N, value=sweep["seconds"],
                         value_text=fmt_time(sweep["seconds"]), target=SWEEP,

@@ -58,30 +58,102 @@ __kernel void small(__global const float* restrict in, __global float* restrict 
 """
 
 
-def _cpu_s():
+def _shared_server(pid, comm):
+    """Whether process pid is a shared compile-server daemon or one of its servers (started with
+    MKPY_SRV_SOCKET in its environment, csrc/backend/cpu/srvd.c), under MKPY_SERVER_DIR when
+    that is set."""
+    want = b"\0MKPY_SRV_SOCKET=" + (os.environ.get("MKPY_SERVER_DIR", "").encode() + b"/"
+                                    if os.environ.get("MKPY_SERVER_DIR") else b"")
+    try:
+        with open("/proc/%s/environ" % pid, "rb") as f:
+            return want in b"\0" + f.read()
+    except OSError:
+        return False
+
+
+class _Cpu:
     """CPU seconds of this process, its finished children and its live ones with theirs (the
-    compiler servers stay up: their time is not in the children's until they end). getrusage
-    and /proc/PID/schedstat count in microseconds and nanoseconds; only a live child's reaped
-    children (the compilers a zygote forked) come in clock ticks."""
-    import resource
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    done = resource.getrusage(resource.RUSAGE_CHILDREN)
-    live = 0.0
+    compiler servers stay up: their time is not in the children's until they end), and of the
+    shared compile servers under MKPY_SERVER_DIR (a benchmark gives them a folder of its own, so
+    that only its processes use them, one at a time): each daemon's own time (its start, its
+    forks) and its servers' with what they reaped (not the daemon's reaped servers: an earlier
+    process's server ending meanwhile would bring its whole time). `_Cpu()` marks a start; `.since()`
+    is the time since, per process: what a process counted at the mark has added, and all of a
+    process started after the mark. getrusage and /proc/PID/schedstat count in microseconds and
+    nanoseconds; only a live process's reaped children (the compilers a zygote forked) come in
+    clock ticks."""
+
+    def __init__(self):
+        self.own, self.procs, self.at = self._now()
+
+    @staticmethod
+    def _now():
+        import resource
+        for _ in range(100):  # a compiler that has exited but is not reaped yet: wait for its reaping
+            procs = _cpu_procs()
+            if not any(p[4] == "Z" for p in procs.values()):
+                break
+            time.sleep(0.002)
+        with open("/proc/uptime") as f:
+            at = float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        done = resource.getrusage(resource.RUSAGE_CHILDREN)
+        each = {}
+        for pid, (ppid, t, reaped, shared, _state, started) in procs.items():
+            daemon = shared and not (ppid in procs and procs[ppid][3])
+            each[pid] = (started, t + (0.0 if daemon else reaped))
+        return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime, each, at
+
+    def since(self):
+        own, procs, _ = self._now()
+        total = own - self.own
+        for pid, (started, v) in procs.items():
+            before = self.procs.get(pid)
+            if before and before[0] == started:
+                total += v - before[1]
+            elif started >= self.at - 1:  # (start times are in clock ticks)
+                total += v
+        return total
+
+
+def _cpu_procs():
+    """The processes _Cpu counts (but this one): its children, the shared servers, and their
+    children (a compiler a zygote forked: live, its time is its own; a zombie, it is nowhere)."""
     tick = os.sysconf("SC_CLK_TCK")
+    stats = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open("/proc/%s/stat" % d) as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) != os.getpid():
-                    continue
-                for t in os.listdir("/proc/%s/task" % d):  # its own, in ns, every thread
-                    with open("/proc/%s/task/%s/schedstat" % (d, t)) as f:
-                        live += int(f.read().split()[0]) / 1e9
-                live += sum(int(v) for v in fields[13:15]) / tick  # its reaped children's
-            except (OSError, ValueError, IndexError):
+                    comm, rest = f.read().rsplit(")", 1)
+                stats[int(d)] = (comm, rest.split())
+            except (OSError, ValueError):
                 continue
-    return own.ru_utime + own.ru_stime + done.ru_utime + done.ru_stime + live
+    me = os.getpid()
+    shared = {pid: _shared_server(pid, comm) for pid, (comm, fields) in stats.items()
+              if "clang" in comm or "cbs-pass" in comm}
+    counted = {pid: shared.get(pid, False) for pid, (comm, fields) in stats.items()
+               if int(fields[1]) == me or shared.get(pid)}
+    for pid, (comm, fields) in stats.items():  # their children
+        ppid = int(fields[1])
+        if pid not in counted and ppid in counted and ppid != me:
+            counted[pid] = counted[ppid]
+    procs = {}  # pid: (ppid, own seconds, reaped children's seconds, shared, state, start tick)
+    for pid, sh in counted.items():
+        fields = stats[pid][1]
+        try:
+            if fields[0] == "Z":
+                t = sum(int(v) for v in fields[11:13]) / tick
+            else:
+                t = 0.0
+                for task in os.listdir("/proc/%d/task" % pid):  # its own, in ns, every thread
+                    with open("/proc/%d/task/%s/schedstat" % (pid, task)) as f:
+                        t += int(f.read().split()[0]) / 1e9
+            procs[pid] = (int(fields[1]), t, sum(int(v) for v in fields[13:15]) / tick, sh, fields[0],
+                          int(fields[19]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return procs
 
 
 def kernel_first_eval(name, coop=False):
@@ -93,12 +165,12 @@ def kernel_first_eval(name, coop=False):
     before = mx.metal.kernel_cache_info()
     out, = k(inputs=[x], grid=(256, 1, 1), threadgroup=(64, 1, 1), output_shapes=[(256,)],
              output_dtypes=[mx.float32], **({"template": [("SCALE", 1)]} if coop else {}))
-    c0 = _cpu_s()
+    c0 = _Cpu()
     t0 = time.perf_counter()
     mx.eval(out)
     t = time.perf_counter() - t0
     after = mx.metal.kernel_cache_info()
-    return {"seconds": t, "cpu_seconds": _cpu_s() - c0, "compiles": after["compiles"] - before["compiles"],
+    return {"seconds": t, "cpu_seconds": c0.since(), "compiles": after["compiles"] - before["compiles"],
             "disk_hits": after["disk_hits"] - before["disk_hits"]}
 
 
@@ -119,13 +191,13 @@ def sweep(name, n):
         got = out.tolist()
         return all(got[64 * g] == want[g] * scale for g in range(4))
     before = mx.metal.kernel_cache_info()
-    c0 = _cpu_s()
+    c0 = _Cpu()
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         ok = all(pool.map(first, range(1, n + 1)))
     t = time.perf_counter() - t0
     after = mx.metal.kernel_cache_info()
-    return {"seconds": t, "cpu_seconds": _cpu_s() - c0, "ok": ok,
+    return {"seconds": t, "cpu_seconds": c0.since(), "ok": ok,
             "compiles": after["compiles"] - before["compiles"]}
 
 
@@ -145,14 +217,14 @@ def pocl_first_run(coop=False):
     # a cold run names a fresh program (MKPY_BENCH_NONCE), so no cache can answer
     src = (COOP_CL if coop else SMALL_CL) + (
         "// %s\n" % os.environ["MKPY_BENCH_NONCE"] if os.environ.get("MKPY_BENCH_NONCE") else "")
-    c0 = _cpu_s()
+    c0 = _Cpu()
     t0 = time.perf_counter()
     prg = cl.Program(ctx, src).build()
     knl = cl.Kernel(prg, "small")
     knl.set_args(bi, bo)
     cl.enqueue_nd_range_kernel(q, knl, (256,), (64,))
     q.finish()
-    return {"seconds": time.perf_counter() - t0, "cpu_seconds": _cpu_s() - c0}
+    return {"seconds": time.perf_counter() - t0, "cpu_seconds": c0.since()}
 
 
 def _rss_kib():

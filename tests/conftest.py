@@ -8,6 +8,11 @@ os.environ["MKPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="mkpy-test-cache-")
 # `make test` is the CPU back-end's suite on every machine: where an NVIDIA GPU is found, GPU
 # streams would run on it, and most of the suite (engines, caches, compile latency, debugging)
 # tests the CPU's. `make test-gpu` (MKPY_REQUIRE_GPU=1) runs its files on the GPU.
+# The compile servers shared across processes (a daemon per kind that outlives the process that
+# started it) are off for the suite: a daemon left behind would outlive `make test`. The tests of
+# that feature (tests/test_shared_servers.py) turn them on in their own processes, with a folder
+# of their own and a short idle time, and stop every daemon they start.
+os.environ["MKPY_NO_SHARED_SERVER"] = "1"
 if os.environ.get("MKPY_REQUIRE_GPU") != "1":
     os.environ.setdefault("MKPY_GPU", "cpu")
 

@@ -134,8 +134,11 @@ time.sleep(0.2)
 run(3)   # the idle servers are gone: fresh ones take the kernel, on the lockstep engine
 now = {k: _servers(me, k) for k in ("pass", "cc")}
 assert all(len(v) == 1 for v in now.values()) and now != first, now
-os.environ["MKPY_TEST_SERVER_ENV"] = "1"  # a server keeps the environment it started with
+os.environ["MKPY_TEST_SERVER_ENV"] = "1"  # the environment goes with each compiler request
 run(4)
+assert _servers(me, "cc") == now["cc"]
+os.environ["LD_LIBRARY_PATH"] = "/nonexistent-mkpy-test"  # the loader's: a server started under others retires
+run(5)
 assert _servers(me, "cc") != now["cc"] and len(_servers(me, "cc")) == 1
 print("servers", *(_servers(me) + _servers(me, "cc")))
 print(mx.metal.kernel_cache_info()["compiles"])
@@ -146,10 +149,10 @@ print(mx.metal.kernel_cache_info()["compiles"])
 @pytest.mark.skipif(not HAVE_ZYGOTE, reason="no mkpy/libmkpy-cc-zygote.so (built on Linux only)")
 def test_servers_are_reused_and_a_dead_one_is_replaced(tmp_path):
     here = os.path.dirname(os.path.abspath(__file__))
-    p = _child(SERVERS_SCRIPT.replace("HERE", repr(here)), {}, tmp_path)
-    assert p.stdout.split()[-1] == "4"
+    p = _child(SERVERS_SCRIPT.replace("HERE", repr(here)), {"MKPY_NO_SHARED_SERVER": "1"}, tmp_path)
+    assert p.stdout.split()[-1] == "5"
     engines = [line for line in p.stdout.splitlines() if "runs on" in line]
-    assert len(engines) == 4 and all("lockstep" in line for line in engines), p.stdout
+    assert len(engines) == 5 and all("lockstep" in line for line in engines), p.stdout
     # the process is gone: so are its servers (their input ended; a zombie waits for init)
     pids = [int(v) for line in p.stdout.splitlines() if line.startswith("servers") for v in line.split()[1:]]
     assert len(pids) == 2
@@ -225,6 +228,7 @@ __attribute__((destructor)) static void slow_destructor(void) {
 int main(int argc, char **argv) {
     const char *how = argc > 1 ? argv[1] : "";
     printf("out %s\n", how);
+    if (!strcmp(how, "env")) printf("env %s\n", getenv("MKPY_FAKE_ENV") ? getenv("MKPY_FAKE_ENV") : "(unset)");
     fflush(stdout);
     if (!strcmp(how, "exit3")) exit(3);
     if (!strcmp(how, "_exit5")) _exit(5);
@@ -235,12 +239,16 @@ int main(int argc, char **argv) {
 """
 
 
-def _zygote_ask(sock, args):
-    """One request to a zygote (cc_zygote.c's protocol): its status and the program's output."""
+def _zygote_ask(sock, args, env=None):
+    """One request to a zygote (cc_zygote.c's protocol: folder, "argc umask", arguments,
+    environment): its status and the program's output."""
     import socket
     import struct
     r, w = os.pipe()
-    body = b"\0".join([os.getcwd().encode()] + [a.encode() for a in args]) + b"\0"
+    env = os.environ if env is None else env
+    head = ["%d %d" % (len(args), 0o22)]
+    strings = [os.getcwd()] + head + list(args) + ["%s=%s" % kv for kv in env.items()]
+    body = b"\0".join(s.encode() for s in strings) + b"\0"
     sock.sendmsg([struct.pack("=Q", len(body))], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", w))])
     sock.sendall(body)
     os.close(w)
@@ -280,6 +288,9 @@ def test_the_zygote_reports_each_way_a_compiler_ends(tmp_path):
         assert _zygote_ask(a, [prog, "slow-exit"]) == (0, "out slow-exit\n")
         assert time.monotonic() - t0 < 0.9  # the destructor's sleep(1) came after the answer
         assert _zygote_ask(a, [prog, "ok"]) == (0, "out ok\n")  # and the zygote serves the next one
+        # the compiler runs with the request's environment, not the zygote's
+        assert _zygote_ask(a, [prog, "env"], {"MKPY_FAKE_ENV": "one"}) == (0, "out env\nenv one\n")
+        assert _zygote_ask(a, [prog, "env"], {}) == (0, "out env\nenv (unset)\n")
     finally:
         a.close()
         z.wait(timeout=30)

@@ -38,6 +38,7 @@
 #include "backend/cpu/check.h"
 #include "backend/cpu/coop.h"
 #include "backend/cpu/ir/cbs_ir.h"
+#include "backend/cpu/srvd.h"
 #include "kernel/diag.h"
 #include "kernel/kernel.h"
 
@@ -1087,30 +1088,65 @@ static _Thread_local uint64_t cbs_front_ns, cbs_pass_ns;
 
 /* ------------------------------------------------ programs kept up */
 
+static int send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, char *p, size_t n) {
+    while (n) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
 /* Two programs stay up between kernels, each in a pool of its own:
  *  - the region-splitting pass, `mkpy-cbs-pass --serve` (it would cost ~17 ms
  *    of CPU time to start per kernel: the dynamic loader relocating libLLVM);
  *    it takes kernels over a socket (the protocol: ir/cbs_main.c);
  *  - the compiler, clang, started once with libmkpy-cc-zygote.so preloaded
  *    (~25 ms a start): it forks a child that runs clang's main per request
- *    (zygote/cc_zygote.c).
+ *    (zygote/cc_zygote.c), with the request's folder, umask and environment.
+ * A server is first looked for as a shared daemon (srvd.c): one per kind and
+ * build for all of the user's processes, started by the first that finds
+ * none and ending after MKPY_SERVER_IDLE seconds without a connection; a
+ * pooled server is then a connection to it (a server the daemon forked for
+ * it). Where that fails (no private folder, MKPY_NO_SHARED_SERVER) the
+ * process starts its own, as a child on a socket pair (as it does after a
+ * shared server that did not answer its hello).
  * Each request still runs in a process of its own kind, outside the user's:
  * a crash ends the server or the child, never this process, and a server
  * that fails is ended (the compile then runs as before: a program per
  * kernel). Idle servers wait in their pool, one per thread that compiled at
  * the same time, at most SRV_IDLE_MAX; a server is retired after
  * SRV_JOBS_MAX requests (LLVM keeps some memory per run), or when the
- * environment changed since it started (it has the old one). A server reads
- * its input until it ends: closing our end stops it, and the process's exit
- * closes it too. After a fork the child drops its parent's servers. */
+ * variables the dynamic loader reads at start changed since it started
+ * (LD_LIBRARY_PATH and the like: they are part of a daemon's key; the rest
+ * of the environment goes with each compiler request, and the pass reads
+ * none). A server reads its input until it ends: closing our end stops it,
+ * and the process's exit closes it too. After a fork the child drops its
+ * parent's servers. */
 #define SRV_IDLE_MAX 4
 #define SRV_JOBS_MAX 200
 enum { SRV_PASS, SRV_CC, SRV_KINDS };
+static const char *const srv_names[SRV_KINDS] = {"lockstep pass", "compiler (clang zygote)"};
 typedef struct srvproc {
-    pid_t pid;
-    int fd; /* our end of the socket: its standard input and output */
+    pid_t pid;  /* a server of this process's own (reaped at its end), or 0: a shared one */
+    pid_t reap; /* the process that started a shared daemon for us, reaped after the first answer */
+    int fd;     /* our end of the socket: its standard input and output */
     int jobs;
-    uint64_t env; /* environ_hash() when it started */
+    bool hello; /* a shared server's hello (srvd.h) is still to be read */
+    uint64_t env; /* mkk_srvd_loader_env() when it started */
     struct srvproc *next;
 } srvproc;
 static struct {
@@ -1120,52 +1156,92 @@ static struct {
     pid_t owner;
 } srvpool = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static uint64_t environ_hash(void) {
-    uint64_t h = 0;
-    for (char **e = environ; e && *e; e++) h = (h * 0x100000001b3ULL) ^ mkk_hash64(*e, strlen(*e) + 1);
-    return h;
+static void srv_reap(pid_t *pid) {
+    if (*pid > 0)
+        while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    *pid = 0;
 }
 
 static void srv_end(srvproc *s) {
     close(s->fd);
-    while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR) {
-    }
+    srv_reap(&s->pid);
+    srv_reap(&s->reap);
     free(s);
 }
 
-/* Starts argv[0] with the socket as its standard input and output, and
- * `extra` (NULL-terminated "NAME=value" strings) added to its environment. */
-static srvproc *srv_start(char *const argv[], const char *const *extra) {
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return NULL;
+/* A server of `kind` running argv[0], with `extra` (NULL-terminated
+ * "NAME=value" strings) added to its environment: a connection to the shared
+ * daemon for them, else a child of this process with the socket as its
+ * standard input and output. `files` are the other files it runs (the
+ * zygote library): with argv[0], part of the daemon's key. */
+static srvproc *srv_start(int kind, char *const argv[], const char *const *extra, const char *const *files,
+                          bool shared) {
     srvproc *s = calloc(1, sizeof *s);
-    size_t ne = 0, nx = 0;
+    size_t ne = 0, nx = 0, nf = 0, na = 0;
     while (environ && environ[ne]) ne++;
     while (extra && extra[nx]) nx++;
+    while (files && files[nf]) nf++;
+    while (argv[na]) na++;
     char **env = s ? malloc((ne + nx + 1) * sizeof *env) : NULL;
-    int rc = ENOMEM;
-    if (env) {
+    const char **words = env ? malloc((na + nx + 2) * sizeof *words) : NULL;
+    const char **ids = words ? malloc((nf + 2) * sizeof *ids) : NULL;
+    int rc = ENOMEM, sv[2] = {-1, -1};
+    if (ids) {
         if (ne) memcpy(env, environ, ne * sizeof *env);
         for (size_t i = 0; i < nx; i++) env[ne + i] = (char *)extra[i];
         env[ne + nx] = NULL;
-        s->env = environ_hash();
-        posix_spawn_file_actions_t fa;
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
-        posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
-        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-        rc = posix_spawn(&s->pid, argv[0], &fa, NULL, argv, env);
-        posix_spawn_file_actions_destroy(&fa);
+        s->env = mkk_srvd_loader_env();
+        if (shared && !getenv("MKPY_NO_SHARED_SERVER")) {
+            words[0] = srv_names[kind];
+            memcpy(words + 1, argv, na * sizeof *words);
+            for (size_t i = 0; i < nx; i++) words[1 + na + i] = extra[i];
+            words[1 + na + nx] = NULL;
+            ids[0] = argv[0];
+            for (size_t i = 0; i < nf; i++) ids[1 + i] = files[i];
+            ids[1 + nf] = NULL;
+            s->fd = mkk_srvd_connect(kind == SRV_CC ? "cc" : "pass", mkk_srvd_key(ids, words), argv, env, &s->reap);
+            if (s->fd >= 0) {
+                s->hello = true;
+                rc = 0;
+            }
+        }
+        if (rc != 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0) {
+            posix_spawn_file_actions_t fa;
+            posix_spawn_file_actions_init(&fa);
+            posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+            posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+            posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+            rc = posix_spawn(&s->pid, argv[0], &fa, NULL, argv, env);
+            posix_spawn_file_actions_destroy(&fa);
+            close(sv[1]);
+            if (rc == 0) {
+                s->fd = sv[0];
+                mkk_debug(1, "%s: a server of this process, pid %d", srv_names[kind], (int)s->pid);
+            } else close(sv[0]);
+        }
     }
     free(env);
-    close(sv[1]);
+    free(words);
+    free(ids);
     if (rc != 0) {
-        close(sv[0]);
         free(s);
         return NULL;
     }
-    s->fd = sv[0];
     return s;
+}
+
+/* Before a shared server's first answer: its hello (the daemon's pid and
+ * its own); then the process that started the daemon, if ours, has exited. */
+static int srv_hello(int kind, srvproc *s) {
+    if (!s->hello) return 0;
+    int32_t h[2];
+    if (recv_all(s->fd, (char *)h, sizeof h) < 0) return -1;
+    s->hello = false;
+    mkk_debug(1, "%s: shared daemon pid %d (its server for this process: pid %d%s)", srv_names[kind], (int)h[0],
+              (int)h[1], s->reap ? "; the daemon was started by this process" : "");
+    srv_reap(&s->reap);
+    return 0;
 }
 
 /* An idle server of `kind`, or NULL (none: start one). */
@@ -1189,7 +1265,7 @@ static srvproc *srv_take(int kind) {
         srvpool.nidle[kind]--;
     }
     pthread_mutex_unlock(&srvpool.mu);
-    if (s && s->env != environ_hash()) { /* started with another environment */
+    if (s && s->env != mkk_srvd_loader_env()) { /* started under other start-up variables */
         srv_end(s);
         s = NULL;
     }
@@ -1211,36 +1287,16 @@ static void srv_give(int kind, srvproc *s, bool ok) {
     if (s) srv_end(s);
 }
 
-static int send_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int recv_all(int fd, char *p, size_t n) {
-    while (n) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* One request to a pass server: the pass's status (0 or 1) with *why set,
- * or -1 when the server died or misbehaved. */
+ * -1 when the server died or misbehaved, -2 when a shared server did not
+ * start (no hello: the kernel never reached it). */
 static int pass_ask(srvproc *s, char mode, const char *bc, const char *obj, char **why) {
     char head[96];
     int hn = snprintf(head, sizeof head, "%c %zu %zu\n", mode, strlen(bc), strlen(obj));
     if (send_all(s->fd, head, (size_t)hn) < 0 || send_all(s->fd, bc, strlen(bc)) < 0 ||
         send_all(s->fd, obj, strlen(obj)) < 0)
-        return -1;
+        return s->hello ? -2 : -1;
+    if (srv_hello(SRV_PASS, s) < 0) return -2;
     /* the answer's line, a byte at a time (it is short), then the reason */
     char line[64];
     size_t n = 0;
@@ -1276,7 +1332,7 @@ static srvproc *pass_server(const char *program, bool *fresh) {
     if (s) return s;
     char *argv[] = {(char *)program, "--serve", NULL};
     *fresh = true;
-    return srv_start(argv, NULL);
+    return srv_start(SRV_PASS, argv, NULL, NULL, true);
 }
 
 /* Runs the pass in `mode` on bc_path into obj_path: through server s
@@ -1287,18 +1343,20 @@ static int pass_run(const char *program, char mode, const char *bc_path, const c
     *why = NULL;
     if (s) {
         int rc = pass_ask(s, mode, bc_path, obj_path, why);
-        if (rc < 0 && !fresh) { /* an idle server that went away: a fresh one */
+        if (rc == -2 || (rc < 0 && !fresh)) { /* an idle server that went away, a daemon that failed: a fresh one */
             srv_end(s);
             free(*why);
             *why = NULL;
             char *argv[] = {(char *)program, "--serve", NULL};
-            if ((s = srv_start(argv, NULL))) rc = pass_ask(s, mode, bc_path, obj_path, why);
+            if ((s = srv_start(SRV_PASS, argv, NULL, NULL, rc != -2))) rc = pass_ask(s, mode, bc_path, obj_path, why);
+            if (rc < -1) rc = -1;
         }
         if (s) {
             srv_give(SRV_PASS, s, rc >= 0);
             return rc; /* -1: the server died on this kernel, the pass failed */
         }
     }
+    mkk_debug(1, "%s: runs as a program", srv_names[SRV_PASS]);
     char *flag = mode == 'K' ? "--check" : mode == 'F' ? "--fibers" : NULL;
     char *argv[] = {(char *)program, flag ? flag : (char *)bc_path, flag ? (char *)bc_path : (char *)obj_path,
                     flag ? (char *)obj_path : NULL, NULL};
@@ -1323,27 +1381,51 @@ static void zygote_find(void) {
     if (access(path, R_OK) == 0 && realpath(path, real)) memcpy(zygote_path, real, sizeof real);
 }
 
+/* This process's umask, read without changing it (Linux 4.7 on; 022 else). */
+static unsigned current_umask(void) {
+    unsigned m = 022;
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Umask: %o", &m) == 1) break;
+    if (f) fclose(f);
+    return m;
+}
+
 /* One compiler run through zygote s: its exit status and output as
  * run_capture's (-1: it was killed), or -2 when the zygote failed (the
- * compiler may not have run). */
+ * compiler may not have run). The request carries this process's working
+ * folder, umask and environment (cc_zygote.c's protocol). */
 static int cc_ask(srvproc *s, char *const argv[], char **output) {
-    char cwd[4096];
+    char cwd[4096], head[64];
     if (!getcwd(cwd, sizeof cwd)) return -2;
-    size_t n = strlen(cwd) + 1;
+    int argc = 0;
+    while (argv[argc]) argc++;
+    snprintf(head, sizeof head, "%d %u", argc, current_umask());
+    size_t n = strlen(cwd) + 1 + strlen(head) + 1;
     for (int i = 0; argv[i]; i++) n += strlen(argv[i]) + 1;
-    char *body = malloc(n);
+    for (char **e = environ; e && *e; e++) n += strlen(*e) + 1;
+    char *body = n <= (1u << 20) ? malloc(n) : NULL; /* the zygote's limit: more runs the compiler as a program */
     int fds[2] = {-1, -1};
     if (!body || pipe2(fds, O_CLOEXEC) < 0) {
         free(body);
         return -2;
     }
-    size_t at = strlen(cwd) + 1;
-    memcpy(body, cwd, at);
-    for (int i = 0; argv[i]; i++) {
-        size_t l = strlen(argv[i]) + 1;
-        memcpy(body + at, argv[i], l);
-        at += l;
-    }
+    size_t at = 0;
+#define PUT(str)                          \
+    do {                                  \
+        size_t l_ = strlen(str) + 1;      \
+        if (at + l_ <= n) {               \
+            memcpy(body + at, (str), l_); \
+            at += l_;                     \
+        }                                 \
+    } while (0)
+    PUT(cwd);
+    PUT(head);
+    for (int i = 0; argv[i]; i++) PUT(argv[i]);
+    for (char **e = environ; e && *e; e++) PUT(*e); /* (another thread may change it meanwhile) */
+#undef PUT
+    n = at;
     /* the head, with the pipe's write end: the compiler's output goes there */
     uint64_t len = n;
     union {
@@ -1371,7 +1453,8 @@ static int cc_ask(srvproc *s, char *const argv[], char **output) {
     /* the output until every writer closed it, then the status */
     char *buf = read_to_end(fds[0]);
     int32_t status;
-    if (recv_all(s->fd, (char *)&status, sizeof status) < 0 || status == 127) { /* 127: it did not start */
+    if (srv_hello(SRV_CC, s) < 0 || recv_all(s->fd, (char *)&status, sizeof status) < 0 ||
+        status == 127) { /* 127: it did not start */
         free(buf);
         return -2;
     }
@@ -1387,6 +1470,7 @@ static int cc_run(char *const argv[], char **output) {
     pthread_once(&zygote_once, zygote_find);
     if (zygote_path[0] && !getenv("MKPY_NO_CC_SERVER")) {
         srvproc *s = srv_take(SRV_CC);
+        const bool pooled = s != NULL;
         int rc = -2;
         for (int attempt = 0; attempt < 2 && rc == -2; attempt++) {
             if (!s) {
@@ -1394,7 +1478,9 @@ static int cc_run(char *const argv[], char **output) {
                 snprintf(preload, sizeof preload, "LD_PRELOAD=%s", zygote_path);
                 const char *extra[] = {preload, "MKPY_CC_ZYGOTE=1", NULL};
                 char *zargv[] = {argv[0], NULL};
-                if (!(s = srv_start(zargv, extra))) break;
+                const char *files[] = {zygote_path, NULL};
+                /* after a shared server that failed at once, one of our own */
+                if (!(s = srv_start(SRV_CC, zargv, extra, files, attempt == 0 || pooled))) break;
             }
             rc = cc_ask(s, argv, output);
             if (rc == -2) {
@@ -1409,6 +1495,7 @@ static int cc_run(char *const argv[], char **output) {
             return rc;
         }
     }
+    mkk_debug(1, "%s: runs as a program", srv_names[SRV_CC]);
     return run_capture(argv, output);
 }
 

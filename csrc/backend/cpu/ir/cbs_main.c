@@ -13,12 +13,17 @@
  * path and the n2 bytes of the object's; the answer is a line
  * "<status> <n>\n" (0 or 1, as the exit status above) followed by the n bytes
  * of the reason. The server exits at the end of its input; a crash ends it
- * too, and jit.c then takes the kernel as declined, as before. */
+ * too, and jit.c then takes the kernel as declined, as before. Started with
+ * MKPY_SRV_SOCKET set, the server is a shared daemon (../srvd.c): each
+ * connection gets a forked server that serves it as above until its end of
+ * input. The pass reads no environment variable but its debugging ones
+ * (MKPY_CBS_DUMP, MKPY_CBS_TRACE), with which jit.c runs it as a program. */
 #include <llvm-c/Support.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../srvd.h"
 #include "cbs_ir.h"
 
 static int one(char mode, const char *bc, const char *obj, char *why, size_t whyn) {
@@ -76,7 +81,10 @@ int main(int argc, char **argv) {
     const char *opts[] = {argv[0], "-vector-library=LIBMVEC-X86"};
     LLVMParseCommandLineOptions(2, opts, NULL);
 #endif
-    if (server) return serve();
+    if (server) {
+        (void)mkk_srvd_serve(); /* a shared daemon: returns in the server of a connection */
+        return serve();
+    }
     char why[1024];
     if (one(mode, argv[1], argv[2], why, sizeof why)) {
         fputs(why, stdout);

@@ -23,9 +23,15 @@
  *
  * A request: 8 bytes, the length n of what follows (host order), sent with
  * one descriptor (SCM_RIGHTS) that the compiler's standard output and error
- * go to; then n bytes: the working folder, then the arguments, each ending
- * in a NUL. The answer: 4 bytes, the exit status (host order; 128 + the
- * signal's number when it was killed). The zygote exits at the end of its
+ * go to; then n bytes of strings, each ending in a NUL: the working folder;
+ * "<argc> <umask>" in decimal; the argc arguments; then the environment the
+ * compiler runs with (the client's: the zygote may serve several processes,
+ * and clang reads CPATH, TMPDIR and the like). The answer: 4 bytes, the exit
+ * status (host order; 128 + the signal's number when it was killed). The
+ * zygote exits at the end of its input.
+ *
+ * Started with MKPY_SRV_SOCKET set, it is a shared daemon (../srvd.c): each
+ * connection gets a forked zygote that serves it as above until its end of
  * input. Without MKPY_CC_ZYGOTE the library does nothing. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -34,17 +40,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "../srvd.h"
 
 typedef int (*main_fn)(int, char **, char **);
 typedef int (*start_fn)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *);
 
 #define MAX_REQUEST (1 << 20)
-#define MAX_ARGS 512
 
 static int read_all(int fd, void *p, size_t n) {
     while (n) {
@@ -115,6 +124,7 @@ int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), v
     if (!getenv("MKPY_CC_ZYGOTE")) return real(main, argc, argv, init, fini, rtld_fini, stack_end);
     unsetenv("MKPY_CC_ZYGOTE");
     unsetenv("LD_PRELOAD"); /* not for what the compiler starts */
+    (void)mkk_srvd_serve(); /* a shared daemon: returns in the zygote of a connection */
     for (;;) {
         uint64_t n;
         int out;
@@ -122,11 +132,22 @@ int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), v
         char *buf = malloc(n + 1);
         if (!buf || read_all(0, buf, n) < 0) _exit(0);
         buf[n] = 0;
-        char *args[MAX_ARGS + 1];
-        int na = 0;
-        const char *cwd = buf;
-        for (size_t i = strlen(buf) + 1; i < n && na < MAX_ARGS; i += strlen(buf + i) + 1) args[na++] = buf + i;
-        args[na] = NULL;
+        /* the strings: folder, "argc umask", arguments, environment */
+        size_t ns = 0;
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) ns++;
+        char **vec = malloc((ns + 2) * sizeof *vec), *cwd = buf;
+        size_t at = strlen(buf) + 1, nv = 0;
+        long argc = -1;
+        unsigned mask = 022;
+        if (at < n && sscanf(buf + at, "%ld %u", &argc, &mask) == 2) at += strlen(buf + at) + 1;
+        else argc = -1;
+        for (; vec && at < n; at += strlen(buf + at) + 1) {
+            if ((long)nv == argc) vec[nv++] = NULL; /* between the arguments and the environment */
+            vec[nv++] = buf + at;
+        }
+        if (vec && (long)nv == argc) vec[nv++] = NULL;
+        if (vec) vec[nv] = NULL;
+        const int na = vec && argc > 0 && argc < (long)nv ? (int)argc : 0;
         int early[2] = {-1, -1};
         pid_t pid = na && pipe2(early, O_CLOEXEC) == 0 ? fork() : -1;
         if (pid == 0) {
@@ -137,9 +158,12 @@ int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), v
             close(early[0]);
             child_main = main;
             child_report_fd = early[1];
-            return real(main_reporting, na, args, init, fini, rtld_fini, stack_end);
+            environ = vec + na + 1; /* main gets it as envp */
+            umask((mode_t)mask);
+            return real(main_reporting, na, vec, init, fini, rtld_fini, stack_end);
         }
         close(out);
+        free(vec);
         free(buf);
         if (early[1] >= 0) close(early[1]);
         int32_t status = 127, st;
