@@ -35,7 +35,10 @@
  *      number (MKPY_CBS_DONE at the end);
  *   6. mkpy_kernel_cbs_run holds, per site, a loop over the threads of the
  *      group with F inlined at that site: the "work-item loop" that LLVM's
- *      loop vectoriser can turn into SIMD code across threads.
+ *      loop vectoriser can turn into SIMD code across threads. Past the
+ *      compile budget (sites x instructions) it is the compact form instead:
+ *      two loops (every thread; the threads at the released site), F
+ *      inlined once in each and entered through its switch on the site.
  *
  * Release order ("thread frontiers", Diamos et al., MICRO 2011): blocks are
  * ranked in a topological order of the CFG without back edges, where every
@@ -2157,7 +2160,7 @@ typedef struct {
     /* the compact form: the and and the or of the site numbers the group's
      * threads wait at after the run (equal: they all wait at one site);
      * NULL otherwise */
-    LLVMValueRef r_lo, r_hi;
+    LLVMValueRef w_and, w_or;
     int bits; /* the sites bitmask is kept (not with 63 sites or more: the scheduler reads next[]) */
 } run_fn;
 
@@ -2238,11 +2241,11 @@ static LLVMBasicBlockRef build_nest(pass *p, const run_fn *R, LLVMValueRef site,
     LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), R->gb, i, site, ctxv, x, y, z};
     LLVMValueRef r = LLVMBuildCall2(p->b, R->ft, p->f, args, 9, "");
     LLVMBuildStore(p->b, r, slotp);
-    if (!R->r_lo) note_went(p, R, r);
+    if (!R->w_and) note_went(p, R, r);
     LLVMBasicBlockRef ran = LLVMGetInsertBlock(p->b);
     LLVMBuildBr(p->b, xl);
     LLVMPositionBuilderAtEnd(p->b, xl);
-    if (R->r_lo) {
+    if (R->w_and) {
         /* where the thread waits now: the site it went to, or (not released
          * by a checked run) the one it waited at; the bitmask then holds
          * every thread's site, whatever ran (the scheduler takes it as the
@@ -2255,9 +2258,9 @@ static LLVMBasicBlockRef build_nest(pass *p, const run_fn *R, LLVMValueRef site,
             LLVMAddIncoming(w, wv, wb, 2);
         }
         if (R->bits) note_went(p, R, w);
-        LLVMValueRef lo = LLVMBuildLoad2(p->b, p->i32, R->r_lo, ""), hi = LLVMBuildLoad2(p->b, p->i32, R->r_hi, "");
-        LLVMBuildStore(p->b, LLVMBuildAnd(p->b, w, lo, ""), R->r_lo);
-        LLVMBuildStore(p->b, LLVMBuildOr(p->b, w, hi, ""), R->r_hi);
+        LLVMValueRef lo = LLVMBuildLoad2(p->b, p->i32, R->w_and, ""), hi = LLVMBuildLoad2(p->b, p->i32, R->w_or, "");
+        LLVMBuildStore(p->b, LLVMBuildAnd(p->b, w, lo, ""), R->w_and);
+        LLVMBuildStore(p->b, LLVMBuildOr(p->b, w, hi, ""), R->w_or);
     }
     LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
     LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, x1, tx, ""), xb, yl);
@@ -2705,12 +2708,12 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMValueRef acc_hi = LLVMBuildAlloca(p->b, p->i32, "sites.hi");
         LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
         LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
-        LLVMValueRef r_lo = NULL, r_hi = NULL;
+        LLVMValueRef w_and = NULL, w_or = NULL;
         if (compact) {
-            r_lo = LLVMBuildAlloca(p->b, p->i32, "waits.and");
-            r_hi = LLVMBuildAlloca(p->b, p->i32, "waits.or");
-            LLVMBuildStore(p->b, const_i32(p, -1), r_lo);
-            LLVMBuildStore(p->b, const_i32(p, 0), r_hi);
+            w_and = LLVMBuildAlloca(p->b, p->i32, "waits.and");
+            w_or = LLVMBuildAlloca(p->b, p->i32, "waits.or");
+            LLVMBuildStore(p->b, const_i32(p, -1), w_and);
+            LLVMBuildStore(p->b, const_i32(p, 0), w_or);
         }
         LLVMPositionBuilderAtEnd(p->b, out);
         /* (the bitmask is not kept by the compact form from 63 sites on:
@@ -2794,7 +2797,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             mkk_ir_fail(p, "out of memory");
             goto done;
         }
-        run_fn R = {run, ft, ctxv, uni, gb, tx, ty, tz, next, acc_lo, acc_hi, r_lo, r_hi, !compact || nsites < 63};
+        run_fn R = {run, ft, ctxv, uni, gb, tx, ty, tz, next, acc_lo, acc_hi, w_and, w_or, !compact || nsites < 63};
         if (compact) {
             /* one dense nest and one checked nest, F entered at the site
              * released (its switch on `resume`, in the work-item loop); both
@@ -2822,7 +2825,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMSetLinkage(tab, LLVMInternalLinkage);
             free(kinds);
             LLVMPositionBuilderAtEnd(p->b, chain);
-            LLVMValueRef lo = LLVMBuildLoad2(p->b, p->i32, r_lo, ""), hi = LLVMBuildLoad2(p->b, p->i32, r_hi, "");
+            LLVMValueRef lo = LLVMBuildLoad2(p->b, p->i32, w_and, ""), hi = LLVMBuildLoad2(p->b, p->i32, w_or, "");
             LLVMBasicBlockRef look = LLVMAppendBasicBlockInContext(p->cx, run, "chain.look");
             LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "chain.to");
             LLVMBuildCondBr(p->b,
@@ -2837,8 +2840,8 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMPositionBuilderAtEnd(p->b, pre);
             LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
             LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
-            LLVMBuildStore(p->b, const_i32(p, -1), r_lo);
-            LLVMBuildStore(p->b, const_i32(p, 0), r_hi);
+            LLVMBuildStore(p->b, const_i32(p, -1), w_and);
+            LLVMBuildStore(p->b, const_i32(p, 0), w_or);
             LLVMBuildBr(p->b, dispatch);
             LLVMValueRef in_v[] = {lo}, in_d[] = {LLVMConstInt(LLVMInt1TypeInContext(p->cx), 1, 0)};
             LLVMAddIncoming(site_v, in_v, &pre, 1);
