@@ -41,13 +41,15 @@ bench: build
 # MKPY_FUZZ_ENGINE_SECONDS per seed): random well-defined kernels on the lockstep engine, the
 # fiber engine and the checker, for FUZZ_SECONDS (or FUZZ_KERNELS kernels); FUZZ_SEED replays a
 # run. A disagreement is reduced and printed as an entry for tests/data/fuzz_regressions.json.
-# FUZZ_JOBS runs that many fuzz processes (seeds derived from FUZZ_SEED; one summary).
+# FUZZ_JOBS runs that many fuzz processes (seeds derived from FUZZ_SEED; one summary). FUZZ_ARGS
+# passes more options (e.g. "--compact --per-compile 16"; kernel_fuzz.py --help).
 FUZZ_SECONDS ?= 600
 FUZZ_KERNELS ?=
 FUZZ_SEED ?=
 FUZZ_JOBS ?= 1
+FUZZ_ARGS ?=
 fuzz-engine: build
-	PYTHONPATH=. nice $(PYTHON) tests/kernel_fuzz.py $(if $(FUZZ_KERNELS),--kernels $(FUZZ_KERNELS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --jobs $(FUZZ_JOBS)
+	PYTHONPATH=. nice $(PYTHON) tests/kernel_fuzz.py $(if $(FUZZ_KERNELS),--kernels $(FUZZ_KERNELS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --jobs $(FUZZ_JOBS) $(FUZZ_ARGS)
 
 # A longer multi-threaded run (by hand, never part of `make test`): 8 threads mixing ops,
 # shared lazy graphs, cached and new kernels and short-lived threads, printing RSS,

@@ -45,6 +45,9 @@ each in a worker process, so a crash or a hang is a result rather than the end o
 ``mx.cuda.is_available()``, the CUDA back-end on the GPU (``--gpu``, a real warp as the reference
 for the SIMD-group functions) is one more; without a GPU, a fourth worker compiles every kernel
 for CUDA sm_80 with NVRTC too (``--nvrtc``), so the CUDA target's translation is checked anyway.
+``--compact`` adds the lockstep engine with its compact run function for every kernel
+(``MKPY_CBS_COMPACT=1``; normally only past the per-site form's compile budget); setting
+``MKPY_CBS_COMPACT=1`` for the whole run instead makes the ``lockstep`` worker build it.
 
 Several kernels share one compile: a batch is one kernel whose bodies are the cases of a
 ``switch`` on an input, launched once per body.
@@ -831,6 +834,9 @@ def default_engines(gpu=None, nvrtc=None, log=None):
     cpu = {"MKPY_GPU": "cpu"}
     engines = [Engine("lockstep", dict(cpu)), Engine("fibers", dict(cpu, MKPY_ENGINE="fibers")),
                Engine("checker", dict(cpu, MKPY_CHECK="1"))]
+    if os.environ.get("MKPY_FUZZ_COMPACT") == "1":
+        # --compact: the lockstep engine's compact run function (MKPY_CBS_COMPACT) beside its per-site one
+        engines.insert(1, Engine("compact", dict(cpu, MKPY_CBS_COMPACT="1")))
     have = probe_targets() if gpu is not False or nvrtc is not False else {"gpu": False, "nvrtc": False}
     if gpu and not have["gpu"]:
         raise RuntimeError("--gpu: mkpy finds no GPU here (mx.cuda.is_available() is False)")
@@ -1214,6 +1220,9 @@ def main():
     ap.add_argument("--mixed-iterations", action="store_true",
                     help="allow SIMD-group functions where the active lanes could come from two loop iterations "
                          "(sets MKPY_FUZZ_MIXED_ITERATIONS=1 for the jobs and workers; replays need it too)")
+    ap.add_argument("--compact", action="store_true",
+                    help="one more engine, the lockstep engine with its compact run function for every kernel "
+                         "(MKPY_CBS_COMPACT=1; sets MKPY_FUZZ_COMPACT=1 for the jobs; replays need it too)")
     ap.add_argument("--no-reduce", action="store_true")
     ap.add_argument("--save", metavar="FILE", default=None,
                     help="append each reduced failure to FILE (a JSON list) for --bless")
@@ -1224,6 +1233,8 @@ def main():
     a = ap.parse_args()
     if a.mixed_iterations:
         os.environ["MKPY_FUZZ_MIXED_ITERATIONS"] = "1"
+    if a.compact:
+        os.environ["MKPY_FUZZ_COMPACT"] = "1"
     if a.worker:
         return worker_main()
     seed = random.randrange(1 << 31) if a.seed is None else a.seed
@@ -1274,8 +1285,9 @@ def main():
           (n, nc, time.time() - t0, len(fails), seed, ", %d jobs" % a.jobs if a.jobs > 1 else "",
            ", interrupted" if stopped else ""), flush=True)
     for f in fails:
-        print("  disagreement at seed %d: %s (replay: python tests/kernel_fuzz.py --seed %d%s)" %
-              (f["seed"], f["verdict"], f["seed"], " --mixed-iterations" if mixed_iterations() else ""), flush=True)
+        print("  disagreement at seed %d: %s (replay: python tests/kernel_fuzz.py --seed %d%s%s)" %
+              (f["seed"], f["verdict"], f["seed"], " --mixed-iterations" if mixed_iterations() else "",
+               " --compact" if os.environ.get("MKPY_FUZZ_COMPACT") == "1" else ""), flush=True)
     if a.save and fails:
         old = json.load(open(a.save)) if os.path.exists(a.save) else []
         for i, f in enumerate(x for x in fails if x["case"] is not None):

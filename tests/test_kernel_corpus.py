@@ -1418,9 +1418,9 @@ def test_gemm_on_simdgroup_matrices(M, K, N, dtype):
 # threadgroup, ITERS alternating row and column normalisations, each row's
 # and each column's sum a non-power-of-two tree reduction written out level
 # by level with a barrier after each, and thread 0 writing the scale. That is
-# hundreds of barriers in one loop: past the lockstep pass's compile budget
-# (docs/kernels.md), so the fiber engine runs it rather than spend tens of
-# seconds compiling it.
+# hundreds of barriers in one loop: past the budget of the lockstep pass's
+# per-site run function (tens of seconds to compile), so the pass builds its
+# compact run function (docs/design.md, "A compact lockstep run function").
 SINKHORN_HEAD = """
     threadgroup float P[{R}][{C}];
     threadgroup float red[{TG}];
@@ -1559,15 +1559,37 @@ def test_sinkhorn_knopp_loop_template(groups):
 @pytest.mark.skipif(os.environ.get("MKPY_ENGINE", "") == "fibers", reason="MKPY_ENGINE=fibers")
 @pytest.mark.usefixtures("cpu_device")  # the CPU back-end's own behaviour
 def test_sinkhorn_engines_and_the_compile_budget(capfd):
-    # hundreds of barriers: the lockstep pass stops at its compile budget and says so
+    # hundreds of barriers: past the per-site form's compile budget the lockstep pass builds its
+    # compact run function and says so; the loop template (about 60 sites) keeps the per-site one
     if mx.metal.is_check_enabled():
         pytest.skip("the checker mode runs every kernel instrumented")
-    for table, want in ((SINKHORN, "compile budget"), (SINKHORN_LOOPS, "runs on the lockstep engine")):
+    if os.environ.get("MKPY_CBS_COMPACT", "0") not in ("", "0"):
+        pytest.skip("MKPY_CBS_COMPACT builds every kernel's compact form")
+    for table, want in ((SINKHORN, "runs on the lockstep engine (the compact form: 330 resume points"),
+                        (SINKHORN_LOOPS, "runs on the lockstep engine")):
         run_sinkhorn(table, 2, verbose=True)
         line = [l for l in capfd.readouterr().out.splitlines() if "runs on" in l][0]
         assert want in line, line
-        if table is SINKHORN:
-            assert "runs on fibers" in line, line
+        assert ("compact" in line) == (table is SINKHORN), line
+
+
+@pytest.mark.skipif(os.environ.get("MKPY_ENGINE", "") == "fibers", reason="MKPY_ENGINE=fibers")
+@pytest.mark.usefixtures("cpu_device")  # the CPU back-end's engines
+def test_sinkhorn_generated_same_bits_on_lockstep_and_fibers(monkeypatch):
+    # the compact run function against the fiber engine: the same bits, 3 groups of 32 threads
+    if mx.metal.is_check_enabled():
+        pytest.skip("the checker mode runs every kernel instrumented")
+    R, C, iters, tg = 12, 20, 20, 32
+    x = mx.array(np.random.default_rng(3).standard_normal((3, R, C)).astype(np.float32))
+    outs = []
+    for engine in ("lockstep", "fibers"):
+        if engine == "fibers":
+            monkeypatch.setenv("MKPY_ENGINE", "fibers")
+        out, = SINKHORN[(R, C, iters, tg)](inputs=[x], grid=(3 * tg, 1, 1), threadgroup=(tg, 1, 1),
+                                             output_shapes=[(3, R, C)], output_dtypes=[mx.float32])
+        outs.append(np.array(out))
+    np.testing.assert_array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    np.testing.assert_allclose(outs[0], sinkhorn_reference(np.array(x), iters), rtol=1e-4, atol=1e-6)
 
 
 # ----------------- tiled attention with thread-0 softmax statistics (bfloat16)

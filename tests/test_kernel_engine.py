@@ -315,6 +315,51 @@ def test_what_the_engine_cannot_take_runs_on_fibers(capfd):
     np.testing.assert_array_equal(y, x.sum() + np.arange(32) % 3)
 
 
+def test_past_the_compact_budget_runs_on_fibers(capfd):
+    # ~9,000 instructions between barriers: past the per-site run function's budget (sites + 1 copies
+    # of the code) and the compact one's (3 copies), so the fibers run it, and say why
+    body = "\n".join("    acc = acc * 0.999f + t[(l + %du) & 63u];" % (i * 7 % 64) for i in range(9000))
+    k = mx.fast.metal_kernel(name="engine_past_budgets", input_names=["x"], output_names=["y"], source="""
+        threadgroup float t[64];
+        uint l = thread_position_in_threadgroup.x;
+        t[l] = x[l];
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        float acc = 0.0f;
+    %s
+        for (int r = 0; r < 4; r++) {
+            threadgroup_barrier(mem_flags::mem_threadgroup);
+            t[(l + r) & 63u] += acc;
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        y[l] = t[63 - l];""" % body)
+    x = np.arange(64, dtype=np.float32) / 64
+    args = ([mx.array(x)], (64, 1, 1), (64, 1, 1), [(64,)])
+    line = engine_of(k, *args, capfd)
+    assert "runs on fibers" in line and "compile budget" in line and "compact form" in line, line
+    acc = np.zeros(64, np.float32)
+    for i in range(9000):
+        acc = acc * np.float32(0.999) + x[(np.arange(64) + i * 7 % 64) & 63]
+    t = x.copy()
+    for r in range(4):
+        t[(np.arange(64) + r) & 63] += acc
+    with mx.stream(mx.cpu):
+        y, = run(k, *args)
+    np.testing.assert_allclose(y, t[63 - np.arange(64)], rtol=1e-4)
+
+
+def test_the_engine_tests_with_the_compact_form():
+    """The lockstep engine's compact run function (built past the per-site form's budget) under
+    the rule-per-test kernels of this file and the loop-step kernels: MKPY_CBS_COMPACT builds it
+    for every cooperative kernel."""
+    env = dict(os.environ, PYTHONPATH=ROOT, MKPY_CBS_COMPACT="1", MKPY_GPU="cpu")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                        os.path.join(ROOT, "tests", "test_kernel_engine.py"),
+                        os.path.join(ROOT, "tests", "test_kernel_loop_steps.py"),
+                        "-k", "not under_fibers and not compact_form and not past_the_compact_budget"],
+                       env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
 def test_mkpy_engine_fibers_runs_the_same_numbers():
     code = ("import mkpy as mx, numpy as np\n"
             "k = mx.fast.metal_kernel(name='env_engine', input_names=['x'], output_names=['y'], source='''\n"
@@ -352,12 +397,14 @@ def test_the_kernel_corpus_under_fibers():
 # a wait at their latch. Each kernel runs on the three CPU engines, which must give what a GPU
 # gives.
 
-@pytest.fixture(params=["lockstep", "fibers", "checker"])
+@pytest.fixture(params=["lockstep", "compact", "fibers", "checker"])
 def cpu_engine(request, monkeypatch):
     if request.param == "fibers":
         monkeypatch.setenv("MKPY_ENGINE", "fibers")
     else:
         monkeypatch.delenv("MKPY_ENGINE", raising=False)
+    if request.param == "compact":  # the lockstep engine's compact run function
+        monkeypatch.setenv("MKPY_CBS_COMPACT", "1")
     with mx.metal.check(request.param == "checker"):
         yield request.param
 

@@ -163,6 +163,7 @@ struct mkpy_cbs_info {
     const char *tg_file;
     const struct mkpy_cbs_site *sites;
     uint64_t tg_alloc; /* bytes of ctx->tg the compiled code uses */
+    const char *form;  /* NULL: the per-site run function; else why the compact one (cbs_ir.c) */
 };
 struct mkpy_cbs_ctx {
     unsigned char *frame;   /* values kept across resume points */

@@ -151,6 +151,9 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
 #define RUN_X(site, dense, tx) \
     k->run(site, k->args, L, g, ctx->frame, ctx->deposit, ctx->simd, ctx->masks, next, ctx->tg, tx, t[1], t[2], dense)
 #define RUN(site, dense) RUN_X(site, dense, t[0])
+    /* the compact run function (info->form) reports every thread's site
+     * after a run, the other only where the threads it ran went */
+    const int compact = info->form != NULL;
     uint64_t present = RUN(0, 1); /* the sites where threads wait, as bits (63: done or site >= 63) */
     int any_done = 0;
     const uint32_t nsites = info->nsites;
@@ -179,8 +182,18 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
             }
             present = sites_mask;
         } else {
+            /* dense when every thread waits at one site (a run there may
+             * then chain on: the compact run function's, cbs_ir.c) */
+            const uint32_t first = next[0];
+            uint32_t prev = MKPY_CBS_DONE;
+            int same = 1;
             for (unsigned i = 0; i < count; i++) {
                 uint32_t s = next[i];
+                same &= s == first;
+                /* neighbours mostly wait at one site: looked at once (what
+                 * follows gives the same answer for the same site twice) */
+                if (s == prev) continue;
+                prev = s;
                 if (s == MKPY_CBS_DONE) continue;
                 if (sites[s].kind == MKPY_CBS_BARRIER) {
                     if (barrier == MKPY_CBS_DONE)
@@ -192,6 +205,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                     best = s;
                 }
             }
+            dense = same && first != MKPY_CBS_DONE;
         }
         if (best != MKPY_CBS_DONE) {
             uint32_t tx = t[0]; /* the x extent the run walks */
@@ -236,11 +250,13 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
                  * waiting here. In a group one thread tall and deep, thread
                  * x is index x, so it need not walk past the last of them (the
                  * `simd_sum` row reduction's second exchange is SIMD-group 0's:
-                 * 32 of 256 threads, where the walk was ~10% of the kernel). */
-                if (!dense && hi && t[1] == 1 && t[2] == 1) tx = hi;
+                 * 32 of 256 threads, where the walk was ~10% of the kernel).
+                 * Not in the compact run function, which looks at every
+                 * thread's site after a checked run. */
+                if (!dense && hi && t[1] == 1 && t[2] == 1 && !compact) tx = hi;
             }
             uint64_t went = RUN_X(best, dense, tx);
-            if (nsites < 63) present = (present & ~(1ull << best)) | went;
+            if (nsites < 63) present = compact ? went : (present & ~(1ull << best)) | went;
             continue;
         }
         if (barrier == MKPY_CBS_DONE) return 0; /* every thread returned */
@@ -258,7 +274,7 @@ static int run_group(const mkk_cbs_kernel *k, cbs_worker *w, struct mkpy_cbs_ctx
             return -1;
         }
         uint64_t went = RUN(barrier, dense);
-        if (nsites < 63) present = (present & ~(1ull << barrier)) | went;
+        if (nsites < 63) present = compact ? went : (present & ~(1ull << barrier)) | went;
     }
 #undef RUN
 #undef RUN_X

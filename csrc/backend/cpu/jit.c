@@ -265,6 +265,14 @@ typedef mkk_sbuf sbuf;
  * and code generation, so a build has only those its engines call. */
 enum { ENTRY_PLAIN = 1, ENTRY_THREAD = 2, ENTRY_CBS = 4 };
 
+/* MKPY_CBS_COMPACT set (and not 0): the lockstep pass builds its compact run
+ * function for every cooperative kernel (ir/cbs_ir.c; for the tests and the
+ * fuzzer). Part of the program (mkpy_cbs_compact) and of the in-memory key. */
+static bool cbs_force_compact(void) {
+    const char *e = getenv("MKPY_CBS_COMPACT");
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
 static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *const *inputs, const char *generated,
                            const char *kernel_name, const char *debug_dir, int entries) {
     sbuf b = {0};
@@ -331,6 +339,9 @@ static char *build_program(const mkk_kernel *k, const mkk_call *c, mk_array *con
         sbf(&b, "extern \"C\" const int mkpy_cbs_readonly_args = %d;\n", readonly_args);
         sbf(&b, "extern \"C\" const int mkpy_cbs_flat = %d;\n",
             (c->threadgroup[1] == 1) | (c->threadgroup[2] == 1) << 1);
+        /* MKPY_CBS_COMPACT (tests): the pass builds the compact run function
+         * whatever the kernel's size */
+        if (cbs_force_compact()) sb(&b, "extern \"C\" const int mkpy_cbs_compact = 1;\n");
         /* the group's coordinates come computed once per group (the pass calls
          * mkpy_kernel_cbs_group at the top of its run function): divisions in
          * the work-item loops would stay there, as LLVM never hoists a division
@@ -1053,7 +1064,7 @@ int mkk_prepare(char *msg, size_t n) {
 
 /* Part of the disk key of cooperative kernels: bump it when the pass changes
  * what it emits. */
-#define CBS_ENGINE_ID "engine=lockstep-8"
+#define CBS_ENGINE_ID "engine=lockstep-9"
 /* ... and of cooperative kernels built through the pass for fibers */
 #define FIBER_ENGINE_ID "engine=fibers-ordered-2"
 
@@ -2117,7 +2128,7 @@ static mkk_compiled jit_cpu(const mkk_kernel *k, const mkk_call *c, mk_array *co
                             2 * (c->threadgroup[1] == 1) + 4 * (c->threadgroup[2] == 1) + 8 * c->check +
                             16 * mkk_debug_build());
     /* a cooperative kernel's build is for one engine (build's entries) */
-    if (mkk_is_cooperative((mkk_kernel *)k)) prefix[plen++] = cbs_pass() ? 'L' : 'F';
+    if (mkk_is_cooperative((mkk_kernel *)k)) prefix[plen++] = !cbs_pass() ? 'F' : cbs_force_compact() ? 'C' : 'L';
     prefix[plen++] = '\n';
     const uint64_t hash = (c->gen_hash ^ mkk_hash64(prefix, plen)) * 0x9e3779b97f4a7c15ULL;
     void *victims[MAX_VICTIMS];

@@ -659,6 +659,8 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
     if (c->verbose && fn.checked)
         mkk_report("mkpy: kernel `%s` runs in the checker mode (MKPY_CHECK): instrumented%s\n",
                    k->name, r->how == SCHEME_PLAIN ? "" : ", on fibers");
+    /* the lockstep engine's compact run function: why (cbs_ir.c) */
+    const char *form = r->how == SCHEME_LOCKSTEP && fn.cbs_info ? fn.cbs_info->form : NULL;
     if (c->verbose && !fn.checked) {
         if (r->how == SCHEME_COOPERATIVE)
             mkk_report("mkpy: kernel `%s` runs on fibers (%s)\n", k->name,
@@ -667,13 +669,15 @@ int mkb_cpu_kernel_eval(mkk_kernel *k, mkk_call *c, mk_array *const *in, mk_arra
                            : fn.cbs_declined ? fn.cbs_declined
                                              : "the lockstep engine could not take it");
         else
-            mkk_report("mkpy: kernel `%s` runs on the %s engine\n", k->name, mkk_engine_name(k, &fn));
+            mkk_report("mkpy: kernel `%s` runs on the %s engine%s%s%s\n", k->name, mkk_engine_name(k, &fn),
+                       form ? " (" : "", form ? form : "", form ? ")" : "");
     }
     if (mkk_debug_level() >= 1)
         mkk_debug(1, "kernel `%s`: %s engine%s%s%s", k->name, mkk_engine_name(k, &fn),
-              r->how == SCHEME_COOPERATIVE ? " (" : "",
-              r->how == SCHEME_COOPERATIVE ? (fn.cbs_declined ? fn.cbs_declined : "the lockstep engine could not take it") : "",
-              r->how == SCHEME_COOPERATIVE ? ")" : "");
+              r->how == SCHEME_COOPERATIVE || form ? " (" : "",
+              r->how == SCHEME_COOPERATIVE ? (fn.cbs_declined ? fn.cbs_declined : "the lockstep engine could not take it")
+              : form                       ? form : "",
+              r->how == SCHEME_COOPERATIVE || form ? ")" : "");
     if (r->how == SCHEME_LOCKSTEP) {
         mkk_cbs_kernel cbk = {fn.cbs_run, fn.cbs_info, args};
         char why[1024];

@@ -35,7 +35,10 @@
  *      number (MKPY_CBS_DONE at the end);
  *   6. mkpy_kernel_cbs_run holds, per site, a loop over the threads of the
  *      group with F inlined at that site: the "work-item loop" that LLVM's
- *      loop vectoriser can turn into SIMD code across threads.
+ *      loop vectoriser can turn into SIMD code across threads. Past the
+ *      compile budget (sites x instructions) it is the compact form instead:
+ *      two loops (every thread; the threads at the released site), F
+ *      inlined once in each and entered through its switch on the site.
  *
  * Release order ("thread frontiers", Diamos et al., MICRO 2011): blocks are
  * ranked in a topological order of the CFG without back edges, where every
@@ -59,6 +62,8 @@
 
 #define MAX_SITES 4096
 #define MKK_CBS_BUDGET 45056 /* (resume points) x (instructions): see the compile budget below */
+#define MKK_CBS_COMPACT_NESTS 2 /* the compact form's work-item loop nests */
+#define MKK_CBS_COMPACT_BUDGET 24576 /* (nests + 1) x (instructions), for the compact form */
 #define MAX_STEPS 512
 
 typedef struct {
@@ -2145,6 +2150,134 @@ static void pass_unload(pass *p, mkk_ir_module *mod) {
     LLVMContextDispose(p->cx);
 }
 
+/* The run function's pieces (mkk_cbs_build), for build_nest. */
+typedef struct {
+    LLVMValueRef run;          /* mkpy_kernel_cbs_run */
+    LLVMTypeRef ft;            /* F's type */
+    LLVMValueRef ctxv, uni, gb; /* the ctx F reads, thread 0's copy of the uniform slots, the group's coordinates */
+    LLVMValueRef tx, ty, tz, next;
+    LLVMValueRef acc_lo, acc_hi; /* the sites the threads went to, as bits (sites_went) */
+    /* the compact form: the and and the or of the site numbers the group's
+     * threads wait at after the run (equal: they all wait at one site);
+     * NULL otherwise */
+    LLVMValueRef w_and, w_or;
+    int bits; /* the sites bitmask is kept (not with 63 sites or more: the scheduler reads next[]) */
+} run_fn;
+
+/* Adds site r to the bitmask of sites the threads went to (sites_went). */
+static void note_went(pass *p, const run_fn *R, LLVMValueRef r) {
+    /* lo: bit r for r < 32; hi: bit r - 32 for 32 <= r < 63, bit 31 for r >= 63 */
+    LLVMValueRef r2 = LLVMBuildSub(p->b, r, const_i32(p, 32), "");
+    LLVMValueRef lob = LLVMBuildSelect(
+        p->b, LLVMBuildICmp(p->b, LLVMIntULT, r, const_i32(p, 32), ""),
+        LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r, const_i32(p, 31), ""), ""), const_i32(p, 0), "");
+    LLVMValueRef hib = LLVMBuildSelect(
+        p->b, LLVMBuildICmp(p->b, LLVMIntULT, r2, const_i32(p, 31), ""),
+        LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r2, const_i32(p, 31), ""), ""),
+        LLVMBuildSelect(p->b, LLVMBuildICmp(p->b, LLVMIntUGE, r, const_i32(p, 63), ""),
+                        const_i32(p, (long)0x80000000u), const_i32(p, 0), ""),
+        "");
+    LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, R->acc_lo, ""), lob, ""), R->acc_lo);
+    LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, R->acc_hi, ""), hib, ""), R->acc_hi);
+}
+
+/* A work-item loop nest over the threads (z, y, x) of the group, x
+ * innermost, running F from `site` (an i32: a constant in the per-site form,
+ * the site being released in the compact one) in each thread: every thread
+ * when not `checked` (a dense run: ctx->uni is thread 0's copy of the
+ * group-uniform slots), else those whose next[] is `site` (ctx->uni NULL);
+ * `affine`: ctx->aff set too (the x-affine slots hold). Each thread's result
+ * goes to its next[] entry and into the sites bitmask; the nest ends in
+ * `done`. Returns its preheader. */
+static LLVMBasicBlockRef build_nest(pass *p, const run_fn *R, LLVMValueRef site, int checked, int affine,
+                                    LLVMBasicBlockRef done) {
+    LLVMValueRef run = R->run, ctxv = R->ctxv, uni = R->uni, tx = R->tx, ty = R->ty, tz = R->tz;
+    /* z loop > y loop > x loop */
+    LLVMBasicBlockRef zb = LLVMAppendBasicBlockInContext(p->cx, run, "z");
+    LLVMBasicBlockRef yb = LLVMAppendBasicBlockInContext(p->cx, run, "y");
+    LLVMBasicBlockRef xb = LLVMAppendBasicBlockInContext(p->cx, run, checked ? "x.checked" : "x");
+    LLVMBasicBlockRef go = checked ? LLVMAppendBasicBlockInContext(p->cx, run, "go") : xb;
+    LLVMBasicBlockRef xl = LLVMAppendBasicBlockInContext(p->cx, run, "x.latch");
+    LLVMBasicBlockRef yl = LLVMAppendBasicBlockInContext(p->cx, run, "y.latch");
+    LLVMBasicBlockRef zl = LLVMAppendBasicBlockInContext(p->cx, run, "z.latch");
+    /* the nest's preheader: ctx->uni is thread 0's copy of the
+     * group-uniform slots in a dense run, NULL in a checked one */
+    LLVMBasicBlockRef preb = LLVMAppendBasicBlockInContext(p->cx, run, checked ? "nouni" : "uni");
+    LLVMPositionBuilderAtEnd(p->b, preb);
+    LLVMBuildStore(p->b, checked ? LLVMConstPointerNull(p->ptr) : uni, gep_bytes(p, ctxv, const_i64(p, 5 * 8)));
+    LLVMBuildStore(p->b, affine ? uni : LLVMConstPointerNull(p->ptr), gep_bytes(p, ctxv, const_i64(p, 6 * 8)));
+    for (int u = 0; !checked && u < p->nuni + (affine ? p->naff : 0); u++) {
+        int si = u < p->nuni ? p->uni_slots[u] : p->aff_slots[u - p->nuni];
+        LLVMTypeRef vt = LLVMTypeOf(p->slot_vals[si]);
+        unsigned al = LLVMABIAlignmentOfType(p->td, vt);
+        LLVMValueRef src =
+            gep_bytes(p, LLVMGetParam(run, 4), const_i64(p, (long long)(p->slot_offs[si] * MKPY_CBS_MAX_THREADS)));
+        LLVMValueRef ld = LLVMBuildLoad2(p->b, vt, src, "");
+        LLVMSetAlignment(ld, al);
+        LLVMSetAlignment(LLVMBuildStore(p->b, ld, gep_bytes(p, uni, const_i64(p, (long long)p->slot_offs[si]))), al);
+    }
+    LLVMBuildBr(p->b, zb);
+    LLVMPositionBuilderAtEnd(p->b, zb);
+    LLVMValueRef z = LLVMBuildPhi(p->b, p->i32, "z");
+    LLVMBuildBr(p->b, yb);
+    LLVMPositionBuilderAtEnd(p->b, yb);
+    LLVMValueRef y = LLVMBuildPhi(p->b, p->i32, "y");
+    /* no wrap: counts are at most 1024 (the vectoriser needs to know) */
+    LLVMValueRef row =
+        LLVMBuildNUWMul(p->b, LLVMBuildNUWAdd(p->b, LLVMBuildNUWMul(p->b, z, ty, ""), y, ""), tx, "row");
+    LLVMBuildBr(p->b, xb);
+    LLVMPositionBuilderAtEnd(p->b, xb);
+    LLVMValueRef x = LLVMBuildPhi(p->b, p->i32, "x");
+    LLVMValueRef i = LLVMBuildNUWAdd(p->b, row, x, "i");
+    LLVMValueRef i64v = LLVMBuildZExt(p->b, i, p->i64, "");
+    LLVMValueRef slotp = LLVMBuildGEP2(p->b, p->i32, R->next, &i64v, 1, "");
+    LLVMValueRef cur = NULL;
+    if (checked) {
+        cur = LLVMBuildLoad2(p->b, p->i32, slotp, "");
+        LLVMValueRef here = LLVMBuildICmp(p->b, LLVMIntEQ, cur, site, "");
+        LLVMBuildCondBr(p->b, here, go, xl);
+        LLVMPositionBuilderAtEnd(p->b, go);
+    }
+    LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), R->gb, i, site, ctxv, x, y, z};
+    LLVMValueRef r = LLVMBuildCall2(p->b, R->ft, p->f, args, 9, "");
+    LLVMBuildStore(p->b, r, slotp);
+    if (!R->w_and) note_went(p, R, r);
+    LLVMBasicBlockRef ran = LLVMGetInsertBlock(p->b);
+    LLVMBuildBr(p->b, xl);
+    LLVMPositionBuilderAtEnd(p->b, xl);
+    if (R->w_and) {
+        /* where the thread waits now: the site it went to, or (not released
+         * by a checked run) the one it waited at; the bitmask then holds
+         * every thread's site, whatever ran (the scheduler takes it as the
+         * group's: a chain may have moved threads it did not release) */
+        LLVMValueRef w = r;
+        if (checked) {
+            w = LLVMBuildPhi(p->b, p->i32, "waits");
+            LLVMValueRef wv[] = {r, cur};
+            LLVMBasicBlockRef wb[] = {ran, xb};
+            LLVMAddIncoming(w, wv, wb, 2);
+        }
+        if (R->bits) note_went(p, R, w);
+        LLVMValueRef lo = LLVMBuildLoad2(p->b, p->i32, R->w_and, ""), hi = LLVMBuildLoad2(p->b, p->i32, R->w_or, "");
+        LLVMBuildStore(p->b, LLVMBuildAnd(p->b, w, lo, ""), R->w_and);
+        LLVMBuildStore(p->b, LLVMBuildOr(p->b, w, hi, ""), R->w_or);
+    }
+    LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
+    LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, x1, tx, ""), xb, yl);
+    LLVMPositionBuilderAtEnd(p->b, yl);
+    LLVMValueRef y1 = LLVMBuildNUWAdd(p->b, y, const_i32(p, 1), "");
+    LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, y1, ty, ""), yb, zl);
+    LLVMPositionBuilderAtEnd(p->b, zl);
+    LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
+    LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, done);
+    LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1}, xv[] = {const_i32(p, 0), x1};
+    LLVMBasicBlockRef zf[] = {preb, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
+    LLVMAddIncoming(z, zv, zf, 2);
+    LLVMAddIncoming(y, yv, yf, 2);
+    LLVMAddIncoming(x, xv, xf, 2);
+    return preb;
+}
+
 int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t whyn) {
     pass P = {0}, *p = &P;
     int rc = -1;
@@ -2258,23 +2391,42 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
 
     /* a resume block after every site */
     if (collect_sites(p, &sites, &nsites) < 0) goto done;
-    /* The compile budget: the run function holds per site two work-item
-     * loop nests with F inlined, which LLVM then prunes and optimises; its
-     * compile time grows as (sites + 1) x F's instructions (about 30 us a
-     * unit on one core: 45,056 units, about 1.3 s). Past the budget the kernel
-     * goes to the fiber engine (compiled once, in a fraction of that), with
-     * the reason: counted in work, not time, the choice is deterministic. */
+    /* The compile budget. The per-site form of the run function holds per
+     * site two work-item loop nests with F inlined, which LLVM then prunes
+     * and optimises; its compile time grows as (sites + 1) x F's
+     * instructions (about 30 us a unit on one core: 45,056 units, about
+     * 1.3 s). Past that budget the compact form is built: one dense and one
+     * checked nest, F inlined once in each and entered through its switch on
+     * the resume site, whose size does not grow with the sites (3 x F's
+     * instructions; scalar, as a switch in the work-item loop keeps it from
+     * vectorising). Past the compact form's own budget the kernel goes to
+     * the fiber engine (compiled once, in a fraction of that), with the
+     * reason. Counted in work, not time, the choice is deterministic. */
+    int compact = 0;
+    char form[200] = "";
     {
         long long ni = 0;
         for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
             for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) ni++;
-        long long work = (long long)(nsites + 1) * ni;
-        if (work > MKK_CBS_BUDGET) {
-            mkk_ir_fail(p, "its regions exceed the lockstep pass's compile budget (%d resume points x %lld "
-                           "instructions = %lld units of work, more than %d)",
-                        nsites + 1, ni, work, MKK_CBS_BUDGET);
+        long long work = (long long)(nsites + 1) * ni, cwork = (long long)(MKK_CBS_COMPACT_NESTS + 1) * ni;
+        LLVMValueRef fc = LLVMGetNamedGlobal(p->m, "mkpy_cbs_compact");
+        int forced = fc && LLVMGetInitializer(fc) && LLVMIsAConstantInt(LLVMGetInitializer(fc)) &&
+                     LLVMConstIntGetZExtValue(LLVMGetInitializer(fc));
+        compact = forced || work > MKK_CBS_BUDGET;
+        if (compact && cwork > MKK_CBS_COMPACT_BUDGET) {
+            mkk_ir_fail(p, "its code exceeds the lockstep pass's compile budget (%lld instructions, %lld units of work "
+                           "in the compact form, more than %d; %d resume points x %lld = %lld units in the per-site form)",
+                        ni, cwork, MKK_CBS_COMPACT_BUDGET, nsites + 1, ni, work);
             goto done;
         }
+        if (forced)
+            snprintf(form, sizeof form, "the compact form, MKPY_CBS_COMPACT: %d resume points x %lld instructions",
+                     nsites + 1, ni);
+        else if (compact)
+            snprintf(form, sizeof form,
+                     "the compact form: %d resume points x %lld instructions = %lld units, past the per-site form's "
+                     "budget of %d",
+                     nsites + 1, ni, work, MKK_CBS_BUDGET);
     }
     for (int i = 0; i < nsites; i++) {
         site *s = &sites[i];
@@ -2486,13 +2638,21 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMSetGlobalConstant(arr, 1);
         LLVMSetLinkage(arr, LLVMInternalLinkage);
         free(elems);
-        LLVMTypeRef info_fields[] = {p->i32, p->i32, p->i64, p->i32, p->ptr, p->ptr, p->i64};
-        LLVMTypeRef info_t = LLVMStructTypeInContext(p->cx, info_fields, 7, 0);
+        LLVMTypeRef info_fields[] = {p->i32, p->i32, p->i64, p->i32, p->ptr, p->ptr, p->i64, p->ptr};
+        LLVMTypeRef info_t = LLVMStructTypeInContext(p->cx, info_fields, 8, 0);
+        LLVMValueRef form_s = nullp;
+        if (form[0]) {
+            LLVMValueRef str = LLVMConstStringInContext(p->cx, form, (unsigned)strlen(form), 0);
+            form_s = LLVMAddGlobal(p->m, LLVMTypeOf(str), "mkpy_cbs_form");
+            LLVMSetInitializer(form_s, str);
+            LLVMSetGlobalConstant(form_s, 1);
+            LLVMSetLinkage(form_s, LLVMInternalLinkage);
+        }
         LLVMValueRef iv[] = {const_i32(p, nsites + 1), const_i32(p, (long)frame_bytes), const_i64(p, (long long)tg_bytes),
                              const_i32(p, tg_line), tg_file && LLVMIsAConstant(tg_file) ? tg_file : nullp, arr,
-                             const_i64(p, (long long)tg_size)};
+                             const_i64(p, (long long)tg_size), form_s};
         LLVMValueRef info = LLVMAddGlobal(p->m, info_t, MKPY_CBS_INFO_SYMBOL);
-        LLVMSetInitializer(info, LLVMConstNamedStruct(info_t, iv, 7));
+        LLVMSetInitializer(info, LLVMConstNamedStruct(info_t, iv, 8));
         LLVMSetGlobalConstant(info, 1);
     }
 
@@ -2548,8 +2708,19 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         LLVMValueRef acc_hi = LLVMBuildAlloca(p->b, p->i32, "sites.hi");
         LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
         LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
+        LLVMValueRef w_and = NULL, w_or = NULL;
+        if (compact) {
+            w_and = LLVMBuildAlloca(p->b, p->i32, "waits.and");
+            w_or = LLVMBuildAlloca(p->b, p->i32, "waits.or");
+            LLVMBuildStore(p->b, const_i32(p, -1), w_and);
+            LLVMBuildStore(p->b, const_i32(p, 0), w_or);
+        }
         LLVMPositionBuilderAtEnd(p->b, out);
-        LLVMBuildRet(p->b, sites_went(p, acc_lo, acc_hi));
+        /* (the bitmask is not kept by the compact form from 63 sites on:
+         * bit 63 alone, "read next[]") */
+        LLVMValueRef ret = sites_went(p, acc_lo, acc_hi);
+        if (compact && nsites >= 63) ret = LLVMBuildOr(p->b, ret, const_i64(p, (long long)(1ull << 63)), "");
+        LLVMBuildRet(p->b, ret);
         LLVMPositionBuilderAtEnd(p->b, entry);
         /* the ctx F reads, rebuilt from the arguments (SROA forwards it) */
         LLVMTypeRef ctx_fields[] = {p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr, p->ptr};
@@ -2613,7 +2784,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMAddIncoming(site_v, in_v, in_b, 1);
             LLVMAddIncoming(dense_v, in_d, in_b, 1);
         }
-        LLVMValueRef rsw = LLVMBuildSwitch(p->b, site_v, out, (unsigned)nsites + 1);
+        LLVMValueRef rsw = compact ? NULL : LLVMBuildSwitch(p->b, site_v, out, (unsigned)nsites + 1);
         LLVMValueRef next = LLVMGetParam(run, 8);
         /* After a dense run in which every thread went on to one barrier or
          * loop step, the scheduler would release that site densely: `chain`
@@ -2626,7 +2797,57 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             mkk_ir_fail(p, "out of memory");
             goto done;
         }
-        for (int k = 0; k <= nsites; k++) {
+        run_fn R = {run, ft, ctxv, uni, gb, tx, ty, tz, next, acc_lo, acc_hi, w_and, w_or, !compact || nsites < 63};
+        if (compact) {
+            /* one dense nest and one checked nest, F entered at the site
+             * released (its switch on `resume`, in the work-item loop); both
+             * chain on when every thread of the group then waits at one
+             * barrier or step, as the scheduler would release it */
+            LLVMBasicBlockRef dh = build_nest(p, &R, site_v, 0, 0, chain), ch = build_nest(p, &R, site_v, 1, 0, chain);
+            LLVMPositionBuilderAtEnd(p->b, dispatch);
+            LLVMBuildCondBr(p->b, dense_v, dh, ch);
+            /* chain: every thread waits at one site (the and and the or of
+             * their sites equal), a barrier or a step; the table says which
+             * sites are */
+            LLVMTypeRef tab_t = LLVMArrayType(p->i8, (unsigned)nsites + 1);
+            LLVMValueRef *kinds = malloc(sizeof *kinds * (size_t)(nsites + 1));
+            if (!kinds) {
+                free(dense_head);
+                mkk_ir_fail(p, "out of memory");
+                goto done;
+            }
+            kinds[0] = LLVMConstInt(p->i8, 0, 0);
+            for (int j = 1; j <= nsites; j++)
+                kinds[j] = LLVMConstInt(p->i8, sites[j - 1].kind == MKPY_CBS_BARRIER || sites[j - 1].kind == MKPY_CBS_STEP, 0);
+            LLVMValueRef tab = LLVMAddGlobal(p->m, tab_t, "mkpy_cbs_chainable");
+            LLVMSetInitializer(tab, LLVMConstArray(p->i8, kinds, (unsigned)nsites + 1));
+            LLVMSetGlobalConstant(tab, 1);
+            LLVMSetLinkage(tab, LLVMInternalLinkage);
+            free(kinds);
+            LLVMPositionBuilderAtEnd(p->b, chain);
+            LLVMValueRef lo = LLVMBuildLoad2(p->b, p->i32, w_and, ""), hi = LLVMBuildLoad2(p->b, p->i32, w_or, "");
+            LLVMBasicBlockRef look = LLVMAppendBasicBlockInContext(p->cx, run, "chain.look");
+            LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "chain.to");
+            LLVMBuildCondBr(p->b,
+                            LLVMBuildAnd(p->b, LLVMBuildICmp(p->b, LLVMIntEQ, lo, hi, ""),
+                                         LLVMBuildICmp(p->b, LLVMIntULE, lo, const_i32(p, nsites), ""), ""),
+                            look, out);
+            LLVMPositionBuilderAtEnd(p->b, look);
+            LLVMValueRef lo64 = LLVMBuildZExt(p->b, lo, p->i64, "");
+            LLVMValueRef idx[] = {const_i64(p, 0), lo64};
+            LLVMValueRef can = LLVMBuildLoad2(p->b, p->i8, LLVMBuildInBoundsGEP2(p->b, tab_t, tab, idx, 2, ""), "");
+            LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntNE, can, LLVMConstInt(p->i8, 0, 0), ""), pre, out);
+            LLVMPositionBuilderAtEnd(p->b, pre);
+            LLVMBuildStore(p->b, const_i32(p, 0), acc_lo);
+            LLVMBuildStore(p->b, const_i32(p, 0), acc_hi);
+            LLVMBuildStore(p->b, const_i32(p, -1), w_and);
+            LLVMBuildStore(p->b, const_i32(p, 0), w_or);
+            LLVMBuildBr(p->b, dispatch);
+            LLVMValueRef in_v[] = {lo}, in_d[] = {LLVMConstInt(LLVMInt1TypeInContext(p->cx), 1, 0)};
+            LLVMAddIncoming(site_v, in_v, &pre, 1);
+            LLVMAddIncoming(dense_v, in_d, &pre, 1);
+        }
+        for (int k = 0; !compact && k <= nsites; k++) {
             LLVMBasicBlockRef pick = LLVMAppendBasicBlockInContext(p->cx, run, "site");
             LLVMAddCase(rsw, const_i32(p, k), pick);
             LLVMBasicBlockRef heads[3];
@@ -2636,86 +2857,8 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
                 naff_k += p->aff_ok[(size_t)a * (size_t)(p->nsite_heads + 1) + (size_t)(k - 1)];
             for (int variant = 0; variant < (naff_k ? 3 : 2); variant++) {
                 int checked = variant == 1, affine = variant == 2;
-                /* z loop > y loop > x loop */
-                LLVMBasicBlockRef zb = LLVMAppendBasicBlockInContext(p->cx, run, "z");
-                LLVMBasicBlockRef yb = LLVMAppendBasicBlockInContext(p->cx, run, "y");
-                LLVMBasicBlockRef xb = LLVMAppendBasicBlockInContext(p->cx, run, checked ? "x.checked" : "x");
-                LLVMBasicBlockRef go = checked ? LLVMAppendBasicBlockInContext(p->cx, run, "go") : xb;
-                LLVMBasicBlockRef xl = LLVMAppendBasicBlockInContext(p->cx, run, "x.latch");
-                LLVMBasicBlockRef yl = LLVMAppendBasicBlockInContext(p->cx, run, "y.latch");
-                LLVMBasicBlockRef zl = LLVMAppendBasicBlockInContext(p->cx, run, "z.latch");
-                /* the nest's preheader: ctx->uni is thread 0's copy of the
-                 * group-uniform slots in a dense run, NULL in a checked one */
-                LLVMBasicBlockRef preb = LLVMAppendBasicBlockInContext(p->cx, run, checked ? "nouni" : "uni");
-                LLVMPositionBuilderAtEnd(p->b, preb);
-                LLVMBuildStore(p->b, checked ? LLVMConstPointerNull(p->ptr) : uni,
-                               gep_bytes(p, ctxv, const_i64(p, 5 * 8)));
-                LLVMBuildStore(p->b, affine ? uni : LLVMConstPointerNull(p->ptr), gep_bytes(p, ctxv, const_i64(p, 6 * 8)));
-                for (int u = 0; !checked && u < p->nuni + (affine ? p->naff : 0); u++) {
-                    int si = u < p->nuni ? p->uni_slots[u] : p->aff_slots[u - p->nuni];
-                    LLVMTypeRef vt = LLVMTypeOf(p->slot_vals[si]);
-                    unsigned al = LLVMABIAlignmentOfType(p->td, vt);
-                    LLVMValueRef src = gep_bytes(p, LLVMGetParam(run, 4),
-                                                 const_i64(p, (long long)(p->slot_offs[si] * MKPY_CBS_MAX_THREADS)));
-                    LLVMValueRef ld = LLVMBuildLoad2(p->b, vt, src, "");
-                    LLVMSetAlignment(ld, al);
-                    LLVMSetAlignment(LLVMBuildStore(p->b, ld, gep_bytes(p, uni, const_i64(p, (long long)p->slot_offs[si]))), al);
-                }
-                LLVMBuildBr(p->b, zb);
-                heads[variant] = preb;
-                if (variant == 0) dense_head[k] = preb;
-                LLVMPositionBuilderAtEnd(p->b, zb);
-                LLVMValueRef z = LLVMBuildPhi(p->b, p->i32, "z");
-                LLVMBuildBr(p->b, yb);
-                LLVMPositionBuilderAtEnd(p->b, yb);
-                LLVMValueRef y = LLVMBuildPhi(p->b, p->i32, "y");
-                /* no wrap: counts are at most 1024 (the vectoriser needs to know) */
-                LLVMValueRef row = LLVMBuildNUWMul(
-                    p->b, LLVMBuildNUWAdd(p->b, LLVMBuildNUWMul(p->b, z, ty, ""), y, ""), tx, "row");
-                LLVMBuildBr(p->b, xb);
-                LLVMPositionBuilderAtEnd(p->b, xb);
-                LLVMValueRef x = LLVMBuildPhi(p->b, p->i32, "x");
-                LLVMValueRef i = LLVMBuildNUWAdd(p->b, row, x, "i");
-                LLVMValueRef i64v = LLVMBuildZExt(p->b, i, p->i64, "");
-                LLVMValueRef slotp = LLVMBuildGEP2(p->b, p->i32, next, &i64v, 1, "");
-                if (checked) {
-                    LLVMValueRef cur = LLVMBuildLoad2(p->b, p->i32, slotp, "");
-                    LLVMValueRef here = LLVMBuildICmp(p->b, LLVMIntEQ, cur, const_i32(p, k), "");
-                    LLVMBuildCondBr(p->b, here, go, xl);
-                    LLVMPositionBuilderAtEnd(p->b, go);
-                }
-                LLVMValueRef args[] = {LLVMGetParam(run, 1), LLVMGetParam(run, 2), gb, i,
-                                       const_i32(p, k), ctxv, x, y, z};
-                LLVMValueRef r = LLVMBuildCall2(p->b, ft, p->f, args, 9, "");
-                LLVMBuildStore(p->b, r, slotp);
-                /* lo: bit r for r < 32; hi: bit r - 32 for 32 <= r < 63, bit 31 for r >= 63 */
-                LLVMValueRef r2 = LLVMBuildSub(p->b, r, const_i32(p, 32), "");
-                LLVMValueRef lob = LLVMBuildSelect(
-                    p->b, LLVMBuildICmp(p->b, LLVMIntULT, r, const_i32(p, 32), ""),
-                    LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r, const_i32(p, 31), ""), ""), const_i32(p, 0), "");
-                LLVMValueRef hib = LLVMBuildSelect(
-                    p->b, LLVMBuildICmp(p->b, LLVMIntULT, r2, const_i32(p, 31), ""),
-                    LLVMBuildShl(p->b, const_i32(p, 1), LLVMBuildAnd(p->b, r2, const_i32(p, 31), ""), ""),
-                    LLVMBuildSelect(p->b, LLVMBuildICmp(p->b, LLVMIntUGE, r, const_i32(p, 63), ""),
-                                    const_i32(p, (long)0x80000000u), const_i32(p, 0), ""), "");
-                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, acc_lo, ""), lob, ""), acc_lo);
-                LLVMBuildStore(p->b, LLVMBuildOr(p->b, LLVMBuildLoad2(p->b, p->i32, acc_hi, ""), hib, ""), acc_hi);
-                LLVMBuildBr(p->b, xl);
-                LLVMPositionBuilderAtEnd(p->b, xl);
-                LLVMValueRef x1 = LLVMBuildNUWAdd(p->b, x, const_i32(p, 1), "");
-                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, x1, tx, ""), xb, yl);
-                LLVMPositionBuilderAtEnd(p->b, yl);
-                LLVMValueRef y1 = LLVMBuildNUWAdd(p->b, y, const_i32(p, 1), "");
-                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, y1, ty, ""), yb, zl);
-                LLVMPositionBuilderAtEnd(p->b, zl);
-                LLVMValueRef z1 = LLVMBuildNUWAdd(p->b, z, const_i32(p, 1), "");
-                LLVMBuildCondBr(p->b, LLVMBuildICmp(p->b, LLVMIntULT, z1, tz, ""), zb, checked ? out : chain);
-                LLVMValueRef zv[] = {const_i32(p, 0), z1}, yv[] = {const_i32(p, 0), y1},
-                             xv[] = {const_i32(p, 0), x1};
-                LLVMBasicBlockRef zf[] = {preb, zl}, yf[] = {zb, yl}, xf[] = {yb, xl};
-                LLVMAddIncoming(z, zv, zf, 2);
-                LLVMAddIncoming(y, yv, yf, 2);
-                LLVMAddIncoming(x, xv, xf, 2);
+                heads[variant] = build_nest(p, &R, const_i32(p, k), checked, affine, checked ? out : chain);
+                if (variant == 0) dense_head[k] = heads[variant];
             }
             /* phis of the nests name `pick` (or the check) as the entry: one branch there */
             LLVMPositionBuilderAtEnd(p->b, pick);
@@ -2771,10 +2914,10 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMPositionBuilderAtEnd(p->b, chd);
             LLVMBuildCondBr(p->b, okv, heads[2], heads[0]);
         }
-        LLVMPositionBuilderAtEnd(p->b, chain);
-        LLVMValueRef went = sites_went(p, acc_lo, acc_hi);
-        LLVMValueRef csw = LLVMBuildSwitch(p->b, went, out, 8);
-        for (int j = 1; j <= nsites && j < 63; j++) {
+        if (!compact) LLVMPositionBuilderAtEnd(p->b, chain);
+        LLVMValueRef went = compact ? NULL : sites_went(p, acc_lo, acc_hi);
+        LLVMValueRef csw = compact ? NULL : LLVMBuildSwitch(p->b, went, out, 8);
+        for (int j = 1; !compact && j <= nsites && j < 63; j++) {
             if (sites[j - 1].kind != MKPY_CBS_BARRIER && sites[j - 1].kind != MKPY_CBS_STEP) continue;
             LLVMBasicBlockRef pre = LLVMAppendBasicBlockInContext(p->cx, run, "chain.to");
             LLVMAddCase(csw, const_i64(p, 1ll << j), pre);
