@@ -215,6 +215,50 @@ print(info["compiles"], info["disk_hits"])
     assert _child(code, {}, tmp_path).stdout.split() == ["0", "8"]
 
 
+def test_a_sweeps_failed_variant_raises_at_its_eval_and_is_never_lost(tmp_path):
+    """One variant of a parallel sweep does not compile: its worker's eval raises the compiler's
+    message, the other variants compile and land in the cache, the failed one is not cached (a
+    second eval raises again), and a lazy graph over it raises at the eval that needs it.
+    (An array built on a worker's stream is not evaluated on another thread: MLX raises "There is
+    no Stream(gpu, N) in current thread." there, and so does mkpy.)"""
+    code = """
+import concurrent.futures
+import mkpy as mx
+x = mx.arange(64, dtype=mx.float32)
+mx.eval(x)
+c = mx.fast.metal_kernel(name="sweep_fail", input_names=["inp"], output_names=["out"], source='''
+    static_assert(SCALE != 3, "SCALE 3 is refused");
+%s''')
+def call(scale):
+    p, = c(inputs=[x], template=[("SCALE", scale)], grid=(64, 1, 1), threadgroup=(64, 1, 1),
+           output_shapes=[(64,)], output_dtypes=[mx.float32])
+    return p
+def first(scale):
+    p = call(scale)
+    try:
+        mx.eval(p)
+    except RuntimeError as e:
+        return "raised" if "SCALE 3 is refused" in str(e) else "other: %%s" %% e
+    return "ok" if p.tolist() == [float(sum(range(64))) * scale] * 64 else "wrong"
+with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    print(" ".join(pool.map(first, range(1, 7))))
+print(first(3))
+good, bad = call(2), call(3)  # lazy: the failure surfaces at the eval that needs it
+try:
+    mx.eval(mx.sum(good) + mx.sum(bad))
+    print("no error")
+except RuntimeError as e:
+    print("main raised" if "SCALE 3 is refused" in str(e) else "other: %%s" %% e)
+print(mx.metal.kernel_cache_info()["compiles"])
+""" % COOP
+    lines = _child(code, {}, tmp_path).stdout.split("\n")
+    assert lines[0] == "ok ok raised ok ok ok"
+    assert lines[1] == "raised"
+    assert lines[2] == "main raised"
+    assert lines[3] == "8"  # the five good variants, and the failed one at each of its three evals: never cached
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".so")]) == 5
+
+
 FAKE_CC = r"""
 #include <signal.h>
 #include <stdio.h>
