@@ -780,13 +780,19 @@ static int cmp_op(const void *x, const void *y) {
 /* The thread's index in its group, when v is it (through zero and sign
  * extensions): F's `index`, or its x position when the group is flat in y
  * and z (mkpy_cbs_flat). */
+/* The value of an integer constant jit.c writes into the program
+ * (mkpy_cbs_flat, mkpy_cbs_loop_steps, mkpy_cbs_compact), 0 when absent. */
+static unsigned long long program_const(pass *p, const char *name) {
+    LLVMValueRef g = LLVMGetNamedGlobal(p->m, name);
+    LLVMValueRef init = g ? LLVMGetInitializer(g) : NULL;
+    return init && LLVMIsAConstantInt(init) ? LLVMConstIntGetZExtValue(init) : 0;
+}
+
 static int is_thread_index(pass *p, LLVMValueRef v) {
     while (LLVMIsAZExtInst(v) || LLVMIsASExtInst(v)) v = LLVMGetOperand(v, 0);
     if (v == LLVMGetParam(p->f, 3)) return 1;
     if (v != LLVMGetParam(p->f, 6)) return 0;
-    LLVMValueRef g = LLVMGetNamedGlobal(p->m, "mkpy_cbs_flat");
-    LLVMValueRef init = g ? LLVMGetInitializer(g) : NULL;
-    return init && LLVMIsAConstantInt(init) && (LLVMConstIntGetZExtValue(init) & 3) == 3;
+    return (program_const(p, "mkpy_cbs_flat") & 3) == 3;
 }
 
 /* one[b] = c >= 0 where block b runs only in the thread of index c: b is
@@ -2378,10 +2384,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
      * above are conflict-free without them */
     /* (jit.c asks for them for threadgroups of 64 threads or more: a step
      * costs about a region's overhead, which fewer threads do not repay) */
-    LLVMValueRef want = LLVMGetNamedGlobal(p->m, "mkpy_cbs_loop_steps");
-    if (want && LLVMGetInitializer(want) && LLVMIsAConstantInt(LLVMGetInitializer(want)) &&
-        LLVMConstIntGetZExtValue(LLVMGetInitializer(want)) && add_loop_steps(p) < 0)
-        goto done;
+    if (program_const(p, "mkpy_cbs_loop_steps") && add_loop_steps(p) < 0) goto done;
 
     /* threadgroup memory from ctx->tg (after the memory analysis above,
      * which tells the variables apart by their globals) */
@@ -2409,9 +2412,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
         for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(p->f); bb; bb = LLVMGetNextBasicBlock(bb))
             for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) ni++;
         long long work = (long long)(nsites + 1) * ni, cwork = (long long)(MKK_CBS_COMPACT_NESTS + 1) * ni;
-        LLVMValueRef fc = LLVMGetNamedGlobal(p->m, "mkpy_cbs_compact");
-        int forced = fc && LLVMGetInitializer(fc) && LLVMIsAConstantInt(LLVMGetInitializer(fc)) &&
-                     LLVMConstIntGetZExtValue(LLVMGetInitializer(fc));
+        int forced = program_const(p, "mkpy_cbs_compact") != 0;
         compact = forced || work > MKK_CBS_BUDGET;
         if (compact && cwork > MKK_CBS_COMPACT_BUDGET) {
             mkk_ir_fail(p, "its code exceeds the lockstep pass's compile budget (%lld instructions, %lld units of work "
@@ -2751,9 +2752,7 @@ int mkk_cbs_build(const char *bc_path, const char *obj_path, char *why, size_t w
             LLVMBuildCall2(p->b, LLVMGlobalGetValueType(gfn), gfn, gargs, 3, "");
         }
         LLVMValueRef tx = LLVMGetParam(run, 10), ty = LLVMGetParam(run, 11), tz = LLVMGetParam(run, 12);
-        LLVMValueRef flat_g = LLVMGetNamedGlobal(p->m, "mkpy_cbs_flat");
-        unsigned long long flat = flat_g && LLVMGetInitializer(flat_g) && LLVMIsAConstantInt(LLVMGetInitializer(flat_g))
-                                      ? LLVMConstIntGetZExtValue(LLVMGetInitializer(flat_g)) : 0;
+        unsigned long long flat = program_const(p, "mkpy_cbs_flat");
         /* a group of the launch is at least one thread in each dimension and
          * at most its threadgroup: one thread where the threadgroup has one */
         if (flat & 1) ty = const_i32(p, 1);
